@@ -1,0 +1,145 @@
+"""``ascendscope ingest PATH --out FILE.duckdb``: ingest with a progress bar and a closing summary.
+
+Exit codes: 0 loaded (warnings may exist), 2 nothing loadable / bad arguments, 130 interrupted. No traceback
+reaches the user: every failure is one line naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+from .archive import ArchiveError
+from .pipeline import NoProfilingData, Progress, ingest_path
+
+
+class BarProgress(Progress):
+    """A one-line progress bar on stderr: bytes done, MB/s, the file being read."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream, self.lock = stream, threading.Lock()
+        self.total = self.done = 0
+        self.current: list[str] = []
+        self.started = time.perf_counter()
+        self.tty = stream.isatty()
+        self._stop = threading.Event()
+        self._ticker = None
+
+    def begin(self, total_bytes, ranks):
+        self.total, self.started = max(1, total_bytes), time.perf_counter()
+        self.stream.write(f"ingesting {ranks} rank(s), {total_bytes / 1e6:.1f} MB\n")
+        if self.tty:
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def _tick(self):
+        while not self._stop.wait(0.5):
+            self.draw()
+
+    def file_start(self, rank, name, size):
+        with self.lock:
+            self.current.append(name)
+        self.draw()
+
+    def file_done(self, rank, name, size, seconds):
+        with self.lock:
+            self.done += size
+            if name in self.current:
+                self.current.remove(name)
+        if not self.tty:
+            rate = size / 1e6 / seconds if seconds > 0 else 0.0
+            self.stream.write(f"  rank {rank}: {name} {size / 1e6:.1f} MB in {seconds:.2f} s ({rate:.1f} MB/s)\n")
+        self.draw()
+
+    def phase(self, text):
+        if not self.tty:
+            self.stream.write(f"  {text}\n")
+        with self.lock:
+            self.current = [text]
+        self.draw()
+
+    def draw(self):
+        if not self.tty:
+            return
+        with self.lock:
+            frac = min(1.0, self.done / self.total) if self.total else 0.0
+            elapsed = max(1e-6, time.perf_counter() - self.started)
+            width = 30
+            bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+            what = ", ".join(self.current)[:50]
+            self.stream.write(f"\r[{bar}] {frac * 100:5.1f}% {self.done / 1e6:8.1f} MB "
+                              f"{self.done / 1e6 / elapsed:6.1f} MB/s  {what:<50}")
+            self.stream.flush()
+
+    def close(self):
+        self._stop.set()
+        if self.tty:
+            self.draw()
+            self.stream.write("\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="an *_ascend_pt folder, a folder of them (a cluster), a .zip/.tar.gz of "
+                                     "either, or a trace JSON file")
+    parser.add_argument("--out", required=True, help="the DuckDB file to write (replaced atomically)")
+    parser.add_argument("--workers", type=int, default=2, help="ranks staged in parallel (default 2)")
+    parser.add_argument("--memory-limit", default="1GB", help="DuckDB memory limit, e.g. 1GB (default)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
+
+
+def print_summary(summary: dict, out: str, stream=sys.stdout) -> None:
+    w = stream.write
+    w(f"wrote {out} in {summary['seconds']:.2f} s "
+      f"({summary['bytes_read'] / 1e6 / max(summary['seconds'], 1e-6):.1f} MB/s)\n")
+    w(f"ranks: {', '.join(str(r) for r in summary['ranks'])}\n")
+    w("slices per kind: " + (", ".join(f"{k} {v:,}" for k, v in summary["slices_per_kind"].items()) or "none")
+      + "\n")
+    w("flows per category: " + (", ".join(f"{k} {v:,}" for k, v in summary["flows_per_category"].items())
+                                or "none") + "\n")
+    w("tables: " + ", ".join(f"{k} {v:,}" for k, v in summary["tables"].items() if v) + "\n")
+    warnings = summary["warnings"]
+    w(f"warnings: {len(warnings)}\n")
+    for item in warnings[:30]:
+        rank = "-" if item["rank"] is None else item["rank"]
+        w(f"  [rank {rank}] {item['file']}: {item['message']}\n")
+    if len(warnings) > 30:
+        w(f"  … {len(warnings) - 30} more (SELECT * FROM warnings)\n")
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    progress = BarProgress() if not args.quiet else Progress()
+    try:
+        summary = ingest_path(args.path, args.out, progress=progress, workers=args.workers,
+                              memory_limit=args.memory_limit)
+    except NoProfilingData as exc:
+        _close(progress)
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except ArchiveError as exc:
+        _close(progress)
+        sys.stderr.write(f"error: {args.path}: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        _close(progress)
+        sys.stderr.write("interrupted: nothing was written\n")
+        return 130
+    except (OSError, ValueError) as exc:
+        _close(progress)
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    _close(progress)
+    print_summary(summary, args.out)
+    return 0
+
+
+def _close(progress):
+    if isinstance(progress, BarProgress):
+        progress.close()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ingest", description="Ingest profiling data into DuckDB.")
+    add_arguments(parser)
+    return run_ingest(parser.parse_args(argv))

@@ -1,0 +1,164 @@
+"""Flatten communication.json and communication_matrix.json into rows (FORMATS.md §5).
+
+These files are small (one entry per HCCL op), so they are parsed with the json module and handed to DuckDB as
+Arrow tables. Millisecond values become exact integer ns through ``decimal`` (never through a float product).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import pyarrow as pa
+
+_SLOT = re.compile(r"^(?P<op>.*?)-(?P<slot>top1|middle|bottom1|bottom2|bottom3|total)@(?P<group>.*)$")
+_TIME_KEYS = {
+    "Elapse Time(ms)": "elapse_time_ns", "Transit Time(ms)": "transit_time_ns", "Wait Time(ms)": "wait_time_ns",
+    "Synchronization Time(ms)": "synchronization_time_ns", "Idle Time(ms)": "idle_time_ns",
+}
+TOTAL_KEY = "Total Op Info"
+
+
+def _ms_to_ns(value) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int((Decimal(str(value)) * 1_000_000).to_integral_value())
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def _us_to_ns(value) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int((Decimal(str(value)) * 1000).to_integral_value())
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def _num(value) -> float | None:
+    try:
+        return float(value) if value is not None and value != "" else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _step_id(step: str) -> int | None:
+    m = re.search(r"(-?\d+)$", step)
+    return int(m.group(1)) if m else None
+
+
+def _split_key(op_key: str) -> tuple[str, str | None]:
+    name, sep, group = op_key.rpartition("@")
+    return (name, group) if sep else (op_key, None)
+
+
+def _load(path: Path) -> dict:
+    data = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object keyed by step")
+    return data
+
+
+def communication_rows(path: Path, rank: int) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Rows for comm_ops, comm_bandwidth and comm_size_distribution."""
+    ops, bws, dists = [], [], []
+    for step, by_type in _load(path).items():
+        if not isinstance(by_type, dict):
+            continue
+        for comm_type, entries in by_type.items():
+            if not isinstance(entries, dict):  # an empty p2p may be a list
+                continue
+            for op_key, info in entries.items():
+                if not isinstance(info, dict):
+                    continue
+                is_total = op_key == TOTAL_KEY
+                op_name, group = (None, None) if is_total else _split_key(op_key)
+                t = info.get("Communication Time Info") or {}
+                row = {"rank": rank, "step": step, "step_id": _step_id(step), "comm_type": comm_type,
+                       "op_key": op_key, "op_name": op_name, "group_id": group, "is_total": is_total,
+                       "start_ns": _us_to_ns(t.get("Start Timestamp(us)"))}
+                for src, dst in _TIME_KEYS.items():
+                    row[dst] = _ms_to_ns(t.get(src))
+                row["wait_time_ratio"] = _num(t.get("Wait Time Ratio"))
+                row["synchronization_time_ratio"] = _num(t.get("Synchronization Time Ratio"))
+                ops.append(row)
+                for transport, bw in (info.get("Communication Bandwidth Info") or {}).items():
+                    if not isinstance(bw, dict):
+                        continue
+                    size, ttime = _num(bw.get("Transit Size(MB)")), _num(bw.get("Transit Time(ms)"))
+                    bandwidth, computed = _num(bw.get("Bandwidth(GB/s)")), False
+                    if bandwidth is None and size is not None and ttime:
+                        bandwidth, computed = round(size / ttime, 4), True
+                    dist = bw.get("Size Distribution") or {}
+                    bws.append({"rank": rank, "step": step, "step_id": _step_id(step), "comm_type": comm_type,
+                                "op_key": op_key, "op_name": op_name, "group_id": group, "is_total": is_total,
+                                "transport": transport, "transit_size_mb": size,
+                                "transit_time_ns": _ms_to_ns(bw.get("Transit Time(ms)")),
+                                "bandwidth_gbps": bandwidth, "bandwidth_computed": computed,
+                                "large_packet_ratio": _num(bw.get("Large Packet Ratio")),
+                                "size_distribution": json.dumps(dist)})
+                    for size_key, value in dist.items():
+                        count, dur = (value + [None, None])[:2] if isinstance(value, list) else (None, None)
+                        dists.append({"rank": rank, "step": step, "comm_type": comm_type, "op_key": op_key,
+                                      "is_total": is_total, "transport": transport,
+                                      "package_size_mb": _num(size_key),
+                                      "count": int(count) if _num(count) is not None else None,
+                                      "total_duration_ns": _ms_to_ns(dur)})
+    return (pa.Table.from_pylist(ops, schema=OPS_SCHEMA), pa.Table.from_pylist(bws, schema=BW_SCHEMA),
+            pa.Table.from_pylist(dists, schema=DIST_SCHEMA))
+
+
+def matrix_rows(path: Path, rank: int) -> pa.Table:
+    rows = []
+    for step, by_type in _load(path).items():
+        if not isinstance(by_type, dict):
+            continue
+        for comm_type, entries in by_type.items():
+            if not isinstance(entries, dict):
+                continue
+            for key, links in entries.items():
+                if not isinstance(links, dict):
+                    continue
+                m = _SLOT.match(key)
+                op_type, slot, group = (m.group("op"), m.group("slot"), m.group("group")) if m else \
+                    (_split_key(key)[0], None, _split_key(key)[1])
+                for link, v in links.items():
+                    if not isinstance(v, dict):
+                        continue
+                    src, _, dst = link.partition("-")
+                    rows.append({"rank": rank, "step": step, "step_id": _step_id(step), "comm_type": comm_type,
+                                 "matrix_key": key, "op_type": op_type, "slot": slot, "group_id": group,
+                                 "src_rank": int(src) if src.strip().isdigit() else None,
+                                 "dst_rank": int(dst) if dst.strip().isdigit() else None,
+                                 "transport_type": v.get("Transport Type"),
+                                 "transit_size_mb": _num(v.get("Transit Size(MB)")),
+                                 "transit_time_ns": _ms_to_ns(v.get("Transit Time(ms)")),
+                                 "bandwidth_gbps": _num(v.get("Bandwidth(GB/s)")),
+                                 "op_name": v.get("Op Name")})
+    return pa.Table.from_pylist(rows, schema=MATRIX_SCHEMA)
+
+
+_common = [("rank", pa.int32()), ("step", pa.string()), ("step_id", pa.int64()), ("comm_type", pa.string())]
+OPS_SCHEMA = pa.schema(_common + [
+    ("op_key", pa.string()), ("op_name", pa.string()), ("group_id", pa.string()), ("is_total", pa.bool_()),
+    ("start_ns", pa.int64()), ("elapse_time_ns", pa.int64()), ("transit_time_ns", pa.int64()),
+    ("wait_time_ns", pa.int64()), ("synchronization_time_ns", pa.int64()), ("idle_time_ns", pa.int64()),
+    ("wait_time_ratio", pa.float64()), ("synchronization_time_ratio", pa.float64())])
+BW_SCHEMA = pa.schema(_common + [
+    ("op_key", pa.string()), ("op_name", pa.string()), ("group_id", pa.string()), ("is_total", pa.bool_()),
+    ("transport", pa.string()), ("transit_size_mb", pa.float64()), ("transit_time_ns", pa.int64()),
+    ("bandwidth_gbps", pa.float64()), ("bandwidth_computed", pa.bool_()), ("large_packet_ratio", pa.float64()),
+    ("size_distribution", pa.string())])
+DIST_SCHEMA = pa.schema([("rank", pa.int32()), ("step", pa.string()), ("comm_type", pa.string()),
+                         ("op_key", pa.string()), ("is_total", pa.bool_()), ("transport", pa.string()),
+                         ("package_size_mb", pa.float64()), ("count", pa.int64()),
+                         ("total_duration_ns", pa.int64())])
+MATRIX_SCHEMA = pa.schema(_common + [
+    ("matrix_key", pa.string()), ("op_type", pa.string()), ("slot", pa.string()), ("group_id", pa.string()),
+    ("src_rank", pa.int32()), ("dst_rank", pa.int32()), ("transport_type", pa.string()),
+    ("transit_size_mb", pa.float64()), ("transit_time_ns", pa.int64()), ("bandwidth_gbps", pa.float64()),
+    ("op_name", pa.string())])

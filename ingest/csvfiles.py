@@ -1,0 +1,189 @@
+"""Read the ASCEND_PROFILER_OUTPUT CSVs into typed staging tables, driven by their headers.
+
+Every column of the source is kept. Headers vary by CANN version, profiler level and metric set, so columns are
+typed by name: a unit in parentheses decides the conversion (``(us)``/``(ms)`` -> exact integer ``_ns``, ``(MB)``
+-> ``_mb`` …), a few known names are ids or counts, and any other column becomes numeric when all its values
+parse as numbers, text otherwise. Cells are read as text first, so nothing is lost to type sniffing; tab-suffixed
+timestamps and multi-line quoted fields are handled by DuckDB's CSV reader with explicit quoting rules.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+
+# file kind -> staging/final table name
+TABLES = {
+    "kernel_details": "kernels",
+    "operator_details": "operators",
+    "op_statistic": "op_statistic",
+    "api_statistic": "api_statistic",
+    "step_trace_time": "step_trace",
+    "memory_record": "memory_record",
+    "operator_memory": "operator_memory",
+    "npu_module_mem": "npu_module_mem",
+    "l2_cache": "l2_cache",
+}
+
+_UNIT = re.compile(r"^(.*?)\s*\(\s*(us|ms|MB|KB|%|GB/s|Byte|B)\s*\)\s*$")
+_UNIT_RULES = {  # unit -> (suffix, macro)
+    "us": ("_ns", "us_to_ns"),
+    "ms": ("_ns", "ms_to_ns"),
+    "MB": ("_mb", "to_double"),
+    "KB": ("_kb", "to_double"),
+    "%": ("_pct", "to_double"),
+    "GB/s": ("_gbps", "to_double"),
+    "Byte": ("_bytes", "to_double"),
+    "B": ("_bytes", "to_double"),
+}
+RENAMES = {"block_num": "block_dim", "mix_block_num": "mix_block_dim"}
+TABLE_RENAMES = {"kernels": {"start_time_ns": "start_ns"}}
+INTEGER_COLUMNS = {"step_id", "model_id", "task_id", "stream_id", "context_id", "block_dim", "mix_block_dim",
+                   "count", "device_id", "step"}
+TEXT_COLUMNS = {"name", "type", "op_state", "accelerator_core", "hf32_eligible", "input_shapes",
+                "input_data_types", "input_formats", "output_shapes", "output_data_types", "output_formats",
+                "call_stack", "op_type", "core_type", "level", "api_name", "component", "stream_ptr",
+                "device_type", "op_name", "device"}
+# step_trace_time.csv gives µs values without a unit in the header
+UNITLESS_US = {"step_trace": {"computing", "communication_not_overlapped", "overlapped", "communication", "free",
+                              "stage", "bubble", "communication_not_overlapped_and_exclude_receive",
+                              "preparing"}}
+# timestamp-like columns where scientific notation means a spreadsheet rounded the value
+TIMESTAMP_HINT = re.compile(r"(start|timestamp|allocation_time|release_time)")
+
+
+def snake(text: str) -> str:
+    text = text.replace("\ufeff", "").strip()
+    text = re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_").lower()
+    return text or "column"
+
+
+def column_plan(table: str, headers: list[str]) -> list[tuple[str, str, str]]:
+    """For each source header: (source header, target column, SQL expression over the text cell ``{c}``)."""
+    plan = []
+    used: set[str] = {"rank", "src_row"}
+    for h in headers:
+        m = _UNIT.match(h)
+        if m:
+            suffix, macro = _UNIT_RULES[m.group(2)]
+            base = snake(m.group(1))
+            target, expr = base + suffix, f"{macro}({{c}})"
+        else:
+            base = RENAMES.get(snake(h), snake(h))
+            if base in UNITLESS_US.get(table, ()):
+                target, expr = base + "_ns", "us_to_ns({c})"
+            elif base in INTEGER_COLUMNS:
+                target, expr = base, "to_bigint({c})"
+            elif base in TEXT_COLUMNS:
+                target, expr = base, "{c}"
+            else:
+                target, expr = base, None  # decided from the data
+        target = TABLE_RENAMES.get(table, {}).get(target, RENAMES.get(target, target))
+        n, unique = 2, target
+        while unique in used:
+            unique, n = f"{target}_{n}", n + 1
+        used.add(unique)
+        plan.append((h, unique, expr))
+    return plan
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class CsvLoad:
+    def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, kind: str, path: Path, rank: int,
+                 display: str, workdir: Path):
+        self.cur, self.p, self.kind, self.path, self.rank = cur, prefix, kind, path, rank
+        self.display, self.workdir = display, workdir
+        self.table = TABLES[kind]
+        self.warnings: list[str] = []
+        self.status = "loaded"
+        self.rows = 0
+
+    def _readable(self) -> Path:
+        """The file itself, or a copy with invalid UTF-8 bytes replaced (and a warning)."""
+        data = self.path.read_bytes()
+        if not data.strip():
+            raise ValueError("empty file")
+        try:
+            data.decode("utf-8")
+            return self.path
+        except UnicodeDecodeError as exc:
+            fixed = self.workdir / f"{self.p}{self.path.name}"
+            fixed.write_text(data.decode("utf-8", errors="replace"), encoding="utf-8")
+            self.warnings.append(f"bytes that are not UTF-8 (first at byte {exc.start}) replaced with U+FFFD")
+            return fixed
+
+    def load(self) -> int:
+        src = self._readable()
+        raw = f"{self.p}raw_{self.table}"
+        rej = "rej" + re.sub(r"[^0-9A-Za-z_]", "_", self.p)
+        self.cur.execute(
+            f"""CREATE OR REPLACE TABLE {raw} AS
+                SELECT row_number() OVER () AS src_row, *
+                FROM read_csv(?, header = true, all_varchar = true, delim = ',', quote = '"', escape = '"',
+                              null_padding = true, strict_mode = false, parallel = false,
+                              store_rejects = true, rejects_table = '{rej}_errors',
+                              rejects_scan = '{rej}_scans', max_line_size = 67108864)""", [str(src)])
+        rejects = self.cur.execute(
+            f"SELECT line, error_type, error_message FROM {rej}_errors ORDER BY line").fetchall()
+        self.cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
+        if rejects:
+            self.status = "partial"
+            first = rejects[0]
+            self.warnings.append(f"{len(rejects)} rows could not be parsed and were skipped "
+                                 f"(first at line {first[0]}: {first[2]})")
+        headers = [r[0] for r in self.cur.execute(f"DESCRIBE {raw}").fetchall()][1:]
+        plan = column_plan(self.table, headers)
+        undecided = [(h, t) for h, t, e in plan if e is None]
+        decided = self._infer_types(raw, undecided)
+        selects = [f"CAST({self.rank} AS INTEGER) AS rank", "CAST(src_row AS INTEGER) AS src_row"]
+        for h, target, expr in plan:
+            expr = expr or decided[target]
+            col = f"{_quote_ident(h)}"
+            selects.append(f"{expr.format(c=col)} AS {_quote_ident(target)}")
+        self.cur.execute(f"CREATE OR REPLACE TABLE {self.p}{self.table} AS SELECT {', '.join(selects)} "
+                         f"FROM {raw} ORDER BY src_row")
+        self._check_precision(raw, plan)
+        self.cur.execute(f"DROP TABLE {raw}")
+        self.rows = self.cur.execute(f"SELECT count(*) FROM {self.p}{self.table}").fetchone()[0]
+        return self.rows
+
+    def _infer_types(self, raw: str, cols: list[tuple[str, str]]) -> dict[str, str]:
+        if not cols:
+            return {}
+        parts = []
+        for h, _ in cols:
+            q = _quote_ident(h)
+            parts.append(f"count(*) FILTER (WHERE clean_num({q}) IS NOT NULL AND TRY_CAST(clean_num({q}) AS DOUBLE) "
+                         f"IS NULL)")
+            parts.append(f"count(*) FILTER (WHERE clean_num({q}) IS NOT NULL AND "
+                         f"NOT regexp_full_match(clean_num({q}), '-?[0-9]{{1,18}}'))")
+            parts.append(f"count(clean_num({q}))")
+        row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()
+        out = {}
+        for i, (_, target) in enumerate(cols):
+            not_double, not_int, present = row[3 * i:3 * i + 3]
+            if present == 0 or not_double:
+                out[target] = "{c}"
+            elif not_int:
+                out[target] = "to_double({c})"
+            else:
+                out[target] = "to_bigint({c})"
+        return out
+
+    def _check_precision(self, raw: str, plan) -> None:
+        cols = [h for h, target, expr in plan
+                if (expr or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(target)]
+        if not cols:
+            return
+        counts = self.cur.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE is_sci({_quote_ident(h)}))"
+                                                        for h in cols) + f" FROM {raw}").fetchone()
+        for h, n in zip(cols, counts):
+            if n:
+                self.warnings.append(
+                    f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
+                    "they were loaded but keep only the digits shown")

@@ -1,0 +1,240 @@
+"""Find every rank and its text-export files under a path.
+
+A path may be one ``*_ascend_pt`` folder, a folder holding several (one per rank, nested a few levels deep), an
+archive of either (extracted by ``ingest.archive``), or loose Chrome-trace JSON files. A rank folder is one that
+holds ``ASCEND_PROFILER_OUTPUT`` (whatever its name) or whose name ends in ``_ascend_pt``. The rank id comes from
+``profiler_info_{rank}.json``, then ``profiler_info.json``'s ``rank_id``, then a number in the folder name, then
+the first free id; all but the first two leave a warning. What we find but cannot load yet (db exports, raw
+``PROF_*`` folders, MindSpore output) is reported as a warning, never silently skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+MAX_DEPTH = 5
+
+# file kind -> accepted names inside ASCEND_PROFILER_OUTPUT
+FILE_KINDS = {
+    "trace_view": ("trace_view.json", "trace_view.json.gz"),
+    "kernel_details": ("kernel_details.csv",),
+    "operator_details": ("operator_details.csv",),
+    "op_statistic": ("op_statistic.csv",),
+    "api_statistic": ("api_statistic.csv",),
+    "step_trace_time": ("step_trace_time.csv",),
+    "memory_record": ("memory_record.csv",),
+    "operator_memory": ("operator_memory.csv",),
+    "npu_module_mem": ("npu_module_mem.csv",),
+    "l2_cache": ("l2_cache.csv",),
+    "communication": ("communication.json",),
+    "communication_matrix": ("communication_matrix.json",),
+}
+_NAME_TO_KIND = {name: kind for kind, names in FILE_KINDS.items() for name in names}
+_IGNORED_NAMES = {"analyse.done"}
+_PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+$")
+_INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
+_FOLDER_RANK = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass
+class RankSource:
+    folder: Path
+    files: dict[str, Path] = field(default_factory=dict)
+    rank: int | None = None
+    rank_source: str = "fallback"
+    profiler_info: dict | None = None
+    profiler_info_path: Path | None = None
+    metadata_path: Path | None = None
+    loose_trace: bool = False
+
+
+@dataclass
+class Discovery:
+    root: Path
+    ranks: list[RankSource] = field(default_factory=list)
+    warnings: list[tuple[int | None, str, str]] = field(default_factory=list)
+
+    def warn(self, rank: int | None, file: str, message: str) -> None:
+        self.warnings.append((rank, file, message))
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        rel = path.relative_to(root)
+        return str(rel) if str(rel) != "." else path.name
+    except ValueError:
+        return str(path)
+
+
+def _is_rank_dir(path: Path) -> bool:
+    return (path / OUTPUT_DIR).is_dir() or path.name.endswith("_ascend_pt")
+
+
+def _looks_like_trace(path: Path) -> bool:
+    """Sniff a loose JSON file: a Chrome trace is an array of events or an object with traceEvents."""
+    import gzip
+
+    try:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as fh:
+            head = fh.read(1 << 20)
+    except (OSError, EOFError):
+        return False
+    stripped = head.lstrip()
+    if stripped.startswith(b"["):
+        return b'"ph"' in head
+    return stripped.startswith(b"{") and b'"traceEvents"' in head
+
+
+def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path]]:
+    rank_dirs: list[Path] = []
+    loose: list[Path] = []
+    stack = [(root, 0)]
+    while stack:
+        path, depth = stack.pop()
+        if _is_rank_dir(path):
+            rank_dirs.append(path)
+            continue
+        name = path.name
+        if _PROF_DIR.match(name):
+            disc.warn(None, _rel(path, disc.root), "raw msprof PROF_* folder: not supported yet (export it with "
+                      "torch_npu's text export and load the *_ascend_pt folder)")
+            continue
+        if name.endswith("_ascend_ms"):
+            disc.warn(None, _rel(path, disc.root), "MindSpore profiling folder: not supported yet")
+            continue
+        if name == "cluster_analysis_output":
+            disc.warn(None, _rel(path, disc.root), "msprof-analyze cluster output: not loaded (ascendscope "
+                      "computes the cluster views from the rank folders)")
+            continue
+        try:
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
+        except OSError as exc:
+            disc.warn(None, _rel(path, disc.root), f"cannot read folder: {exc.strerror}")
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                continue
+            child = Path(entry.path)
+            if entry.is_dir():
+                if depth < MAX_DEPTH:
+                    stack.append((child, depth + 1))
+            elif entry.is_file() and entry.name.endswith(_TRACE_SUFFIXES) and depth <= 2:
+                loose.append(child)
+    rank_dirs.sort()
+    return rank_dirs, sorted(loose)
+
+
+def _read_rank_dir(folder: Path, disc: Discovery) -> RankSource:
+    src = RankSource(folder=folder)
+    for entry in sorted(folder.iterdir()):
+        m = _INFO_FILE.match(entry.name)
+        if m and entry.is_file():
+            src.profiler_info_path = entry
+            try:
+                src.profiler_info = json.loads(entry.read_text(encoding="utf-8", errors="replace"))
+            except (ValueError, OSError) as exc:
+                disc.warn(None, _rel(entry, disc.root), f"invalid JSON, ignored: {exc}")
+            if m.group(1) is not None:
+                src.rank, src.rank_source = int(m.group(1)), "profiler_info_file"
+            elif isinstance(src.profiler_info, dict) and isinstance(src.profiler_info.get("rank_id"), int) \
+                    and src.profiler_info["rank_id"] >= 0:
+                src.rank, src.rank_source = src.profiler_info["rank_id"], "profiler_info"
+        elif entry.name == "profiler_metadata.json" and entry.is_file():
+            src.metadata_path = entry
+    out = folder / OUTPUT_DIR
+    if not out.is_dir():
+        disc.warn(None, _rel(folder, disc.root), f"no {OUTPUT_DIR} folder: the profiling data was not parsed "
+                  "(run torch_npu's offline analysis first)")
+        return src
+    for entry in sorted(out.iterdir()):
+        kind = _NAME_TO_KIND.get(entry.name)
+        if kind and entry.is_file():
+            src.files[kind] = entry
+        elif entry.name.endswith(".db"):
+            disc.warn(None, _rel(entry, disc.root), "db export: not supported yet" +
+                      (" (the text export beside it was loaded)" if "trace_view" in src.files or any(
+                          (out / n).exists() for n in _NAME_TO_KIND) else ""))
+        elif entry.name not in _IGNORED_NAMES:
+            disc.warn(None, _rel(entry, disc.root), "not loaded: file type not supported yet")
+    return src
+
+
+def _assign_ranks(sources: list[RankSource], disc: Discovery) -> list[RankSource]:
+    """Give every source a unique rank id; duplicates keep the newest folder (as msprof-analyze does)."""
+    chosen: dict[int, RankSource] = {}
+    pending: list[RankSource] = []
+    for src in sources:
+        if src.rank is None:
+            m = _FOLDER_RANK.search(src.folder.name)
+            if m:
+                src.rank, src.rank_source = int(m.group(1)), "folder_name"
+        if src.rank is None:
+            pending.append(src)
+            continue
+        if src.rank in chosen:
+            old = chosen[src.rank]
+            newer, older = (src, old) if _mtime(src) >= _mtime(old) else (old, src)
+            chosen[src.rank] = newer
+            disc.warn(older.rank, _rel(older.folder, disc.root),
+                      f"rank {src.rank} appears twice; kept the newer folder {_rel(newer.folder, disc.root)}")
+            continue
+        chosen[src.rank] = src
+    next_id = 0
+    for src in pending:
+        while next_id in chosen:
+            next_id += 1
+        src.rank, src.rank_source = next_id, "fallback"
+        chosen[next_id] = src
+    for src in chosen.values():
+        if src.rank_source in ("folder_name", "fallback"):
+            how = "taken from the folder name" if src.rank_source == "folder_name" else "assigned"
+            disc.warn(src.rank, _rel(src.folder, disc.root),
+                      f"no profiler_info_{{rank}}.json with a rank id: rank {src.rank} {how}")
+    return [chosen[r] for r in sorted(chosen)]
+
+
+def _mtime(src: RankSource) -> float:
+    info = src.profiler_info or {}
+    end = (info.get("end_info") or {}).get("collectionTimeEnd") if isinstance(info, dict) else None
+    if isinstance(end, (int, float)):
+        return float(end) / 1e9
+    try:
+        return src.folder.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def discover(path: str | os.PathLike) -> Discovery:
+    """Find the ranks under ``path`` (a folder or a single trace file; archives are extracted beforehand)."""
+    root = Path(path)
+    disc = Discovery(root=root if root.is_dir() else root.parent)
+    if root.is_file():
+        if root.name.endswith(_TRACE_SUFFIXES) and _looks_like_trace(root):
+            sources = [RankSource(folder=root.parent, files={"trace_view": root}, loose_trace=True)]
+        else:
+            disc.warn(None, root.name, "not a profiling folder, archive or trace file")
+            return disc
+    else:
+        rank_dirs, loose = _walk(root, disc)
+        sources = [_read_rank_dir(d, disc) for d in rank_dirs]
+        if not rank_dirs:
+            for f in loose:
+                if _looks_like_trace(f):
+                    src = RankSource(folder=f.parent, files={"trace_view": f}, loose_trace=True)
+                    m = _FOLDER_RANK.search(f.name)
+                    if m:
+                        src.rank, src.rank_source = int(m.group(1)), "folder_name"
+                    sources.append(src)
+    sources = [s for s in sources if s.files or s.profiler_info is not None]
+    disc.ranks = _assign_ranks(sources, disc)
+    for src in disc.ranks:
+        if not src.files:
+            disc.warn(src.rank, _rel(src.folder, disc.root), "no loadable text-export files in this rank folder")
+    return disc

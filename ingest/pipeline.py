@@ -1,0 +1,324 @@
+"""Ingest a path into one DuckDB file per run, atomically.
+
+``ingest_path(src, out)`` discovers the ranks, stages each rank in parallel (threads, each with its own DuckDB
+cursor; DuckDB releases the GIL) into a scratch database in a temporary folder, then assembles the final tables
+in rank order into ``out + ".tmp-<pid>"`` and renames it to ``out`` only when everything is written. A failed or
+interrupted ingest leaves no file at ``out``. A broken input file becomes a row in ``warnings`` (naming the file
+and what is wrong) and the rest of the run still loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from . import SCHEMA_VERSION, archive, commfiles, csvfiles, lod, overlap, sqlfuncs, trace, tracefile
+from .discover import RankSource, discover
+from .schema import CORE_DDL, EMPTY_TABLES
+
+
+class NoProfilingData(Exception):
+    """Nothing loadable was found; ``warnings`` says what was seen instead."""
+
+    def __init__(self, message: str, warnings: list[tuple] | None = None):
+        super().__init__(message)
+        self.warnings = warnings or []
+
+
+class Progress:
+    """Receives progress events; the CLI draws a bar from them. Methods may be called from several threads."""
+
+    def begin(self, total_bytes: int, ranks: int) -> None: ...
+    def file_start(self, rank: int, name: str, size: int) -> None: ...
+    def file_done(self, rank: int, name: str, size: int, seconds: float) -> None: ...
+    def phase(self, text: str) -> None: ...
+
+
+@dataclass
+class RankResult:
+    src: RankSource
+    idx: int
+    prefix: str
+    files: list[dict] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    has_trace: bool = False
+    overlap_source: str | None = None
+    comm: dict[str, list[pa.Table]] = field(default_factory=dict)
+    tables: list[str] = field(default_factory=list)
+
+
+def _display(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return path.name
+
+
+def _stage_rank(con, res: RankResult, root: Path, work: Path, progress: Progress) -> RankResult:
+    cur = con.cursor()
+    sqlfuncs.install(cur)
+    rank, p = res.src.rank, res.prefix
+    for kind, path in sorted(res.src.files.items(), key=lambda kv: kv[0] != "trace_view"):
+        display = _display(path, root)
+        size = path.stat().st_size
+        progress.file_start(rank, display, size)
+        t0 = time.perf_counter()
+        entry = {"rank": rank, "file": display, "kind": kind, "size_bytes": size, "rows": None,
+                 "status": "loaded"}
+        try:
+            if size == 0:
+                raise tracefile.TraceFileError("empty file")
+            if kind == "trace_view":
+                tl = trace.TraceLoad(cur, p, path, work / f"r{res.idx}", display)
+                tl.read()
+                added = overlap.derive(cur, p)
+                res.overlap_source = "derived" if added else "trace"
+                stats = tl.derive()
+                tl.drop_events()
+                res.has_trace = True
+                entry["rows"], entry["status"] = stats["events"], tl.status
+                res.warnings.extend((display, w) for w in tl.warnings)
+                if added:
+                    res.warnings.append((display, f"no Overlap Analysis lane in the trace: derived one from the "
+                                                  f"device tasks ({added} slices)"))
+            elif kind in csvfiles.TABLES:
+                cl = csvfiles.CsvLoad(cur, p, kind, path, rank, display, work)
+                entry["rows"] = cl.load()
+                entry["status"] = cl.status
+                res.tables.append(cl.table)
+                res.warnings.extend((display, w) for w in cl.warnings)
+            elif kind == "communication":
+                ops, bws, dists = commfiles.communication_rows(path, rank)
+                for name, t in (("comm_ops", ops), ("comm_bandwidth", bws), ("comm_size_distribution", dists)):
+                    res.comm.setdefault(name, []).append(t)
+                entry["rows"] = ops.num_rows
+            elif kind == "communication_matrix":
+                t = commfiles.matrix_rows(path, rank)
+                res.comm.setdefault("comm_matrix", []).append(t)
+                entry["rows"] = t.num_rows
+        except (tracefile.TraceFileError, duckdb.Error, ValueError, OSError, UnicodeError) as exc:
+            entry["status"] = "failed"
+            res.warnings.append((display, f"not loaded: {_message(exc)}"))
+        except Exception as exc:  # an unexpected bug must not take the other files down with it
+            entry["status"] = "failed"
+            res.warnings.append((display, f"not loaded (internal error {type(exc).__name__}): {_message(exc)}"))
+        entry["seconds"] = round(time.perf_counter() - t0, 3)
+        res.files.append(entry)
+        progress.file_done(rank, display, size, entry["seconds"])
+    cur.close()
+    return res
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:500]
+
+
+def _device_id(cur, res: RankResult) -> int | None:
+    p = res.prefix
+    probes = []
+    if "memory_record" in res.tables:
+        probes.append(f"SELECT regexp_extract(device_type, 'NPU:?\\s*([0-9]+)', 1) FROM {p}memory_record "
+                      "WHERE device_type LIKE 'NPU%' LIMIT 1")
+    if "npu_module_mem" in res.tables:
+        probes.append(f"SELECT regexp_extract(device, 'NPU:?\\s*([0-9]+)', 1) FROM {p}npu_module_mem LIMIT 1")
+    if res.has_trace:
+        probes.append(f"SELECT regexp_extract(label, 'NPU\\s+([0-9]+)', 1) FROM {p}tracks "
+                      "WHERE label LIKE 'NPU %' LIMIT 1")
+    for sql in probes:
+        try:
+            row = cur.execute(sql).fetchone()
+        except duckdb.Error:
+            continue
+        if row and row[0] not in (None, ""):
+            return int(row[0])
+    return None
+
+
+def _assemble(con, results: list[RankResult], root: Path, src_path: Path, started: float,
+              extra_warnings: list[tuple]) -> dict:
+    for ddl in CORE_DDL:
+        con.execute(ddl)
+    toff = soff = foff = 0
+    for res in results:
+        if not res.has_trace:
+            continue
+        p, r = res.prefix, res.src.rank
+        con.execute(f"""
+            INSERT INTO tracks
+            SELECT t.local_track + {toff}, {r}, t.pid, t.tid, t.process_name, t.thread_name, t.kind, t.label,
+                   t.process_sort_index, t.thread_sort_index, t.local_track, t.counter_name,
+                   coalesce(s.n, 0), s.max_depth, s.max_dur, s.min_ts, s.max_end, t.pid = {overlap.DERIVED_PID}
+            FROM {p}tracks t LEFT JOIN (
+                SELECT local_track, count(*) AS n, max(depth) AS max_depth, max(dur_ns) AS max_dur,
+                       min(ts_ns) AS min_ts, max(ts_ns + dur_ns) AS max_end
+                FROM {p}slices GROUP BY local_track) s USING (local_track)
+            ORDER BY t.local_track""")
+        con.execute(f"""
+            INSERT INTO slices
+            SELECT local_id + {soff}, local_track + {toff}, {r}, ts_ns, dur_ns, depth, parent_local + {soff},
+                   name, cat, ph, args
+            FROM {p}slices""")
+        con.execute(f"""
+            INSERT INTO flows
+            SELECT local_flow + {foff}, {r}, cat, name, flow_key, src_track + {toff}, src_ts_ns,
+                   src_local + {soff}, dst_track + {toff}, dst_ts_ns, dst_local + {soff}
+            FROM {p}flows""")
+        con.execute(f"""
+            INSERT INTO counters SELECT local_track + {toff}, {r}, name, series, ts_ns, value FROM {p}counters""")
+        con.execute(f"""
+            INSERT INTO steps
+            SELECT {r}, step, name, local_id + {soff}, host_start_ns, host_end_ns, device_start_ns, device_end_ns
+            FROM {p}steps""")
+        n_tracks, n_slices, n_flows = con.execute(
+            f"SELECT (SELECT count(*) FROM {p}tracks), (SELECT count(*) FROM {p}slices), "
+            f"(SELECT count(*) FROM {p}flows)").fetchone()
+        toff, soff, foff = toff + n_tracks, soff + n_slices, foff + n_flows
+
+    for table in sorted(set(csvfiles.TABLES.values())):
+        parts = [f"SELECT * FROM {res.prefix}{table}" for res in results if table in res.tables]
+        if parts:
+            con.execute(f"CREATE TABLE {table} AS " + " UNION ALL BY NAME ".join(parts))
+        else:
+            con.execute(EMPTY_TABLES[table])
+    for name, schema in (("comm_ops", commfiles.OPS_SCHEMA), ("comm_bandwidth", commfiles.BW_SCHEMA),
+                         ("comm_size_distribution", commfiles.DIST_SCHEMA), ("comm_matrix", commfiles.MATRIX_SCHEMA)):
+        tables = [t for res in results for t in res.comm.get(name, [])]
+        combined = pa.concat_tables(tables) if tables else schema.empty_table()
+        con.register("_comm_rows", combined)
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM _comm_rows")
+        con.unregister("_comm_rows")
+        if name == "comm_bandwidth":
+            con.execute("ALTER TABLE comm_bandwidth ALTER size_distribution TYPE JSON")
+
+    lod.build(con)
+
+    warnings = list(extra_warnings)
+    files = []
+    for res in results:
+        r = res.src.rank
+        warnings.extend((r, f, m) for f, m in res.warnings)
+        files.extend(res.files)
+        info = res.src.profiler_info if isinstance(res.src.profiler_info, dict) else {}
+        metadata = None
+        if res.src.metadata_path is not None:
+            try:
+                metadata = json.loads(res.src.metadata_path.read_bytes().decode("utf-8", errors="replace"))
+            except ValueError as exc:
+                warnings.append((r, _display(res.src.metadata_path, root), f"invalid JSON, ignored: {exc}"))
+        exp = (info.get("config") or {}).get("experimental_config") or {} if info else {}
+        extent = con.execute("SELECT min(ts_ns), max(ts_ns + dur_ns) FROM slices WHERE rank = ?", [r]).fetchone()
+        con.execute("INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+            r, _device_id(con, res), _display(res.src.folder, root) if res.src.folder != root else ".",
+            res.src.rank_source, exp.get("_profiler_level"), info.get("torch_npu_version"),
+            info.get("cann_version"), res.has_trace, res.overlap_source, extent[0], extent[1],
+            json.dumps(info) if info else None, json.dumps(metadata) if metadata is not None else None])
+        for extra in (res.src.profiler_info_path, res.src.metadata_path):
+            if extra is not None:
+                files.append({"rank": r, "file": _display(extra, root), "kind": extra.stem.rstrip("_0123456789"),
+                              "size_bytes": extra.stat().st_size, "rows": None, "status": "loaded",
+                              "seconds": 0.0})
+    if files:
+        con.executemany("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [[f["rank"], f["file"], f["kind"], f["size_bytes"], f["rows"], f["status"], f["seconds"]]
+                         for f in files])
+    if warnings:
+        con.executemany("INSERT INTO warnings VALUES (?, ?, ?)", [list(w) for w in warnings])
+    bytes_read = sum(f["size_bytes"] for f in files)
+    meta = {"schema_version": str(SCHEMA_VERSION), "ascendscope_version": _version(), "source_path": str(src_path),
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "ingest_seconds": f"{time.perf_counter() - started:.3f}", "bytes_read": str(bytes_read)}
+    con.executemany("INSERT INTO meta VALUES (?, ?)", list(meta.items()))
+    return summarize(con)
+
+
+def summarize(con) -> dict:
+    q = lambda sql: con.execute(sql).fetchall()  # noqa: E731
+    return {
+        "ranks": [r[0] for r in q("SELECT rank FROM ranks ORDER BY rank")],
+        "slices_per_kind": dict(q("SELECT kind, sum(slice_count)::BIGINT FROM tracks GROUP BY kind "
+                                  "HAVING sum(slice_count) > 0 ORDER BY kind")),
+        "flows_per_category": dict(q("SELECT cat, count(*) FROM flows GROUP BY cat ORDER BY cat")),
+        "counters": q("SELECT count(*) FROM counters")[0][0],
+        "tables": {t: q(f"SELECT count(*) FROM {t}")[0][0] for t in sorted(csvfiles.TABLES.values())
+                   + ["comm_ops", "comm_bandwidth", "comm_matrix"]},
+        "warnings": [{"rank": r, "file": f, "message": m}
+                     for r, f, m in q("SELECT rank, file, message FROM warnings ORDER BY rank NULLS FIRST, file")],
+        "bytes_read": int(q("SELECT value FROM meta WHERE key = 'bytes_read'")[0][0]),
+        "seconds": float(q("SELECT value FROM meta WHERE key = 'ingest_seconds'")[0][0]),
+    }
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("ascendscope")
+    except Exception:
+        return "dev"
+
+
+def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Progress | None = None,
+                workers: int = 2, memory_limit: str = "1GB") -> dict:
+    """Ingest ``src`` (folder, archive or trace file) into the DuckDB file ``out``; return a summary dict."""
+    started = time.perf_counter()
+    progress = progress or Progress()
+    src_path, out = Path(src), Path(out)
+    if not src_path.exists():
+        raise NoProfilingData(f"{src_path}: no such file or folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    with tempfile.TemporaryDirectory(prefix="ascendscope-ingest-") as work_dir:
+        work = Path(work_dir)
+        root = src_path
+        extra_warnings: list[tuple] = []
+        if archive.is_archive(src_path):
+            progress.phase(f"extracting {src_path.name}")
+            root = archive.extract(src_path, work / "extracted")
+        disc = discover(root)
+        extra_warnings.extend(disc.warnings)
+        if not disc.ranks:
+            detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:5])
+            raise NoProfilingData(f"{src_path}: no profiling data found (expected *_ascend_pt folders with "
+                                  f"ASCEND_PROFILER_OUTPUT)" + (f" — {detail}" if detail else ""), disc.warnings)
+        total = sum(p.stat().st_size for r in disc.ranks for p in r.files.values())
+        progress.begin(total, len(disc.ranks))
+        con = duckdb.connect(str(tmp))
+        try:
+            con.execute(f"SET memory_limit = '{_checked_size(memory_limit)}'")
+            con.execute("SET temp_directory = ?", [str(work / "spill")])
+            con.execute("SET preserve_insertion_order = true")
+            con.execute("ATTACH ? AS stage", [str(work / "stage.duckdb")])
+            sqlfuncs.install(con)
+            results = [RankResult(src=s, idx=i, prefix=f"stage._r{i}_") for i, s in enumerate(disc.ranks)]
+            with ThreadPoolExecutor(max_workers=max(1, min(workers, len(results)))) as pool:
+                results = list(pool.map(lambda r: _stage_rank(con, r, disc.root, work, progress), results))
+            progress.phase("assembling tables")
+            summary = _assemble(con, results, disc.root, src_path, started, extra_warnings)
+            con.execute("DETACH stage")
+            con.execute("CHECKPOINT")
+            con.close()
+            os.replace(tmp, out)
+        except BaseException:
+            con.close()
+            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+            raise
+    summary["seconds"] = round(time.perf_counter() - started, 3)
+    return summary
+
+
+def _checked_size(text: str) -> str:
+    if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", text.strip()):
+        raise ValueError(f"invalid memory limit {text!r}")
+    return text.strip()

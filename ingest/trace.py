@@ -1,0 +1,369 @@
+"""Load one rank's trace_view.json into staging tables and derive tracks, slice depth, flows and counters.
+
+Everything runs inside DuckDB: the trace is read by ``read_json`` straight into typed columns (``ts`` as text,
+converted exactly to ns by ``us_to_ns``), so memory stays bounded whatever the file size. Staging tables are
+named ``{prefix}…`` and use rank-local ids; ``ingest.pipeline`` turns them into the global tables.
+
+Derivations (each is the plain definition, computed set-wise):
+* depth: a sweep over start/end events per track; a slice's depth is the number of slices still open when it
+  starts (at equal times ends come before starts, and longer slices start before shorter ones).
+* parent: the latest earlier slice on the track at depth - 1 (an ASOF join).
+* flow binding: an end binds to the deepest slice on its track that encloses its timestamp (``bp:"e"``); an
+  ``f`` end without ``bp:"e"`` binds to the next slice that starts at or after it (Chrome's rule).
+* flow pairing: ``s``/``f`` matched on ``(cat, id)``; an ``f`` takes the latest ``s`` at or before it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+
+from . import tracefile
+
+KIND_ORDER = ["python", "cann", "hardware", "communication", "overlap", "counter", "other"]
+
+EVENT_COLUMNS = ("{{ph: 'VARCHAR', name: 'VARCHAR', cat: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', "
+                 "ts: 'VARCHAR', dur: 'VARCHAR', id: 'VARCHAR', bp: 'VARCHAR', args: 'JSON'}}")
+
+READ_EVENTS = f"""
+CREATE OR REPLACE TABLE {{p}}ev AS
+SELECT row_number() OVER () AS seq, ph, name, cat,
+       coalesce(TRY_CAST(pid AS BIGINT), -1 - CAST(hash(pid) % 2147483647 AS BIGINT)) AS pid,
+       coalesce(TRY_CAST(tid AS BIGINT), -1 - CAST(hash(tid) % 2147483647 AS BIGINT)) AS tid,
+       pid AS pid_text, tid AS tid_text,
+       us_to_ns(ts) AS ts_ns, us_to_ns(dur) AS dur_ns, id AS flow_key, bp, args
+FROM read_json(?, format = 'array', columns = {EVENT_COLUMNS})
+"""
+
+TRACKS = """
+CREATE OR REPLACE TABLE {p}tracks AS
+WITH procs AS (
+    SELECT pid,
+           max(CASE WHEN name = 'process_name' THEN args->>'name' END) AS process_name,
+           max(CASE WHEN name = 'process_labels' THEN args->>'labels' END) AS label,
+           max(CASE WHEN name = 'process_sort_index' THEN TRY_CAST(args->>'sort_index' AS INTEGER) END) AS psort
+    FROM {p}ev WHERE ph = 'M' GROUP BY pid),
+threads AS (
+    SELECT pid, tid,
+           max(CASE WHEN name = 'thread_name' THEN args->>'name' END) AS thread_name,
+           max(CASE WHEN name = 'thread_sort_index' THEN TRY_CAST(args->>'sort_index' AS INTEGER) END) AS tsort
+    FROM {p}ev WHERE ph = 'M' AND name IN ('thread_name', 'thread_sort_index') GROUP BY pid, tid),
+thread_keys AS (
+    SELECT pid, tid, min(tid_text) AS tid_text FROM (
+        SELECT pid, tid, tid_text FROM {p}ev WHERE ph IN ('X', 'B', 'E', 'i', 'I', 's', 'f', 't')
+        UNION ALL
+        SELECT pid, tid, NULL FROM threads)
+    GROUP BY pid, tid),
+keys AS (
+    SELECT pid, tid, NULL::VARCHAR AS counter_name, tid_text FROM thread_keys
+    UNION ALL
+    SELECT DISTINCT pid, 0, coalesce(name, ''), NULL FROM {p}ev WHERE ph = 'C'),
+named AS (
+    SELECT k.pid, k.tid, k.counter_name,
+           coalesce(p.process_name, 'Process ' || k.pid) AS process_name,
+           CASE WHEN k.counter_name IS NOT NULL THEN k.counter_name
+                ELSE coalesce(t.thread_name, CASE WHEN k.tid_text IS NOT NULL AND TRY_CAST(k.tid_text AS BIGINT) IS NULL
+                                                  THEN k.tid_text ELSE 'Thread ' || k.tid END) END AS thread_name,
+           p.label, p.psort AS process_sort_index, t.tsort AS thread_sort_index,
+           CASE WHEN k.counter_name IS NOT NULL THEN 'counter'
+                WHEN p.process_name IN ('Python', 'Python GC') THEN 'python'
+                WHEN p.process_name = 'CANN' THEN 'cann'
+                WHEN p.process_name = 'Ascend Hardware' THEN 'hardware'
+                WHEN p.process_name IN ('HCCL', 'Communication') THEN 'communication'
+                WHEN p.process_name = 'Overlap Analysis' THEN 'overlap'
+                ELSE 'other' END AS kind
+    FROM keys k LEFT JOIN procs p USING (pid) LEFT JOIN threads t ON t.pid = k.pid AND t.tid = k.tid
+                                                                    AND k.counter_name IS NULL)
+SELECT row_number() OVER (ORDER BY list_position({kinds}, kind), process_sort_index NULLS LAST, pid,
+                                   thread_sort_index NULLS LAST, tid, counter_name) AS local_track,
+       *
+FROM named
+"""
+
+RAW_SLICES = """
+CREATE OR REPLACE TABLE {p}x AS
+WITH be AS (
+    SELECT e.*, sum(CASE WHEN ph = 'B' THEN 1 ELSE -1 END)
+               OVER (PARTITION BY pid, tid ORDER BY ts_ns, seq ROWS UNBOUNDED PRECEDING) AS level_after
+    FROM {p}ev e WHERE ph IN ('B', 'E') AND ts_ns IS NOT NULL),
+lv AS (SELECT *, CASE WHEN ph = 'B' THEN level_after ELSE level_after + 1 END AS lvl FROM be),
+num AS (SELECT *, row_number() OVER (PARTITION BY pid, tid, lvl, ph ORDER BY ts_ns, seq) AS k FROM lv),
+pairs AS (
+    SELECT b.seq, b.pid, b.tid, b.ts_ns, e.ts_ns - b.ts_ns AS dur_ns, coalesce(b.name, e.name) AS name,
+           coalesce(b.cat, e.cat) AS cat, 'B' AS ph, coalesce(b.args, e.args) AS args, e.seq IS NULL AS unclosed
+    FROM num b LEFT JOIN num e ON e.ph = 'E' AND e.pid = b.pid AND e.tid = b.tid AND e.lvl = b.lvl AND e.k = b.k
+    WHERE b.ph = 'B'),
+all_slices AS (
+    SELECT seq, pid, tid, ts_ns, dur_ns, name, cat, ph, args, false AS unclosed
+    FROM {p}ev WHERE ph = 'X' AND ts_ns IS NOT NULL
+    UNION ALL
+    SELECT seq, pid, tid, ts_ns, 0, name, cat, ph, args, false FROM {p}ev WHERE ph IN ('i', 'I') AND ts_ns IS NOT NULL
+    UNION ALL
+    SELECT * FROM pairs)
+SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns,
+       a.dur_ns < 0 AS negative_dur, a.unclosed, a.name, a.cat, a.ph, a.args
+FROM all_slices a JOIN {p}tracks t ON t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
+"""
+
+ORDER_SLICES = """
+CREATE OR REPLACE TABLE {p}ord AS
+SELECT row_number() OVER (ORDER BY local_track, ts_ns, dur_ns DESC, seq) AS local_id, seq, local_track, ts_ns, dur_ns
+FROM {p}x
+"""
+
+# depth = number of slices open when this one starts; parent = latest earlier slice one level up
+DEPTH = """
+CREATE OR REPLACE TABLE {p}depth AS
+WITH ev AS (
+    SELECT local_track, local_id, ts_ns AS t, 1 AS k, 0 AS e, 1 AS delta FROM {p}ord
+    UNION ALL
+    SELECT local_track, local_id, ts_ns + dur_ns, CASE WHEN dur_ns > 0 THEN 0 ELSE 1 END, 1, -1 FROM {p}ord),
+swept AS (
+    SELECT local_track, local_id, e,
+           coalesce(sum(delta) OVER (PARTITION BY local_track ORDER BY t, k, local_id, e
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS depth
+    FROM ev)
+SELECT local_id, local_track, CAST(depth AS INTEGER) AS depth FROM swept WHERE e = 0
+"""
+
+PARENTS = """
+CREATE OR REPLACE TABLE {p}parent AS
+SELECT c.local_id, p.local_id AS parent_local
+FROM {p}depth c ASOF JOIN {p}depth p
+  ON c.local_track = p.local_track AND c.depth - 1 = p.depth AND c.local_id > p.local_id
+"""
+
+STAGED_SLICES = """
+CREATE OR REPLACE TABLE {p}slices AS
+SELECT o.local_id, o.local_track, o.ts_ns, o.dur_ns, d.depth, par.parent_local, x.name, x.cat, x.ph, x.args
+FROM {p}ord o JOIN {p}x x USING (seq) JOIN {p}depth d USING (local_id) LEFT JOIN {p}parent par USING (local_id)
+ORDER BY o.local_id
+"""
+
+FLOW_ENDS = """
+CREATE OR REPLACE TABLE {p}fe AS
+SELECT e.seq, e.ph, coalesce(e.cat, '') AS cat, e.name, coalesce(e.flow_key, '') AS flow_key, t.local_track,
+       e.ts_ns, coalesce(e.bp, '') = 'e' AS bind_enclosing
+FROM {p}ev e JOIN {p}tracks t ON t.pid = e.pid AND t.tid = e.tid AND t.counter_name IS NULL
+WHERE e.ph IN ('s', 'f') AND e.ts_ns IS NOT NULL
+"""
+
+# candidate = the last slice (in track order) starting at or before the end's timestamp
+BIND_START = """
+CREATE OR REPLACE TABLE {p}bind AS
+WITH lastat AS (SELECT local_track, ts_ns, max(local_id) AS local_id FROM {p}slices GROUP BY local_track, ts_ns)
+SELECT fe.seq, fe.ts_ns AS t, la.local_id AS cand
+FROM {p}fe fe ASOF LEFT JOIN lastat la ON fe.local_track = la.local_track AND fe.ts_ns >= la.ts_ns
+WHERE fe.ph = 's' OR fe.bind_enclosing
+"""
+
+BIND_CLIMB = """
+UPDATE {p}bind SET cand = s.parent_local
+FROM {p}slices s WHERE s.local_id = {p}bind.cand AND s.ts_ns + s.dur_ns < {p}bind.t
+"""
+
+BIND_NEXT = """
+INSERT INTO {p}bind
+WITH firstat AS (SELECT local_track, ts_ns, min(local_id) AS local_id FROM {p}slices GROUP BY local_track, ts_ns)
+SELECT fe.seq, fe.ts_ns, fa.local_id
+FROM {p}fe fe ASOF LEFT JOIN firstat fa ON fe.local_track = fa.local_track AND fe.ts_ns <= fa.ts_ns
+WHERE fe.ph = 'f' AND NOT fe.bind_enclosing
+"""
+
+FLOWS = """
+CREATE OR REPLACE TABLE {p}flows AS
+WITH s AS (SELECT * FROM {p}fe WHERE ph = 's'),
+     f AS (SELECT * FROM {p}fe WHERE ph = 'f'),
+     matched AS (
+        SELECT f.seq AS fseq, s.seq AS sseq
+        FROM f ASOF LEFT JOIN s ON f.cat = s.cat AND f.flow_key = s.flow_key AND f.ts_ns >= s.ts_ns),
+     first_s AS (SELECT cat, flow_key, arg_min(seq, (ts_ns, seq)) AS sseq FROM s GROUP BY cat, flow_key),
+     pairs AS (
+        SELECT m.fseq, coalesce(m.sseq, fs.sseq) AS sseq
+        FROM matched m JOIN f ON f.seq = m.fseq
+        LEFT JOIN first_s fs ON m.sseq IS NULL AND fs.cat = f.cat AND fs.flow_key = f.flow_key)
+SELECT row_number() OVER (ORDER BY src.ts_ns, src.seq, dst.seq) AS local_flow,
+       src.cat, coalesce(src.name, dst.name) AS name, src.flow_key,
+       src.local_track AS src_track, src.ts_ns AS src_ts_ns, bs.cand AS src_local,
+       dst.local_track AS dst_track, dst.ts_ns AS dst_ts_ns, bd.cand AS dst_local
+FROM pairs p JOIN {p}fe src ON src.seq = p.sseq JOIN {p}fe dst ON dst.seq = p.fseq
+LEFT JOIN {p}bind bs ON bs.seq = src.seq LEFT JOIN {p}bind bd ON bd.seq = dst.seq
+ORDER BY local_flow
+"""
+
+FLOW_STATS = """
+SELECT cat,
+       (SELECT count(*) FROM {p}fe s WHERE s.ph = 's' AND s.cat = c.cat
+            AND NOT EXISTS (SELECT 1 FROM {p}fe f WHERE f.ph = 'f' AND f.cat = s.cat AND f.flow_key = s.flow_key))
+         AS lonely_starts,
+       (SELECT count(*) FROM {p}fe f WHERE f.ph = 'f' AND f.cat = c.cat
+            AND NOT EXISTS (SELECT 1 FROM {p}fe s WHERE s.ph = 's' AND s.cat = f.cat AND s.flow_key = f.flow_key))
+         AS lonely_finishes,
+       (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.src_local IS NULL) AS unbound_src,
+       (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.dst_local IS NULL) AS unbound_dst
+FROM (SELECT DISTINCT cat FROM {p}fe) c ORDER BY cat
+"""
+
+COUNTERS = """
+CREATE OR REPLACE TABLE {p}counters AS
+WITH kv AS (
+    SELECT e.pid, coalesce(e.name, '') AS name, e.ts_ns,
+           unnest(map_entries(json_transform(e.args, '"MAP(VARCHAR, VARCHAR)"'))) AS entry
+    FROM {p}ev e WHERE e.ph = 'C' AND e.ts_ns IS NOT NULL AND json_type(e.args) = 'OBJECT')
+SELECT t.local_track, kv.name, entry.key AS series, kv.ts_ns, TRY_CAST(entry.value AS DOUBLE) AS value
+FROM kv JOIN {p}tracks t ON t.pid = kv.pid AND t.counter_name = kv.name
+ORDER BY t.local_track, series, kv.ts_ns
+"""
+
+STEPS = """
+CREATE OR REPLACE TABLE {p}steps AS
+WITH st AS (
+    SELECT s.local_id, s.name, TRY_CAST(regexp_extract(s.name, '#(-?[0-9]+)$', 1) AS BIGINT) AS step,
+           s.ts_ns AS host_start_ns, s.ts_ns + s.dur_ns AS host_end_ns
+    FROM {p}slices s JOIN {p}tracks t USING (local_track)
+    WHERE t.kind = 'python' AND s.name LIKE 'ProfilerStep#%'
+    QUALIFY row_number() OVER (PARTITION BY s.name ORDER BY s.depth, s.ts_ns) = 1),
+dev AS (
+    SELECT st.local_id, min(k.ts_ns) AS k_start, max(k.ts_ns + k.dur_ns) AS k_end
+    FROM st JOIN {p}flows f ON f.cat = 'async_npu' AND f.src_ts_ns BETWEEN st.host_start_ns AND st.host_end_ns
+    JOIN {p}slices k ON k.local_id = f.dst_local
+    GROUP BY st.local_id)
+SELECT st.step, st.name, st.local_id, st.host_start_ns, st.host_end_ns,
+       coalesce(dev.k_start, st.host_start_ns) AS device_start_ns,
+       greatest(coalesce(dev.k_end, st.host_end_ns), st.host_end_ns) AS device_end_ns
+FROM st LEFT JOIN dev USING (local_id) ORDER BY st.host_start_ns
+"""
+
+_BYTE_AT = re.compile(r"at byte (\d+)")
+
+
+class TraceLoad:
+    """Loads one trace into ``{prefix}`` staging tables; ``warnings`` collects what was not loaded as-is."""
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, path: Path, workdir: Path, display: str):
+        self.cur, self.p, self.path, self.workdir, self.display = cur, prefix, path, workdir, display
+        self.warnings: list[str] = []
+        self.status = "loaded"
+        self.extra: dict = {}
+
+    def sql(self, template: str, params=None):
+        return self.cur.execute(template.format(p=self.p, kinds=_kinds_literal()), params or [])
+
+    def read(self) -> None:
+        """Read the events, repairing what can be repaired; raises TraceFileError when nothing is usable."""
+        try:
+            prepared = tracefile.prepare(self.path, self.workdir)
+        except tracefile.TraceFileError as exc:
+            if "truncated" not in str(exc):
+                raise
+            self.warnings.append(f"{exc}; loaded the complete events before it")
+            self.status = "partial"
+            source = self.path
+            if self.path.name.endswith(".gz"):
+                source = self.workdir / (self.path.name + ".plain")
+                tracefile._decompress(self.path, source)
+            prepared = tracefile.PreparedTrace(path=tracefile.salvage(source, self.workdir)[0])
+        self.extra = prepared.extra
+        self.warnings.extend(prepared.notes[1:] if prepared.notes[:1] == ['read the "traceEvents" array of a '
+                                                                          'JSON object'] else prepared.notes)
+        path = prepared.path
+        for _attempt in range(4):
+            try:
+                self.sql(READ_EVENTS, [str(path)])
+                return
+            except duckdb.Error as exc:
+                msg = _clean_duckdb_message(str(exc), path, self.display)
+                if "UTF-8" in msg or "unicode" in msg.lower():
+                    prepared = tracefile.prepare(self.path, self.workdir, fix_utf8=True)
+                    self.warnings.extend(n for n in prepared.notes if "UTF-8" in n)
+                    self.status = "partial" if self.status == "partial" else "loaded"
+                    path = prepared.path
+                    continue
+                m = _BYTE_AT.search(msg)
+                if "Malformed JSON" in msg or "malformed" in msg.lower():
+                    before = int(m.group(1)) if m else None
+                    try:
+                        path, cut = tracefile.salvage(path, self.workdir, before)
+                    except tracefile.TraceFileError:
+                        raise tracefile.TraceFileError(msg) from exc
+                    self.warnings.append(f"invalid JSON: {msg}; loaded the events before byte {cut}")
+                    self.status = "partial"
+                    continue
+                raise tracefile.TraceFileError(msg) from exc
+        raise tracefile.TraceFileError("could not repair the file")
+
+    def derive(self) -> dict:
+        s = self.sql
+        s(TRACKS)
+        s(RAW_SLICES)
+        bad = s(f"SELECT count(*) FILTER (WHERE negative_dur), count(*) FILTER (WHERE unclosed) FROM {self.p}x") \
+            .fetchone()
+        if bad[0]:
+            self.warnings.append(f"{bad[0]} slices with a negative dur were loaded with dur 0")
+        if bad[1]:
+            self.warnings.append(f"{bad[1]} B events without a matching E were loaded with dur 0")
+        skipped = s(f"""SELECT count(*) FILTER (WHERE ph IN ('X','B','E','i','I','C','s','f') AND ts_ns IS NULL),
+                               count(*) FILTER (WHERE ph NOT IN ('X','B','E','i','I','C','s','f','M')
+                                                OR ph IS NULL),
+                               string_agg(DISTINCT ph, ', ') FILTER (WHERE ph NOT IN ('X','B','E','i','I','C','s',
+                                                                                       'f','M'))
+                        FROM {self.p}ev""").fetchone()
+        if skipped[0]:
+            self.warnings.append(f"{skipped[0]} events without a usable ts were skipped")
+        if skipped[1]:
+            self.warnings.append(f"{skipped[1]} events of phases not shown yet ({skipped[2] or 'none'}) "
+                                 "were skipped")
+        s(ORDER_SLICES)
+        s(DEPTH)
+        s(PARENTS)
+        s(STAGED_SLICES)
+        s(FLOW_ENDS)
+        s(BIND_START)
+        max_depth = s(f"SELECT coalesce(max(depth), 0) FROM {self.p}slices").fetchone()[0]
+        for _ in range(max_depth + 1):
+            changed = s(BIND_CLIMB).fetchone()
+            if not changed or not changed[0]:
+                break
+        s(BIND_NEXT)
+        s(FLOWS)
+        for cat, lonely_s, lonely_f, ub_s, ub_d in s(FLOW_STATS).fetchall():
+            parts = []
+            if lonely_s:
+                parts.append(f"{lonely_s} flow starts without a finish")
+            if lonely_f:
+                parts.append(f"{lonely_f} flow finishes without a start")
+            if ub_s:
+                parts.append(f"{ub_s} flow starts bound to no slice")
+            if ub_d:
+                parts.append(f"{ub_d} flow finishes bound to no slice")
+            if parts:
+                self.warnings.append(f"flows '{cat or '(no cat)'}': " + ", ".join(parts))
+        s(COUNTERS)
+        bad_counters = s(f"SELECT count(*) FROM {self.p}counters WHERE value IS NULL").fetchone()[0]
+        if bad_counters:
+            self.warnings.append(f"{bad_counters} counter values that are not numbers were stored as NULL")
+        s(STEPS)
+        for t in ("x", "ord", "depth", "parent", "fe", "bind"):
+            s(f"DROP TABLE IF EXISTS {self.p}{t}")
+        return self.stats()
+
+    def stats(self) -> dict:
+        p = self.p
+        row = self.cur.execute(f"""SELECT (SELECT count(*) FROM {p}slices), (SELECT count(*) FROM {p}flows),
+                                          (SELECT count(*) FROM {p}counters), (SELECT count(*) FROM {p}ev)
+                                """).fetchone()
+        return {"slices": row[0], "flows": row[1], "counters": row[2], "events": row[3]}
+
+    def drop_events(self) -> None:
+        self.cur.execute(f"DROP TABLE IF EXISTS {self.p}ev")
+
+
+def _kinds_literal() -> str:
+    return "[" + ", ".join(f"'{k}'" for k in KIND_ORDER) + "]"
+
+
+def _clean_duckdb_message(msg: str, path: Path, display: str) -> str:
+    msg = msg.replace("Invalid Input Error: ", "").strip()
+    return msg.replace(str(path), display)

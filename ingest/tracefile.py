@@ -1,0 +1,200 @@
+"""Make a trace file readable by DuckDB's fast JSON-array reader, without loading it into Python objects.
+
+DuckDB reads a bare JSON array of events at hundreds of MB/s with bounded memory. Everything else a profiler may
+hand us is rewritten, in one streaming pass, into such an array in the work folder:
+
+* ``.json.gz``                       -> decompressed;
+* ``{"traceEvents": [...], ...}``    -> the array's bytes copied out (the other keys are returned as metadata);
+* numeric ``"ts": 1736408883694756.090`` -> quoted, because DuckDB would parse it as a float64 and lose the ns;
+* a trailing ``,]`` (torch_npu with an empty CANN part) -> fixed;
+* a file cut off mid-event           -> salvaged up to the last complete event (a warning gives the byte offset);
+* bytes that are not UTF-8           -> replaced with U+FFFD (a warning gives the first offset).
+A well-formed torch_npu ``trace_view.json`` needs none of this and is read in place.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHUNK = 8 << 20
+_NUMERIC_TS = re.compile(rb'("ts"\s*:\s*)(-?[0-9][0-9.eE+-]*)')
+_EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
+
+
+class TraceFileError(Exception):
+    """The file cannot be made readable; the message names what is wrong and where."""
+
+
+@dataclass
+class PreparedTrace:
+    path: Path
+    notes: list[str] = field(default_factory=list)
+    salvaged: bool = False
+    extra: dict = field(default_factory=dict)  # object-form keys other than traceEvents
+
+
+def _first_last(path: Path) -> tuple[bytes, bytes, int]:
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16)
+        fh.seek(max(0, size - (1 << 16)))
+        tail = fh.read()
+    return head, tail, size
+
+
+def _decompress(src: Path, dst: Path) -> None:
+    try:
+        with gzip.open(src, "rb") as fin, open(dst, "wb") as fout:
+            shutil.copyfileobj(fin, fout, CHUNK)
+    except (OSError, EOFError) as exc:
+        raise TraceFileError(f"cannot decompress: {exc}") from exc
+
+
+def _find_array_bounds(path: Path, size: int, head: bytes) -> tuple[int, int, dict]:
+    """For the object form, the byte range of the traceEvents array and the other top-level keys."""
+    m = re.search(rb'"traceEvents"\s*:\s*\[', head)
+    start_search = head
+    if not m:
+        with open(path, "rb") as fh:
+            start_search = fh.read(64 << 20)
+        m = re.search(rb'"traceEvents"\s*:\s*\[', start_search)
+        if not m:
+            raise TraceFileError('a JSON object without a "traceEvents" array')
+    start = m.end() - 1
+    prefix = start_search[: m.start()].rstrip().rstrip(b",")
+    with open(path, "rb") as fh:
+        fh.seek(max(0, size - (4 << 20)))
+        tail_off = max(0, size - (4 << 20))
+        tail = fh.read()
+    # the array ends at the ']' after which the rest of the object parses as JSON
+    pos = len(tail)
+    for _ in range(10000):
+        pos = tail.rfind(b"]", 0, pos)
+        if pos < 0 or tail_off + pos <= start:
+            break
+        rest = tail[pos + 1:].strip()
+        if rest.startswith(b","):
+            rest = rest[1:]
+        try:
+            extra = json.loads(b"{" + rest) if rest != b"}" else {}
+            try:
+                extra.update(json.loads(prefix + b"}"))
+            except ValueError:
+                pass
+            return start, tail_off + pos + 1, extra
+        except ValueError:
+            continue
+    raise TraceFileError("cannot find the end of the traceEvents array (file truncated?)")
+
+
+def _copy_range(src: Path, dst: Path, start: int, end: int, quote_ts: bool, fix_utf8: bool,
+                closing: bytes = b"") -> int | None:
+    """Copy bytes [start, end) of src to dst, optionally quoting numeric ts and replacing bad UTF-8.
+
+    Returns the offset of the first invalid UTF-8 byte, if any was replaced."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace") if fix_utf8 else None
+    first_bad = None
+    carry = b""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        fin.seek(start)
+        remaining = end - start
+        offset = start
+        while remaining > 0:
+            block = fin.read(min(CHUNK, remaining))
+            if not block:
+                break
+            remaining -= len(block)
+            if decoder is not None:
+                if first_bad is None:
+                    try:
+                        block.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        if exc.reason != "unexpected end of data":
+                            first_bad = offset + exc.start
+                text = decoder.decode(block, final=remaining <= 0)
+                offset += len(block)
+                block = text.encode("utf-8")
+            else:
+                offset += len(block)
+            if quote_ts:
+                block = carry + block
+                # keep the bytes after the last event boundary for the next round, so no match is split
+                cut = block.rfind(b"}") + 1 if remaining > 0 else len(block)
+                block, carry = block[:cut], block[cut:]
+                block = _NUMERIC_TS.sub(rb'\1"\2"', block)
+            fout.write(block)
+        if carry:
+            fout.write(_NUMERIC_TS.sub(rb'\1"\2"', carry))
+        fout.write(closing)
+    return first_bad
+
+
+def _strip_trailing_comma(tail: bytes) -> bool:
+    return re.search(rb",\s*\]\s*$", tail) is not None
+
+
+def prepare(path: Path, workdir: Path, *, fix_utf8: bool = False) -> PreparedTrace:
+    """Return a path DuckDB can read as a JSON array (the original file when it already is one)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    src = path
+    if path.name.endswith(".gz"):
+        src = workdir / (path.name[:-3] + ".decompressed")
+        _decompress(path, src)
+    head, tail, size = _first_last(src)
+    if size == 0 or not head.strip():
+        raise TraceFileError("empty file")
+    first = head.lstrip()[:1]
+    start, end, extra, closing = 0, size, {}, b""
+    if first == b"{":
+        start, end, extra = _find_array_bounds(src, size, head)
+        notes.append('read the "traceEvents" array of a JSON object')
+    elif first != b"[":
+        raise TraceFileError(f"not a JSON trace: starts with {head.lstrip()[:20]!r}")
+    else:
+        stripped_tail = tail.rstrip()
+        if _strip_trailing_comma(stripped_tail):
+            end = size - (len(tail) - stripped_tail.rfind(b","))
+            closing = b"]"
+            notes.append("removed a trailing comma before the closing ]")
+        elif not stripped_tail.endswith(b"]"):
+            raise TraceFileError(f"truncated: the file ends at byte {size} inside the event array")
+    quote_ts = _NUMERIC_TS.search(head) is not None
+    if quote_ts:
+        notes.append("numeric ts values read as exact decimal text")
+    if src is path and start == 0 and end == size and not quote_ts and not fix_utf8 and not closing:
+        return PreparedTrace(path=path, notes=notes, extra=extra)
+    dst = workdir / (path.name + ".array.json")
+    bad = _copy_range(src, dst, start, end, quote_ts, fix_utf8, closing)
+    if src is not path:
+        src.unlink(missing_ok=True)
+    if bad is not None:
+        notes.append(f"bytes that are not UTF-8 (first at byte {bad}) replaced with U+FFFD")
+    return PreparedTrace(path=dst, notes=notes, extra=extra)
+
+
+def salvage(path: Path, workdir: Path, before: int | None = None) -> tuple[Path, int]:
+    """Copy the events of a damaged array up to the last complete event before byte ``before``.
+
+    Returns the new path and the byte offset where the copy stops."""
+    size = path.stat().st_size
+    limit = size if before is None else min(before, size)
+    window = 16 << 20
+    with open(path, "rb") as fh:
+        lo = max(0, limit - window)
+        fh.seek(lo)
+        block = fh.read(limit - lo)
+    cut = None
+    for m in _EVENT_GAP.finditer(block):
+        cut = lo + m.start() + 1
+    if cut is None:
+        raise TraceFileError("no complete event could be recovered")
+    dst = workdir / (path.name + ".salvaged.json")
+    _copy_range(path, dst, 0, cut, False, False, b"]")
+    return dst, cut
