@@ -127,6 +127,8 @@ def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path]]:
                     stack.append((child, depth + 1))
             elif entry.is_file() and entry.name.endswith(_TRACE_SUFFIXES) and depth <= 2:
                 loose.append(child)
+            elif entry.is_file() and entry.name.endswith(".db"):
+                disc.warn(None, _rel(child, disc.root), "db export: not supported yet")
     rank_dirs.sort()
     return rank_dirs, sorted(loose)
 

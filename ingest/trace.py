@@ -236,7 +236,7 @@ SELECT st.step, st.name, st.local_id, st.host_start_ns, st.host_end_ns,
 FROM st LEFT JOIN dev USING (local_id) ORDER BY st.host_start_ns
 """
 
-_BYTE_AT = re.compile(r"at byte (\d+)")
+_RECORD_AT = re.compile(r"in record/value (\d+)")
 
 
 class TraceLoad:
@@ -269,7 +269,7 @@ class TraceLoad:
         self.warnings.extend(prepared.notes[1:] if prepared.notes[:1] == ['read the "traceEvents" array of a '
                                                                           'JSON object'] else prepared.notes)
         path = prepared.path
-        for _attempt in range(4):
+        for _attempt in range(12):
             try:
                 self.sql(READ_EVENTS, [str(path)])
                 return
@@ -281,14 +281,15 @@ class TraceLoad:
                     self.status = "partial" if self.status == "partial" else "loaded"
                     path = prepared.path
                     continue
-                m = _BYTE_AT.search(msg)
-                if "Malformed JSON" in msg or "malformed" in msg.lower():
-                    before = int(m.group(1)) if m else None
+                m = _RECORD_AT.search(msg)
+                if ("Malformed JSON" in msg or "malformed" in msg.lower()) and m:
                     try:
-                        path, cut = tracefile.salvage(path, self.workdir, before)
+                        # DuckDB's record/value count runs one ahead of the element index
+                        path, cut = tracefile.skip_record(path, self.workdir, int(m.group(1)) - 1)
                     except tracefile.TraceFileError:
                         raise tracefile.TraceFileError(msg) from exc
-                    self.warnings.append(f"invalid JSON: {msg}; loaded the events before byte {cut}")
+                    self.warnings.append(f"invalid JSON: {msg} The damaged event (near byte {cut}) was skipped; "
+                                         "the events around it were loaded")
                     self.status = "partial"
                     continue
                 raise tracefile.TraceFileError(msg) from exc

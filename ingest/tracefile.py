@@ -78,6 +78,8 @@ def _find_array_bounds(path: Path, size: int, head: bytes) -> tuple[int, int, di
         pos = tail.rfind(b"]", 0, pos)
         if pos < 0 or tail_off + pos <= start:
             break
+        if not tail[:pos].rstrip().endswith((b"}", b"[")):  # the events array ends with an object
+            continue
         rest = tail[pos + 1:].strip()
         if rest.startswith(b","):
             rest = rest[1:]
@@ -198,3 +200,54 @@ def salvage(path: Path, workdir: Path, before: int | None = None) -> tuple[Path,
     dst = workdir / (path.name + ".salvaged.json")
     _copy_range(path, dst, 0, cut, False, False, b"]")
     return dst, cut
+
+
+def skip_record(path: Path, workdir: Path, record: int) -> tuple[Path, int]:
+    """Copy an array without its ``record``-th element (1-based).
+
+    Elements are located by the ``}, {`` separators between top-level events, which torch_npu's flat events
+    never contain inside an event. Returns the new path and the byte offset where the removed element began."""
+    if record < 1:
+        raise TraceFileError("cannot locate the damaged event")
+    seps: list[int] = []
+    with open(path, "rb") as fh:
+        base, carry = 0, b""
+        while len(seps) < record:
+            block = fh.read(CHUNK)
+            if not block:
+                break
+            data = carry + block
+            for m in _EVENT_GAP.finditer(data):
+                pos = base - len(carry) + m.start()
+                if not seps or pos > seps[-1]:
+                    seps.append(pos)
+            carry = data[-64:]
+            base += len(block)
+    size = path.stat().st_size
+    if record == 1:
+        if not seps:
+            raise TraceFileError("no complete event could be recovered")
+        start = path.read_bytes()[:64].index(b"[") + 1
+        cut_from, cut_to, prefix = start, seps[0] + 1, True
+    else:
+        if len(seps) < record - 1:
+            raise TraceFileError("cannot locate the damaged event")
+        cut_from = seps[record - 2] + 1
+        cut_to = seps[record - 1] + 1 if len(seps) >= record else None
+        prefix = False
+    dst = workdir / (path.name + f".skip{record}.json")
+    with open(path, "rb") as fin, open(dst, "wb") as fout:
+        remaining = cut_from
+        while remaining > 0:
+            block = fin.read(min(CHUNK, remaining))
+            fout.write(block)
+            remaining -= len(block)
+        if cut_to is None:  # the damaged element was the last one
+            fout.write(b"]")
+        else:
+            fin.seek(cut_to)
+            if prefix:  # drop the comma that followed the removed first element
+                rest = fin.read(64).lstrip()
+                fout.write(rest[1:] if rest.startswith(b",") else rest)
+            shutil.copyfileobj(fin, fout, CHUNK)
+    return dst, cut_from

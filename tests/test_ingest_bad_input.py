@@ -1,0 +1,187 @@
+"""Bad input gets a clear warning naming the file and what is wrong, and the rest of the run still loads."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from ingest import lod
+from ingest.pipeline import NoProfilingData, ingest_path
+from tests.ingest_helpers import PYTORCH_TEXT, REAL, csv_rows, expected_trace
+
+pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_samples is not beside the checkout")
+RANK0 = PYTORCH_TEXT / "level1" / "rank0_ascend_pt"
+
+
+@pytest.fixture
+def rank_copy(tmp_path):
+    dst = tmp_path / "run" / "rank0_ascend_pt"
+    shutil.copytree(RANK0, dst)
+    return dst
+
+
+def _ingest(folder, tmp_path):
+    out = tmp_path / "out.duckdb"
+    ingest_path(folder, out)
+    return duckdb.connect(str(out), read_only=True)
+
+
+def _warnings(con):
+    return con.execute("SELECT file, message FROM warnings").fetchall()
+
+
+def test_truncated_trace_names_file_and_offset_and_keeps_the_rest(rank_copy, tmp_path):
+    trace = rank_copy / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    data = trace.read_bytes()
+    trace.write_bytes(data[: len(data) * 6 // 10])
+    con = _ingest(rank_copy.parent, tmp_path)
+    msgs = [m for f, m in _warnings(con) if f.endswith("trace_view.json")]
+    assert any("truncated" in m and f"byte {len(data) * 6 // 10}" in m for m in msgs), msgs
+    n = con.execute("SELECT count(*) FROM slices").fetchone()[0]
+    assert 0 < n < expected_trace(RANK0 / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")["x_count"]
+    assert con.execute("SELECT status FROM files WHERE kind = 'trace_view'").fetchone()[0] == "partial"
+    assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == \
+        csv_rows(RANK0 / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+
+
+def test_invalid_json_in_the_middle(rank_copy, tmp_path):
+    trace = rank_copy / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    data = trace.read_bytes()
+    mid = data.index(b'}, {"', len(data) // 2) + 1
+    trace.write_bytes(data[:mid] + b",{oops" + data[mid:])
+    con = _ingest(rank_copy.parent, tmp_path)
+    msgs = [m for f, m in _warnings(con) if f.endswith("trace_view.json")]
+    assert any("byte" in m for m in msgs), msgs
+    assert con.execute("SELECT count(*) FROM slices").fetchone()[0] > 0
+    assert con.execute("SELECT count(*) FROM operators").fetchone()[0] > 0
+
+
+def test_empty_and_missing_files(rank_copy, tmp_path):
+    out_dir = rank_copy / "ASCEND_PROFILER_OUTPUT"
+    (out_dir / "kernel_details.csv").write_bytes(b"")
+    (out_dir / "trace_view.json").unlink()
+    con = _ingest(rank_copy.parent, tmp_path)
+    assert ("rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv", "not loaded: empty file") in _warnings(con)
+    assert con.execute("SELECT has_trace FROM ranks").fetchone()[0] is False
+    assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM operators").fetchone()[0] == \
+        csv_rows(RANK0 / "ASCEND_PROFILER_OUTPUT" / "operator_details.csv")
+
+
+def test_spreadsheet_numbers_are_loaded_with_a_warning(tmp_path):
+    src = REAL / "msinsight_server_fixtures" / "test_rank_1"
+    dst = tmp_path / "run" / "test_rank_1"
+    shutil.copytree(src, dst)
+    con = _ingest(dst.parent, tmp_path)
+    rows = con.execute("SELECT count(*), count(timestamp_ns) FROM memory_record").fetchone()
+    assert rows[0] == rows[1] == csv_rows(src / "ASCEND_PROFILER_OUTPUT" / "memory_record.csv")
+    assert any("memory_record.csv" in f and "scientific notation" in m for f, m in _warnings(con))
+
+
+def test_non_utf8_bytes(rank_copy, tmp_path):
+    path = rank_copy / "ASCEND_PROFILER_OUTPUT" / "operator_details.csv"
+    data = path.read_bytes()
+    first_row = data.index(b"\n") + 1
+    path.write_bytes(data[:first_row] + b"\xff\xfe" + data[first_row:])
+    trace = rank_copy / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    tdata = trace.read_bytes()
+    pos = tdata.index(b'"name": "aten::') + len(b'"name": "aten::')
+    trace.write_bytes(tdata[:pos] + b"\xff" + tdata[pos:])
+    con = _ingest(rank_copy.parent, tmp_path)
+    assert con.execute("SELECT count(*) FROM operators").fetchone()[0] == csv_rows(path)
+    assert con.execute("SELECT count(*) FROM operators WHERE name LIKE '\ufffd%'").fetchone()[0] == 1
+    msgs = _warnings(con)
+    assert any(f.endswith("operator_details.csv") and "not UTF-8" in m for f, m in msgs)
+    assert any(f.endswith("trace_view.json") and "not UTF-8" in m for f, m in msgs)
+    assert con.execute("SELECT count(*) FROM slices").fetchone()[0] == \
+        expected_trace(RANK0 / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")["x_count"]
+
+
+def test_folder_without_profiling_data_is_a_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("hello")
+    out = tmp_path / "x.duckdb"
+    with pytest.raises(NoProfilingData, match="no profiling data"):
+        ingest_path(tmp_path / "empty", out)
+    proc = subprocess.run([sys.executable, "-m", "ingest", str(tmp_path / "empty"), "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "no profiling data" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def _mini_trace(events):
+    return [{"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "Python"}}] + events
+
+
+@pytest.mark.parametrize("variant", ["trailing_comma", "object", "gz", "numeric_ts"])
+def test_trace_container_variants(tmp_path, variant):
+    events = _mini_trace([
+        {"ph": "X", "name": "outer", "pid": 7, "tid": 7, "ts": "1700000000000100.250", "dur": 10.5, "cat": "cpu_op"},
+        {"ph": "X", "name": "inner", "pid": 7, "tid": 7, "ts": "1700000000000101.001", "dur": 2, "cat": "cpu_op"},
+    ])
+    folder = tmp_path / "r_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    folder.mkdir(parents=True)
+    name = "trace_view.json"
+    if variant == "numeric_ts":
+        text = json.dumps(events).replace('"1700000000000100.250"', "1700000000000100.250") \
+            .replace('"1700000000000101.001"', "1700000000000101.001")
+    elif variant == "object":
+        text = json.dumps({"schemaVersion": 1, "traceEvents": events, "displayTimeUnit": "ns", "x": [1, 2]})
+    else:
+        text = json.dumps(events)
+    if variant == "trailing_comma":
+        text = text[:-1] + ",]"
+    if variant == "gz":
+        name += ".gz"
+        (folder / name).write_bytes(gzip.compress(text.encode()))
+    else:
+        (folder / name).write_text(text)
+    con = _ingest(tmp_path, tmp_path)
+    rows = con.execute("SELECT name, ts_ns, dur_ns, depth FROM slices ORDER BY ts_ns").fetchall()
+    assert rows == [("outer", 1700000000000100250, 10500, 0), ("inner", 1700000000000101001, 2000, 1)]
+
+
+def test_failed_ingest_leaves_no_file(tmp_path, monkeypatch):
+    def boom(con):
+        raise RuntimeError("simulated crash while writing")
+    monkeypatch.setattr(lod, "build", boom)
+    out = tmp_path / "run.duckdb"
+    with pytest.raises(RuntimeError):
+        ingest_path(RANK0, out)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_depth_parent_and_flow_binding_on_an_inline_trace(tmp_path):
+    ev = _mini_trace([
+        {"ph": "X", "name": "a", "pid": 7, "tid": 1, "ts": "100.000", "dur": 10},        # [100, 110]
+        {"ph": "X", "name": "b", "pid": 7, "tid": 1, "ts": "100.000", "dur": 4},         # child, same start
+        {"ph": "X", "name": "c", "pid": 7, "tid": 1, "ts": "104.000", "dur": 6},         # touching sibling of b
+        {"ph": "X", "name": "z", "pid": 7, "tid": 1, "ts": "104.000", "dur": 0},         # instant inside c
+        {"ph": "X", "name": "d", "pid": 7, "tid": 1, "ts": "110.000", "dur": 1},         # touches a's end
+        {"ph": "B", "name": "e", "pid": 7, "tid": 2, "ts": "100.000"},
+        {"ph": "B", "name": "f", "pid": 7, "tid": 2, "ts": "101.000"},
+        {"ph": "E", "pid": 7, "tid": 2, "ts": "102.000"},
+        {"ph": "E", "pid": 7, "tid": 2, "ts": "105.000"},
+        {"ph": "s", "cat": "k", "id": 1, "name": "fl", "pid": 7, "tid": 1, "ts": "105.000"},
+        {"ph": "f", "cat": "k", "id": 1, "bp": "e", "pid": 7, "tid": 2, "ts": "101.500"},
+        {"ph": "s", "cat": "k", "id": "2", "name": "fl", "pid": 7, "tid": 2, "ts": "103.000"},
+        {"ph": "f", "cat": "k", "id": 2, "pid": 7, "tid": 1, "ts": "109.000"},             # no bp: next slice
+    ])
+    folder = tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    folder.mkdir(parents=True)
+    (folder / "trace_view.json").write_text(json.dumps(ev))
+    con = _ingest(tmp_path, tmp_path)
+    rows = con.execute("""SELECT s.name, s.dur_ns, s.depth, p.name FROM slices s LEFT JOIN slices p
+                          ON p.slice_id = s.parent_id ORDER BY s.slice_id""").fetchall()
+    assert rows == [("a", 10000, 0, None), ("b", 4000, 1, "a"), ("c", 6000, 1, "a"), ("z", 0, 2, "c"),
+                    ("d", 1000, 0, None), ("e", 5000, 0, None), ("f", 1000, 1, "e")]
+    flows = con.execute("""SELECT f.flow_key, s.name, d.name FROM flows f LEFT JOIN slices s ON s.slice_id = f.src_slice_id
+                           LEFT JOIN slices d ON d.slice_id = f.dst_slice_id ORDER BY f.flow_key""").fetchall()
+    assert flows == [("1", "c", "f"), ("2", "e", "d")]

@@ -1,0 +1,175 @@
+"""Golden checks of ingest against the real torch_npu samples in ../shared/real_samples."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from ingest.csvfiles import TABLES
+from ingest.pipeline import NoProfilingData, ingest_path
+from tests.ingest_helpers import PYTORCH_TEXT, REAL, csv_rows, expected_trace
+
+pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_samples is not beside the checkout")
+
+
+@pytest.fixture(scope="module", params=["level0", "level1", "level2"])
+def level_db(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ingest") / f"{request.param}.duckdb"
+    summary = ingest_path(PYTORCH_TEXT / request.param, out)
+    con = duckdb.connect(str(out), read_only=True)
+    yield request.param, con, summary
+    con.close()
+
+
+def test_two_ranks(level_db):
+    _, con, summary = level_db
+    assert summary["ranks"] == [0, 1]
+    assert con.execute("SELECT list(rank_source ORDER BY rank) FROM ranks").fetchone()[0] == \
+        ["profiler_info_file", "profiler_info_file"]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_slices_equal_trace_x_events(level_db, rank):
+    level, con, _ = level_db
+    exp = expected_trace(PYTORCH_TEXT / level / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+    n, min_ts = con.execute("SELECT count(*), min(ts_ns) FROM slices s JOIN tracks t USING (track_id) "
+                            "WHERE s.rank = ? AND NOT t.derived", [rank]).fetchone()
+    assert n == exp["x_count"]
+    assert min_ts == exp["min_ts_ns"]
+    flows = dict(con.execute("SELECT cat, count(*) FROM flows WHERE rank = ? GROUP BY cat", [rank]).fetchall())
+    assert flows == exp["flows"]
+    assert set(flows) == {"async_npu", "HostToDevice", "async_task_queue", "fwdbwd"}
+    assert con.execute("SELECT count(*) FROM counters WHERE rank = ?", [rank]).fetchone()[0] == exp["counter_values"]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_csv_table_has_the_csv_row_count(level_db, rank):
+    level, con, _ = level_db
+    out_dir = PYTORCH_TEXT / level / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    checked = 0
+    for kind, table in TABLES.items():
+        path = out_dir / f"{kind}.csv"
+        n = con.execute(f"SELECT count(*) FROM {table} WHERE rank = ?", [rank]).fetchone()[0]
+        assert n == (csv_rows(path) if path.exists() else 0), kind
+        checked += path.exists()
+    assert checked >= 6
+
+
+def test_slices_are_stored_in_track_time_order(level_db):
+    _, con, _ = level_db
+    bad = con.execute("""SELECT count(*) FROM (
+        SELECT track_id, ts_ns, lag(track_id) OVER w AS pt, lag(ts_ns) OVER w AS pts FROM slices
+        WINDOW w AS (ORDER BY slice_id))
+        WHERE pt > track_id OR (pt = track_id AND pts > ts_ns)""").fetchone()[0]
+    assert bad == 0
+
+
+def test_lanes_and_kinds(level_db):
+    level, con, _ = level_db
+    kinds = {k for (k,) in con.execute("SELECT DISTINCT kind FROM tracks WHERE slice_count > 0").fetchall()}
+    assert {"python", "hardware", "overlap"} <= kinds
+    assert ("cann" in kinds) == (level != "level0")
+    names = {n for (n,) in con.execute("SELECT DISTINCT process_name FROM tracks").fetchall()}
+    assert {"Python", "Ascend Hardware", "HCCL", "Overlap Analysis", "NPU MEM"} <= names
+    if level == "level0":  # the CANN process_name was pruned: its pid must still be there, with a fallback name
+        orphan = con.execute("SELECT count(*) FROM tracks WHERE process_name LIKE 'Process %'").fetchone()[0]
+        assert orphan > 0
+
+
+def test_flows_bind_to_the_slices_they_point_at(level_db):
+    _, con, _ = level_db
+    # every async_npu flow goes from a cpu_op to a device task starting exactly at the flow's end
+    rows = con.execute("""
+        SELECT count(*), count(*) FILTER (WHERE src.cat = 'cpu_op' AND dst.ts_ns = f.dst_ts_ns
+                                          AND dt.kind IN ('hardware', 'communication'))
+        FROM flows f JOIN slices src ON src.slice_id = f.src_slice_id JOIN slices dst ON dst.slice_id = f.dst_slice_id
+        JOIN tracks dt ON dt.track_id = dst.track_id WHERE f.cat = 'async_npu'""").fetchone()
+    assert rows[0] > 0 and rows[0] == rows[1]
+
+
+def test_steps_from_profiler_step(level_db):
+    _, con, _ = level_db
+    rows = con.execute("SELECT rank, step, host_start_ns <= device_start_ns, device_end_ns >= host_end_ns "
+                       "FROM steps ORDER BY rank").fetchall()
+    assert rows == [(0, 50, True, True), (1, 50, True, True)]
+
+
+def test_overlap_lane_derived_when_missing_equals_the_profilers(tmp_path):
+    """Hide the real Overlap Analysis lane: the derived one must match it to within rounding."""
+    import shutil
+    src = PYTORCH_TEXT / "level1" / "rank0_ascend_pt"
+    dst = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(src, dst)
+    trace_path = dst / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    text = trace_path.read_text(encoding="utf-8").replace('"Overlap Analysis"', '"Overlap Hidden"')
+    trace_path.write_text(text, encoding="utf-8")
+    out = tmp_path / "run.duckdb"
+    ingest_path(tmp_path, out)
+    con = duckdb.connect(str(out), read_only=True)
+    derived = dict(con.execute("SELECT t.thread_name, sum(s.dur_ns) FROM slices s JOIN tracks t USING (track_id) "
+                               "WHERE t.derived GROUP BY 1").fetchall())
+    real = dict(con.execute("SELECT t.thread_name, sum(s.dur_ns) FROM slices s JOIN tracks t USING (track_id) "
+                            "WHERE t.process_name = 'Overlap Hidden' GROUP BY 1").fetchall())
+    assert con.execute("SELECT overlap_source FROM ranks").fetchone()[0] == "derived"
+    assert set(derived) == set(real) == {"Computing", "Communication", "Communication(Not Overlapped)", "Free"}
+    for name, total in real.items():
+        assert abs(derived[name] - total) <= max(100, total * 1e-5), name
+    con.close()
+
+
+def test_four_rank_cluster_without_trace(tmp_path):
+    out = tmp_path / "st.duckdb"
+    summary = ingest_path(REAL / "msinsight_st_4rank_2025q4", out)
+    assert summary["ranks"] == [0, 1, 2, 3]
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT count(*) FROM slices").fetchone()[0] == 0
+    assert con.execute("SELECT bool_or(has_trace) FROM ranks").fetchone()[0] is False
+    for rank in range(4):
+        folder = REAL / "msinsight_st_4rank_2025q4" / "level2" / f"rank_{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+        for kind, table in TABLES.items():
+            path = folder / f"{kind}.csv"
+            n = con.execute(f"SELECT count(*) FROM {table} WHERE rank = ?", [rank]).fetchone()[0]
+            assert n == (csv_rows(path) if path.exists() else 0), (rank, kind)
+    assert con.execute("SELECT count(DISTINCT rank) FROM comm_ops").fetchone()[0] == 4
+    # analysis.db files are reported, not silently skipped
+    assert con.execute("SELECT count(*) FROM warnings WHERE file LIKE '%analysis.db'").fetchone()[0] == 4
+    con.close()
+
+
+def test_server_fixtures_16_rank_gpt3(tmp_path):
+    out = tmp_path / "fx.duckdb"
+    summary = ingest_path(REAL / "msinsight_server_fixtures", out)
+    assert summary["ranks"] == [0, 1]
+    con = duckdb.connect(str(out), read_only=True)
+    sources = dict(con.execute("SELECT rank, rank_source FROM ranks").fetchall())
+    assert sources == {0: "profiler_info_file", 1: "profiler_info_file"}
+    msgs = [m for (m,) in con.execute("SELECT message FROM warnings").fetchall()]
+    assert any("scientific notation" in m for m in msgs)
+    files = [f for (f,) in con.execute("SELECT file FROM warnings WHERE message LIKE '%not supported%'").fetchall()]
+    assert any(f.endswith("msprof_0.db") for f in files)
+    assert con.execute("SELECT count(*) FROM comm_matrix").fetchone()[0] > 0
+    con.close()
+
+
+def test_gpu_kineto_traces_load_as_generic_traces(tmp_path):
+    from tests.ingest_helpers import trace_events  # noqa: F401  (gz JSON read below)
+    import gzip
+    import json
+    folder = REAL / "hta_gpu_kineto_nonascend" / "trace_filter"
+    out = tmp_path / "hta.duckdb"
+    summary = ingest_path(folder, out)
+    assert summary["ranks"] == [0, 1]
+    con = duckdb.connect(str(out), read_only=True)
+    for rank in (0, 1):
+        events = json.loads(gzip.open(folder / f"sampled_rank-{rank}.json.gz").read())["traceEvents"]
+        n_x = sum(1 for e in events if e.get("ph") == "X")
+        assert con.execute("SELECT count(*) FROM slices WHERE rank = ?", [rank]).fetchone()[0] == n_x
+    con.close()
+
+
+def test_raw_prof_folder_is_reported_not_crashed(tmp_path):
+    with pytest.raises(NoProfilingData) as err:
+        ingest_path(REAL / "mindinsight_msprof_2dev_2023", tmp_path / "x.duckdb")
+    assert "no profiling data" in str(err.value)
+    assert any("PROF_" in f and "not supported" in m for _, f, m in err.value.warnings)
+    assert not (tmp_path / "x.duckdb").exists()
