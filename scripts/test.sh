@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install everything the tests need (Debian's chromium for the browser tests, the project with its dev extra)
+# and run every test. This is exactly what CI runs (.ci/run). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+
+if [ ! -x /usr/bin/chromium ]; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
+
+if [ ! -x .venv/bin/pytest ] || [ pyproject.toml -nt .venv/.installed-dev ]; then
+    "$PYTHON" -m venv .venv
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e ".[dev]"
+    touch .venv/.installed-dev
+fi
+
+exec .venv/bin/python -m pytest -q "$@"
