@@ -55,7 +55,7 @@ class BarProgress(Progress):
 
     def phase(self, text):
         if not self.tty:
-            self.stream.write(f"  {text}\n")
+            self.stream.write(f"  {text} (at {time.perf_counter() - self.started:.1f} s)\n")
         with self.lock:
             self.current = [text]
         self.draw()

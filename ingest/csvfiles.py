@@ -158,11 +158,10 @@ class CsvLoad:
         parts = []
         for h, _ in cols:
             q = _quote_ident(h)
-            parts.append(f"count(*) FILTER (WHERE clean_num({q}) IS NOT NULL AND TRY_CAST(clean_num({q}) AS DOUBLE) "
-                         f"IS NULL)")
-            parts.append(f"count(*) FILTER (WHERE clean_num({q}) IS NOT NULL AND "
-                         f"NOT regexp_full_match(clean_num({q}), '-?[0-9]{{1,18}}'))")
-            parts.append(f"count(clean_num({q}))")
+            parts.append(f"count(*) FILTER (WHERE NOT is_blank({q}) AND TRY_CAST({q} AS DOUBLE) IS NULL)")
+            parts.append(f"count(*) FILTER (WHERE NOT is_blank({q}) AND NOT regexp_full_match({q}, "
+                         f"'\\s*-?[0-9]{{1,18}}\\s*'))")
+            parts.append(f"count(*) FILTER (WHERE NOT is_blank({q}))")
         row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()
         out = {}
         for i, (_, target) in enumerate(cols):

@@ -1,6 +1,6 @@
 """Ingest a path into one DuckDB file per run, atomically.
 
-``ingest_path(src, out)`` discovers the ranks, stages each rank in parallel (threads, each with its own DuckDB
+``ingest_path(src, out)`` discovers the ranks, stages every file in parallel (threads, each with its own DuckDB
 cursor; DuckDB releases the GIL) into a scratch database in a temporary folder, then assembles the final tables
 in rank order into ``out + ".tmp-<pid>"`` and renames it to ``out`` only when everything is written. A failed or
 interrupted ingest leaves no file at ``out``. A broken input file becomes a row in ``warnings`` (naming the file
@@ -56,6 +56,7 @@ class RankResult:
     overlap_source: str | None = None
     comm: dict[str, list[pa.Table]] = field(default_factory=dict)
     tables: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def _display(path: Path, root: Path) -> str:
@@ -65,59 +66,62 @@ def _display(path: Path, root: Path) -> str:
         return path.name
 
 
-def _stage_rank(con, res: RankResult, root: Path, work: Path, progress: Progress) -> RankResult:
+def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: Path,
+                progress: Progress) -> None:
+    """Load one file of one rank into staging tables; problems become warnings of that rank."""
     cur = con.cursor()
     sqlfuncs.install(cur)
     rank, p = res.src.rank, res.prefix
-    for kind, path in sorted(res.src.files.items(), key=lambda kv: kv[0] != "trace_view"):
-        display = _display(path, root)
-        size = path.stat().st_size
-        progress.file_start(rank, display, size)
-        t0 = time.perf_counter()
-        entry = {"rank": rank, "file": display, "kind": kind, "size_bytes": size, "rows": None,
-                 "status": "loaded"}
-        try:
-            if size == 0:
-                raise tracefile.TraceFileError("empty file")
-            if kind == "trace_view":
-                tl = trace.TraceLoad(cur, p, path, work / f"r{res.idx}", display)
-                tl.read()
-                added = overlap.derive(cur, p)
-                res.overlap_source = "derived" if added else "trace"
-                stats = tl.derive()
-                tl.drop_events()
-                res.has_trace = True
-                entry["rows"], entry["status"] = stats["events"], tl.status
-                res.warnings.extend((display, w) for w in tl.warnings)
-                if added:
-                    res.warnings.append((display, f"no Overlap Analysis lane in the trace: derived one from the "
-                                                  f"device tasks ({added} slices)"))
-            elif kind in csvfiles.TABLES:
-                cl = csvfiles.CsvLoad(cur, p, kind, path, rank, display, work)
-                entry["rows"] = cl.load()
-                entry["status"] = cl.status
-                res.tables.append(cl.table)
-                res.warnings.extend((display, w) for w in cl.warnings)
-            elif kind == "communication":
-                ops, bws, dists = commfiles.communication_rows(path, rank)
-                for name, t in (("comm_ops", ops), ("comm_bandwidth", bws), ("comm_size_distribution", dists)):
-                    res.comm.setdefault(name, []).append(t)
-                entry["rows"] = ops.num_rows
-            elif kind == "communication_matrix":
-                t = commfiles.matrix_rows(path, rank)
-                res.comm.setdefault("comm_matrix", []).append(t)
-                entry["rows"] = t.num_rows
-        except (tracefile.TraceFileError, duckdb.Error, ValueError, OSError, UnicodeError) as exc:
-            entry["status"] = "failed"
-            res.warnings.append((display, f"not loaded: {_message(exc)}"))
-        except Exception as exc:  # an unexpected bug must not take the other files down with it
-            entry["status"] = "failed"
-            res.warnings.append((display, f"not loaded (internal error {type(exc).__name__}): {_message(exc)}"))
-        entry["seconds"] = round(time.perf_counter() - t0, 3)
+    display = _display(path, root)
+    size = path.stat().st_size
+    progress.file_start(rank, display, size)
+    t0 = time.perf_counter()
+    entry = {"rank": rank, "file": display, "kind": kind, "size_bytes": size, "rows": None, "status": "loaded"}
+    warnings: list[str] = []
+    try:
+        if size == 0:
+            raise tracefile.TraceFileError("empty file")
+        if kind == "trace_view":
+            tl = trace.TraceLoad(cur, p, path, work / f"r{res.idx}", display)
+            tl.read()
+            added = overlap.derive(cur, p)
+            res.overlap_source = "derived" if added else "trace"
+            stats = tl.derive()
+            tl.drop_events()
+            res.has_trace = True
+            entry["rows"], entry["status"] = stats["events"], tl.status
+            warnings.extend(tl.warnings)
+            if added:
+                warnings.append(f"no Overlap Analysis lane in the trace: derived one from the device tasks "
+                                f"({added} slices)")
+        elif kind in csvfiles.TABLES:
+            cl = csvfiles.CsvLoad(cur, p, kind, path, rank, display, work)
+            entry["rows"] = cl.load()
+            entry["status"] = cl.status
+            res.tables.append(cl.table)
+            warnings.extend(cl.warnings)
+        elif kind == "communication":
+            ops, bws, dists = commfiles.communication_rows(path, rank)
+            for name, t in (("comm_ops", ops), ("comm_bandwidth", bws), ("comm_size_distribution", dists)):
+                res.comm.setdefault(name, []).append(t)
+            entry["rows"] = ops.num_rows
+        elif kind == "communication_matrix":
+            t = commfiles.matrix_rows(path, rank)
+            res.comm.setdefault("comm_matrix", []).append(t)
+            entry["rows"] = t.num_rows
+    except (tracefile.TraceFileError, duckdb.Error, ValueError, OSError, UnicodeError) as exc:
+        entry["status"] = "failed"
+        warnings.append(f"not loaded: {_message(exc)}")
+    except Exception as exc:  # an unexpected bug must not take the other files down with it
+        entry["status"] = "failed"
+        warnings.append(f"not loaded (internal error {type(exc).__name__}): {_message(exc)}")
+    finally:
+        cur.close()
+    entry["seconds"] = round(time.perf_counter() - t0, 3)
+    with res.lock:
         res.files.append(entry)
-        progress.file_done(rank, display, size, entry["seconds"])
-    cur.close()
-    return res
+        res.warnings.extend((display, w) for w in warnings)
+    progress.file_done(rank, display, size, entry["seconds"])
 
 
 def _message(exc: BaseException) -> str:
@@ -147,7 +151,7 @@ def _device_id(cur, res: RankResult) -> int | None:
 
 
 def _assemble(con, results: list[RankResult], root: Path, src_path: Path, started: float,
-              extra_warnings: list[tuple]) -> dict:
+              extra_warnings: list[tuple], progress: Progress) -> dict:
     for ddl in CORE_DDL:
         con.execute(ddl)
     toff = soff = foff = 0
@@ -186,6 +190,7 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
             f"(SELECT count(*) FROM {p}flows)").fetchone()
         toff, soff, foff = toff + n_tracks, soff + n_slices, foff + n_flows
 
+    progress.phase("assembling the tables from the CSV and JSON files")
     for table in sorted(set(csvfiles.TABLES.values())):
         parts = [f"SELECT * FROM {res.prefix}{table}" for res in results if table in res.tables]
         if parts:
@@ -202,7 +207,9 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
         if name == "comm_bandwidth":
             con.execute("ALTER TABLE comm_bandwidth ALTER size_distribution TYPE JSON")
 
+    progress.phase("building the level-of-detail tables")
     lod.build(con)
+    progress.phase("writing metadata")
 
     warnings = list(extra_warnings)
     files = []
@@ -298,14 +305,21 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
             con.execute(f"SET memory_limit = '{_checked_size(memory_limit)}'")
             con.execute("SET temp_directory = ?", [str(work / "spill")])
             con.execute("SET preserve_insertion_order = true")
-            con.execute("ATTACH ? AS stage", [str(work / "stage.duckdb")])
+            con.execute("ATTACH ':memory:' AS stage")  # spills to temp_directory past memory_limit
             sqlfuncs.install(con)
             results = [RankResult(src=s, idx=i, prefix=f"stage._r{i}_") for i, s in enumerate(disc.ranks)]
-            with ThreadPoolExecutor(max_workers=max(1, min(workers, len(results)))) as pool:
-                results = list(pool.map(lambda r: _stage_rank(con, r, disc.root, work, progress), results))
-            progress.phase("assembling tables")
-            summary = _assemble(con, results, disc.root, src_path, started, extra_warnings)
+            # one task per file, biggest first, so a rank's trace and CSVs (and other ranks) load side by side
+            tasks = sorted(((res, kind, path) for res in results for kind, path in res.src.files.items()),
+                           key=lambda t: -t[2].stat().st_size)
+            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                for _ in pool.map(lambda t: _stage_file(con, *t, disc.root, work, progress), tasks):
+                    pass
+            for res in results:
+                res.files.sort(key=lambda f: (f["kind"] != "trace_view", f["file"]))
+            progress.phase("assembling the timeline tables")
+            summary = _assemble(con, results, disc.root, src_path, started, extra_warnings, progress)
             con.execute("DETACH stage")
+            progress.phase("writing the file")
             con.execute("CHECKPOINT")
             con.close()
             os.replace(tmp, out)

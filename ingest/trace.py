@@ -24,16 +24,18 @@ from . import tracefile
 
 KIND_ORDER = ["python", "cann", "hardware", "communication", "overlap", "counter", "other"]
 
-EVENT_COLUMNS = ("{{ph: 'VARCHAR', name: 'VARCHAR', cat: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', "
-                 "ts: 'VARCHAR', dur: 'VARCHAR', id: 'VARCHAR', bp: 'VARCHAR', args: 'JSON'}}")
+# ts stays text (exact ns); dur is small enough for a double to round to the exact ns; pid/tid are JSON so that
+# string ids (other producers) survive, while numbers skip a costly number-to-text formatting.
+EVENT_COLUMNS = ("{{ph: 'VARCHAR', name: 'VARCHAR', cat: 'VARCHAR', pid: 'JSON', tid: 'JSON', "
+                 "ts: 'VARCHAR', dur: 'DOUBLE', id: 'VARCHAR', bp: 'VARCHAR', args: 'JSON'}}")
 
 READ_EVENTS = f"""
 CREATE OR REPLACE TABLE {{p}}ev AS
 SELECT row_number() OVER () AS seq, ph, name, cat,
        coalesce(TRY_CAST(pid AS BIGINT), -1 - CAST(hash(pid) % 2147483647 AS BIGINT)) AS pid,
        coalesce(TRY_CAST(tid AS BIGINT), -1 - CAST(hash(tid) % 2147483647 AS BIGINT)) AS tid,
-       pid AS pid_text, tid AS tid_text,
-       us_to_ns(ts) AS ts_ns, us_to_ns(dur) AS dur_ns, id AS flow_key, bp, args
+       CASE WHEN json_type(tid) = 'VARCHAR' THEN tid->>'$' END AS tid_text,
+       us_to_ns(ts) AS ts_ns, CAST(round(dur * 1000) AS BIGINT) AS dur_ns, id AS flow_key, bp, args
 FROM read_json(?, format = 'array', columns = {EVENT_COLUMNS})
 """
 
