@@ -1,0 +1,1 @@
+"""Benchmarks: ``ascendscope bench ingest`` and ``ascendscope bench query`` (see docs/benchmarks.md)."""

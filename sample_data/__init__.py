@@ -1,0 +1,1 @@
+"""Synthetic torch_npu profiling data (see ``sample_data.generate``)."""

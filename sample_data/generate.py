@@ -1,0 +1,195 @@
+"""Generator of realistic synthetic torch_npu profiling runs (Ascend PyTorch Profiler, Level1, text export).
+
+Contract
+--------
+``generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap_lane=True, cann_lane=True,
+streams=2, hccl=True, trace_format="array") -> dict`` writes, for every rank ``r``::
+
+    out_dir/rank{r}_ascend_pt/
+        profiler_info_{r}.json          (indent=4, Level1 config, start_info/end_info, rank_id)
+        profiler_metadata.json          (ENV_VARIABLES + parallel_group_info with one default group of all ranks)
+        ASCEND_PROFILER_OUTPUT/
+            trace_view.json | trace_view.json.gz
+            kernel_details.csv  operator_details.csv  op_statistic.csv  api_statistic.csv (needs cann_lane)
+            step_trace_time.csv (needs overlap_lane)  memory_record.csv  operator_memory.csv  npu_module_mem.csv
+            l2_cache.csv  communication.json  communication_matrix.json (both need hccl)
+
+and returns ground truth: ``{"params", "ranks": [per-rank dict], "total_bytes"}``. A per-rank dict holds
+``x_events`` / ``c_events`` / ``m_events`` / ``total_events`` / ``cpu_op_events`` counts of the trace, ``min_x_ts_ns``
+and ``max_x_end_ns`` (integer epoch ns), ``flows`` (``{cat: {"s": n, "f": n}}`` for async_task_queue, async_npu,
+HostToDevice, fwdbwd; each s has one f except HostToDevice, where a launch with two kernels has two f),
+``steps`` (id, device start, end and host start in ns, as torch_npu's step range), ``hccl_ops``, ``csv_rows``
+(data rows per CSV, header excluded, multi-line cells count once) and ``files`` (bytes per file, relative path).
+
+The output is deterministic for a given set of arguments. The model structure (op sequence, kernels, collective op
+names) comes from ``random.Random(f"{seed}-structure")`` and is the same for every rank and step; timings come from
+one ``random.Random(f"{seed}-timing-{rank}")`` per rank. The trace is streamed to disk in chunks: memory use does not
+grow with the number of steps or ops.
+
+Trace content follows FORMATS.md (sections 1-6) and the 2025 Level1 sample:
+
+* Events are ``ph`` X / C / M / s / f, ``ts`` is an epoch-us string with exactly 3 decimals built from integer ns,
+  ``dur`` is ns/1000 as a JSON number. Order is torch_npu's, not sorted: cpu_op slices (in end-time order), Enqueue+s
+  pairs, Dequeue+f pairs, Python metadata, fwdbwd pairs, then ``,`` and the CANN part: metadata of the CANN lanes,
+  timeline events (sorted by ts within chunks), async_npu s/f pairs.
+* Python process (pid 3000000+rank): main thread (ProfilerStep#N from N=10, nested torch ops, Enqueue), autograd
+  thread (backward nodes, fwdbwd flow targets, collective launches) and the task-queue thread (Dequeue@<op>).
+* CANN process (``(pid << 10) | (7 << 5) | device``): AscendCL@ slices enclosing Runtime@ slices inside every Dequeue;
+  the HostToDevice ``s`` sits at the Runtime@ start, its id is that slice's connection_id (a string).
+* Ascend Hardware (sort index 13): tid = stream id. Compute streams 2..1+streams, HCCL stream 2+streams.
+* HCCL (sort 15): ``Group <id> Communication`` (tid 0, op slices ``hcom_allReduce__<tag>_<n>_1``) and Plane 0..3.
+* Overlap Analysis (sort 23), exactly FORMATS.md 6.1: compute = union of hardware tasks with Task Type in AI_CORE,
+  AI_VECTOR_CORE, MIX_AIC, MIX_AIV, AI_CPU; communication = union of the HCCL op slices; not overlapped =
+  communication - compute; free = [first task start, last task end] - (compute U communication), where "task" means
+  every Ascend Hardware task.
+* Counters: AI Core Freq ``{"MHz"}`` and NPU MEM ``APP/HBM`` ``{"KB"}`` every 100 us; the very last AI Core Freq
+  sample has an integer ts string without decimals (a quirk seen in real data).
+
+CSV consistency rules: kernel_details rows = the Ascend Hardware tasks except EVENT_WAIT_SQE and PCIE_DMA_SQE (memcpy),
+plus one ``HCCL`` row per collective op (op slice start/duration), same start and duration as the trace, with
+``Step Id`` = the step whose device range contains the start. op_statistic aggregates the non-HCCL kernel_details
+rows by (Type, Accelerator Core). step_trace_time is computed from the Overlap lane like torch_npu (each lane event
+goes to the step whose [device start, end) holds its start, whole duration added). operator_details has one row per
+torch op (ProfilerStep excluded, pre-order per tree); device durations sum the tasks linked by async_npu flows
+(``With AICore`` = Task Type AI_CORE only). memory_record has APP rows first, then PTA/GE rows each followed by a
+PTA+GE row, increasing in time.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+
+from . import _catalog
+from ._sim import RankSim
+
+T0_NS = 1_736_408_883_600_000_000
+ENV_VARIABLES = {k: "" for k in ("ASCEND_GLOBAL_LOG_LEVEL", "HCCL_RDMA_TC", "HCCL_RDMA_SL", "ACLNN_CACHE_LIMIT",
+                                 "HOST_CACHE_CAPACITY", "ASCEND_ENHANCE_ENABLE", "PYTORCH_NPU_ALLOC_CONF",
+                                 "ASCEND_LAUNCH_BLOCKING")}
+TRACE_FORMATS = ("array", "object", "gz")
+
+
+def generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap_lane=True,
+                 cann_lane=True, streams=2, hccl=True, trace_format="array") -> dict:
+    if trace_format not in TRACE_FORMATS:
+        raise ValueError(f"trace_format must be one of {TRACE_FORMATS}")
+    if ranks < 1 or steps < 1 or ops_per_step < 1 or streams < 1:
+        raise ValueError("ranks, steps, ops_per_step and streams must be >= 1")
+    params = {"ranks": ranks, "steps": steps, "ops_per_step": ops_per_step, "seed": seed,
+              "overlap_lane": overlap_lane, "cann_lane": cann_lane, "streams": streams, "hccl": hccl,
+              "trace_format": trace_format}
+    srng = random.Random(f"{seed}-structure")
+    plan = _catalog.build_plan(srng, ops_per_step, hccl)
+    group = str(10_000_000_000_000_000_000 + srng.getrandbits(63))
+    cfg = dict(params, t0=T0_NS + (seed % 1000) * 3_600_000_000_000)
+    os.makedirs(out_dir, exist_ok=True)
+    result = {"params": params, "group": group, "ranks": [], "total_bytes": 0}
+    for r in range(ranks):
+        rank_dir = os.path.join(out_dir, f"rank{r}_ascend_pt")
+        os.makedirs(rank_dir, exist_ok=True)
+        sim = RankSim(r, cfg, plan, rank_dir, group)
+        for i in range(steps):
+            sim.step(i)
+        truth = sim.finish()
+        _write_info(rank_dir, r, ranks, group, truth)
+        files = {}
+        for base, _, names in os.walk(rank_dir):
+            for name in names:
+                path = os.path.join(base, name)
+                files[os.path.relpath(path, rank_dir).replace(os.sep, "/")] = os.path.getsize(path)
+        truth["files"] = dict(sorted(files.items()))
+        truth["bytes"] = sum(files.values())
+        result["total_bytes"] += truth["bytes"]
+        result["ranks"].append(truth)
+    return result
+
+
+def _write_info(rank_dir, rank, ranks, group, truth):
+    end_ns = truth["max_x_end_ns"] + 180_000_000
+    mono_end = 172_164_265_133_640 + rank * 1_000_000
+    info = {
+        "config": {
+            "common_config": {
+                "activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
+                "schedule": {"wait": 0, "active": len(truth["steps"]), "warmup": 1, "repeat": 1, "skip_first": 8},
+                "record_shapes": True, "profile_memory": True, "with_stack": True,
+                "with_flops": False, "with_modules": False},
+            "experimental_config": {
+                "_profiler_level": "Level1", "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION", "_l2_cache": True,
+                "_msprof_tx": False, "_data_simplification": True, "record_op_args": False,
+                "_export_type": "text", "_op_attr": False, "_gc_detect_threshold": None}},
+        "start_info": {"syscnt_enable": True, "freq": 100,
+                       "start_cnt": 17_238_197_612_056 + rank * 1000,
+                       "start_monotonic": mono_end - (end_ns - truth["min_x_ts_ns"]) - 120_000_000},
+        "end_info": {"collectionTimeEnd": end_ns, "MonotonicTimeEnd": mono_end},
+        "rank_id": rank,
+    }
+    with open(os.path.join(rank_dir, f"profiler_info_{rank}.json"), "w", encoding="utf-8") as fh:
+        json.dump(info, fh, indent=4)
+    meta = {"ENV_VARIABLES": ENV_VARIABLES,
+            "parallel_group_info": {group: {"group_name": "default_group", "group_rank": rank,
+                                            "global_ranks": list(range(ranks))}}}
+    with open(os.path.join(rank_dir, "profiler_metadata.json"), "w", encoding="utf-8") as fh:
+        json.dump(meta, fh)
+
+
+def ops_for_target_mb(target_mb, *, steps=3, seed=0, **kw):
+    """ops_per_step that makes one rank's trace about ``target_mb`` MB (1 MB = 2**20 bytes), from two small
+    calibration runs (the trace size is close to linear in ops_per_step)."""
+    kw = {k: v for k, v in kw.items() if k in ("overlap_lane", "cann_lane", "streams", "hccl")}
+    sizes = []
+    probe = (400, 1600)
+    tmp = tempfile.mkdtemp(prefix="gen_calib_")
+    try:
+        for i, ops in enumerate(probe):
+            res = generate_run(os.path.join(tmp, str(i)), ranks=1, steps=1, ops_per_step=ops, seed=seed, **kw)
+            r0 = res["ranks"][0]
+            sizes.append(r0["files"]["ASCEND_PROFILER_OUTPUT/" + r0["trace_file"]])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    slope = (sizes[1] - sizes[0]) / (probe[1] - probe[0])
+    fixed = sizes[0] - slope * probe[0]
+    per_step = target_mb * 1048576 / steps - fixed
+    return max(1, int(per_step / slope))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m sample_data.generate",
+                                 description="Generate a synthetic multi-rank torch_npu profiling run.")
+    ap.add_argument("out", help="output directory (rank{r}_ascend_pt folders are created inside)")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--ops-per-step", type=int, default=200, help="approximate torch-op slices per step")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--streams", type=int, default=2, help="compute streams per device")
+    ap.add_argument("--no-overlap", action="store_true", help="omit the Overlap Analysis lane")
+    ap.add_argument("--no-cann", action="store_true", help="omit the CANN lane (and HostToDevice flows)")
+    ap.add_argument("--no-hccl", action="store_true", help="no collectives (no HCCL lane, no communication*.json)")
+    ap.add_argument("--format", choices=TRACE_FORMATS, default="array", dest="trace_format")
+    ap.add_argument("--target-mb", type=float, default=None,
+                    help="choose ops-per-step so that each rank's trace is about this many MB")
+    a = ap.parse_args(argv)
+    kw = dict(overlap_lane=not a.no_overlap, cann_lane=not a.no_cann, streams=a.streams, hccl=not a.no_hccl)
+    ops = a.ops_per_step
+    if a.target_mb:
+        ops = ops_for_target_mb(a.target_mb, steps=a.steps, seed=a.seed, **kw)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = generate_run(a.out, ranks=a.ranks, steps=a.steps, ops_per_step=ops, seed=a.seed,
+                       trace_format=a.trace_format, **kw)
+    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+    events = sum(r["total_events"] for r in res["ranks"])
+    mb = res["total_bytes"] / 1048576
+    res["timing"] = {"seconds": round(secs, 3), "cpu_seconds": round(cpu, 3),
+                     "events_per_s": round(events / secs), "events_per_cpu_s": round(events / max(cpu, 1e-9)),
+                     "mb_per_s": round(mb / secs, 2), "mb_per_cpu_s": round(mb / max(cpu, 1e-9), 2)}
+    json.dump(res, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
