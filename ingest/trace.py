@@ -84,28 +84,29 @@ SELECT row_number() OVER (ORDER BY list_position({kinds}, kind), process_sort_in
 FROM named
 """
 
+# narrow: the wide columns (name, cat, args) are joined back once, in STAGED_SLICES; B/E pairs carry their own
 RAW_SLICES = """
 CREATE OR REPLACE TABLE {p}x AS
 WITH be AS (
-    SELECT e.*, sum(CASE WHEN ph = 'B' THEN 1 ELSE -1 END)
+    SELECT e.seq, e.pid, e.tid, e.ts_ns, e.ph, e.name, e.cat, e.args,
+           sum(CASE WHEN ph = 'B' THEN 1 ELSE -1 END)
                OVER (PARTITION BY pid, tid ORDER BY ts_ns, seq ROWS UNBOUNDED PRECEDING) AS level_after
     FROM {p}ev e WHERE ph IN ('B', 'E') AND ts_ns IS NOT NULL),
 lv AS (SELECT *, CASE WHEN ph = 'B' THEN level_after ELSE level_after + 1 END AS lvl FROM be),
 num AS (SELECT *, row_number() OVER (PARTITION BY pid, tid, lvl, ph ORDER BY ts_ns, seq) AS k FROM lv),
 pairs AS (
-    SELECT b.seq, b.pid, b.tid, b.ts_ns, e.ts_ns - b.ts_ns AS dur_ns, coalesce(b.name, e.name) AS name,
-           coalesce(b.cat, e.cat) AS cat, 'B' AS ph, coalesce(b.args, e.args) AS args, e.seq IS NULL AS unclosed
+    SELECT b.seq, b.pid, b.tid, b.ts_ns, e.ts_ns - b.ts_ns AS dur_ns, 'B' AS ph, e.seq IS NULL AS unclosed,
+           coalesce(b.name, e.name) AS name_o, coalesce(b.cat, e.cat) AS cat_o, coalesce(b.args, e.args) AS args_o
     FROM num b LEFT JOIN num e ON e.ph = 'E' AND e.pid = b.pid AND e.tid = b.tid AND e.lvl = b.lvl AND e.k = b.k
     WHERE b.ph = 'B'),
 all_slices AS (
-    SELECT seq, pid, tid, ts_ns, dur_ns, name, cat, ph, args, false AS unclosed
-    FROM {p}ev WHERE ph = 'X' AND ts_ns IS NOT NULL
-    UNION ALL
-    SELECT seq, pid, tid, ts_ns, 0, name, cat, ph, args, false FROM {p}ev WHERE ph IN ('i', 'I') AND ts_ns IS NOT NULL
+    SELECT seq, pid, tid, ts_ns, CASE WHEN ph = 'X' THEN dur_ns ELSE 0 END AS dur_ns, ph, false AS unclosed,
+           NULL::VARCHAR AS name_o, NULL::VARCHAR AS cat_o, NULL::JSON AS args_o
+    FROM {p}ev WHERE ph IN ('X', 'i', 'I') AND ts_ns IS NOT NULL
     UNION ALL
     SELECT * FROM pairs)
-SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns,
-       a.dur_ns < 0 AS negative_dur, a.unclosed, a.name, a.cat, a.ph, a.args
+SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns, a.ph,
+       a.dur_ns < 0 AS negative_dur, a.unclosed, a.name_o, a.cat_o, a.args_o
 FROM all_slices a JOIN {p}tracks t ON t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
 """
 
@@ -139,8 +140,10 @@ FROM {p}depth c ASOF JOIN {p}depth p
 
 STAGED_SLICES = """
 CREATE OR REPLACE TABLE {p}slices AS
-SELECT o.local_id, o.local_track, o.ts_ns, o.dur_ns, d.depth, par.parent_local, x.name, x.cat, x.ph, x.args
-FROM {p}ord o JOIN {p}x x USING (seq) JOIN {p}depth d USING (local_id) LEFT JOIN {p}parent par USING (local_id)
+SELECT o.local_id, o.local_track, o.ts_ns, o.dur_ns, d.depth, par.parent_local,
+       coalesce(x.name_o, e.name) AS name, coalesce(x.cat_o, e.cat) AS cat, x.ph, coalesce(x.args_o, e.args) AS args
+FROM {p}ord o JOIN {p}x x USING (seq) JOIN {p}ev e USING (seq) JOIN {p}depth d USING (local_id)
+LEFT JOIN {p}parent par USING (local_id)
 ORDER BY o.local_id
 """
 
