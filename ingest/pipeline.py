@@ -305,6 +305,7 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
             con.execute(f"SET memory_limit = '{_checked_size(memory_limit)}'")
             con.execute("SET temp_directory = ?", [str(work / "spill")])
             con.execute("SET preserve_insertion_order = true")
+            con.execute("SET enable_progress_bar = false")
             con.execute("ATTACH ':memory:' AS stage")  # spills to temp_directory past memory_limit
             sqlfuncs.install(con)
             results = [RankResult(src=s, idx=i, prefix=f"stage._r{i}_") for i, s in enumerate(disc.ranks)]
