@@ -154,6 +154,7 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
               extra_warnings: list[tuple], progress: Progress) -> dict:
     for ddl in CORE_DDL:
         con.execute(ddl)
+    devices = {res.idx: _device_id(con, res) for res in results}  # before the staging tables go
     toff = soff = foff = 0
     for res in results:
         if not res.has_trace:
@@ -189,12 +190,16 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
             f"SELECT (SELECT count(*) FROM {p}tracks), (SELECT count(*) FROM {p}slices), "
             f"(SELECT count(*) FROM {p}flows)").fetchone()
         toff, soff, foff = toff + n_tracks, soff + n_slices, foff + n_flows
+        for t in ("tracks", "slices", "flows", "counters", "steps"):  # free the memory for the next rank
+            con.execute(f"DROP TABLE IF EXISTS {p}{t}")
 
     progress.phase("assembling the tables from the CSV and JSON files")
     for table in sorted(set(csvfiles.TABLES.values())):
         parts = [f"SELECT * FROM {res.prefix}{table}" for res in results if table in res.tables]
         if parts:
             con.execute(f"CREATE TABLE {table} AS " + " UNION ALL BY NAME ".join(parts))
+            for res in results:
+                con.execute(f"DROP TABLE IF EXISTS {res.prefix}{table}")
         else:
             con.execute(EMPTY_TABLES[table])
     for name, schema in (("comm_ops", commfiles.OPS_SCHEMA), ("comm_bandwidth", commfiles.BW_SCHEMA),
@@ -207,6 +212,7 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
         if name == "comm_bandwidth":
             con.execute("ALTER TABLE comm_bandwidth ALTER size_distribution TYPE JSON")
 
+    con.execute("DETACH stage")  # staging is done: give its memory to the level-of-detail build
     progress.phase("building the level-of-detail tables")
     lod.build(con)
     progress.phase("writing metadata")
@@ -227,7 +233,7 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
         exp = (info.get("config") or {}).get("experimental_config") or {} if info else {}
         extent = con.execute("SELECT min(ts_ns), max(ts_ns + dur_ns) FROM slices WHERE rank = ?", [r]).fetchone()
         con.execute("INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-            r, _device_id(con, res), _display(res.src.folder, root) if res.src.folder != root else ".",
+            r, devices[res.idx], _display(res.src.folder, root) if res.src.folder != root else ".",
             res.src.rank_source, exp.get("_profiler_level"), info.get("torch_npu_version"),
             info.get("cann_version"), res.has_trace, res.overlap_source, extent[0], extent[1],
             json.dumps(info) if info else None, json.dumps(metadata) if metadata is not None else None])
@@ -319,7 +325,6 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
                 res.files.sort(key=lambda f: (f["kind"] != "trace_view", f["file"]))
             progress.phase("assembling the timeline tables")
             summary = _assemble(con, results, disc.root, src_path, started, extra_warnings, progress)
-            con.execute("DETACH stage")
             progress.phase("writing the file")
             con.execute("CHECKPOINT")
             con.close()
