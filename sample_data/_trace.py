@@ -40,8 +40,9 @@ class OverlapSweep:
     """Incremental Overlap Analysis (FORMATS.md 6.1).
 
     ``src[i]`` collects the (start, end) intervals of source ``i`` (one per stream) in increasing, non-overlapping
-    order; sources listed in ``comm_sources`` are communication, the others compute. ``first`` / ``last`` are the
-    extremes of all tasks. ``flush(horizon)`` finalizes everything before a cut that lies in a gap of
+    order; sources listed in ``comm_sources`` are communication, the others compute. Free spans the gaps between
+    the first and the last busy (compute or communication) interval, as in the real samples (msprof does not
+    stretch it to place-holder tasks). ``flush(horizon)`` finalizes everything before a cut that lies in a gap of
     compute U comm and before ``horizon`` (no later interval may start before it), so the chunked result equals the
     whole-run one, and each interval is handled about once.
     ``emit(kind, start, end)`` receives kind 0 Computing, 1 Communication, 2 Communication(Not Overlapped), 3 Free.
@@ -122,17 +123,12 @@ class OverlapSweep:
                 emit(1, s, e)
             for s, e in self.subtract(mu, cu):
                 emit(2, s, e)
-            prev = self.busy_end if self.busy_end is not None else self.first
+            prev = self.busy_end if self.busy_end is not None else busy[0][0]
             for s, e in busy:
                 if s > prev:
                     emit(3, prev, s)
                 prev = e
             self.busy_end = prev
-        if final and self.last is not None:
-            prev = self.busy_end if self.busy_end is not None else self.first
-            if self.last > prev:
-                self.emit(3, prev, self.last)
-            self.busy_end = self.last
 
 
 def python_meta(pid, tid_main, tid_bwd, tid_deq):

@@ -40,8 +40,8 @@ Trace content follows FORMATS.md (sections 1-6) and the 2025 Level1 sample:
 * HCCL (sort 15): ``Group <id> Communication`` (tid 0, op slices ``hcom_allReduce__<tag>_<n>_1``) and Plane 0..3.
 * Overlap Analysis (sort 23), exactly FORMATS.md 6.1: compute = union of hardware tasks with Task Type in AI_CORE,
   AI_VECTOR_CORE, MIX_AIC, MIX_AIV, AI_CPU; communication = union of the HCCL op slices; not overlapped =
-  communication - compute; free = [first task start, last task end] - (compute U communication), where "task" means
-  every Ascend Hardware task.
+  communication - compute; free = [first busy start, last busy end] - (compute U communication), as in the real
+  samples (the bounds are those of compute U communication, not of place-holder tasks).
 * Counters: AI Core Freq ``{"MHz"}`` and NPU MEM ``APP/HBM`` ``{"KB"}`` every 100 us; the very last AI Core Freq
   sample has an integer ts string without decimals (a quirk seen in real data).
 
