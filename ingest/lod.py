@@ -16,8 +16,9 @@ level from the previous one (``bucket // FACTOR``), which gives the same result 
 "longest, ties to the smallest id" order is packed into one HUGEINT key, ``(dur_ns << 40) - slice_id``, which
 aggregates much faster than a struct.
 
-The base width is chosen so that level 0 already has about 8× fewer buckets than there are slices: finer levels
-would be as large as ``slices`` itself and save nothing (at such zoom the exact slices are cheap to read).
+The base width is chosen so that level 0 could hold at most half as many buckets (over all (track, depth) rows) as
+there are slices: finer levels would be nearly as large as ``slices`` itself and save nothing (at such zoom the
+exact slices are cheap to read).
 """
 
 from __future__ import annotations
@@ -49,19 +50,24 @@ COLUMNS = ("track_id, depth, bucket, slice_count::BIGINT AS slice_count, slice_i
            "max_end_ns, total_dur_ns::BIGINT AS total_dur_ns")
 
 
-def base_bucket_ns(span_ns: int, slices: int) -> int:
+def base_bucket_ns(span_ns: int, slices: int, rows: int) -> int:
+    """The finest width at which ``rows`` (track, depth) rows of buckets hold at most half as many buckets as
+    there are slices."""
     width = MIN_BUCKET_NS
-    while span_ns // width > max(1, slices // 8):
+    while rows * (span_ns // width) > max(1, slices // 2):
         width *= FACTOR
     return width
 
 
-def build(con) -> list[tuple[int, int, int]]:
-    """Create ``slice_lod`` and ``lod_levels``; return (level, bucket_ns, rows) per level."""
-    span, n = con.execute("SELECT max(ts_ns + dur_ns) - min(ts_ns), count(*) FROM slices").fetchone()
+def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
+    """Create ``slice_lod`` and ``lod_levels``; return (level, bucket_ns, rows) per level.
+
+    ``base_ns`` forces level 0's width (tests use it to exercise many levels on small data)."""
+    span, n, rows = con.execute("SELECT max(ts_ns + dur_ns) - min(ts_ns), count(*), count(DISTINCT (track_id, depth)) "
+                                "FROM slices").fetchone()
     levels: list[tuple[int, int, int]] = []
     if span is not None and n:
-        width = base_bucket_ns(max(int(span), 1), n)
+        width = base_ns or base_bucket_ns(max(int(span), 1), n, rows)
         con.execute(LEVEL0, [width])
         level = 0
         while True:
