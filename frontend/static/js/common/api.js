@@ -1,0 +1,41 @@
+// JSON API client: GET with repeatable query parameters, abortable, errors as ApiError with the server's
+// {"error": {"code", "message", "status"}} shape.
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** Query string from an object; array values repeat the key (track_id=1&track_id=2); null/undefined skipped. */
+export function queryString(params = {}) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v === null || v === undefined) continue;
+    if (Array.isArray(v)) for (const item of v) q.append(k, String(item));
+    else q.append(k, String(v));
+  }
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}
+
+export async function apiGet(path, params = {}, { signal } = {}) {
+  const resp = await fetch(path + queryString(params), { signal, headers: { Accept: "application/json" } });
+  let body = null;
+  try {
+    body = await resp.json();
+  } catch {
+    body = null;
+  }
+  if (!resp.ok) {
+    const err = body && body.error ? body.error : {};
+    throw new ApiError(resp.status, err.code || "http_error", err.message || `HTTP ${resp.status}`);
+  }
+  return body;
+}
+
+export function isAbort(err) {
+  return err && (err.name === "AbortError" || err.code === 20);
+}

@@ -1,0 +1,78 @@
+// Page chrome shared by every view: the page data the server embedded, the rank selector (kept in the URL as
+// ?rank=, carried across the run tabs) and the wait-until-ready reload for runs still ingesting.
+//
+// Views import { page, currentRank, onRankChange } from "/static/js/common/nav.js".
+
+import { apiGet } from "./api.js";
+
+export const page = JSON.parse(document.getElementById("page-data")?.textContent || "{}");
+
+const RANK_EVENT = "ascendscope:rankchange";
+const rankSelect = document.getElementById("rank-select");
+
+/** The selected rank as a number, or null for "all ranks" (only offered where the view allows it). */
+export function currentRank() {
+  if (!rankSelect) return null;
+  const v = rankSelect.value;
+  return v === "" ? null : Number(v);
+}
+
+/** Calls fn(rank) whenever the user picks another rank. */
+export function onRankChange(fn) {
+  window.addEventListener(RANK_EVENT, (e) => fn(e.detail.rank));
+}
+
+function syncTabs(rank) {
+  for (const a of document.querySelectorAll("#view-tabs a.tab")) {
+    const url = new URL(a.href, location.href);
+    if (rank === null) url.searchParams.delete("rank");
+    else url.searchParams.set("rank", String(rank));
+    a.href = url.pathname + url.search;
+  }
+}
+
+function initRankSelect() {
+  if (!rankSelect) return;
+  const wanted = new URLSearchParams(location.search).get("rank");
+  if (wanted !== null && [...rankSelect.options].some((o) => o.value === wanted)) rankSelect.value = wanted;
+  syncTabs(currentRank());
+  rankSelect.addEventListener("change", () => {
+    const rank = currentRank();
+    const url = new URL(location.href);
+    if (rank === null) url.searchParams.delete("rank");
+    else url.searchParams.set("rank", String(rank));
+    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+    syncTabs(rank);
+    window.dispatchEvent(new CustomEvent(RANK_EVENT, { detail: { rank } }));
+  });
+}
+
+async function waitUntilReady() {
+  const box = document.getElementById("run-not-ready");
+  if (!box || !page.run_id) return;
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 1000));
+    let run;
+    try {
+      run = await apiGet(`/api/runs/${encodeURIComponent(page.run_id)}`);
+    } catch {
+      continue;
+    }
+    if (run.status === "ready") { location.reload(); return; }
+    const status = box.querySelector(".status");
+    if (status) {
+      status.textContent = run.status + (run.progress ? ` — ${run.progress}` : "");
+      status.className = `status status-${run.status}`;
+    }
+    if (run.status === "failed") {
+      const err = document.createElement("p");
+      err.className = "run-error";
+      err.textContent = run.error || "ingestion failed";
+      box.appendChild(err);
+      return;
+    }
+  }
+}
+
+initRankSelect();
+waitUntilReady();

@@ -1,0 +1,173 @@
+// The lane tree (rank → process → thread/stream/plane/counter), its layout into rows, and the label column.
+//
+// Nodes: {type: "rank"|"group"|"track", id, title, collapsed, pinned, children, track?}. layout() flattens the
+// expanded, rank-filtered tree into rows {node, y, h, level}; pinned nodes go to a separate list drawn at the top.
+
+import { HEADER_PX, INDENT_PX, trackHeight } from "./geometry.js";
+
+const KIND_TITLES = { python: "Python", cann: "CANN", hardware: "Ascend Hardware", communication: "Communication",
+  overlap: "Overlap Analysis" };
+// Process kinds shown expanded by default; counters and unknown processes start collapsed.
+const OPEN_KINDS = new Set(["python", "cann", "hardware", "communication", "overlap"]);
+const MAX_OPEN_RANKS = 4;
+
+export function buildTree(tracks) {
+  const ranks = new Map();
+  for (const t of tracks) {
+    if (!ranks.has(t.rank)) {
+      ranks.set(t.rank, { type: "rank", id: `r${t.rank}`, rank: t.rank, title: `Rank ${t.rank}`, collapsed: false,
+        pinned: false, children: [], groups: new Map() });
+    }
+    const rank = ranks.get(t.rank);
+    const gkey = `${t.pid}`;
+    let group = rank.groups.get(gkey);
+    if (!group) {
+      const kindTitle = KIND_TITLES[t.kind];
+      group = {
+        type: "group", id: `g${t.rank}:${t.pid}`, rank: t.rank, kind: t.kind,
+        title: t.process_name || kindTitle || `Process ${t.pid}`,
+        meta: t.kind === "python" ? `(${t.pid})` : "",
+        badge: t.label || "", collapsed: !OPEN_KINDS.has(t.kind), pinned: false, children: [],
+        sort: t.sort_index,
+      };
+      rank.groups.set(gkey, group);
+      rank.children.push(group);
+    }
+    group.children.push({
+      type: "track", id: `t${t.track_id}`, rank: t.rank, kind: t.kind, track: t,
+      title: t.kind === "counter" ? t.counter_name || t.thread_name : t.thread_name || `Thread ${t.tid}`,
+      collapsed: false, pinned: false, children: [], parent: group,
+    });
+  }
+  const out = [...ranks.values()].sort((a, b) => a.rank - b.rank);
+  out.forEach((r, i) => {
+    r.collapsed = i >= MAX_OPEN_RANKS;
+    r.children.sort((a, b) => a.sort - b.sort);
+    for (const g of r.children) {
+      g.parent = r;
+      if (g.children.every((c) => c.track.kind !== "counter" && !c.track.slice_count)) g.collapsed = true;
+    }
+    delete r.groups;
+  });
+  return out;
+}
+
+/** Every node by id, and every track node by track_id. */
+export function indexTree(ranks) {
+  const byId = new Map();
+  const byTrack = new Map();
+  for (const r of ranks) {
+    byId.set(r.id, r);
+    for (const g of r.children) {
+      byId.set(g.id, g);
+      for (const t of g.children) {
+        byId.set(t.id, t);
+        byTrack.set(t.track.track_id, t);
+      }
+    }
+  }
+  return { byId, byTrack };
+}
+
+function nodeHeight(node) {
+  return node.type === "track" ? trackHeight(node.track) : HEADER_PX;
+}
+
+/**
+ * Rows for the current state. rankFilter: null (all) or a rank. pinnedOrder: node ids in pin order.
+ * Returns {scroll: rows, pinned: rows, scrollHeight, pinnedHeight, rowOfTrack: Map(track_id → row)}.
+ * A track inside a collapsed parent maps to the visible ancestor's row (flows still have somewhere to land).
+ */
+export function layout(ranks, rankFilter, pinnedOrder, byId) {
+  const scroll = [];
+  const pinned = [];
+  const rowOfTrack = new Map();
+  const pinnedSet = new Set(pinnedOrder);
+  let y = 0;
+
+  function emit(list, node, level, yy, prefix) {
+    const row = { node, y: yy, h: nodeHeight(node), level, title: prefix + node.title, pinnedArea: list === pinned };
+    list.push(row);
+    return row;
+  }
+  function mapTracks(node, row) {
+    if (node.type === "track") rowOfTrack.set(node.track.track_id, row);
+    else for (const c of node.children) if (!pinnedSet.has(c.id)) mapTracks(c, row);
+  }
+  function walk(list, node, level, prefix, inPinned) {
+    if (!inPinned && pinnedSet.has(node.id)) return;
+    const row = emit(list, node, level, list === pinned ? pY : y, prefix);
+    if (list === pinned) pY += row.h;
+    else y += row.h;
+    if (node.type === "track") {
+      rowOfTrack.set(node.track.track_id, row);
+      return;
+    }
+    if (node.collapsed) {
+      mapTracks(node, row);
+      return;
+    }
+    for (const c of node.children) walk(list, c, level + 1, "", inPinned);
+  }
+
+  let pY = 0;
+  for (const id of pinnedOrder) {
+    const node = byId.get(id);
+    if (!node || (rankFilter !== null && node.rank !== rankFilter)) continue;
+    walk(pinned, node, 0, `${node.rank}_`, true);
+  }
+  for (const r of ranks) {
+    if (rankFilter !== null && r.rank !== rankFilter) continue;
+    walk(scroll, r, 0, "", false);
+  }
+  return { scroll, pinned, scrollHeight: y, pinnedHeight: pY, rowOfTrack };
+}
+
+/** (Re)builds the label column for rows; handlers: {toggle(node), pin(node), select(node)}. */
+export function renderLabels(container, rows, handlers, selectedLaneId) {
+  const frag = document.createDocumentFragment();
+  for (const row of rows) {
+    const n = row.node;
+    const el = document.createElement("div");
+    el.className = `tl-lane lane-${n.type}` + (n.id === selectedLaneId ? " selected" : "");
+    el.style.top = `${row.y}px`;
+    el.style.height = `${row.h}px`;
+    el.style.paddingLeft = `${4 + row.level * INDENT_PX}px`;
+    el.dataset.laneId = n.id;
+    el.dataset.kind = n.kind || n.type;
+    el.dataset.rank = String(n.rank);
+    if (n.type === "track") el.dataset.trackId = String(n.track.track_id);
+    const twisty = document.createElement("span");
+    twisty.className = "twisty" + (n.type === "track" ? " leaf" : "");
+    twisty.textContent = n.type === "track" ? "" : n.collapsed ? "▶" : "▼";
+    if (n.type !== "track") twisty.addEventListener("click", (e) => { e.stopPropagation(); handlers.toggle(n); });
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = row.title;
+    name.title = row.title;
+    el.append(twisty, name);
+    if (n.meta) {
+      const meta = document.createElement("span");
+      meta.className = "meta";
+      meta.textContent = n.meta;
+      el.appendChild(meta);
+    }
+    if (n.badge) {
+      const badge = document.createElement("span");
+      badge.className = "badge";
+      badge.textContent = n.badge;
+      el.appendChild(badge);
+    }
+    if (n.type !== "rank") {
+      const pin = document.createElement("span");
+      pin.className = "pin" + (n.pinned ? " on" : "");
+      pin.textContent = "↥";
+      pin.title = n.pinned ? "Unpin" : "Pin to the top";
+      pin.addEventListener("click", (e) => { e.stopPropagation(); handlers.pin(n); });
+      el.appendChild(pin);
+    }
+    el.addEventListener("click", () => (n.type === "track" ? handlers.select(n) : handlers.toggle(n)));
+    frag.appendChild(el);
+  }
+  container.replaceChildren(frag);
+}

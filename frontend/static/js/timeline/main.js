@@ -1,0 +1,73 @@
+// Timeline page entry: builds the Timeline on #timeline, wires input, and exposes window.__timeline, a small
+// debug/automation surface (lane positions, drawn arrows, view, geometry) used by the browser tests.
+
+import { DEPTH_PX, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
+import { attachInput } from "./input.js";
+import { Timeline } from "./timeline.js";
+
+const root = document.getElementById("timeline");
+
+if (root) {
+  const tl = new Timeline(root);
+  window.__timeline = {
+    ready: false,
+    error: null,
+    geometry: { DEPTH_PX, SLICE_PX, TRACK_PAD_PX },
+    get view() {
+      return { start_ns: root.dataset.viewStartNs, end_ns: root.dataset.viewEndNs };
+    },
+    /** Rows as drawn: title, kind, track id, top/height in page px (null when scrolled out of sight). */
+    lanes() {
+      const cRect = tl.canvas.getBoundingClientRect();
+      return [...tl.layout.pinned, ...tl.layout.scroll].map((row) => {
+        const top = cRect.top + tl.rowTop(row);
+        const visible = top + row.h > cRect.top + (row.pinnedArea ? 0 : tl.pinnedH) && top < cRect.bottom;
+        return { id: row.node.id, type: row.node.type, title: row.title, kind: row.node.kind || row.node.type,
+          rank: row.node.rank, track_id: row.node.track ? row.node.track.track_id : null,
+          collapsed: !!row.node.collapsed, pinned: row.pinnedArea, top, height: row.h, visible };
+      });
+    },
+    /** Arrows of the last frame, in page px. */
+    get arrows() {
+      const r = tl.canvas.getBoundingClientRect();
+      return tl.arrows.map((a) => ({ ...a, x1: a.x1 + r.left, y1: a.y1 + r.top, x2: a.x2 + r.left, y2: a.y2 + r.top }));
+    },
+    get canvasRect() {
+      const r = tl.canvas.getBoundingClientRect();
+      return { left: r.left, top: r.top, width: r.width, height: r.height };
+    },
+    get selected() {
+      return tl.selection ? tl.selection.slice_id : null;
+    },
+    get stats() {
+      return { ...tl.renderer.stats, pending: tl.data ? tl.data.pendingCount() : 0 };
+    },
+    pending: () => (tl.data ? tl.data.pendingCount() : 0),
+    revealTrack: (trackId) => {
+      tl.revealTrack(trackId);
+      tl.draw();
+      return true;
+    },
+    /** Page x of an absolute epoch-ns time (decimal string) in the current view. */
+    xOf: (absNs) => tl.canvas.getBoundingClientRect().left + tl.xOf(tl.rel(absNs)),
+    setView: (startAbs, endAbs) => tl.setView(tl.rel(startAbs), tl.rel(endAbs)),
+    select: (sliceId) => tl.select(sliceId, { reveal: true }),
+    enableFlows: (cat, on = true) => {
+      const box = root.querySelector(`#tl-flows-pop input[data-cat="${CSS.escape(cat)}"]`);
+      if (box && box.checked !== on) box.click();
+    },
+    redraw: () => tl.draw(),
+  };
+  tl.init()
+    .then(() => {
+      attachInput(tl);
+      window.__timeline.ready = true;
+      root.dataset.ready = "true";
+    })
+    .catch((err) => {
+      console.error(err);
+      window.__timeline.error = String(err && err.message ? err.message : err);
+      const status = root.querySelector("#tl-status");
+      if (status) status.textContent = `Could not load the timeline: ${window.__timeline.error}`;
+    });
+}

@@ -1,0 +1,500 @@
+// Canvas drawing in a few O(N) passes: rows and slices are gathered into per-colour rect batches (one fill per
+// colour), then labels where text fits, then counters, flows and the range overlay. The overlay canvas (hover,
+// cursor line, rubber band) is redrawn on mouse moves without touching the main canvas.
+
+import { flowColor } from "../common/colors.js";
+import { formatDuration, formatTick, formatValue } from "../common/format.js";
+import {
+  CHAR_PX, DEPTH_PX, HEADER_PX, LABEL_FONT, MIN_LABEL_PX, SLICE_PX, SUMMARY_PX, TRACK_PAD_PX, niceStep,
+} from "./geometry.js";
+
+const BG = "#1b1d22";
+const RANK_BG = "#262a31";
+const GROUP_BG = "#202329";
+const SEP = "#2b2f36";
+const SUMMARY = "#59606c";
+const TEXT = "#ffffff";
+const MUTED = "#8e94a0";
+const ACCENT = "#4c8dff";
+const SELECT_OUTLINE = "#ffffff";
+const HIDDEN_SERIES = new Set(["acc_id"]);
+const MIN_SLICE_PX = 1;
+const MERGE_PX = 2;  // slices narrower than this merge with a touching neighbour at the same depth
+
+export class Renderer {
+  constructor(canvas, overlay, ruler) {
+    this.canvas = canvas;
+    this.overlay = overlay;
+    this.ruler = ruler;
+    this.ctx = canvas.getContext("2d", { alpha: false });
+    this.octx = overlay.getContext("2d");
+    this.rctx = ruler.getContext("2d", { alpha: false });
+    this.W = this.H = this.RW = 0;
+    this._grow(64);
+    this.stats = { slices: 0, rects: 0, labels: 0, ms: 0 };
+  }
+
+  resize(W, H, RW, RH) {
+    const dpr = window.devicePixelRatio || 1;
+    for (const [c, w, h] of [[this.canvas, W, H], [this.overlay, W, H], [this.ruler, RW, RH]]) {
+      c.width = Math.max(1, Math.round(w * dpr));
+      c.height = Math.max(1, Math.round(h * dpr));
+      c.style.width = `${w}px`;
+      c.style.height = `${h}px`;
+      c.getContext("2d").setTransform(dpr, 0, 0, dpr, 0, 0);
+    }
+    this.W = W; this.H = H; this.RW = RW; this.RH = RH;
+  }
+
+  /** Full redraw of the lanes. s: the timeline state (see timeline.js: drawState()). Returns drawn arrows. */
+  draw(s) {
+    const t0 = performance.now();
+    const { ctx, W, H } = this;
+    const stats = { slices: 0, rects: 0, labels: 0 };
+    ctx.fillStyle = BG;
+    ctx.fillRect(0, 0, W, H);
+    const pinnedH = s.pinnedH;
+    // scrolling rows, then pinned rows on top
+    this._region(s, s.layout.scroll, pinnedH, H, pinnedH - s.scrollY, stats);
+    if (pinnedH > 0) {
+      this._region(s, s.layout.pinned, 0, pinnedH, 0, stats);
+      ctx.fillStyle = ACCENT;
+      ctx.fillRect(0, pinnedH - 2, W, 2);
+    }
+    this._selection(s);
+    this._range(s);
+    const arrows = this._flows(s);
+    this.stats = { ...stats, ms: performance.now() - t0 };
+    return arrows;
+  }
+
+  _region(s, rows, top, bottom, dy, stats) {
+    const { ctx, W } = this;
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(0, top, W, bottom - top);
+    ctx.clip();
+    const batch = new Map();
+    const labels = [];
+    const counters = [];
+    const k = W / (s.view.end - s.view.start);
+    for (const row of rows) {
+      const y = row.y + dy;
+      if (y + row.h < top || y > bottom) continue;
+      const n = row.node;
+      if (n.type === "rank") {
+        push(batch, RANK_BG, 0, y, W, row.h);
+      } else if (n.type === "group") {
+        push(batch, GROUP_BG, 0, y, W, row.h);
+        if (n.collapsed) this._summary(s, n, y, k, batch, stats);
+      } else if (n.track.kind === "counter") {
+        counters.push([n, y, row.h]);
+      } else {
+        this._slices(s, n.track, y, k, batch, labels, stats);
+      }
+      if (n.id === s.selectedLaneId) push(batch, "rgba(76,141,255,0.10)", 0, y, W, row.h);
+      push(batch, SEP, 0, y + row.h - 1, W, 1);
+    }
+    for (const [color, r] of batch) {
+      ctx.fillStyle = color;
+      ctx.beginPath();
+      for (let i = 0; i < r.length; i += 4) ctx.rect(r[i], r[i + 1], r[i + 2], r[i + 3]);
+      ctx.fill();
+      stats.rects += r.length / 4;
+    }
+    this._labels(labels, stats);
+    for (const [n, y, h] of counters) this._counter(s, n.track, y, h, k);
+    ctx.restore();
+  }
+
+  _slices(s, track, top, k, batch, labels, stats) {
+    const e = s.data.sliceEntry(track.track_id, s.view);
+    if (!e) return;
+    const { W } = this;
+    const vs = s.view.start;
+    const depths = Math.max(0, track.max_depth || 0) + 1;
+    if (this.lastEnd.length < depths) this._grow(depths);
+    const { lastEnd, lastLabel, lastSmall, lastRect } = this;
+    lastEnd.fill(-Infinity, 0, depths);
+    lastLabel.fill(-Infinity, 0, depths);
+    lastSmall.fill(0, 0, depths);
+    const { ts, dur, depth, nameId, colors, names } = e;
+    for (let i = 0; i < e.n; i++) {
+      let x0 = (ts[i] - vs) * k;
+      let x1 = x0 + dur[i] * k;
+      if (x1 < 0 || x0 > W) continue;
+      if (x1 - x0 < MIN_SLICE_PX) x1 = x0 + MIN_SLICE_PX;
+      const d = depth[i];
+      stats.slices += 1;
+      const small = x1 - x0 < MERGE_PX;
+      if (small && lastSmall[d] && x0 <= lastEnd[d] + 0.5) {
+        // runs of sub-pixel slices become one rect (coloured by the first): ≤ 1 rect per pixel column and depth
+        if (x1 > lastEnd[d]) {
+          const r = lastRect[d];
+          r[1][r[0] + 2] = Math.min(x1, W + 2) - r[1][r[0]];
+          lastEnd[d] = x1;
+        }
+        continue;
+      }
+      if (x0 < -2) x0 = -2;
+      if (x1 > W + 2) x1 = W + 2;
+      const id = nameId[i];
+      const color = colors[id];
+      let arr = batch.get(color);
+      if (arr === undefined) {
+        arr = [];
+        batch.set(color, arr);
+      }
+      lastRect[d] = [arr.length, arr];
+      arr.push(x0, top + TRACK_PAD_PX + d * DEPTH_PX, x1 - x0, SLICE_PX);
+      lastSmall[d] = small ? 1 : 0;
+      if (x1 > lastEnd[d]) lastEnd[d] = x1;
+      // improperly nested sources can overlap slices at one depth: never let their labels overprint
+      if (x1 - x0 >= MIN_LABEL_PX && x0 >= lastLabel[d]) {
+        labels.push(x0, x1, top + TRACK_PAD_PX + d * DEPTH_PX, id, names);
+        lastLabel[d] = x1;
+      }
+    }
+  }
+
+  _grow(n) {
+    this.lastEnd = new Float64Array(n);
+    this.lastLabel = new Float64Array(n);
+    this.lastSmall = new Uint8Array(n);
+    this.lastRect = new Array(n);
+  }
+
+  _summary(s, group, top, k, batch, stats) {
+    const { W } = this;
+    const y = top + HEADER_PX - SUMMARY_PX - 3;
+    const vs = s.view.start;
+    for (const child of group.children) {
+      if (child.track.kind === "counter") continue;
+      const e = s.data.sliceEntry(child.track.track_id, s.view);
+      if (!e) continue;
+      let lastEnd = -Infinity;
+      for (let i = 0; i < e.n; i++) {
+        if (e.depth[i] !== 0) continue;
+        let x0 = (e.ts[i] - vs) * k;
+        let x1 = x0 + e.dur[i] * k;
+        if (x1 < 0 || x0 > W) continue;
+        if (x1 - x0 < 1) x1 = x0 + 1;
+        if (x1 <= lastEnd) continue;  // one grey strip: covered pixels need no second rect
+        lastEnd = x1;
+        x0 = Math.max(x0, -2);
+        x1 = Math.min(x1, W + 2);
+        push(batch, SUMMARY, x0, y, x1 - x0, SUMMARY_PX);
+        stats.slices += 1;
+      }
+    }
+  }
+
+  _labels(labels, stats) {
+    const { ctx } = this;
+    ctx.font = LABEL_FONT;
+    ctx.textAlign = "center";
+    ctx.textBaseline = "middle";
+    ctx.fillStyle = TEXT;
+    for (let i = 0; i < labels.length; i += 5) {
+      const x0 = Math.max(labels[i], 0);
+      const x1 = Math.min(labels[i + 1], this.W);
+      const avail = x1 - x0 - 6;
+      if (avail < MIN_LABEL_PX - 6) continue;
+      const name = labels[i + 4][labels[i + 3]];
+      const maxChars = Math.floor(avail / CHAR_PX);
+      if (maxChars < 2) continue;
+      const text = name.length <= maxChars ? name : `${name.slice(0, maxChars - 1)}…`;
+      ctx.fillText(text, (x0 + x1) / 2, labels[i + 2] + SLICE_PX / 2 + 0.5, avail);
+      stats.labels += 1;
+    }
+  }
+
+  _counter(s, track, top, h, k) {
+    const e = s.data.counterEntry(track.track_id, s.view);
+    const { ctx, W } = this;
+    const meta = (track.series || []).find((x) => !HIDDEN_SERIES.has(x.series)) || (track.series || [])[0];
+    if (!meta) return;
+    const color = s.colorFor(track.counter_name || track.thread_name);
+    let lo = Math.min(0, meta.min_value ?? 0);
+    let hi = meta.max_value ?? 1;
+    if (!(hi > lo)) hi = lo + 1;
+    const y0 = top + h - 3;
+    const yh = h - 16;  // the top 13 px hold the max label
+    const yOf = (v) => y0 - ((v - lo) / (hi - lo)) * yh;
+    ctx.font = "10px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
+    ctx.textAlign = "left";
+    ctx.textBaseline = "top";
+    ctx.fillStyle = MUTED;
+    ctx.fillText(`max ${formatValue(hi)} ${meta.series}`, 4, top + 1);
+    if (!e) return;
+    const ser = e.series.find((x) => x.name === meta.series);
+    if (!ser || (!ser.ts.length && !ser.before)) return;
+    const vs = s.view.start;
+    const pts = [];
+    if (ser.before) pts.push([(ser.before.ts_ns - vs) * k, ser.before.value]);
+    for (let i = 0; i < ser.ts.length; i++) pts.push([(ser.ts[i] - vs) * k, ser.value[i]]);
+    const endX = ser.after ? (ser.after.ts_ns - vs) * k : pts.length ? pts[pts.length - 1][0] : 0;
+    if (!pts.length) return;
+    ctx.beginPath();
+    let x = Math.max(-2, pts[0][0]);
+    let yPrev = yOf(Number.isFinite(pts[0][1]) ? pts[0][1] : lo);
+    ctx.moveTo(x, y0);
+    ctx.lineTo(x, yPrev);
+    for (let i = 1; i < pts.length; i++) {
+      x = Math.min(Math.max(pts[i][0], -2), W + 2);
+      ctx.lineTo(x, yPrev);
+      yPrev = yOf(Number.isFinite(pts[i][1]) ? pts[i][1] : lo);
+      ctx.lineTo(x, yPrev);
+    }
+    const xEnd = Math.min(Math.max(endX, x), W + 2);
+    ctx.lineTo(xEnd, yPrev);
+    ctx.lineTo(xEnd, y0);
+    ctx.closePath();
+    ctx.globalAlpha = 0.28;
+    ctx.fillStyle = color;
+    ctx.fill();
+    ctx.globalAlpha = 1;
+    ctx.strokeStyle = color;
+    ctx.lineWidth = 1.2;
+    ctx.stroke();
+  }
+
+  _selection(s) {
+    const sel = s.selection;
+    if (!sel) return;
+    const p = s.sliceBox(sel.track_id, sel.ts_ns, sel.dur_ns, sel.depth);
+    if (!p) return;
+    const { ctx } = this;
+    ctx.save();
+    ctx.strokeStyle = SELECT_OUTLINE;
+    ctx.lineWidth = 2;
+    ctx.strokeRect(p.x0 - 1, p.y - 1, Math.max(2, p.x1 - p.x0) + 2, p.h + 2);
+    ctx.restore();
+  }
+
+  _range(s) {
+    if (!s.range) return;
+    const { ctx, W, H } = this;
+    const k = W / (s.view.end - s.view.start);
+    const xa = (s.range.start - s.view.start) * k;
+    const xb = (s.range.end - s.view.start) * k;
+    ctx.fillStyle = "rgba(0,0,0,0.42)";
+    if (xa > 0) ctx.fillRect(0, 0, Math.min(xa, W), H);
+    if (xb < W) ctx.fillRect(Math.max(xb, 0), 0, W - Math.max(xb, 0), H);
+    ctx.save();
+    ctx.setLineDash([4, 4]);
+    ctx.strokeStyle = ACCENT;
+    ctx.lineWidth = 1;
+    for (const x of [xa, xb]) {
+      if (x < 0 || x > W) continue;
+      ctx.beginPath();
+      ctx.moveTo(Math.round(x) + 0.5, 0);
+      ctx.lineTo(Math.round(x) + 0.5, H);
+      ctx.stroke();
+    }
+    ctx.restore();
+  }
+
+  /** Arrows for the selected slice's flows and for the ticked categories; returns what was drawn. Curves are
+   * batched per (category, emphasis) into one path each, so thousands of flows cost a few strokes. */
+  _flows(s) {
+    const { ctx, W } = this;
+    const drawn = [];
+    const groups = new Map();
+    const k = W / (s.view.end - s.view.start);
+    const add = (f, strong) => {
+      const a = s.flowPoint(f.src_track_id, f.src_ts_ns, f.src_depth, k);
+      const b = s.flowPoint(f.dst_track_id, f.dst_ts_ns, f.dst_depth, k);
+      if (!a || !b) return;
+      if ((a.x < 0 && b.x < 0) || (a.x > W && b.x > W)) return;
+      // flows reaching outside the view cross everything at deep zoom: keep them faint
+      const inside = a.x >= 0 && a.x <= W && b.x >= 0 && b.x <= W;
+      const key = `${f.cat}|${strong ? 2 : inside ? 1 : 0}`;
+      let g = groups.get(key);
+      if (!g) {
+        g = { cat: f.cat, level: strong ? 2 : inside ? 1 : 0, items: [] };
+        groups.set(key, g);
+      }
+      const dx = Math.max(18, Math.abs(b.x - a.x) / 2);
+      const arrow = { flow_id: f.flow_id, cat: f.cat, src_slice_id: f.src_slice_id, dst_slice_id: f.dst_slice_id,
+        x1: a.x, y1: a.y, x2: b.x, y2: b.y, cx1: a.x + dx, cx2: b.x - dx, selected: !!strong };
+      g.items.push(arrow);
+      drawn.push(arrow);
+    };
+    const overlay = s.categoryFlows;
+    if (overlay) {
+      const f = {};
+      for (let i = 0; i < overlay.flow_id.length; i++) {
+        for (const key of FLOW_KEYS) f[key] = overlay[key][i];
+        add(f, false);
+      }
+    }
+    for (const f of s.selectedFlows || []) add(f, true);
+    const order = [...groups.values()].sort((p, q) => p.level - q.level);
+    for (const g of order) {
+      const color = flowColor(g.cat);
+      ctx.globalAlpha = g.level === 2 ? 1 : g.level === 1 ? 0.8 : 0.3;
+      ctx.strokeStyle = color;
+      ctx.fillStyle = color;
+      ctx.lineWidth = g.level === 2 ? 1.8 : 1;
+      ctx.beginPath();
+      for (const a of g.items) {
+        ctx.moveTo(a.x1, a.y1);
+        ctx.bezierCurveTo(a.cx1, a.y1, a.cx2, a.y2, a.x2, a.y2);
+      }
+      ctx.stroke();
+      ctx.beginPath();
+      const r = g.level === 2 ? 2.5 : 1.8;
+      for (const a of g.items) {
+        ctx.moveTo(a.x1 + r, a.y1);
+        ctx.arc(a.x1, a.y1, r, 0, Math.PI * 2);
+        ctx.moveTo(a.x2, a.y2);
+        ctx.lineTo(a.x2 - 7, a.y2 - 4);
+        ctx.lineTo(a.x2 - 7, a.y2 + 4);
+        ctx.closePath();
+      }
+      ctx.fill();
+    }
+    ctx.globalAlpha = 1;
+    return drawn;
+  }
+
+  drawRuler(s, hoverX) {
+    const { rctx: ctx, RW: W, RH: H } = this;
+    ctx.fillStyle = "#22252b";
+    ctx.fillRect(0, 0, W, H);
+    const span = s.view.end - s.view.start;
+    const k = W / span;
+    const step = niceStep(span / W, 110);
+    const minor = step / 5;
+    ctx.strokeStyle = "#4a4f59";
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    if (minor * k >= 8) {
+      for (let t = Math.ceil(s.view.start / minor) * minor; t <= s.view.end; t += minor) {
+        const x = Math.round((t - s.view.start) * k) + 0.5;
+        ctx.moveTo(x, H - 5);
+        ctx.lineTo(x, H);
+      }
+    }
+    ctx.stroke();
+    // the range label is placed first so tick labels under it can be left out
+    let rangeBox = null;
+    let rangeLabel = "";
+    const labelFont = "bold 11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
+    if (s.range) {
+      const xa = (s.range.start - s.view.start) * k;
+      const xb = (s.range.end - s.view.start) * k;
+      ctx.fillStyle = "rgba(76,141,255,0.22)";
+      ctx.fillRect(xa, 0, xb - xa, H);
+      ctx.fillStyle = ACCENT;
+      ctx.fillRect(xa, H - 3, xb - xa, 3);
+      rangeLabel = `↔ ${formatDuration(s.range.end - s.range.start)}`;
+      ctx.font = labelFont;
+      const tw = ctx.measureText(rangeLabel).width + 12;
+      const cx = Math.min(Math.max((xa + xb) / 2, tw / 2), W - tw / 2);
+      rangeBox = [cx - tw / 2, cx + tw / 2];
+    }
+    ctx.strokeStyle = "#6b717c";
+    ctx.fillStyle = "#aab0ba";
+    ctx.font = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
+    ctx.textAlign = "left";
+    ctx.textBaseline = "top";
+    ctx.beginPath();
+    const magnitude = s.view.end - s.runStart;
+    for (let t = Math.ceil(s.view.start / step) * step; t <= s.view.end; t += step) {
+      const x = Math.round((t - s.view.start) * k) + 0.5;
+      ctx.moveTo(x, H - 12);
+      ctx.lineTo(x, H);
+      const text = formatTick(t - s.runStart, step, magnitude);
+      if (rangeBox && x + 4 < rangeBox[1] && x + 4 + ctx.measureText(text).width > rangeBox[0]) continue;
+      ctx.fillText(text, x + 4, 4);
+    }
+    ctx.stroke();
+    if (rangeBox) {
+      ctx.font = labelFont;
+      ctx.fillStyle = "#2c4f8f";
+      ctx.fillRect(rangeBox[0], 3, rangeBox[1] - rangeBox[0], 16);
+      ctx.fillStyle = "#fff";
+      ctx.textAlign = "center";
+      ctx.fillText(rangeLabel, (rangeBox[0] + rangeBox[1]) / 2, 5);
+    }
+    if (hoverX !== null && hoverX !== undefined && hoverX >= 0 && hoverX <= W) {
+      const t = s.view.start + hoverX / k;
+      const label = formatTick(t - s.runStart, niceStep(span / W, 1), s.view.end - s.runStart);
+      ctx.font = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
+      const tw = ctx.measureText(label).width + 10;
+      const x = Math.min(Math.max(hoverX - tw / 2, 0), W - tw);
+      ctx.fillStyle = ACCENT;
+      ctx.fillRect(x, H - 17, tw, 15);
+      ctx.fillStyle = "#fff";
+      ctx.textAlign = "left";
+      ctx.fillText(label, x + 5, H - 15);
+    }
+  }
+
+  /** Hover outline, cursor line and the Alt-drag rubber band. */
+  drawOverlay(s, hover) {
+    const { octx: ctx, W, H } = this;
+    ctx.clearRect(0, 0, W, H);
+    if (hover && hover.x !== null && hover.x >= 0 && hover.x <= W) {
+      ctx.strokeStyle = "rgba(255,255,255,0.28)";
+      ctx.lineWidth = 1;
+      ctx.beginPath();
+      ctx.moveTo(Math.round(hover.x) + 0.5, 0);
+      ctx.lineTo(Math.round(hover.x) + 0.5, H);
+      ctx.stroke();
+    }
+    if (hover && hover.box) {
+      const b = hover.box;
+      ctx.strokeStyle = "rgba(255,255,255,0.85)";
+      ctx.lineWidth = 1;
+      ctx.strokeRect(b.x0 - 0.5, b.y - 0.5, Math.max(1, b.x1 - b.x0) + 1, b.h + 1);
+    }
+    if (s.rubber) {
+      const x0 = Math.min(s.rubber.x0, s.rubber.x1);
+      const x1 = Math.max(s.rubber.x0, s.rubber.x1);
+      ctx.fillStyle = "rgba(76,141,255,0.18)";
+      ctx.fillRect(x0, 0, x1 - x0, H);
+      ctx.strokeStyle = ACCENT;
+      ctx.strokeRect(x0 + 0.5, 0.5, x1 - x0, H - 1);
+    }
+  }
+}
+
+const FLOW_KEYS = ["flow_id", "cat", "src_track_id", "src_ts_ns", "src_slice_id", "src_depth", "dst_track_id",
+  "dst_ts_ns", "dst_slice_id", "dst_depth"];
+
+function push(batch, color, x, y, w, h) {
+  let r = batch.get(color);
+  if (r === undefined) {
+    r = [];
+    batch.set(color, r);
+  }
+  r.push(x, y, w, h);
+}
+
+/** Distance from (px, py) to a drawn arrow (its Bézier sampled into segments). */
+export function arrowDistance(a, px, py) {
+  let best = Infinity;
+  let prevX = a.x1;
+  let prevY = a.y1;
+  for (let i = 1; i <= 24; i++) {
+    const t = i / 24;
+    const u = 1 - t;
+    const x = u * u * u * a.x1 + 3 * u * u * t * a.cx1 + 3 * u * t * t * a.cx2 + t * t * t * a.x2;
+    const y = u * u * u * a.y1 + 3 * u * u * t * a.y1 + 3 * u * t * t * a.y2 + t * t * t * a.y2;
+    best = Math.min(best, segDist(px, py, prevX, prevY, x, y));
+    prevX = x;
+    prevY = y;
+  }
+  return best;
+}
+
+function segDist(px, py, ax, ay, bx, by) {
+  const dx = bx - ax;
+  const dy = by - ay;
+  const len2 = dx * dx + dy * dy;
+  const t = len2 ? Math.max(0, Math.min(1, ((px - ax) * dx + (py - ay) * dy) / len2)) : 0;
+  return Math.hypot(px - (ax + t * dx), py - (ay + t * dy));
+}

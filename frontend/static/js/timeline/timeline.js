@@ -1,0 +1,555 @@
+// The timeline controller: owns the state (view, lanes, selection, range, flows), schedules redraws (one per
+// animation frame), keeps the URL and the #timeline data-* attributes current, and exposes window.__timeline.
+
+import { apiGet, isAbort } from "../common/api.js";
+import { colorFor } from "../common/colors.js";
+import { formatCount, formatDuration } from "../common/format.js";
+import { currentRank, onRankChange } from "../common/nav.js";
+import { DataStore } from "./data.js";
+import { buildFlowPicker } from "./flowpicker.js";
+import { DEPTH_PX, HEADER_PX, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
+import { buildTree, indexTree, layout, renderLabels } from "./lanes.js";
+import { Panel } from "./panel.js";
+import { Renderer, arrowDistance } from "./render.js";
+import { Search } from "./search.js";
+import { Viewport } from "./viewport.js";
+
+const MAX_PINNED_FRACTION = 0.5;
+const PREFETCH_PX = 200;
+const URL_DELAY_MS = 250;
+const SCROLLBAR_PX = 12;
+const MIN_REVEAL_PX = 40;          // a slice we jump to is zoomed to at least this width
+const MIN_REVEAL_SPAN_NS = 2000;
+
+export class Timeline {
+  constructor(root) {
+    this.root = root;
+    this.runId = root.dataset.runId;
+    this.$ = (id) => root.querySelector(`#${id}`);
+    this.main = this.$("tl-main");
+    this.canvas = this.$("tl-canvas");
+    this.overlay = document.createElement("canvas");
+    this.overlay.className = "tl-canvas tl-overlay";
+    this.overlay.style.pointerEvents = "none";
+    this.main.insertBefore(this.overlay, this.$("tl-vscroll"));
+    this.scrollY = 0;
+    this.selection = null;
+    this.selectedFlows = [];
+    this.range = null;
+    this.rubber = null;
+    this.hover = null;
+    this.hoverX = null;
+    this.selectedLaneId = null;
+    this.pinnedOrder = [];
+    this.enabledCats = new Set();
+    this.arrows = [];
+    this.frame = 0;
+    this.ready = false;
+    this._detailToken = 0;
+    this._rangeCtl = null;
+  }
+
+  async init() {
+    const base = `/api/runs/${encodeURIComponent(this.runId)}`;
+    const tr = await apiGet(`${base}/timeline/tracks`);
+    this.origin = BigInt(tr.origin_ns);
+    this.runStart = Number(BigInt(tr.start_ns) - this.origin);
+    this.viewport = new Viewport(this.runStart, Number(BigInt(tr.end_ns) - this.origin));
+    this.tracks = new Map(tr.tracks.map((t) => [t.track_id, t]));
+    this.tree = buildTree(tr.tracks);
+    ({ byId: this.byId, byTrack: this.byTrack } = indexTree(this.tree));
+    this.flowCategories = tr.flow_categories;
+    this.data = new DataStore(this.runId, this.origin, () => this.requestDraw(), (n) => this.setPending(n));
+    this.renderer = new Renderer(this.canvas, this.overlay, this.$("tl-ruler"));
+    this.panel = new Panel(this.$("tl-panel"), { jump: (id) => this.select(id, { reveal: true }),
+      toggle: () => this.togglePanel() });
+    this.search = new Search(this.runId, this.origin, {
+      onHit: (hit) => this.select(hit.slice_id, { reveal: true, hint: hit }),
+      onChange: () => this.renderSearch(),
+    });
+    this.rankFilter = currentRank();
+    onRankChange((rank) => { this.rankFilter = rank; this.relayout(); });
+    buildFlowPicker(this.$("tl-flows-btn"), this.$("tl-flows-pop"), this.flowCategories, (cats) => {
+      this.enabledCats = cats;
+      this.requestDraw();
+    });
+    this.relayout();
+    new ResizeObserver(() => this.resize()).observe(this.main);
+    this.resize();
+    await this.applyUrl();
+    this.ready = true;
+    this.requestDraw();
+  }
+
+  // ---- geometry ---------------------------------------------------------------------------------------------
+  get W() { return this.renderer.W; }
+  get H() { return this.renderer.H; }
+  get k() { return this.W / this.viewport.span; }
+  xOf(t) { return (t - this.viewport.start) * this.k; }
+  tOf(x) { return this.viewport.start + x / this.k; }
+  rowTop(row) { return row.pinnedArea ? row.y : row.y + this.pinnedH - this.scrollY; }
+  abs(rel) { return (this.origin + BigInt(Math.round(rel))).toString(); }
+  rel(absText) { return Number(BigInt(absText) - this.origin); }
+
+  resize() {
+    const labelW = this.$("tl-labels").offsetWidth;
+    const W = Math.max(50, this.main.clientWidth - labelW - SCROLLBAR_PX);
+    const H = Math.max(40, this.main.clientHeight);
+    this.renderer.resize(W, H, W, this.$("tl-ruler").clientHeight || 30);
+    this.relayout();
+  }
+
+  relayout() {
+    this.layout = layout(this.tree, this.rankFilter, this.pinnedOrder, this.byId);
+    this.pinnedH = Math.min(this.layout.pinnedHeight, Math.floor((this.H || 400) * MAX_PINNED_FRACTION));
+    const handlers = { toggle: (n) => this.toggleNode(n), pin: (n) => this.togglePin(n), select: (n) => this.selectLane(n) };
+    const pinnedBox = this.$("tl-labels-pinned");
+    pinnedBox.style.height = `${this.pinnedH}px`;
+    renderLabels(pinnedBox, this.layout.pinned, handlers, this.selectedLaneId);
+    renderLabels(this.$("tl-labels-inner"), this.layout.scroll, handlers, this.selectedLaneId);
+    this.$("tl-labels-inner").style.height = `${this.layout.scrollHeight}px`;
+    const scrollBox = this.$("tl-labels-scroll");
+    scrollBox.style.height = `${Math.max(0, this.H - this.pinnedH)}px`;
+    const vs = this.$("tl-vscroll");
+    vs.style.top = `${this.pinnedH}px`;
+    this.$("tl-vscroll-spacer").style.height = `${this.layout.scrollHeight}px`;
+    if (!this._vsBound) {
+      vs.addEventListener("scroll", () => {
+        if (Math.abs(vs.scrollTop - this.scrollY) > 0.5) this.setScroll(vs.scrollTop);
+      });
+      this.$("tl-labels").addEventListener("wheel", (e) => { e.preventDefault(); this.scrollBy(e.deltaY); },
+        { passive: false });
+      // the label boxes clip (overflow: hidden) but the browser may still scroll them, e.g. to bring a focused
+      // or clicked label into view: turn that into a lane scroll so labels and canvas stay aligned
+      for (const id of ["tl-labels-scroll", "tl-labels", "tl-labels-pinned"]) {
+        const box = this.$(id);
+        box.addEventListener("scroll", () => {
+          const dy = box.scrollTop;
+          if (!dy) return;
+          box.scrollTop = 0;
+          if (id === "tl-labels-scroll") this.setScroll(this.scrollY + dy);
+        });
+      }
+      this._vsBound = true;
+    }
+    this.setScroll(this.scrollY);
+    this.$("tl-corner").textContent = `${this.tracks.size} tracks · ${this.tree.length} rank${this.tree.length === 1 ? "" : "s"}`;
+  }
+
+  maxScroll() {
+    return Math.max(0, this.layout.scrollHeight - (this.H - this.pinnedH));
+  }
+
+  setScroll(y) {
+    this.scrollY = Math.max(0, Math.min(this.maxScroll(), y));
+    this.$("tl-labels-inner").style.transform = `translateY(${-this.scrollY}px)`;
+    const vs = this.$("tl-vscroll");
+    if (Math.abs(vs.scrollTop - this.scrollY) > 0.5) vs.scrollTop = this.scrollY;
+    this.requestDraw();
+  }
+
+  scrollBy(dy) { this.setScroll(this.scrollY + dy); }
+
+  // ---- lanes ------------------------------------------------------------------------------------------------
+  toggleNode(node) {
+    node.collapsed = !node.collapsed;
+    this.relayout();
+  }
+
+  togglePin(node) {
+    node.pinned = !node.pinned;
+    this.pinnedOrder = node.pinned ? [...this.pinnedOrder, node.id] : this.pinnedOrder.filter((id) => id !== node.id);
+    this.relayout();
+  }
+
+  selectLane(node) {
+    this.selectedLaneId = this.selectedLaneId === node.id ? null : node.id;
+    for (const el of this.root.querySelectorAll(".tl-lane")) el.classList.toggle("selected", el.dataset.laneId === this.selectedLaneId);
+    this.requestDraw();
+  }
+
+  /** Rows (of both areas) at canvas y; returns {row, top} or null. */
+  rowAt(y) {
+    if (y < this.pinnedH) {
+      for (const row of this.layout.pinned) if (y >= row.y && y < row.y + row.h) return { row, top: row.y };
+      return null;
+    }
+    const yy = y - this.pinnedH + this.scrollY;
+    const rows = this.layout.scroll;
+    let lo = 0, hi = rows.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      const r = rows[mid];
+      if (yy < r.y) hi = mid - 1;
+      else if (yy >= r.y + r.h) lo = mid + 1;
+      else return { row: r, top: this.rowTop(r) };
+    }
+    return null;
+  }
+
+  /** Slice under canvas point (x, y): {track_id, slice_id, ts_ns, dur_ns, depth, name, lod, count} or null. */
+  hitTest(x, y) {
+    const hit = this.rowAt(y);
+    if (!hit || hit.row.node.type !== "track") return null;
+    const track = hit.row.node.track;
+    if (track.kind === "counter") return null;
+    const d = Math.floor((y - hit.top - TRACK_PAD_PX) / DEPTH_PX);
+    if (d < 0 || d > (track.max_depth || 0)) return null;
+    const e = this.data.sliceEntry(track.track_id, this.viewport);
+    if (!e) return null;
+    const t = this.tOf(x);
+    const tol = 2 / this.k;
+    let best = -1;
+    let bestDist = Infinity;
+    for (let i = 0; i < e.n; i++) {
+      if (e.depth[i] !== d) continue;
+      const a = e.ts[i];
+      const b = a + Math.max(e.dur[i], 1 / this.k);
+      if (t < a - tol || t > b + tol) continue;
+      const dist = t < a ? a - t : t > b ? t - b : 0;
+      if (dist < bestDist || (dist === bestDist && e.dur[i] < e.dur[best])) { best = i; bestDist = dist; }
+    }
+    if (best < 0) return null;
+    return { track_id: track.track_id, slice_id: e.sliceId[best], ts_ns: e.ts[best], dur_ns: e.dur[best], depth: d,
+      name: e.names[e.nameId[best]], lod: e.lod, count: e.sliceCount ? e.sliceCount[best] : 1 };
+  }
+
+  /** Counter values at canvas point (x, y): {track_id, name, t, values: [[series, value]]} or null. */
+  counterAt(x, y) {
+    const hit = this.rowAt(y);
+    if (!hit || hit.row.node.type !== "track" || hit.row.node.track.kind !== "counter") return null;
+    const track = hit.row.node.track;
+    const e = this.data.counterEntry(track.track_id, this.viewport);
+    if (!e) return null;
+    const t = this.tOf(x);
+    const values = e.series.map((ser) => {
+      let lo = 0;
+      let hi = ser.ts.length - 1;
+      let at = -1;
+      while (lo <= hi) {
+        const mid = (lo + hi) >> 1;
+        if (ser.ts[mid] <= t) { at = mid; lo = mid + 1; } else hi = mid - 1;
+      }
+      return [ser.name, at >= 0 ? ser.value[at] : ser.before ? ser.before.value : null];
+    });
+    return { track_id: track.track_id, name: track.counter_name, t, values };
+  }
+
+  sliceBox(trackId, ts, dur, depth) {
+    const row = this.layout.rowOfTrack.get(trackId);
+    if (!row || row.node.type !== "track" || row.node.track.track_id !== trackId) return null;
+    const x0 = this.xOf(ts);
+    const x1 = Math.max(x0 + 1, this.xOf(ts + dur));
+    return { x0, x1, y: this.rowTop(row) + TRACK_PAD_PX + depth * DEPTH_PX, h: SLICE_PX };
+  }
+
+  flowPoint(trackId, ts, depth, k) {
+    const row = this.layout.rowOfTrack.get(trackId);
+    if (!row) return null;
+    const own = row.node.type === "track" && row.node.track.track_id === trackId && depth !== null && depth !== undefined;
+    const y = this.rowTop(row) + (own ? TRACK_PAD_PX + depth * DEPTH_PX + SLICE_PX / 2 : row.h / 2);
+    return { x: (ts - this.viewport.start) * k, y };
+  }
+
+  arrowAt(x, y) {
+    let best = null;
+    let bestD = 5;
+    for (const a of this.arrows) {
+      const d = arrowDistance(a, x, y);
+      if (d < bestD) { best = a; bestD = d; }
+    }
+    return best;
+  }
+
+  /** Follow an arrow: to its far end from the selected slice (or from the click point). */
+  followArrow(a, x, y) {
+    let target;
+    if (this.selection && a.src_slice_id === this.selection.slice_id) target = a.dst_slice_id;
+    else if (this.selection && a.dst_slice_id === this.selection.slice_id) target = a.src_slice_id;
+    else target = Math.hypot(x - a.x1, y - a.y1) > Math.hypot(x - a.x2, y - a.y2) ? a.src_slice_id : a.dst_slice_id;
+    if (target !== null && target !== undefined) this.select(target, { reveal: true });
+  }
+
+  // ---- view -------------------------------------------------------------------------------------------------
+  setView(start, end, opts) {
+    if (this.viewport.set(start, end, opts)) this.viewChanged();
+  }
+
+  zoomBy(factor, anchorX, opts = {}) {
+    const anchor = anchorX === null || anchorX === undefined ? (this.viewport.start + this.viewport.end) / 2 : this.tOf(anchorX);
+    if (this.viewport.zoomAt(factor, anchor, opts)) this.viewChanged();
+  }
+
+  panBy(deltaNs, opts) {
+    if (this.viewport.pan(deltaNs, opts)) this.viewChanged();
+  }
+
+  undo() {
+    if (this.viewport.undo()) this.viewChanged();
+  }
+
+  resetView() {
+    if (this.viewport.reset()) this.viewChanged();
+  }
+
+  viewChanged() {
+    // attributes first (automation reads them right after a key press), pixels on the next frame
+    this.root.dataset.viewStartNs = this.abs(this.viewport.start);
+    this.root.dataset.viewEndNs = this.abs(this.viewport.end);
+    this.requestDraw();
+    this.scheduleUrl();
+  }
+
+  // ---- selection ---------------------------------------------------------------------------------------------
+  async select(sliceId, { reveal = false, zoom = false, hint = null } = {}) {
+    const token = ++this._detailToken;
+    if (hint) this.selection = { slice_id: sliceId, track_id: hint.track_id, ts_ns: hint.ts_ns, dur_ns: hint.dur_ns, depth: hint.depth };
+    else if (!this.selection || this.selection.slice_id !== sliceId) this.selection = { slice_id: sliceId, pending: true };
+    this.selectedFlows = [];
+    this.root.dataset.selectedSliceId = String(sliceId);
+    this.panel.show("detail");
+    this.panel.showLoading(sliceId);
+    if (hint && reveal) this.reveal(this.selection, zoom, reveal === "lanes");
+    this.requestDraw();
+    this.scheduleUrl();
+    let d;
+    try {
+      d = await apiGet(`/api/runs/${encodeURIComponent(this.runId)}/timeline/slices/${sliceId}`);
+    } catch (err) {
+      if (token === this._detailToken) this.panel.showError(`Could not load slice ${sliceId}: ${err.message}`);
+      return;
+    }
+    if (token !== this._detailToken) return;
+    this.selection = d;
+    this.selectedFlows = d.flows.map((f) => ({
+      flow_id: f.flow_id, cat: f.cat, src_track_id: f.src_track_id, src_ts_ns: f.src_ts_ns, src_slice_id: f.src_slice_id,
+      src_depth: f.direction === "out" ? d.depth : f.other.depth ?? null,
+      dst_track_id: f.dst_track_id, dst_ts_ns: f.dst_ts_ns, dst_slice_id: f.dst_slice_id,
+      dst_depth: f.direction === "in" ? d.depth : f.other.depth ?? null,
+    }));
+    this.panel.showDetail(d, this.laneTitle(d.track_id));
+    if (reveal && (!hint || zoom)) this.reveal(d, zoom, reveal === "lanes");
+    this.requestDraw();
+  }
+
+  clearSelection() {
+    this._detailToken++;
+    this.selection = null;
+    this.selectedFlows = [];
+    this.root.dataset.selectedSliceId = "";
+    this.panel.clearDetail();
+    this.requestDraw();
+    this.scheduleUrl();
+  }
+
+  laneTitle(trackId) {
+    const t = this.tracks.get(trackId);
+    if (!t) return "";
+    return `Rank ${t.rank} / ${t.process_name} / ${t.kind === "counter" ? t.counter_name : t.thread_name}`;
+  }
+
+  /** Bring a slice into view: expand its lanes, scroll to its row, and pan (or zoom) to it (unless lanesOnly). */
+  reveal(s, zoom, lanesOnly = false) {
+    const node = this.byTrack.get(s.track_id);
+    if (!node) return;
+    if (this.rankFilter !== null && node.rank !== this.rankFilter) {
+      const sel = document.getElementById("rank-select");
+      if (sel) { sel.value = ""; sel.dispatchEvent(new Event("change")); }
+      this.rankFilter = null;
+    }
+    let changed = false;
+    for (let p = node.parent; p; p = p.parent) if (p.collapsed) { p.collapsed = false; changed = true; }
+    if (changed) this.relayout();
+    const row = this.layout.rowOfTrack.get(s.track_id);
+    if (row && !row.pinnedArea) {
+      const y = row.y + TRACK_PAD_PX + (s.depth || 0) * DEPTH_PX;
+      const viewH = this.H - this.pinnedH;
+      if (y < this.scrollY + 10 || y + DEPTH_PX > this.scrollY + viewH - 10) {
+        // the lane's top just below the top edge when the slice then shows, else the slice a third down
+        const top = row.y - HEADER_PX;
+        this.setScroll(y + DEPTH_PX < top + viewH * 0.6 ? top : y - viewH / 3);
+      }
+    }
+    if (lanesOnly) return;
+    const v = this.viewport;
+    const dur = Math.max(s.dur_ns, 1);
+    const mid = s.ts_ns + dur / 2;
+    if (zoom) {
+      const span = Math.max(dur * 3, MIN_REVEAL_SPAN_NS);
+      this.setView(mid - span / 2, mid + span / 2);
+    } else if (dur * this.k < MIN_REVEAL_PX) {
+      const span = Math.max(dur * 5, MIN_REVEAL_SPAN_NS);
+      this.setView(mid - span / 2, mid + span / 2);
+    } else if (s.ts_ns < v.start || s.ts_ns + dur > v.end) {
+      const span = Math.max(v.span, dur * 1.2);
+      this.setView(mid - span / 2, mid + span / 2);
+    }
+  }
+
+  revealTrack(trackId) {
+    const node = this.byTrack.get(trackId);
+    if (!node) return null;
+    this.reveal({ track_id: trackId, ts_ns: this.viewport.start, dur_ns: this.viewport.span - 1, depth: 0 }, false);
+    return this.layout.rowOfTrack.get(trackId) || null;
+  }
+
+  // ---- range -------------------------------------------------------------------------------------------------
+  setRange(a, b) {
+    const start = Math.min(a, b);
+    const end = Math.max(a, b);
+    if (end - start < 1) { this.clearRange(); return; }
+    this.range = { start, end };
+    this.requestDraw();
+    this.loadRangeStats();
+  }
+
+  clearRange() {
+    this.range = null;
+    if (this._rangeCtl) this._rangeCtl.abort();
+    this.panel.clearRange();
+    this.requestDraw();
+  }
+
+  async loadRangeStats() {
+    if (this._rangeCtl) this._rangeCtl.abort();
+    const ctl = new AbortController();
+    this._rangeCtl = ctl;
+    const range = { ...this.range };
+    this.panel.show("range");
+    this.panel.showRange(null, range, true);
+    const trackIds = this.rankFilter === null ? [] : [...this.tracks.values()]
+      .filter((t) => t.rank === this.rankFilter && t.kind !== "counter").map((t) => t.track_id);
+    try {
+      const r = await apiGet(`/api/runs/${encodeURIComponent(this.runId)}/timeline/range_stats`,
+        { start_ns: this.abs(range.start), end_ns: this.abs(range.end), track_id: trackIds }, { signal: ctl.signal });
+      if (this._rangeCtl === ctl) this.panel.showRange(r, range, false);
+    } catch (err) {
+      if (!isAbort(err)) this.panel.showError(err.message);
+    }
+  }
+
+  zoomToRange() {
+    if (this.range) this.setView(this.range.start, this.range.end);
+  }
+
+  rangeFromSelection() {
+    const s = this.selection;
+    if (!s || s.pending || s.ts_ns === undefined) return;
+    const end = s.ts_ns + Math.max(1, s.dur_ns);
+    if (this.range && this.range.start === s.ts_ns && this.range.end === end) this.clearRange();
+    else this.setRange(s.ts_ns, end);
+  }
+
+  // ---- panel, help, flows, search ------------------------------------------------------------------------------
+  togglePanel() {
+    this.panel.setCollapsed(!this.panel.collapsed);
+    requestAnimationFrame(() => this.resize());
+  }
+
+  toggleHelp(force) {
+    const help = this.$("tl-help");
+    help.hidden = force === undefined ? !help.hidden : !force;
+  }
+
+  renderSearch() {
+    const s = this.search;
+    this.$("tl-search-count").textContent = !s.query ? "" : s.total ? `${s.index + 1} / ${formatCount(s.total)}` : "0 / 0";
+    this.panel.showFind(s, (id) => this.laneTitle(id));
+  }
+
+  searchStep(dir) {
+    const q = this.$("tl-search").value;
+    this.search.step(q, dir).catch((err) => console.error("search failed", err));
+  }
+
+  // ---- URL ---------------------------------------------------------------------------------------------------
+  async applyUrl() {
+    const p = new URLSearchParams(location.search);
+    const slice = p.get("slice");
+    const start = p.get("start_ns");
+    const end = p.get("end_ns");
+    if (start && end && /^\d+$/.test(start) && /^\d+$/.test(end)) this.viewport.set(this.rel(start), this.rel(end), { record: "none" });
+    // a link with a range keeps that range (the slice's lanes are still scrolled into view); a bare slice zooms to it
+    if (slice && /^\d+$/.test(slice)) await this.select(Number(slice), { reveal: start && end ? "lanes" : true, zoom: !(start && end) });
+    this.viewport.history = [];
+  }
+
+  scheduleUrl() {
+    clearTimeout(this._urlTimer);
+    this._urlTimer = setTimeout(() => {
+      const url = new URL(location.href);
+      url.searchParams.set("start_ns", this.abs(this.viewport.start));
+      url.searchParams.set("end_ns", this.abs(this.viewport.end));
+      if (this.selection) url.searchParams.set("slice", String(this.selection.slice_id));
+      else url.searchParams.delete("slice");
+      history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+    }, URL_DELAY_MS);
+  }
+
+  // ---- drawing -----------------------------------------------------------------------------------------------
+  requestDraw() {
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      this.draw();
+    });
+  }
+
+  visibleTracks() {
+    const slices = [];
+    const counters = [];
+    const add = (row) => {
+      const n = row.node;
+      if (n.type === "track") (n.track.kind === "counter" ? counters : slices).push(n.track.track_id);
+      else if (n.type === "group" && n.collapsed) for (const c of n.children) if (c.track.kind !== "counter") slices.push(c.track.track_id);
+    };
+    for (const row of this.layout.pinned) add(row);
+    const top = this.scrollY - PREFETCH_PX;
+    const bottom = this.scrollY + (this.H - this.pinnedH) + PREFETCH_PX;
+    for (const row of this.layout.scroll) if (row.y + row.h >= top && row.y <= bottom) add(row);
+    return { slices: [...new Set(slices)], counters: [...new Set(counters)] };
+  }
+
+  draw() {
+    if (!this.layout || !this.W) return;
+    const v = this.viewport;
+    const vis = this.visibleTracks();
+    this.data.ensure(v, this.W, vis.slices, vis.counters);
+    const state = this.drawState();
+    this.arrows = this.renderer.draw(state);
+    this.renderer.drawRuler(state, this.hoverX);
+    this.renderer.drawOverlay(state, this.hover);
+    this.root.dataset.viewStartNs = this.abs(v.start);
+    this.root.dataset.viewEndNs = this.abs(v.end);
+    this.$("tl-span").textContent = formatDuration(v.span);
+    this.updateStatus();
+  }
+
+  drawOverlayOnly() {
+    const state = this.drawState();
+    this.renderer.drawRuler(state, this.hoverX);
+    this.renderer.drawOverlay(state, this.hover);
+  }
+
+  drawState() {
+    return {
+      view: this.viewport, runStart: this.runStart, layout: this.layout, scrollY: this.scrollY, pinnedH: this.pinnedH,
+      data: this.data, selection: this.selection && this.selection.track_id !== undefined ? this.selection : null,
+      selectedFlows: this.selectedFlows, selectedLaneId: this.selectedLaneId, range: this.range, rubber: this.rubber,
+      categoryFlows: this.enabledCats.size ? this.data.flows(this.viewport, this.W, [...this.enabledCats]) : null,
+      sliceBox: (...a) => this.sliceBox(...a), flowPoint: (...a) => this.flowPoint(...a), colorFor,
+    };
+  }
+
+  setPending(n) {
+    this.pending = n;
+    this.updateStatus();
+  }
+
+  updateStatus() {
+    const st = this.renderer.stats;
+    const el = this.$("tl-status");
+    const text = this.pending ? "loading…" : `${formatCount(st.slices)} slices drawn · ${st.ms.toFixed(1)} ms`;
+    if (el.textContent !== text) el.textContent = text;
+  }
+}

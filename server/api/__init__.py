@@ -1,0 +1,183 @@
+"""What every JSON router shares: the error type, the response class and the ``Annotated`` dependencies.
+
+A router module exposes ``router`` (an ``APIRouter``) and is listed in ``server.app.API_MODULES``. Handlers
+declare what they need in their signature:
+
+* ``run: RunDep``          the run record (404 ``run_not_found``)
+* ``db: RunDbDep``         a cursor + cached :class:`server.db.RunInfo` of a *ready* run (409 ``run_not_ready``)
+* ``settings: SettingsDep``
+
+and answer with plain dicts; raise :class:`ApiError` for anything the client did wrong. Every error reaches the
+client as ``{"error": {"code": …, "message": …, "status": …}}`` (see ``server.app``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Annotated, Any, Iterator
+
+import duckdb
+import numpy as np
+import pandas as pd
+from fastapi import Depends, Path, Request
+from fastapi.responses import JSONResponse, Response
+
+from server.db import Databases, RunInfo, query
+from server.runs import Run, RunNotFound, RunStore
+from server.settings import Settings
+
+
+class ApiError(Exception):
+    """An error the client should see: ``status`` (HTTP), a stable ``code`` and a human ``message``."""
+
+    def __init__(self, status: int, code: str, message: str, **details: Any):
+        super().__init__(message)
+        self.status, self.code, self.message, self.details = status, code, message, details
+
+    def body(self) -> dict:
+        err = {"code": self.code, "message": self.message, "status": self.status}
+        if self.details:
+            err["details"] = self.details
+        return {"error": err}
+
+
+class FastJSONResponse(JSONResponse):
+    """Compact JSON straight from dicts/lists (no per-element ``jsonable_encoder`` walk); NaN becomes null.
+
+    numpy arrays (large numeric columns) are written by pandas' C encoder and spliced in, which is several times
+    faster than turning them into Python lists first.
+    """
+
+    def render(self, content: Any) -> bytes:
+        raws: list[str] = []
+        token = secrets.token_hex(6)
+
+        def default(obj):
+            if isinstance(obj, np.ndarray):
+                raws.append(_array_json(obj))
+                return f"\x00{token}:{len(raws) - 1}\x00"
+            if isinstance(obj, np.generic):
+                return obj.item()
+            raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+        try:
+            text = json.dumps(content, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=default)
+        except ValueError:
+            raws.clear()
+            text = json.dumps(_no_nan(content), separators=(",", ":"), ensure_ascii=False, default=default)
+        if raws:
+            text = re.sub(r'"\\u0000' + token + r':(\d+)\\u0000"', lambda m: raws[int(m.group(1))], text)
+        return text.encode()
+
+
+def fast_json(handler):
+    """Route decorator: the handler's dict leaves through :class:`FastJSONResponse` directly (no response model,
+    no ``jsonable_encoder`` walk), so large column answers and numpy arrays cost one encoder pass."""
+
+    @functools.wraps(handler)
+    def wrapper(*args, **kwargs):
+        result = handler(*args, **kwargs)
+        return result if isinstance(result, Response) else FastJSONResponse(result)
+
+    return wrapper
+
+
+def _array_json(a: np.ndarray) -> str:
+    if a.dtype.kind in "iub":
+        return pd.Series(a).to_json(orient="values")
+    if a.dtype.kind == "f":
+        return pd.Series(a).to_json(orient="values", double_precision=15)
+    return json.dumps(a.tolist(), separators=(",", ":"), ensure_ascii=False)
+
+
+def _no_nan(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_no_nan(v) for v in value]
+    return value
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_store(request: Request) -> RunStore:
+    return request.app.state.store
+
+
+def get_databases(request: Request) -> Databases:
+    return request.app.state.databases
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[RunStore, Depends(get_store)]
+
+
+def get_run(run_id: Annotated[str, Path(description="run id, as listed by GET /api/runs")],
+            store: StoreDep) -> Run:
+    try:
+        return store.get(run_id)
+    except RunNotFound:
+        raise ApiError(404, "run_not_found", f"no run with id {run_id!r}") from None
+
+
+RunDep = Annotated[Run, Depends(get_run)]
+
+
+@dataclass
+class RunDb:
+    """A cursor on a ready run's database (closed after the request), its cached info and the query deadline."""
+
+    run: Run
+    cur: duckdb.DuckDBPyConnection
+    info: RunInfo
+    settings: Settings
+
+    def rows(self, sql: str, params: list | tuple = ()) -> list[tuple]:
+        return query(self.cur, sql, params, timeout_s=self.settings.query_timeout_s)
+
+    def one(self, sql: str, params: list | tuple = ()) -> tuple | None:
+        return query(self.cur, sql, params, timeout_s=self.settings.query_timeout_s, fetch="one")
+
+    def columns(self, sql: str, params: list | tuple = ()) -> dict[str, list]:
+        return query(self.cur, sql, params, timeout_s=self.settings.query_timeout_s, fetch="columns")
+
+    def arrays(self, sql: str, params: list | tuple = ()) -> dict[str, np.ndarray]:
+        return query(self.cur, sql, params, timeout_s=self.settings.query_timeout_s, fetch="arrays")
+
+    def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]:
+        rows = self.rows(sql, params)
+        names = [d[0] for d in self.cur.description]
+        return [dict(zip(names, r)) for r in rows]
+
+
+def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> Iterator[RunDb]:
+    if run.status != "ready":
+        raise ApiError(409, "run_not_ready", f"run {run.id!r} is {run.status}", run_status=run.status)
+    databases = get_databases(request)
+    path = store.db_path(run.id)
+    try:
+        info = databases.info(run.id, path)
+        cur = databases.cursor(run.id, path)
+    except (OSError, duckdb.Error) as exc:
+        raise ApiError(500, "database_unavailable", f"cannot open the database of run {run.id!r}: {exc}") from exc
+    try:
+        yield RunDb(run=run, cur=cur, info=info, settings=settings)
+    finally:
+        cur.close()
+
+
+RunDbDep = Annotated[RunDb, Depends(get_run_db)]
+
+
+def ns_str(value: int | None) -> str | None:
+    """Absolute epoch ns leave the server as decimal strings: they exceed 2**53, JSON numbers' exact range."""
+    return None if value is None else str(int(value))

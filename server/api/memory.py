@@ -1,0 +1,89 @@
+"""``/api/runs/{id}/memory/…``: memory curves per component (down-sampled on the server above ``max_points``),
+reserved memory per CANN module, and the operator allocations (filter by name, window or instant; CSV twin).
+
+Curve times are ``t_ns`` relative to ``origin_ns`` (a decimal string): the run's time zero, or for a run without a
+trace the earliest memory record. Query times (``start_ns``, ``end_ns``, ``at_ns``) are absolute epoch ns.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from server.api import RunDbDep
+from server.api.viewparams import (
+    DEFAULT_LIMIT, AbsNsQ, FilterQ, LimitQ, OffsetQ, OrderQ, RankQ, SortQ, csv_response, guard, origin_ns, page,
+    pick_rank,
+)
+from server.queries import memory as mq
+
+router = APIRouter(prefix="/api/runs/{run_id}/memory", tags=["memory"])
+
+ORIGIN_SQL = "SELECT min(timestamp_ns) FROM memory_record"
+MaxPointsQ = Annotated[int, Query(ge=16, le=mq.MAX_MAX_POINTS, description="down-sample above this many points")]
+
+
+def _rank(db, rank: int | None, field: str = "records") -> tuple[int | None, list[dict]]:
+    ranks = mq.ranks(db)
+    return pick_rank(rank, [r["rank"] for r in ranks if r[field]]), ranks
+
+
+@router.get("")
+def memory_overview(db: RunDbDep, rank: RankQ = None) -> dict:
+    """Ranks with memory data; for one rank its components, peaks, the peak allocation and load warnings."""
+    rank, ranks = _rank(db, rank)
+    if rank is None:
+        rank, _ = _rank(db, None, "allocations")
+    out = {"ranks": ranks, "rank": rank, "origin_ns": str(origin_ns(db, ORIGIN_SQL))}
+    if rank is None:
+        return out | {"components": [], "peak_allocation": None, "warnings": [], "has_trace": False}
+    return out | mq.overview(db, rank)
+
+
+@router.get("/curves")
+def memory_curves(db: RunDbDep, rank: RankQ = None, start_ns: AbsNsQ = None, end_ns: AbsNsQ = None,
+                  max_points: MaxPointsQ = mq.DEFAULT_MAX_POINTS) -> dict:
+    """Total Allocated / Reserved / Active per component over time; ``downsampled`` says when rows were
+    thinned (first, last, min and max per bucket are kept)."""
+    rank, _ = _rank(db, rank)
+    origin = origin_ns(db, ORIGIN_SQL)
+    if rank is None:
+        return {"rank": None, "origin_ns": str(origin), "series": [], "source_points": 0, "points": 0,
+                "downsampled": False}
+    return guard(mq.curves, db, rank, origin, start_ns, end_ns, max_points)
+
+
+@router.get("/modules")
+def memory_modules(db: RunDbDep, rank: RankQ = None, max_points: MaxPointsQ = mq.DEFAULT_MAX_POINTS) -> dict:
+    """Reserved memory per CANN module (npu_module_mem.csv); modules that never reserve memory are left out."""
+    rank, _ = _rank(db, rank, "modules")
+    origin = origin_ns(db, ORIGIN_SQL)
+    if rank is None:
+        return {"rank": None, "origin_ns": str(origin), "series": [], "modules": 0, "truncated": False,
+                "source_points": 0, "points": 0, "downsampled": False}
+    return guard(mq.modules, db, rank, origin, max_points)
+
+
+@router.get("/allocations")
+def memory_allocations(db: RunDbDep, rank: RankQ = None, q: FilterQ = None, start_ns: AbsNsQ = None,
+                       end_ns: AbsNsQ = None, at_ns: AbsNsQ = None, sort: SortQ = None, order: OrderQ = None,
+                       offset: OffsetQ = 0, limit: LimitQ = DEFAULT_LIMIT) -> dict:
+    """Operator allocations (operator_memory.csv). ``start_ns``/``end_ns``: allocated or released in that window;
+    ``at_ns``: live at that instant (``live_kb`` sums them). The peak row has ``is_peak``. Sort by ``name``,
+    ``size``, ``allocation_time``, ``release_time``, ``active_release_time``, ``duration``, ``active_duration``,
+    ``allocation_total_allocated``, ``allocation_total_reserved``, ``release_total_allocated``."""
+    rank, _ = _rank(db, rank, "allocations")
+    if rank is None:
+        return {"rows": [], "total": 0, "offset": offset, "limit": limit, "truncated": False, "has_trace": False}
+    return guard(mq.allocations, db, db.run.id, rank, q, sort, order, page(offset, limit), start_ns, end_ns, at_ns)
+
+
+@router.get("/allocations.csv")
+def memory_allocations_csv(db: RunDbDep, rank: RankQ = None, q: FilterQ = None, start_ns: AbsNsQ = None,
+                           end_ns: AbsNsQ = None, at_ns: AbsNsQ = None, sort: SortQ = None, order: OrderQ = None):
+    """The allocations of the current filter as CSV."""
+    rank, _ = _rank(db, rank, "allocations")
+    result = guard(mq.allocations, db, db.run.id, -1 if rank is None else rank, q, sort, order, None, start_ns,
+                   end_ns, at_ns, csv=True)
+    return csv_response(result, f"{db.run.id}_rank{rank}_operator_memory.csv")

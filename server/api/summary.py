@@ -1,0 +1,36 @@
+"""``/api/runs/{id}/summary``: the per-rank, per-step time breakdown (from step_trace_time.csv, or derived from
+the Overlap Analysis lane), findings in plain words, the top operators, and the run's metadata."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from server.api import RunDbDep
+from server.api.viewparams import RankQ, csv_response
+from server.queries import Csv, csv_text
+from server.queries import summary as sq
+
+router = APIRouter(prefix="/api/runs/{run_id}/summary", tags=["summary"])
+
+SourceQ = Annotated[Literal["auto", "step_trace", "overlap"],
+                    Query(description="step_trace_time.csv, the Overlap Analysis lane, or auto (the CSV where a "
+                                      "rank has it)")]
+CSV_COLUMNS = ("rank", "step", "source") + sq.CATEGORIES + ("e2e_ns", "computing_ratio", "communication_ratio",
+                                                            "free_ratio")
+
+
+@router.get("")
+def run_summary(db: RunDbDep, source: SourceQ = "auto", rank: RankQ = None) -> dict:
+    """Base info, breakdown rows per (rank, step) with ratios, findings, top operators of ``rank`` (default: the
+    first rank with kernels), per-rank accelerator-core split, rank metadata and parallel groups."""
+    return sq.summary(db, source, rank)
+
+
+@router.get("/breakdown.csv")
+def run_summary_csv(db: RunDbDep, source: SourceQ = "auto"):
+    """The breakdown rows as CSV (times in ns)."""
+    rows = sq.breakdown(db, source)
+    result: Csv = csv_text(CSV_COLUMNS, ([r.get(c) for c in CSV_COLUMNS] for r in rows))
+    return csv_response(result, f"{db.run.id}_step_breakdown.csv")

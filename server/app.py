@@ -1,0 +1,135 @@
+"""The FastAPI application: JSON routers, HTML pages, static files and the one error shape.
+
+Adding a JSON resource is one line: put its module name (``server/api/<name>.py`` exposing ``router``) in
+:data:`API_MODULES`. Pages are in ``server.pages``; static files are served from ``frontend/static`` at
+``/static`` and plotly.js from the installed ``plotly`` package at ``/vendor/plotly.min.js``.
+
+Every error, from any route, leaves as ``{"error": {"code": …, "message": …, "status": …}}`` (HTML pages get
+a small HTML page instead).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from server import pages
+from server.api import ApiError, FastJSONResponse
+from server.db import Databases, QueryTimeout
+from server.runs import IngestQueue, RunStore
+from server.settings import Settings
+
+log = logging.getLogger("ascendscope.app")
+
+# JSON routers, in the order they appear in /docs: one line per resource
+API_MODULES = (
+    "runs",
+    "timeline",
+    "operators",
+    "memory",
+    "summary",
+    "communication",
+)
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "frontend" / "static"
+FAVICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
+               'fill="#4c8dff"/><rect x="3" y="4" width="7" height="2" fill="#fff"/><rect x="5" y="7" width="8" '
+               'height="2" fill="#fff"/><rect x="3" y="10" width="5" height="2" fill="#fff"/></svg>')
+HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
+              422: "invalid_parameter", 500: "internal_error"}
+
+
+def plotly_js_path() -> Path:
+    import plotly  # noqa: PLC0415 - only needed to locate the bundled file
+
+    return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+
+
+def create_app(settings: Settings | None = None, *, store: RunStore | None = None,
+               ingest_queue: IngestQueue | None = None) -> FastAPI:
+    """Build the app over ``settings.data_dir``. Ingestion runs only if an ``ingest_queue`` is given (the CLI
+    starts one); the app itself only ever reads finished databases."""
+    settings = settings or Settings.from_env()
+    store = store or RunStore(settings.data_dir)
+    databases = Databases(settings.max_open_databases)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        databases.close_all()
+
+    app = FastAPI(title="ascendscope", version=_version(), lifespan=lifespan,
+                  default_response_class=FastJSONResponse,
+                  description="JSON API of the ascendscope dashboard. Absolute times are epoch ns as decimal "
+                              "strings; times inside timeline responses are ns relative to `origin_ns`.")
+    app.state.settings, app.state.store, app.state.databases = settings, store, databases
+    app.state.ingest_queue = ingest_queue
+    if ingest_queue is not None and ingest_queue.on_ready is None:
+        ingest_queue.on_ready = databases.forget
+
+    for name in API_MODULES:
+        app.include_router(importlib.import_module(f"server.api.{name}").router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/vendor/plotly.min.js", include_in_schema=False)
+    def plotly_js() -> FileResponse:
+        return FileResponse(plotly_js_path(), media_type="text/javascript",
+                            headers={"Cache-Control": "public, max-age=86400"})
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(FAVICON_SVG, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
+
+    _install_error_handlers(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    def respond(request: Request, status: int, code: str, message: str, details: dict | None = None):
+        if not request.url.path.startswith("/api/") and request.method == "GET" and status in (404, 409, 500):
+            return HTMLResponse(pages.error_page(request, status, message), status_code=status)
+        return FastJSONResponse(ApiError(status, code, message, **(details or {})).body(), status_code=status)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError):
+        return respond(request, exc.status, exc.code, exc.message, exc.details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        return respond(request, exc.status_code, HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}"), message)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        problems = [{"where": ".".join(str(p) for p in e.get("loc", ())), "problem": e.get("msg", "")}
+                    for e in exc.errors()]
+        first = problems[0] if problems else {"where": "request", "problem": "invalid"}
+        return respond(request, 422, "invalid_parameter", f"{first['where']}: {first['problem']}",
+                       {"problems": problems})
+
+    @app.exception_handler(QueryTimeout)
+    async def timeout_error(request: Request, exc: QueryTimeout):
+        return respond(request, 504, "query_timeout", str(exc))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return respond(request, 500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version  # noqa: PLC0415
+
+        return version("ascendscope")
+    except Exception:  # not installed (running from a checkout)
+        return "dev"

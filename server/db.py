@@ -1,0 +1,187 @@
+"""Read-only access to finished run databases.
+
+:class:`Databases` keeps one read-only DuckDB connection per run (least recently used ones are closed) and hands
+out a cursor per request: DuckDB connections are thread-safe through ``.cursor()``, so concurrent requests of one
+run share the open file. A connection is reopened when the file changes (a re-ingested run).
+
+:func:`query` runs one statement with bound parameters under a deadline: a timer interrupts the cursor, which
+turns into a ``query_timeout`` API error instead of a hung request.
+
+:class:`RunInfo` caches what every timeline request needs from small tables (origin, tracks, LOD levels).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+TRACKS_SQL = """
+SELECT track_id, rank, pid, tid, process_name, thread_name, kind, label, process_sort_index, thread_sort_index,
+       sort_index, counter_name, slice_count, max_depth, max_dur_ns, min_ts_ns, max_end_ns, derived
+FROM tracks ORDER BY rank, sort_index, track_id
+"""
+RANGE_SQL = """
+SELECT (SELECT min(start_ns) FROM ranks), (SELECT max(end_ns) FROM ranks),
+       (SELECT min(min_ts_ns) FROM tracks), (SELECT max(max_end_ns) FROM tracks)
+"""
+LOD_LEVELS_SQL = "SELECT level, bucket_ns FROM lod_levels ORDER BY level"
+
+
+class QueryTimeout(Exception):
+    pass
+
+
+@dataclass
+class Track:
+    track_id: int
+    rank: int
+    kind: str
+    max_dur_ns: int
+    max_depth: int
+    slice_count: int
+    row: dict
+
+
+@dataclass
+class RunInfo:
+    origin_ns: int  # every relative time in a timeline response is ``absolute - origin_ns``
+    start_ns: int
+    end_ns: int
+    tracks: dict[int, Track]
+    track_rows: list[dict]
+    lod_levels: list[tuple[int, int]]  # (level, bucket_ns), finest first
+
+    @classmethod
+    def load(cls, cur: duckdb.DuckDBPyConnection) -> "RunInfo":
+        cols = [d[0] for d in cur.execute(TRACKS_SQL).description]
+        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+        tracks = {
+            r["track_id"]: Track(r["track_id"], r["rank"], r["kind"], int(r["max_dur_ns"] or 0),
+                                 int(r["max_depth"] or 0), int(r["slice_count"] or 0), r)
+            for r in rows
+        }
+        r_start, r_end, t_start, t_end = cur.execute(RANGE_SQL).fetchone()
+        starts = [v for v in (r_start, t_start) if v is not None]
+        ends = [v for v in (r_end, t_end) if v is not None]
+        start = min(starts) if starts else 0
+        end = max(ends) if ends else start
+        levels = [(int(lv), int(b)) for lv, b in cur.execute(LOD_LEVELS_SQL).fetchall()]
+        return cls(origin_ns=int(start), start_ns=int(start), end_ns=int(max(end, start)), tracks=tracks,
+                   track_rows=rows, lod_levels=levels)
+
+
+class _Entry:
+    def __init__(self, path: Path, mtime_ns: int):
+        self.path, self.mtime_ns = path, mtime_ns
+        self.conn = duckdb.connect(str(path), read_only=True)
+        self.info: RunInfo | None = None
+        self.info_lock = threading.Lock()
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except duckdb.Error:
+            pass
+
+
+class Databases:
+    """Cache of read-only connections, keyed by run id."""
+
+    def __init__(self, max_open: int = 16):
+        self.max_open = max_open
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _entry(self, run_id: str, path: Path) -> _Entry:
+        mtime_ns = path.stat().st_mtime_ns
+        with self._lock:
+            entry = self._entries.get(run_id)
+            if entry is not None and (entry.path != path or entry.mtime_ns != mtime_ns):
+                # closing would break cursors still in use by other requests; they keep the old file alive
+                self._entries.pop(run_id)
+                entry = None
+            if entry is None:
+                entry = _Entry(path, mtime_ns)
+                self._entries[run_id] = entry
+                while len(self._entries) > self.max_open:
+                    self._entries.popitem(last=False)
+            self._entries.move_to_end(run_id)
+            return entry
+
+    def cursor(self, run_id: str, path: Path) -> duckdb.DuckDBPyConnection:
+        return self._entry(run_id, path).conn.cursor()
+
+    def info(self, run_id: str, path: Path) -> RunInfo:
+        entry = self._entry(run_id, path)
+        if entry.info is None:
+            with entry.info_lock:
+                if entry.info is None:
+                    cur = entry.conn.cursor()
+                    try:
+                        entry.info = RunInfo.load(cur)
+                    finally:
+                        cur.close()
+        return entry.info
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            entry = self._entries.pop(run_id, None)
+        if entry is not None:
+            entry.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            entries, self._entries = list(self._entries.values()), OrderedDict()
+        for entry in entries:
+            entry.close()
+
+
+def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict = (), *, timeout_s: float = 10.0,
+          fetch: str = "all"):
+    """Run ``sql`` with bound ``params`` and fetch its result under a deadline of ``timeout_s``.
+
+    ``fetch``: ``"all"`` (list of tuples), ``"one"`` (a tuple or None), ``"columns"`` (dict of column name to
+    list, the shape the timeline answers in) or ``"arrays"`` (dict of column name to numpy array, for large
+    answers serialised by ``FastJSONResponse`` without a Python list). Raises :class:`QueryTimeout`.
+    """
+    timer = threading.Timer(timeout_s, cur.interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        cur.execute(sql, params if isinstance(params, dict) else list(params))
+        if fetch == "one":
+            return cur.fetchone()
+        if fetch in ("columns", "arrays"):
+            names = [d[0] for d in cur.description]
+            arrays = cur.fetchnumpy()
+            if fetch == "arrays":
+                return {n: _plain(arrays[n]) for n in names}
+            return {n: _tolist(arrays[n]) for n in names}
+        return cur.fetchall()
+    except duckdb.InterruptException as exc:
+        raise QueryTimeout(f"query took longer than {timeout_s:g} s") from exc
+    finally:
+        timer.cancel()
+
+
+def _plain(array):
+    """A masked numpy column (NULLs) becomes a list; a complete one stays an array."""
+    mask = getattr(array, "mask", None)
+    if mask is not None and mask is not False and getattr(mask, "any", lambda: False)():
+        return _tolist(array)
+    return array.data if mask is not None else array
+
+
+def _tolist(array) -> list:
+    """numpy column -> JSON-ready list (masked values and NaN become None)."""
+    mask = getattr(array, "mask", None)
+    values = array.tolist() if mask is None else array.filled(0).tolist()
+    if mask is not None and mask is not False and getattr(mask, "any", lambda: False)():
+        values = [None if m else v for v, m in zip(values, mask.tolist())]
+    if array.dtype.kind == "f":
+        values = [None if (v is not None and v != v) else v for v in values]
+    return values

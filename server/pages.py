@@ -1,0 +1,91 @@
+"""HTML pages: the runs list and one page per run view (``/runs/{id}/{view}``).
+
+A view page is the template ``server/templates/<view>.html`` extending ``base.html`` (which carries the run tabs
+and the rank selector); adding a view's page means adding its template. A view whose template does not exist yet
+renders a placeholder, so the tabs never lead to a 404.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.templating import Jinja2Templates
+from jinja2 import TemplateNotFound
+
+from server.runs import RunNotFound
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+templates = Jinja2Templates(directory=str(TEMPLATE_DIR))
+
+# (path segment, tab label), in tab order
+VIEWS = (
+    ("timeline", "Timeline"),
+    ("operator", "Operator"),
+    ("memory", "Memory"),
+    ("summary", "Summary"),
+    ("communication", "Communication"),
+)
+VIEW_NAMES = tuple(v for v, _ in VIEWS)
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/", response_class=HTMLResponse)
+def runs_page(request: Request):
+    return templates.TemplateResponse(request, "runs.html", _context(request, None, "runs"))
+
+
+@router.get("/runs/{run_id}")
+def run_page(run_id: str):
+    return RedirectResponse(f"/runs/{run_id}/timeline", status_code=307)
+
+
+@router.get("/runs/{run_id}/{view}", response_class=HTMLResponse)
+def view_page(request: Request, run_id: str, view: str):
+    from server.api import ApiError  # noqa: PLC0415 - avoids an import cycle at module load
+
+    if view not in VIEW_NAMES:
+        raise ApiError(404, "view_not_found", f"no view {view!r}; views are {', '.join(VIEW_NAMES)}")
+    try:
+        run = request.app.state.store.get(run_id)
+    except RunNotFound:
+        raise ApiError(404, "run_not_found", f"no run with id {run_id!r}") from None
+    ctx = _context(request, run, view)
+    try:
+        return templates.TemplateResponse(request, f"{view}.html", ctx)
+    except TemplateNotFound:
+        ctx["placeholder"] = f"The {dict(VIEWS)[view]} view is not available yet."
+        return templates.TemplateResponse(request, "base.html", ctx)
+
+
+def _context(request: Request, run, view: str) -> dict:
+    ranks: list[int] = []
+    if run is not None and run.status == "ready":
+        store, databases = request.app.state.store, request.app.state.databases
+        try:
+            info = databases.info(run.id, store.db_path(run.id))
+            ranks = sorted({t.rank for t in info.tracks.values()})
+        except Exception:  # a broken database still gets a page; the API reports the error
+            ranks = []
+    run_json = None
+    if run is not None:
+        run_json = {k: v for k, v in run.to_json().items() if k not in ("summary", "source_fingerprint")}
+    page = {"view": view, "run_id": run.id if run else None, "run": run_json, "ranks": ranks}
+    return {
+        "view": view,
+        "views": VIEWS,
+        "run": run,
+        "run_id": run.id if run else None,
+        "ranks": ranks,
+        "page_json": json.dumps(page).replace("</", "<\\/"),
+        "placeholder": None,
+    }
+
+
+def error_page(request: Request, status: int, message: str) -> str:
+    ctx = {"request": request, "view": "error", "views": VIEWS, "run": None, "run_id": None, "ranks": [],
+           "page_json": "{}", "placeholder": None, "error_status": status, "error_message": message}
+    return templates.get_template("base.html").render(ctx)

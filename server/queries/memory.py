@@ -1,0 +1,254 @@
+"""Memory view: ``memory_record`` curves, ``npu_module_mem`` per module, and the ``operator_memory`` allocations.
+
+Curves can hold millions of points, so above ``max_points`` they are down-sampled on the server, M4-style: the
+time range is cut into buckets and, per component and bucket, only the real rows holding the first, the last, and
+the min and max of each measure are kept (so peaks and steps survive exactly). Among tied rows (equal values)
+any one may be kept: the drawn step line is the same. (Deterministic tie-breaking by a struct key was measured
+3× slower on 2 M rows.) The naive equivalent is the plain
+``SELECT … FROM memory_record WHERE rank = ? ORDER BY timestamp_ns``; a test checks the two agree on every kept row
+and on the extremes. Times in curves are ``t_ns`` relative to the ``origin_ns`` the caller passes (the run's).
+"""
+
+from __future__ import annotations
+
+from server.queries import (
+    MAX_CSV_ROWS, Page, QueryError, Where, col_or_null, csv_text, ns_str, order_by, paged, table_columns,
+)
+from server.queries import links
+
+DEFAULT_MAX_POINTS = 4_000
+MAX_MAX_POINTS = 50_000
+POINTS_PER_BUCKET = 4  # first / last / min / max: the usual count; coinciding rows make it smaller
+MAX_MODULE_SERIES = 24
+MEASURES = ("allocated", "reserved", "active")
+COMPONENT_ORDER = ("PTA+GE", "PTA", "GE", "APP", "WORKSPACE")
+
+RANKS_SQL = """
+SELECT rank, sum(records) AS records, sum(allocations) AS allocations, sum(modules) AS modules FROM (
+  SELECT rank, count(*) AS records, 0 AS allocations, 0 AS modules FROM memory_record GROUP BY rank
+  UNION ALL SELECT rank, 0, count(*), 0 FROM operator_memory GROUP BY rank
+  UNION ALL SELECT rank, 0, 0, count(*) FROM npu_module_mem GROUP BY rank
+) GROUP BY rank ORDER BY rank
+"""
+COMPONENTS_SQL = """
+SELECT component, count(*) AS points, min(timestamp_ns) AS start_ns, max(timestamp_ns) AS end_ns,
+       max(total_allocated_mb) AS peak_allocated_mb, arg_max(timestamp_ns, total_allocated_mb) AS peak_allocated_ns,
+       max(total_reserved_mb) AS peak_reserved_mb, arg_max(timestamp_ns, total_reserved_mb) AS peak_reserved_ns,
+       max({active}) AS peak_active_mb
+FROM memory_record WHERE rank = ? GROUP BY component
+"""
+MEMORY_WARNINGS_SQL = """
+SELECT file, message FROM warnings
+WHERE rank = ? AND (file LIKE '%memory_record%' OR file LIKE '%operator_memory%' OR file LIKE '%npu_module_mem%')
+ORDER BY file LIMIT 20
+"""
+PEAK_ALLOCATION_SQL = """
+SELECT arg_max(src_row, allocation_total_allocated_mb), max(allocation_total_allocated_mb),
+       arg_max(allocation_time_ns, allocation_total_allocated_mb), arg_max(name, allocation_total_allocated_mb)
+FROM operator_memory WHERE rank = ?
+"""
+
+# A bucket is ((ts - lo) * buckets) // span, in HUGEINT so that long runs cannot overflow.
+CURVE_SQL = """
+WITH r AS (
+  SELECT component, src_row, timestamp_ns AS ts, total_allocated_mb AS allocated, total_reserved_mb AS reserved,
+         {active} AS active
+  FROM memory_record WHERE rank = ? AND timestamp_ns BETWEEN ? AND ?
+), b AS (
+  SELECT *, CAST(((ts - ?)::HUGEINT * ?) // ? AS BIGINT) AS bucket FROM r
+), pick AS (
+  SELECT component, bucket,
+         [arg_min(src_row, ts), arg_max(src_row, ts), arg_min(src_row, allocated), arg_max(src_row, allocated),
+          arg_min(src_row, reserved), arg_max(src_row, reserved), arg_min(src_row, active),
+          arg_max(src_row, active)] AS keep
+  FROM b GROUP BY ALL
+), kept AS (SELECT DISTINCT component, unnest(keep) AS src_row FROM pick)
+SELECT r.component, r.ts, r.allocated, r.reserved, r.active
+FROM r JOIN kept USING (component, src_row)
+ORDER BY r.component, r.ts, r.src_row
+"""
+CURVE_ALL_SQL = """
+SELECT component, timestamp_ns AS ts, total_allocated_mb AS allocated, total_reserved_mb AS reserved,
+       {active} AS active
+FROM memory_record WHERE rank = ? AND timestamp_ns BETWEEN ? AND ?
+ORDER BY component, timestamp_ns, src_row
+"""
+CURVE_COUNT_SQL = "SELECT count(*), min(timestamp_ns), max(timestamp_ns) FROM memory_record WHERE rank = ?"
+COMPONENT_COUNT_SQL = "SELECT count(DISTINCT component) FROM memory_record WHERE rank = ?"
+CURVE_RANGE_COUNT_SQL = "SELECT count(*) FROM memory_record WHERE rank = ? AND timestamp_ns BETWEEN ? AND ?"
+
+MODULE_SERIES_SQL = """
+SELECT component, max(total_reserved_mb) AS peak_mb, count(*) AS points
+FROM npu_module_mem WHERE rank = ? GROUP BY component
+HAVING max(total_reserved_mb) > 0 ORDER BY peak_mb DESC, component
+"""
+MODULE_CURVE_SQL = """
+WITH r AS (
+  SELECT component, src_row, timestamp_ns AS ts, total_reserved_mb AS reserved
+  FROM npu_module_mem WHERE rank = ? AND component IN (SELECT unnest(?::VARCHAR[]))
+), b AS (
+  SELECT *, CAST(((ts - ?)::HUGEINT * ?) // ? AS BIGINT) AS bucket FROM r
+), pick AS (
+  SELECT component, bucket,
+         [arg_min(src_row, ts), arg_max(src_row, ts), arg_min(src_row, reserved), arg_max(src_row, reserved)] AS keep
+  FROM b GROUP BY ALL
+), kept AS (SELECT DISTINCT component, unnest(keep) AS src_row FROM pick)
+SELECT r.component, r.ts, r.reserved FROM r JOIN kept USING (component, src_row)
+ORDER BY r.component, r.ts, r.src_row
+"""
+MODULE_RANGE_SQL = "SELECT count(*), min(timestamp_ns), max(timestamp_ns) FROM npu_module_mem WHERE rank = ?"
+
+ALLOCATION_COLUMNS = (
+    ("src_row", "INTEGER"), ("name", "VARCHAR"), ("size_kb", "DOUBLE"), ("allocation_time_ns", "BIGINT"),
+    ("release_time_ns", "BIGINT"), ("active_release_time_ns", "BIGINT"), ("duration_ns", "BIGINT"),
+    ("active_duration_ns", "BIGINT"), ("allocation_total_allocated_mb", "DOUBLE"),
+    ("allocation_total_reserved_mb", "DOUBLE"), ("allocation_total_active_mb", "DOUBLE"),
+    ("release_total_allocated_mb", "DOUBLE"), ("release_total_reserved_mb", "DOUBLE"),
+    ("release_total_active_mb", "DOUBLE"), ("stream_ptr", "VARCHAR"), ("device_type", "VARCHAR"),
+)
+ALLOCATION_TIMES = ("allocation_time_ns", "release_time_ns", "active_release_time_ns")
+ALLOCATION_SORTS = {
+    "name": "name", "size": "size_kb", "allocation_time": "allocation_time_ns", "release_time": "release_time_ns",
+    "active_release_time": "active_release_time_ns", "duration": "duration_ns",
+    "active_duration": "active_duration_ns", "allocation_total_allocated": "allocation_total_allocated_mb",
+    "allocation_total_reserved": "allocation_total_reserved_mb", "release_total_allocated": "release_total_allocated_mb",
+    "src_row": "src_row",
+}
+
+
+def ranks(db) -> list[dict]:
+    return [{"rank": int(r), "records": int(a), "allocations": int(b), "modules": int(c)}
+            for r, a, b, c in db.rows(RANKS_SQL)]
+
+
+def _active(db) -> str:
+    return "total_active_mb" if "total_active_mb" in table_columns(db, "memory_record") else "NULL::DOUBLE"
+
+
+def overview(db, rank: int) -> dict:
+    """Components with their point counts and peaks, the peak allocation, and the loader's warnings."""
+    comps = db.dicts(COMPONENTS_SQL.format(active=_active(db)), [rank])
+    comps.sort(key=lambda c: (COMPONENT_ORDER.index(c["component"]) if c["component"] in COMPONENT_ORDER
+                              else len(COMPONENT_ORDER), str(c["component"])))
+    for c in comps:
+        for k in ("start_ns", "end_ns", "peak_allocated_ns", "peak_reserved_ns"):
+            c[k] = ns_str(c[k])
+    src_row, peak_mb, peak_ns, peak_name = db.rows(PEAK_ALLOCATION_SQL, [rank])[0]
+    peak = None if src_row is None else {"src_row": int(src_row), "allocation_total_allocated_mb": peak_mb,
+                                         "allocation_time_ns": ns_str(peak_ns), "name": peak_name}
+    warnings = [{"file": f, "message": m} for f, m in db.rows(MEMORY_WARNINGS_SQL, [rank])]
+    return {"rank": rank, "components": comps, "peak_allocation": peak, "warnings": warnings,
+            "has_trace": rank in links.trace_ranks(db)}
+
+
+def _buckets(max_points: int) -> int:
+    return max(1, int(max_points) // POINTS_PER_BUCKET)
+
+
+def curves(db, rank: int, origin_ns: int, start_ns: int | None = None, end_ns: int | None = None,
+           max_points: int = DEFAULT_MAX_POINTS) -> dict:
+    """Allocated / reserved / active per component over time, down-sampled above ``max_points`` rows."""
+    max_points = max(16, min(int(max_points), MAX_MAX_POINTS))
+    total, lo_all, hi_all = db.rows(CURVE_COUNT_SQL, [rank])[0]
+    if not total:
+        return {"rank": rank, "origin_ns": ns_str(origin_ns), "series": [], "source_points": 0, "points": 0,
+                "downsampled": False}
+    lo = int(start_ns) if start_ns is not None else int(lo_all)
+    hi = int(end_ns) if end_ns is not None else int(hi_all)
+    if hi < lo:
+        raise QueryError("bad_range", "end_ns is before start_ns")
+    active = _active(db)
+    in_range = int(db.rows(CURVE_RANGE_COUNT_SQL, [rank, lo, hi])[0][0])
+    downsampled = in_range > max_points
+    if downsampled:
+        # the budget is shared by the components: each gets max_points / components points (about)
+        n_comp = int(db.rows(COMPONENT_COUNT_SQL, [rank])[0][0]) or 1
+        rows = db.rows(CURVE_SQL.format(active=active),
+                       [rank, lo, hi, lo, _buckets(max_points // n_comp), hi - lo + 1])
+    else:
+        rows = db.rows(CURVE_ALL_SQL.format(active=active), [rank, lo, hi])
+    by_comp: dict[str, dict[str, list]] = {}
+    for comp, ts, a, r, act in rows:
+        s = by_comp.setdefault(comp, {"t_ns": [], "allocated": [], "reserved": [], "active": []})
+        s["t_ns"].append(int(ts) - origin_ns)
+        s["allocated"].append(a)
+        s["reserved"].append(r)
+        s["active"].append(act)
+    series = []
+    for comp in sorted(by_comp, key=lambda c: (COMPONENT_ORDER.index(c) if c in COMPONENT_ORDER else 99, c)):
+        s = by_comp[comp]
+        for m in MEASURES:
+            if any(v is not None for v in s[m]):
+                series.append({"component": comp, "measure": m, "t_ns": s["t_ns"], "mb": s[m]})
+    return {"rank": rank, "origin_ns": ns_str(origin_ns), "start_ns": ns_str(lo), "end_ns": ns_str(hi),
+            "series": series, "source_points": in_range, "points": len(rows), "downsampled": downsampled,
+            "method": "m4: first, last, min and max per bucket and component" if downsampled else None}
+
+
+def modules(db, rank: int, origin_ns: int, max_points: int = DEFAULT_MAX_POINTS) -> dict:
+    """Reserved memory per CANN module (``npu_module_mem``), modules that never reserve anything left out."""
+    max_points = max(16, min(int(max_points), MAX_MAX_POINTS))
+    comps = db.dicts(MODULE_SERIES_SQL, [rank])
+    shown = comps[:MAX_MODULE_SERIES]
+    total, lo, hi = db.rows(MODULE_RANGE_SQL, [rank])[0]
+    series = []
+    if shown:
+        names = [c["component"] for c in shown]
+        per = max(16, max_points // len(names))
+        rows = db.rows(MODULE_CURVE_SQL, [rank, names, int(lo), _buckets(per), int(hi) - int(lo) + 1])
+        by = {n: {"t_ns": [], "mb": []} for n in names}
+        for comp, ts, mb in rows:
+            by[comp]["t_ns"].append(int(ts) - origin_ns)
+            by[comp]["mb"].append(mb)
+        series = [{"component": c["component"], "peak_mb": c["peak_mb"], "source_points": int(c["points"]),
+                   **by[c["component"]]} for c in shown]
+    points = sum(len(s["t_ns"]) for s in series)
+    source = sum(int(c["points"]) for c in shown)
+    return {"rank": rank, "origin_ns": ns_str(origin_ns), "series": series, "modules": len(comps),
+            "truncated": len(comps) > len(shown), "source_points": source, "points": points,
+            "downsampled": points < source}
+
+
+def _allocation_where(rank: int, q: str | None, start_ns: int | None, end_ns: int | None,
+                      at_ns: int | None) -> Where:
+    w = Where().add("rank = ?", rank)
+    if q:
+        w.add("strpos(lower(coalesce(name, '')), lower(?)) > 0", q)
+    if start_ns is not None or end_ns is not None:
+        lo = -(2 ** 63) if start_ns is None else int(start_ns)
+        hi = 2 ** 63 - 1 if end_ns is None else int(end_ns)
+        w.add("(allocation_time_ns BETWEEN ? AND ? OR release_time_ns BETWEEN ? AND ?)", lo, hi, lo, hi)
+    if at_ns is not None:
+        w.add("allocation_time_ns <= ? AND (release_time_ns IS NULL OR release_time_ns > ?)", int(at_ns), int(at_ns))
+    return w
+
+
+def allocations(db, run_id: str, rank: int, q: str | None = None, sort: str | None = None,
+                order: str | None = None, page: Page | None = None, start_ns: int | None = None,
+                end_ns: int | None = None, at_ns: int | None = None, csv: bool = False):
+    """``operator_memory`` rows: filter by name, by a window (allocated or released in it) or by an instant
+    (live then); the row at which the total allocated memory peaked carries ``is_peak``."""
+    page = page or Page()
+    columns = table_columns(db, "operator_memory")
+    where = _allocation_where(rank, q, start_ns, end_ns, at_ns)
+    select = ", ".join(col_or_null(columns, c, t) for c, t in ALLOCATION_COLUMNS)
+    sql = (f"SELECT {select} FROM operator_memory WHERE {where.sql()} "
+           f"ORDER BY {order_by(sort, order, ALLOCATION_SORTS, 'allocation_time')}, src_row LIMIT ? OFFSET ?")
+    if csv:
+        return csv_text([c for c, _ in ALLOCATION_COLUMNS], db.rows(sql, where.params + [MAX_CSV_ROWS + 1, 0]))
+    n = int(db.rows(f"SELECT count(*) FROM operator_memory WHERE {where.sql()}", where.params)[0][0])
+    rows = db.dicts(sql, where.params + [page.limit, page.offset])
+    peak_row = db.rows(PEAK_ALLOCATION_SQL, [rank])[0][0]
+    traced = rank in links.trace_ranks(db)
+    live_kb = None
+    if at_ns is not None:
+        live_kb = db.rows(f"SELECT coalesce(sum(size_kb), 0) FROM operator_memory WHERE {where.sql()}",
+                          where.params)[0][0]
+    for r in rows:
+        r["is_peak"] = peak_row is not None and r["src_row"] == peak_row
+        r["timeline_url"] = links.window_url(run_id, r["allocation_time_ns"],
+                                             r["release_time_ns"] or r["allocation_time_ns"]) if traced else None
+        for k in ALLOCATION_TIMES:
+            r[k] = ns_str(r[k])
+    return paged(rows, page, n) | {"has_trace": traced, "peak_src_row": peak_row, "live_kb": live_kb,
+                                   "at_ns": ns_str(at_ns)}

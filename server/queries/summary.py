@@ -1,0 +1,324 @@
+"""Summary view: the per-rank, per-step time breakdown, findings, top operators and run metadata.
+
+The breakdown comes from ``step_trace`` (the profiler's ``step_trace_time.csv``) when a rank has it, otherwise it
+is derived from the Overlap Analysis slices exactly as torch_npu does (FORMATS.md §6.1):
+
+* each slice named Computing / Communication / Communication(Not Overlapped) / Free is assigned to the step whose
+  device range ``[device_start_ns, device_end_ns)`` contains its start, and its whole duration is added;
+* communication op slices named ``hcom_receive*`` add to Bubble;
+* Overlapped = Communication − Communication(Not Overlapped);
+  Communication(Not Overlapped and Exclude Receive) = max(Communication(Not Overlapped) − Bubble, 0);
+  Stage = (last end − first start of the step's slices) − Bubble;
+  Preparing = first Computing/Communication start − the step's host start (the first torch op without steps).
+"""
+
+from __future__ import annotations
+
+import json
+
+from server.queries import ns_str, ratio
+
+CATEGORIES = ("computing_ns", "communication_not_overlapped_ns", "overlapped_ns", "communication_ns", "free_ns",
+              "preparing_ns", "stage_ns", "bubble_ns", "communication_not_overlapped_and_exclude_receive_ns")
+FREE_FINDING_RATIO = 0.10
+EXPOSED_COMM_FINDING_RATIO = 0.20
+SLOW_RANK_FINDING_RATIO = 0.05
+TOP_OPERATORS = 10
+MAX_BREAKDOWN_ROWS = 20_000  # ranks × steps; the findings are computed over all of them
+
+STEP_TRACE_SQL = """
+SELECT rank, step, computing_ns, communication_not_overlapped_ns, overlapped_ns, communication_ns, free_ns,
+       {preparing} AS preparing_ns, stage_ns, bubble_ns, communication_not_overlapped_and_exclude_receive_ns
+FROM step_trace ORDER BY rank, step NULLS FIRST
+"""
+OVERLAP_EVENTS_CTE = """
+WITH ev AS (
+  SELECT s.rank, s.name AS cat, s.ts_ns, s.dur_ns
+  FROM slices s JOIN tracks t ON t.track_id = s.track_id
+  WHERE t.kind = 'overlap' AND s.name IN ('Computing', 'Communication', 'Communication(Not Overlapped)', 'Free')
+  UNION ALL
+  SELECT s.rank, 'Bubble' AS cat, s.ts_ns, s.dur_ns
+  FROM slices s JOIN tracks t ON t.track_id = s.track_id
+  WHERE t.kind = 'communication' AND starts_with(s.name, 'hcom_receive')
+)"""
+DERIVED_AGG = """
+  sum(dur_ns) FILTER (WHERE cat = 'Computing') AS computing_ns,
+  sum(dur_ns) FILTER (WHERE cat = 'Communication(Not Overlapped)') AS communication_not_overlapped_ns,
+  sum(dur_ns) FILTER (WHERE cat = 'Communication') AS communication_ns,
+  sum(dur_ns) FILTER (WHERE cat = 'Free') AS free_ns,
+  sum(dur_ns) FILTER (WHERE cat = 'Bubble') AS bubble_ns,
+  max(ts_ns + dur_ns) - min(ts_ns) AS span_ns,
+  min(ts_ns) FILTER (WHERE cat IN ('Computing', 'Communication')) AS first_task_ns"""
+# Ranks with steps: each slice goes to the step whose device range holds its start.
+DERIVED_STEPS_SQL = OVERLAP_EVENTS_CTE + """,
+a AS (
+  SELECT st.rank, st.step, st.host_start_ns, ev.cat, ev.ts_ns, ev.dur_ns
+  FROM ev JOIN steps st ON st.rank = ev.rank AND ev.ts_ns >= st.device_start_ns AND ev.ts_ns < st.device_end_ns
+)
+SELECT rank, step, any_value(host_start_ns) AS host_start_ns, """ + DERIVED_AGG + """
+FROM a GROUP BY rank, step ORDER BY rank, step
+"""
+# Ranks without steps: one row over everything; Preparing counts from the first torch op.
+DERIVED_NO_STEPS_SQL = OVERLAP_EVENTS_CTE + """
+SELECT ev.rank, NULL::BIGINT AS step,
+       (SELECT min(s.ts_ns) FROM slices s JOIN tracks t ON t.track_id = s.track_id
+        WHERE t.kind = 'python' AND s.rank = ev.rank AND s.cat = 'cpu_op') AS host_start_ns, """ + DERIVED_AGG + """
+FROM ev WHERE ev.rank NOT IN (SELECT rank FROM steps) GROUP BY ev.rank ORDER BY ev.rank
+"""
+RANKS_SQL = """
+SELECT rank, device_id, folder, rank_source, profiler_level, torch_npu_version, cann_version, has_trace,
+       overlap_source, start_ns, end_ns, profiler_info, profiler_metadata
+FROM ranks ORDER BY rank
+"""
+META_SQL = "SELECT key, value FROM meta"
+FILES_SQL = "SELECT count(*), sum(size_bytes), count(*) FILTER (WHERE status <> 'loaded') FROM files"
+TOP_OPERATORS_SQL = """
+SELECT coalesce(type, 'N/A') AS type, coalesce(accelerator_core, 'N/A') AS accelerator_core, count(*) AS count,
+       sum(duration_ns) AS total_ns, sum(duration_ns) / sum(sum(duration_ns)) OVER () AS share
+FROM kernels WHERE rank = ? GROUP BY ALL ORDER BY total_ns DESC NULLS LAST LIMIT ?
+"""
+CORE_SPLIT_SQL = """
+SELECT rank, coalesce(accelerator_core, 'N/A') AS accelerator_core, sum(duration_ns) AS total_ns, count(*) AS count
+FROM kernels GROUP BY ALL ORDER BY rank, total_ns DESC
+"""
+
+
+def _int(v) -> int | None:
+    return None if v is None else int(round(v))
+
+
+def step_trace_rows(db) -> list[dict]:
+    from server.queries import table_columns
+
+    cols = table_columns(db, "step_trace")
+    preparing = "preparing_ns" if "preparing_ns" in cols else "NULL::BIGINT"
+    rows = db.dicts(STEP_TRACE_SQL.format(preparing=preparing))
+    for r in rows:
+        r["source"] = "step_trace"
+    return rows
+
+
+def derived_rows(db) -> list[dict]:
+    """The breakdown recomputed from the Overlap Analysis slices (every rank that has them)."""
+    out = []
+    for r in db.dicts(DERIVED_STEPS_SQL) + db.dicts(DERIVED_NO_STEPS_SQL):
+        comm = int(r["communication_ns"] or 0)
+        cno = int(r["communication_not_overlapped_ns"] or 0)
+        bubble = int(r["bubble_ns"] or 0)
+        host = r["host_start_ns"]
+        first = r["first_task_ns"]
+        out.append({
+            "rank": int(r["rank"]), "step": r["step"],
+            "computing_ns": int(r["computing_ns"] or 0),
+            "communication_not_overlapped_ns": cno,
+            "overlapped_ns": comm - cno,
+            "communication_ns": comm,
+            "free_ns": int(r["free_ns"] or 0),
+            "preparing_ns": None if host is None or first is None else int(first) - int(host),
+            "stage_ns": int(r["span_ns"] or 0) - bubble,
+            "bubble_ns": bubble,
+            "communication_not_overlapped_and_exclude_receive_ns": max(cno - bubble, 0),
+            "source": "overlap",
+        })
+    out.sort(key=lambda r: (r["rank"], -1 if r["step"] is None else r["step"]))
+    return out
+
+
+def breakdown(db, source: str = "auto") -> list[dict]:
+    """Rows per (rank, step). ``source``: ``step_trace``, ``overlap`` or ``auto`` (step_trace where a rank has it,
+    the Overlap Analysis slices otherwise)."""
+    if source == "step_trace":
+        rows = step_trace_rows(db)
+    elif source == "overlap":
+        rows = derived_rows(db)
+    else:
+        rows = step_trace_rows(db)
+        have = {r["rank"] for r in rows}
+        rows += [r for r in derived_rows(db) if r["rank"] not in have]
+        rows.sort(key=lambda r: (r["rank"], -1 if r["step"] is None else r["step"]))
+    for r in rows:
+        for k in CATEGORIES:
+            r[k] = _int(r.get(k))
+        r["step"] = None if r["step"] is None else int(r["step"])
+        e2e = (r["computing_ns"] or 0) + (r["communication_not_overlapped_ns"] or 0) + (r["free_ns"] or 0)
+        r["e2e_ns"] = e2e
+        r["computing_not_overlapped_ns"] = (r["computing_ns"] or 0) - (r["overlapped_ns"] or 0)
+        r["computing_ratio"] = ratio(r["computing_ns"], e2e)
+        r["communication_ratio"] = ratio(r["communication_not_overlapped_ns"], e2e)
+        r["free_ratio"] = ratio(r["free_ns"], e2e)
+    return rows
+
+
+def _ms(ns) -> str:
+    return f"{(ns or 0) / 1e6:,.2f} ms"
+
+
+def _pct(x) -> str:
+    return f"{100 * (x or 0):.1f}%"
+
+
+def _where(rank: int, step) -> str:
+    return f"Rank {rank}" + ("" if step is None else f", step {step}")
+
+
+def _ranks_text(rs: list[dict], key: str, total: int) -> str:
+    if len(rs) == 1 and total == 1:
+        return _where(rs[0]["rank"], rs[0]["step"])
+    lo, hi = min(r[key] for r in rs), max(r[key] for r in rs)
+    span = _pct(lo) if abs(hi - lo) < 5e-4 else f"{_pct(lo)}–{_pct(hi)}"
+    ranks = ", ".join(str(r["rank"]) for r in sorted(rs, key=lambda r: r["rank"]))
+    return f"{len(rs)} of {total} ranks ({ranks}; {span})"
+
+
+def findings(rows: list[dict]) -> list[dict]:
+    """Plain-words observations per step: host-bound ranks, exposed communication, the slowest rank."""
+    out = []
+    by_step: dict = {}
+    for r in rows:
+        by_step.setdefault(r["step"], []).append(r)
+    for step, rs in by_step.items():
+        label = "" if step is None else f"Step {step}: "
+        free = [r for r in rs if (r["free_ratio"] or 0) > FREE_FINDING_RATIO]
+        if free:
+            worst = max(free, key=lambda r: r["free_ratio"])
+            who = _ranks_text(free, "free_ratio", len(rs))
+            out.append({"kind": "host_bound", "severity": "warning", "step": step,
+                        "ranks": [r["rank"] for r in free], "value": worst["free_ratio"],
+                        "text": f"{label}Free is over 10% of the step on {who}; at most {_ms(worst['free_ns'])} on "
+                                f"rank {worst['rank']}. Host-bound: the NPU waits for dispatch. Look at the host "
+                                "side (operator dispatch, task queue, CPU binding)."
+                        if len(rs) > 1 else
+                        f"{_where(worst['rank'], step)}: Free is {_pct(worst['free_ratio'])} of the step "
+                        f"({_ms(worst['free_ns'])}), over 10%. Host-bound: the NPU waits for dispatch. Look at the "
+                        "host side (operator dispatch, task queue, CPU binding)."})
+        comm = [r for r in rs if (r["communication_ratio"] or 0) > EXPOSED_COMM_FINDING_RATIO]
+        if comm:
+            worst = max(comm, key=lambda r: r["communication_ratio"])
+            who = _ranks_text(comm, "communication_ratio", len(rs))
+            head = (f"{label}Communication not hidden behind computation takes over 20% of the step on {who}; "
+                    f"at most {_ms(worst['communication_not_overlapped_ns'])} on rank {worst['rank']}."
+                    if len(rs) > 1 else
+                    f"{_where(worst['rank'], step)}: {_pct(worst['communication_ratio'])} of the step "
+                    f"({_ms(worst['communication_not_overlapped_ns'])}) is communication not hidden behind "
+                    "computation.")
+            out.append({"kind": "exposed_communication", "severity": "warning", "step": step,
+                        "ranks": [r["rank"] for r in comm], "value": worst["communication_ratio"],
+                        "text": head + " Overlap it with compute, or look for slow ranks and links in the "
+                                       "Communication view."})
+        if len(rs) < 2:
+            continue
+        slow = max(rs, key=lambda r: r["e2e_ns"])
+        fast = min(rs, key=lambda r: r["e2e_ns"])
+        gap = slow["e2e_ns"] - fast["e2e_ns"]
+        rel = ratio(gap, fast["e2e_ns"]) or 0
+        spread = {k: max(x[k] or 0 for x in rs) - min(x[k] or 0 for x in rs)
+                  for k in ("computing_ns", "communication_not_overlapped_ns", "free_ns")}
+        worst_cat = max(spread, key=spread.get)
+        names = {"computing_ns": "Computing", "communication_not_overlapped_ns": "Communication(Not Overlapped)",
+                 "free_ns": "Free"}
+        out.append({"kind": "slowest_rank", "severity": "warning" if rel > SLOW_RANK_FINDING_RATIO else "info",
+                    "step": step, "ranks": [slow["rank"]], "value": gap,
+                    "text": f"{label}rank {slow['rank']} is the slowest ({_ms(slow['e2e_ns'])}, "
+                            f"{_ms(gap)} or {_pct(rel)} more than rank {fast['rank']}). "
+                            f"The largest difference between ranks is in {names[worst_cat]} "
+                            f"({_ms(spread[worst_cat])})."})
+    return out
+
+
+def _loads(text) -> dict:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def rank_metadata(db) -> list[dict]:
+    """Each rank's device, versions, profiler config, environment variables and parallel groups."""
+    out = []
+    for r in db.dicts(RANKS_SQL):
+        info, meta = _loads(r.pop("profiler_info")), _loads(r.pop("profiler_metadata"))
+        config = info.get("config") if isinstance(info.get("config"), dict) else {}
+        groups = []
+        for hccl_name, g in (meta.get("parallel_group_info") or {}).items():
+            if isinstance(g, dict):
+                groups.append({"hccl_name": hccl_name, "group_name": g.get("group_name"),
+                               "group_rank": g.get("group_rank"), "global_ranks": g.get("global_ranks")})
+        r.update({
+            "start_ns": ns_str(r["start_ns"]), "end_ns": ns_str(r["end_ns"]),
+            "common_config": config.get("common_config") or {},
+            "experimental_config": config.get("experimental_config") or {},
+            "env": meta.get("ENV_VARIABLES") or {},
+            "distributed_args": meta.get("distributed_args") or {},
+            "parallel_groups": groups,
+            "extra_metadata": {k: v for k, v in meta.items()
+                               if k not in ("ENV_VARIABLES", "parallel_group_info", "distributed_args")},
+        })
+        out.append(r)
+    return out
+
+
+def parallel_groups(ranks: list[dict]) -> list[dict]:
+    """The distinct parallel groups named in any rank's metadata."""
+    seen: dict = {}
+    for r in ranks:
+        for g in r["parallel_groups"]:
+            key = (g["group_name"], json.dumps(g["global_ranks"]))
+            seen.setdefault(key, {"group_name": g["group_name"], "global_ranks": g["global_ranks"],
+                                  "hccl_names": set()})["hccl_names"].add(g["hccl_name"])
+    return [{**v, "hccl_names": sorted(v["hccl_names"])} for v in seen.values()]
+
+
+def base_info(db, ranks: list[dict], rows: list[dict]) -> dict:
+    meta = dict(db.rows(META_SQL))
+    files, size, bad = db.rows(FILES_SQL)[0]
+    starts = [int(r["start_ns"]) for r in ranks if r["start_ns"]]
+    ends = [int(r["end_ns"]) for r in ranks if r["end_ns"]]
+    return {
+        "source_path": meta.get("source_path"), "created_at": meta.get("created_at"),
+        "schema_version": meta.get("schema_version"),
+        "rank_count": len(ranks), "ranks_with_trace": sum(1 for r in ranks if r["has_trace"]),
+        "steps": sorted({r["step"] for r in rows if r["step"] is not None}),
+        "start_ns": ns_str(min(starts)) if starts else None, "end_ns": ns_str(max(ends)) if ends else None,
+        "duration_ns": (max(ends) - min(starts)) if starts and ends else None,
+        "files": int(files or 0), "bytes": int(size or 0), "files_not_loaded": int(bad or 0),
+        "profiler_levels": sorted({r["profiler_level"] for r in ranks if r["profiler_level"]}),
+        "torch_npu_versions": sorted({r["torch_npu_version"] for r in ranks if r["torch_npu_version"]}),
+        "cann_versions": sorted({r["cann_version"] for r in ranks if r["cann_version"]}),
+    }
+
+
+def top_operators(db, rank: int, limit: int = TOP_OPERATORS) -> list[dict]:
+    rows = db.dicts(TOP_OPERATORS_SQL, [rank, limit])
+    for r in rows:
+        r["total_ns"] = int(r["total_ns"] or 0)
+    return rows
+
+
+def core_split(db) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for r in db.dicts(CORE_SPLIT_SQL):
+        out.setdefault(int(r.pop("rank")), []).append({**r, "total_ns": int(r["total_ns"] or 0)})
+    return out
+
+
+def summary(db, source: str = "auto", top_rank: int | None = None) -> dict:
+    ranks = rank_metadata(db)
+    rows = breakdown(db, source)
+    kernel_ranks = sorted(core_split(db))
+    if top_rank is None and kernel_ranks:
+        top_rank = kernel_ranks[0]
+    return {
+        "base": base_info(db, ranks, rows),
+        "breakdown": rows[:MAX_BREAKDOWN_ROWS],
+        "breakdown_truncated": len(rows) > MAX_BREAKDOWN_ROWS,
+        "sources": sorted({r["source"] for r in rows}),
+        "findings": findings(rows),
+        "ranks": ranks,
+        "parallel_groups": parallel_groups(ranks),
+        "top_operators": {"rank": top_rank, "kernel_ranks": kernel_ranks,
+                          "rows": top_operators(db, top_rank) if top_rank is not None else []},
+        "core_split": {str(k): v for k, v in core_split(db).items()},
+    }

@@ -1,0 +1,182 @@
+"""Shared fixtures: the real samples ingested once per session, a run store over them, a TestClient, a live
+uvicorn server on a free port, and a Playwright page driving Debian's /usr/bin/chromium (headless).
+
+Browser tests are skipped (with the reason) only when /usr/bin/chromium is missing; CI installs it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REAL_SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "real_samples"
+PYTORCH_TEXT = REAL_SAMPLES / "msinsight_pytorch_2025" / "text"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+VIEWPORT = {"width": 1600, "height": 1000}
+
+needs_samples = pytest.mark.skipif(not PYTORCH_TEXT.is_dir(), reason=f"real samples not found at {PYTORCH_TEXT}")
+
+
+def _ingest(tmp_path_factory, level: str) -> Path:
+    if not (PYTORCH_TEXT / level).is_dir():
+        pytest.skip(f"real sample {PYTORCH_TEXT / level} not found")
+    from ingest.pipeline import ingest_path
+
+    out = tmp_path_factory.mktemp(f"db-{level}") / f"{level}.duckdb"
+    ingest_path(PYTORCH_TEXT / level, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def level1_db(tmp_path_factory) -> Path:
+    """``msinsight_pytorch_2025/text/level1`` (2 ranks, every lane) ingested into a DuckDB file."""
+    return _ingest(tmp_path_factory, "level1")
+
+
+@pytest.fixture(scope="session")
+def level0_db(tmp_path_factory) -> Path:
+    """``…/level0``: no CANN lane (its process_name was pruned, so the pid is unnamed)."""
+    return _ingest(tmp_path_factory, "level0")
+
+
+@dataclass
+class Runs:
+    data_dir: Path
+    ids: dict[str, str] = field(default_factory=dict)  # sample name -> run id
+    dbs: dict[str, Path] = field(default_factory=dict)  # sample name -> its database in the store
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory, level1_db, level0_db) -> Runs:
+    """A data dir whose store holds the two samples as ready runs."""
+    from server.runs import RunStore
+
+    data_dir = tmp_path_factory.mktemp("data")
+    store = RunStore(data_dir)
+    out = Runs(data_dir=data_dir)
+    for name, db in (("level1", level1_db), ("level0", level0_db)):
+        run = store.create_run(name, str(PYTORCH_TEXT / name))
+        shutil.copy(db, store.db_path(run.id))
+        store.set_status(run.id, "ready")
+        out.ids[name] = run.id
+        out.dbs[name] = store.db_path(run.id)
+    return out
+
+
+@pytest.fixture(scope="session")
+def app(runs):
+    from server.app import create_app
+    from server.settings import Settings
+
+    return create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir)))
+
+
+@pytest.fixture(scope="session")
+def client(app):
+    from fastapi.testclient import TestClient
+
+    with TestClient(app) as c:
+        yield c
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LiveServer:
+    base_url: str
+    runs: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def live_server(runs):
+    """uvicorn serving the store of ``runs`` on a free 127.0.0.1 port, in a thread, for the whole session."""
+    import uvicorn
+
+    from server.app import create_app
+    from server.settings import Settings
+
+    port = free_port()
+    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), port=port))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="live-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the live server did not start")
+        time.sleep(0.05)
+    yield LiveServer(base_url=f"http://127.0.0.1:{port}", runs=dict(runs.ids))
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium); CI installs it")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def page(browser):
+    """A fresh page (1600×1000); console errors and page errors fail the test at teardown."""
+    context = browser.new_context(viewport=VIEWPORT)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    pg.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    pg.set_default_timeout(10_000)
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+# --- operator / memory / summary / communication views ------------------------------------------------------------
+VIEW_SAMPLES = {
+    "level2": PYTORCH_TEXT / "level2",
+    "st4": REAL_SAMPLES / "msinsight_st_4rank_2025q4",  # 4 ranks, no trace, partial files per rank
+    "fixtures": REAL_SAMPLES / "msinsight_server_fixtures",  # 16-rank GPT-3 communication files of ranks 0/1
+}
+
+
+@pytest.fixture(scope="session")
+def view_runs(runs) -> dict[str, str]:
+    """``{name: run_id}``: level1 from ``runs`` plus level2, st4 and fixtures ingested into the same store, so that
+    ``client`` and ``live_server`` serve them too (the store is read from disk on every request)."""
+    from ingest.pipeline import ingest_path
+    from server.runs import RunStore
+
+    store = RunStore(runs.data_dir)
+    ids = {"level1": runs.ids["level1"]}
+    for name, src in VIEW_SAMPLES.items():
+        if not src.is_dir():
+            pytest.skip(f"real sample {src} not found")
+        run = store.create_run(name, str(src))
+        summary = ingest_path(src, store.db_path(run.id))
+        store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
+        ids[name] = run.id
+    return ids
