@@ -6,7 +6,8 @@ named ``{prefix}…`` and use rank-local ids; ``ingest.pipeline`` turns them int
 
 Derivations (each is the plain definition, computed set-wise):
 * depth: a sweep over start/end events per track; a slice's depth is the number of slices still open when it
-  starts (at equal times ends come before starts, and longer slices start before shorter ones).
+  starts (at equal times ends come before starts, and longer slices start before shorter ones). On tracks where
+  slices overlap without nesting, a stack walk puts each slice one row below the latest slice still open.
 * parent: the latest earlier slice on the track at depth - 1 (an ASOF join).
 * flow binding: an end binds to the deepest slice on its track that encloses its timestamp (``bp:"e"``); an
   ``f`` end without ``bp:"e"`` binds to the next slice that starts at or after it (Chrome's rule).
@@ -19,6 +20,7 @@ import re
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from . import tracefile
 
@@ -136,6 +138,14 @@ CREATE OR REPLACE TABLE {p}parent AS
 SELECT c.local_id, p.local_id AS parent_local
 FROM {p}depth c ASOF JOIN {p}depth p
   ON c.local_track = p.local_track AND c.depth - 1 = p.depth AND c.local_id > p.local_id
+"""
+
+# tracks whose slices are not properly nested (a slice outlives the one it starts in): python_function frames
+# interleaved with torch ops, overlapping tasks on one stream. Their depth is recomputed by a stack walk.
+IMPROPER_TRACKS = """
+SELECT DISTINCT o.local_track
+FROM {p}parent par JOIN {p}ord o USING (local_id) JOIN {p}ord pp ON pp.local_id = par.parent_local
+WHERE pp.ts_ns + pp.dur_ns < o.ts_ns + o.dur_ns
 """
 
 STAGED_SLICES = """
@@ -324,6 +334,7 @@ class TraceLoad:
         s(ORDER_SLICES)
         s(DEPTH)
         s(PARENTS)
+        self._fix_improper_nesting()
         s(STAGED_SLICES)
         s(FLOW_ENDS)
         s(BIND_START)
@@ -354,6 +365,42 @@ class TraceLoad:
         for t in ("x", "ord", "depth", "parent", "fe", "bind"):
             s(f"DROP TABLE IF EXISTS {self.p}{t}")
         return self.stats()
+
+    def _fix_improper_nesting(self) -> None:
+        """Give tracks with partially overlapping slices a depth where no two overlapping slices share a row.
+
+        The count of open slices (DEPTH) equals the stack depth only when slices nest; otherwise a slice is put
+        one row below the most recently started slice still open at its start (its parent), as Chrome's trace
+        viewer does. Nested tracks keep the set-wise result; only the others take this per-slice walk."""
+        bad = [r[0] for r in self.sql(IMPROPER_TRACKS).fetchall()]
+        if not bad:
+            return
+        cols = self.cur.execute(f"SELECT local_id, local_track, ts_ns, ts_ns + dur_ns AS end_ns FROM {self.p}ord "
+                                f"WHERE list_contains(?, local_track) ORDER BY local_id", [bad]).fetchnumpy()
+        ids, tracks = cols["local_id"].tolist(), cols["local_track"].tolist()
+        starts, ends = cols["ts_ns"].tolist(), cols["end_ns"].tolist()
+        depth, parent = [0] * len(ids), [None] * len(ids)
+        stack: list[int] = []  # indexes into the lists above
+        current = None
+        for i, (track, start) in enumerate(zip(tracks, starts)):
+            if track != current:
+                stack, current = [], track
+            while stack and ends[stack[-1]] <= start:
+                stack.pop()
+            if stack:
+                depth[i], parent[i] = depth[stack[-1]] + 1, ids[stack[-1]]
+            stack.append(i)
+        fixed = pa.table({"local_id": pa.array(ids, pa.int64()), "depth": pa.array(depth, pa.int32()),
+                          "parent_local": pa.array(parent, pa.int64())})
+        self.cur.register("_fixed_nesting", fixed)
+        try:
+            self.cur.execute(f"UPDATE {self.p}depth SET depth = f.depth FROM _fixed_nesting f "
+                             f"WHERE {self.p}depth.local_id = f.local_id")
+            self.cur.execute(f"DELETE FROM {self.p}parent WHERE local_id IN (SELECT local_id FROM _fixed_nesting)")
+            self.cur.execute(f"INSERT INTO {self.p}parent SELECT local_id, parent_local FROM _fixed_nesting "
+                             "WHERE parent_local IS NOT NULL")
+        finally:
+            self.cur.unregister("_fixed_nesting")
 
     def stats(self) -> dict:
         p = self.p

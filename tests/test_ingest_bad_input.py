@@ -185,3 +185,19 @@ def test_depth_parent_and_flow_binding_on_an_inline_trace(tmp_path):
     flows = con.execute("""SELECT f.flow_key, s.name, d.name FROM flows f LEFT JOIN slices s ON s.slice_id = f.src_slice_id
                            LEFT JOIN slices d ON d.slice_id = f.dst_slice_id ORDER BY f.flow_key""").fetchall()
     assert flows == [("1", "c", "f"), ("2", "e", "d")]
+
+
+def test_partially_overlapping_slices_get_their_own_rows(tmp_path):
+    ev = _mini_trace([
+        {"ph": "X", "name": "a", "pid": 7, "tid": 1, "ts": "100.000", "dur": 10},   # [100, 110]
+        {"ph": "X", "name": "b", "pid": 7, "tid": 1, "ts": "105.000", "dur": 10},   # [105, 115]: outlives a
+        {"ph": "X", "name": "c", "pid": 7, "tid": 1, "ts": "112.000", "dur": 8},    # [112, 120]: inside b only
+        {"ph": "X", "name": "d", "pid": 7, "tid": 1, "ts": "121.000", "dur": 1},    # after everything
+    ])
+    folder = tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    folder.mkdir(parents=True)
+    (folder / "trace_view.json").write_text(json.dumps(ev))
+    con = _ingest(tmp_path, tmp_path)
+    rows = con.execute("""SELECT s.name, s.depth, p.name FROM slices s LEFT JOIN slices p ON p.slice_id = s.parent_id
+                          ORDER BY s.slice_id""").fetchall()
+    assert rows == [("a", 0, None), ("b", 1, "a"), ("c", 2, "b"), ("d", 0, None)]

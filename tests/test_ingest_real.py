@@ -173,3 +173,12 @@ def test_raw_prof_folder_is_reported_not_crashed(tmp_path):
     assert "no profiling data" in str(err.value)
     assert any("PROF_" in f and "not supported" in m for _, f, m in err.value.warnings)
     assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_no_two_overlapping_slices_share_a_row(level_db):
+    """Python frames interleave with torch ops and stream tasks overlap: rows must still never collide."""
+    _, con, _ = level_db
+    overlaps = con.execute("""SELECT count(*) FROM (
+        SELECT ts_ns, lag(ts_ns + dur_ns) OVER (PARTITION BY track_id, depth ORDER BY ts_ns, slice_id) AS prev_end
+        FROM slices) WHERE prev_end > ts_ns""").fetchone()[0]
+    assert overlaps == 0

@@ -195,13 +195,19 @@ def _intern(name_columns: list, entries: list[dict]) -> list[str]:
     return [None if isinstance(u, float) else u for u in uniques.tolist()]
 
 
+LOD_COARSER_OK = 4  # a level-0 bucket may span up to this many target widths (2 px) instead of exact rows
+
+
 def _lod_choice(levels: list[tuple[int, int]], target_ns: float) -> tuple[int, int] | None:
-    """(level, bucket_ns) of the coarsest level not coarser than the target; None when even level 0 is coarser
-    (then the window is answered exactly)."""
+    """(level, bucket_ns) of the coarsest level not coarser than the target. Level 0 is built only as fine as
+    saves rows, so when it is a little coarser than the target (up to ``LOD_COARSER_OK`` times: one bucket per
+    2 px) it is still used for dense tracks rather than sending every slice; None (exact) beyond that."""
     chosen = None
     for level, bucket_ns in levels:
         if bucket_ns <= target_ns:
             chosen = (level, bucket_ns)
+    if chosen is None and levels and levels[0][1] <= target_ns * LOD_COARSER_OK:
+        chosen = (levels[0][0], levels[0][1])
     return chosen
 
 
