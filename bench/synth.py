@@ -33,6 +33,7 @@ NAMES = ["aten::add", "aten::mm", "aten::conv2d", "aten::relu", "aclnnAdd", "Mat
 
 
 def build(out: Path, slices: int, ranks: int = 2, span_s: float = 60.0) -> dict:
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.unlink(missing_ok=True)
     con = duckdb.connect(str(tmp))

@@ -50,11 +50,13 @@ COLUMNS = ("track_id, depth, bucket, slice_count::BIGINT AS slice_count, slice_i
            "max_end_ns, total_dur_ns::BIGINT AS total_dur_ns")
 
 
-def base_bucket_ns(span_ns: int, slices: int, rows: int) -> int:
-    """The finest width at which ``rows`` (track, depth) rows of buckets hold at most half as many buckets as
-    there are slices."""
+def base_bucket_ns(rows: list[tuple[int, int]], slices: int) -> int:
+    """The finest width whose level would hold at most half as many buckets as there are slices.
+
+    ``rows`` is (slice count, extent in ns) per (track, depth): a row of buckets holds at most one bucket per
+    slice and one per ``width`` of extent, whichever is fewer."""
     width = MIN_BUCKET_NS
-    while rows * (span_ns // width) > max(1, slices // 2):
+    while sum(min(n, extent // width + 1) for n, extent in rows) > max(1, slices // 2):
         width *= FACTOR
     return width
 
@@ -63,11 +65,12 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
     """Create ``slice_lod`` and ``lod_levels``; return (level, bucket_ns, rows) per level.
 
     ``base_ns`` forces level 0's width (tests use it to exercise many levels on small data)."""
-    span, n, rows = con.execute("SELECT max(ts_ns + dur_ns) - min(ts_ns), count(*), count(DISTINCT (track_id, depth)) "
-                                "FROM slices").fetchone()
+    span, n = con.execute("SELECT max(ts_ns + dur_ns) - min(ts_ns), count(*) FROM slices").fetchone()
     levels: list[tuple[int, int, int]] = []
     if span is not None and n:
-        width = base_ns or base_bucket_ns(max(int(span), 1), n, rows)
+        rows = con.execute("SELECT count(*), max(ts_ns + dur_ns) - min(ts_ns) FROM slices "
+                           "GROUP BY track_id, depth").fetchall()
+        width = base_ns or base_bucket_ns(rows, n)
         con.execute(LEVEL0, [width])
         level = 0
         while True:

@@ -22,7 +22,7 @@ from server.api.timeline_sql import (
     CHILDREN_SQL, COUNTER_COUNT_SQL, COUNTER_EDGES_SQL, COUNTER_EXACT_SQL, COUNTER_LOD_SQL, COUNTER_SERIES_SQL,
     DENSITY_MARGIN, FLOW_CATEGORIES_SQL, FLOWS_IN_RANGE_SQL, KERNEL_SQL, RANGE_STATS_SQL, RANGE_TOTALS_SQL,
     SEARCH_AFTER_SQL, SEARCH_BEFORE_SQL, SEARCH_COUNT_SQL, SLICE_BRIEF_SQL, SLICE_FLOWS_SQL, SLICE_SQL,
-    SLICES_COUNT_SQL, SLICES_EXACT_BATCH_SQL, SLICES_EXACT_SQL, SLICES_LOD_SQL, SLICES_PER_PX,
+    SLICES_EXACT_BATCH_SQL, SLICES_EXACT_SQL, SLICES_LOD_COUNT_SQL, SLICES_LOD_SQL, SLICES_PER_PX,
 )
 
 router = APIRouter(prefix="/api/runs/{run_id}/timeline", tags=["timeline"])
@@ -120,7 +120,7 @@ def _viewport_slices(db: RunDb, tracks: list, start: int, end: int, width_px: in
     threshold = SLICES_PER_PX * width_px
     lod = _lod_choice(db.info.lod_levels, (end - start) / (SLICES_PER_PX * width_px))
     # dense or sparse: from the track's extent when that is clear, else by counting (at most threshold + 1 rows)
-    dense, sparse = [], []
+    dense, sparse, unsure = [], [], []
     for track in tracks:
         guess = _estimate_rows(track, start, end)
         if lod is None or guess * DENSITY_MARGIN < threshold:
@@ -128,9 +128,11 @@ def _viewport_slices(db: RunDb, tracks: list, start: int, end: int, width_px: in
         elif guess > threshold * DENSITY_MARGIN:
             dense.append(track)
         else:
-            window = {"track": track.track_id, "lo": start - track.max_dur_ns, "end": end, "start": start}
-            n = db.one(SLICES_COUNT_SQL, window | {"limit": threshold + 1})[0]
-            (dense if n > threshold else sparse).append(track)
+            unsure.append(track)
+    if unsure:
+        counts = _lod_counts(db, unsure, start, end)
+        for track in unsure:
+            (dense if counts.get(track.track_id, 0) > threshold else sparse).append(track)
     answers: dict[int, tuple[dict, dict]] = {}
     if dense:
         level, bucket_ns = lod
@@ -158,6 +160,20 @@ def _viewport_slices(db: RunDb, tracks: list, start: int, end: int, width_px: in
         answers[track.track_id] = ({"lod": False, "bucket_ns": None, "truncated": len(cols["slice_id"]) > cap},
                                    {k: v[:cap] for k, v in cols.items()})
     return answers
+
+
+def _lod_counts(db: RunDb, tracks: list, start: int, end: int) -> dict[int, int]:
+    """track_id → slices starting in the window, from the coarsest LOD level with at least 16 buckets in it."""
+    levels = db.info.lod_levels
+    level, bucket_ns = levels[0]
+    for lv, b in levels:
+        if b * 16 <= end - start:
+            level, bucket_ns = lv, b
+    ids = [t.track_id for t in tracks]
+    rows = db.rows(SLICES_LOD_COUNT_SQL, {"level": level, "tracks": ids, "track_min": min(ids),
+                                          "track_max": max(ids), "bucket_lo": start // bucket_ns,
+                                          "bucket_hi": (end - 1) // bucket_ns})
+    return {int(tid): int(n) for tid, n in rows}
 
 
 def _split(cols: dict, ids: list[int], cap: int, flags: dict) -> dict[int, tuple[dict, dict]]:

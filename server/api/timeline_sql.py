@@ -9,12 +9,15 @@ ts-ordered ``slices`` table prune (PERF_NOTES.md).
 SLICES_PER_PX = 2  # more slices than this per pixel in the window: answer from slice_lod
 DENSITY_MARGIN = 8  # an extent-based estimate this far from the threshold decides without counting
 
-# at most $limit rows: enough to tell a dense window from a sparse one
-SLICES_COUNT_SQL = """
-SELECT count(*) FROM (
-    SELECT 1 FROM slices
-    WHERE track_id = $track AND ts_ns >= $lo AND ts_ns < $end AND (ts_ns + dur_ns > $start OR ts_ns >= $start)
-    LIMIT $limit)
+# Dense or sparse, for several tracks at once, from the level-of-detail table: slices starting in the window, summed over
+# the buckets of a level coarse enough to be small (a count by start: slices reaching in from the left are not
+# counted, which only matters near the threshold). One scan of a few hundred rows instead of one count per track.
+SLICES_LOD_COUNT_SQL = """
+SELECT track_id, sum(slice_count) AS n
+FROM slice_lod
+WHERE level = $level AND track_id BETWEEN $track_min AND $track_max AND list_contains($tracks, track_id)
+  AND bucket >= $bucket_lo AND bucket <= $bucket_hi
+GROUP BY track_id
 """
 SLICES_EXACT_SQL = """
 SELECT ts_ns - $origin AS ts_ns, dur_ns, depth, name, slice_id

@@ -10,7 +10,7 @@ import { colorFor } from "../common/colors.js";
 import { quantize } from "./geometry.js";
 
 const MAX_ENTRIES_PER_TRACK = 4;
-const MAX_TRACKS_PER_REQUEST = 200;
+const MAX_TRACKS_PER_REQUEST = 4;  // small requests answer fast and load in parallel
 
 export class DataStore {
   constructor(runId, originBig, onData, onStatus) {
