@@ -56,7 +56,9 @@ def base_bucket_ns(rows: list[tuple[int, int]], slices: int) -> int:
     ``rows`` is (slice count, extent in ns) per (track, depth): a row of buckets holds at most one bucket per
     slice and one per ``width`` of extent, whichever is fewer."""
     width = MIN_BUCKET_NS
-    while sum(min(n, extent // width + 1) for n, extent in rows) > max(1, slices // 2):
+    widest = max((extent for _, extent in rows), default=0)
+    # each row keeps at least one bucket, so stop once a bucket spans the widest row: coarser saves nothing
+    while width <= widest and sum(min(n, extent // width + 1) for n, extent in rows) > max(1, slices // 2):
         width *= FACTOR
     return width
 

@@ -40,3 +40,11 @@ def test_lod_equals_naive_sql(tmp_path):
     # coarser levels really are smaller
     assert levels[-1][2] < levels[0][2]
     con.close()
+
+
+def test_base_width_terminates_and_saves_rows():
+    # few slices in many rows: no width can halve the rows, so the search stops at the widest extent
+    assert lod.base_bucket_ns([(1, 10_000), (1, 5_000)], 2) <= 4 * 10_000
+    # one dense row: 1M slices over 1 s want ~2 µs buckets or coarser
+    width = lod.base_bucket_ns([(1_000_000, 10**9)], 1_000_000)
+    assert 10**9 // width + 1 <= 500_000 and 10**9 // (width // 4) + 1 > 500_000
