@@ -1,5 +1,7 @@
-# ascendscope: build a wheel in one stage, run it as a non-root user in a slim one.
-# Share a dashboard:  docker run -p 8000:8000 -v /path/to/profiles:/import:ro IMAGE serve --read-only /import
+# ascendscope: build the wheels in one stage, run them as a non-root user in a slim one.
+#   docker build -t ascendscope .
+#   docker run -p 8000:8000 -v ascendscope-data:/data ascendscope                       # upload runs in the browser
+#   docker run -p 8000:8000 -v /path/to/profiles:/import:ro ascendscope serve --read-only /import   # share a set
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -16,17 +18,22 @@ RUN groupadd --gid 10001 ascendscope \
     && mkdir /data \
     && chown ascendscope:ascendscope /data
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl \
+# only the wheels built above: nothing is fetched at this step
+RUN pip install --no-cache-dir --no-index --find-links=/wheels /wheels/ascendscope-*.whl \
     && rm -rf /wheels
 USER 10001:10001
-# The defaults of `ascendscope serve` inside the container: listen on all interfaces, keep runs in the
-# volume, never try to open a browser. Arguments after the image name are passed to `ascendscope`.
+# The defaults of `ascendscope serve` inside the container: listen on all interfaces, keep runs in the volume,
+# never try to open a browser. Flags given after the image name win (e.g. `serve --read-only --token T /import`);
+# ASCENDSCOPE_TOKEN, ASCENDSCOPE_READ_ONLY and the other settings can be passed with -e.
 ENV ASCENDSCOPE_HOST=0.0.0.0 \
     ASCENDSCOPE_DATA_DIR=/data \
-    ASCENDSCOPE_NO_BROWSER=1
+    ASCENDSCOPE_NO_BROWSER=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
 VOLUME /data
 EXPOSE 8000
+# /api/health answers without the access token
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/api/health', timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('ASCENDSCOPE_PORT', '8000') + '/api/health', timeout=4)"]
 ENTRYPOINT ["ascendscope"]
 CMD ["serve"]

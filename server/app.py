@@ -5,18 +5,23 @@ Adding a JSON resource is one line: put its module name (``server/api/<name>.py`
 ``/static`` and plotly.js from the installed ``plotly`` package at ``/vendor/plotly.min.js``.
 
 Every error, from any route, leaves as ``{"error": {"code": …, "message": …, "status": …}}`` (HTML pages get
-a small HTML page instead).
+a small HTML page instead). Every response carries the security headers of ``server.security`` (which also
+checks the access token when one is set).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib
 import logging
+import re
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -25,12 +30,14 @@ from server import pages
 from server.api import ApiError, FastJSONResponse
 from server.db import Databases, QueryTimeout
 from server.runs import IngestQueue, RunStore
+from server.security import SecurityMiddleware
 from server.settings import Settings
 
 log = logging.getLogger("ascendscope.app")
 
 # JSON routers, in the order they appear in /docs: one line per resource
 API_MODULES = (
+    "health",
     "runs",
     "timeline",
     "operators",
@@ -43,8 +50,14 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "frontend" / "static"
 FAVICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
                'fill="#4c8dff"/><rect x="3" y="4" width="7" height="2" fill="#fff"/><rect x="5" y="7" width="8" '
                'height="2" fill="#fff"/><rect x="3" y="10" width="5" height="2" fill="#fff"/></svg>')
-HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
+HTTP_CODES = {400: "bad_request", 401: "token_required", 403: "forbidden", 404: "not_found",
+              405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
               422: "invalid_parameter", 500: "internal_error"}
+# Swagger UI comes from a CDN with one inline start-up script: /docs alone gets a policy that allows exactly those
+SWAGGER_CDN = "https://cdn.jsdelivr.net"
+DOCS_CSP = ("default-src 'self'; script-src 'self' {cdn} {hashes}; style-src 'self' {cdn} 'unsafe-inline'; "
+            "img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; object-src 'none'; "
+            "base-uri 'none'; frame-ancestors 'none'")
 
 
 def plotly_js_path() -> Path:
@@ -66,7 +79,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
         yield
         databases.close_all()
 
-    app = FastAPI(title="ascendscope", version=_version(), lifespan=lifespan,
+    app = FastAPI(title="ascendscope", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   default_response_class=FastJSONResponse,
                   description="JSON API of the ascendscope dashboard. Absolute times are epoch ns as decimal "
                               "strings; times inside timeline responses are ns relative to `origin_ns`.")
@@ -89,8 +102,21 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     def favicon() -> Response:
         return Response(FAVICON_SVG, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
 
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return _docs_page(app)
+
     _install_error_handlers(app)
+    app.add_middleware(SecurityMiddleware, token=settings.token)
     return app
+
+
+def _docs_page(app: FastAPI) -> HTMLResponse:
+    page = get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} API")
+    html = page.body.decode()
+    inline = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
+    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in inline)
+    return HTMLResponse(html, headers={"Content-Security-Policy": DOCS_CSP.format(cdn=SWAGGER_CDN, hashes=hashes)})
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -1,24 +1,34 @@
 """``ascendscope``: ``serve`` the dashboard (ingesting the given paths first) or ``ingest`` one path to a file.
 
     ascendscope serve [PATH ...] [--host 127.0.0.1] [--port 8000] [--data-dir DIR] [--no-browser]
+                      [--read-only] [--token TOKEN]
     ascendscope ingest PATH --out FILE.duckdb
 
 ``serve`` turns each PATH into a run (an unchanged source that was already ingested is reused) and ingests it
 in a worker process while the server is already up; with no PATH and an empty data dir it loads the bundled
-sample. The data dir is ``--data-dir``, else ``$ASCENDSCOPE_DATA_DIR``, else ``~/.ascendscope``.
+sample. A PATH that is a folder of several runs (subfolders that each hold rank folders, or archives) opens as
+one run per subfolder. A PATH is only read: the database goes into the data dir.
+
+Every option defaults to its ``ASCENDSCOPE_*`` environment variable (see ``server.settings``), then to the
+built-in default; a flag on the command line wins. The data dir is ``--data-dir``, else
+``$ASCENDSCOPE_DATA_DIR``, else ``~/.ascendscope``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import sys
 import threading
 import time
 import webbrowser
 from pathlib import Path
+from urllib.parse import quote
 
 from server.settings import Settings, settings_help
+
+SOURCE_SCAN_DEPTH = 5  # how deep a subfolder of a multi-run folder is searched for rank folders
 
 
 def bundled_sample_path() -> Path | None:
@@ -43,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="interface to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="TCP port (default 8000; 0 picks a free one)")
     serve.add_argument("--data-dir", default=None, help="where runs are stored (default ~/.ascendscope)")
-    serve.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
+    serve.add_argument("--no-browser", action="store_true", default=None, help="do not open a browser tab")
+    serve.add_argument("--read-only", action="store_true", default=None,
+                       help="share the runs as they are: no upload, rename or delete")
+    serve.add_argument("--token", default=None,
+                       help="require this access token on every request (default $ASCENDSCOPE_TOKEN)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
     ingest = sub.add_parser("ingest", help="ingest one path into a DuckDB file")
@@ -69,28 +83,37 @@ def serve(args: argparse.Namespace) -> int:
     from server.runs import IngestQueue, RunStore  # noqa: PLC0415
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    settings = Settings.from_env(data_dir=args.data_dir, host=args.host, port=args.port)
+    try:
+        settings = Settings.from_env(data_dir=args.data_dir, host=args.host, port=args.port,
+                                     no_browser=args.no_browser, read_only=args.read_only, token=args.token)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    paths = [Path(p).expanduser() for p in args.paths]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        print(f"error: no such file or folder: {missing[0].resolve()}", file=sys.stderr)
+        return 2
     store = RunStore(settings.data_dir)
-    queue = IngestQueue(store)
+    store.sweep()
+    queue = IngestQueue(store, workers=settings.ingest_workers, retries=settings.ingest_retries)
     queue.start(resume=True)
 
-    paths = list(args.paths)
     if not paths and not store.list():
         sample = bundled_sample_path()
         if sample is not None:
             print(f"no runs yet: opening the bundled sample ({sample})", file=sys.stderr)
-            paths = [str(sample)]
+            paths = [sample]
     opened = []
-    for path in paths:
-        try:
-            run = store.create_run_from_path(path)
-        except FileNotFoundError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+    for source in (s for path in paths for s in split_sources(path.resolve())):
+        run = store.create_run_from_path(source)
         if run.status in ("queued", "failed"):
             queue.enqueue(run.id)
         print(f"run {run.id}: {run.source} ({run.status})", file=sys.stderr)
         opened.append(run.id)
+    if not settings.token and not settings.read_only and not _is_loopback(settings.host):
+        print(f"warning: serving on {settings.host} without --token: anyone who can reach this port can upload and "
+              f"delete runs (add --token TOKEN or --read-only)", file=sys.stderr)
 
     app = create_app(settings, store=store, ingest_queue=queue)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
@@ -105,8 +128,11 @@ def serve(args: argparse.Namespace) -> int:
             return
         port = _bound_port(server) or settings.port
         url = f"http://{_display_host(settings.host)}:{port}{target}"
-        print(f"ascendscope is serving {settings.data_dir} at {url}", file=sys.stderr, flush=True)
-        if not args.no_browser:
+        if settings.token:
+            url += f"?token={quote(settings.token, safe='')}"
+        mode = " (read-only)" if settings.read_only else ""
+        print(f"ascendscope is serving {settings.data_dir}{mode} at {url}", file=sys.stderr, flush=True)
+        if not settings.no_browser:
             webbrowser.open(url)
 
     threading.Thread(target=announce, name="ascendscope-announce", daemon=True).start()
@@ -115,6 +141,46 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         queue.stop()
     return 0 if server.started else 1
+
+
+def split_sources(path: Path) -> list[Path]:
+    """The runs a PATH opens: a folder of several runs (no rank folder at its top, and two or more subfolders or
+    archives that hold profiling data) is one run per subfolder; anything else is one run. A multi-node cluster
+    laid out as ``cluster/node*/rank*_ascend_pt`` is therefore opened per node: point at a flat folder of ranks
+    to open it as one run."""
+    from ingest.archive import is_archive  # noqa: PLC0415
+    from ingest.discover import _is_rank_dir  # noqa: PLC0415
+
+    if not path.is_dir() or _is_rank_dir(path):
+        return [path]
+    children = sorted(c for c in path.iterdir() if not c.name.startswith("."))
+    if any(c.is_dir() and _is_rank_dir(c) for c in children):
+        return [path]
+    runs = [c for c in children if is_archive(c) or (c.is_dir() and _holds_rank(c, SOURCE_SCAN_DEPTH))]
+    return runs if len(runs) >= 2 else [path]
+
+
+def _holds_rank(folder: Path, depth: int) -> bool:
+    from ingest.discover import _is_rank_dir  # noqa: PLC0415
+
+    if _is_rank_dir(folder):
+        return True
+    if depth <= 0:
+        return False
+    try:
+        subdirs = [c for c in folder.iterdir() if c.is_dir() and not c.is_symlink()]
+    except OSError:
+        return False
+    return any(_holds_rank(c, depth - 1) for c in subdirs)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _bound_port(server) -> int | None:

@@ -128,10 +128,10 @@ class Databases:
         return entry.info
 
     def forget(self, run_id: str) -> None:
+        """Drop the run's connection from the cache (re-ingested or deleted). It is not closed: a request may be
+        using a cursor of it right now; it closes when the last one is gone."""
         with self._lock:
-            entry = self._entries.pop(run_id, None)
-        if entry is not None:
-            entry.close()
+            self._entries.pop(run_id, None)
 
     def close_all(self) -> None:
         with self._lock:

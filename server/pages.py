@@ -16,6 +16,7 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import TemplateNotFound
 
 from server.runs import RunNotFound
+from server.security import CSP_WITH_PLOTLY
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 templates = Jinja2Templates(directory=str(TEMPLATE_DIR))
@@ -29,6 +30,7 @@ VIEWS = (
     ("communication", "Communication"),
 )
 VIEW_NAMES = tuple(v for v, _ in VIEWS)
+PLOTLY_VIEWS = ("operator", "memory", "summary", "communication")  # their templates load /vendor/plotly.min.js
 
 router = APIRouter(include_in_schema=False)
 
@@ -54,8 +56,9 @@ def view_page(request: Request, run_id: str, view: str):
     except RunNotFound:
         raise ApiError(404, "run_not_found", f"no run with id {run_id!r}") from None
     ctx = _context(request, run, view)
+    headers = {"Content-Security-Policy": CSP_WITH_PLOTLY} if view in PLOTLY_VIEWS else None
     try:
-        return templates.TemplateResponse(request, f"{view}.html", ctx)
+        return templates.TemplateResponse(request, f"{view}.html", ctx, headers=headers)
     except TemplateNotFound:
         ctx["placeholder"] = f"The {dict(VIEWS)[view]} view is not available yet."
         return templates.TemplateResponse(request, "base.html", ctx)
@@ -72,8 +75,10 @@ def _context(request: Request, run, view: str) -> dict:
             ranks = []
     run_json = None
     if run is not None:
-        run_json = {k: v for k, v in run.to_json().items() if k not in ("summary", "source_fingerprint")}
-    page = {"view": view, "run_id": run.id if run else None, "run": run_json, "ranks": ranks}
+        run_json = {k: v for k, v in run.to_json().items() if k not in ("summary", "source_fingerprint", "worker_pid")}
+    settings = request.app.state.settings
+    page = {"view": view, "run_id": run.id if run else None, "run": run_json, "ranks": ranks,
+            "read_only": settings.read_only, "max_upload_bytes": settings.max_upload_mb * 1_000_000}
     return {
         "view": view,
         "views": VIEWS,
@@ -82,6 +87,7 @@ def _context(request: Request, run, view: str) -> dict:
         "ranks": ranks,
         "page_json": json.dumps(page).replace("</", "<\\/"),
         "placeholder": None,
+        "read_only": settings.read_only,
     }
 
 

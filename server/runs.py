@@ -1,31 +1,39 @@
 """The run store: one folder per run, ``<data_dir>/runs/<id>/`` holding ``run.json`` and ``run.duckdb``.
 
-``run.json`` is the run's record (id, name, source, status, error, created, size, …) and is the only state: it is
-rewritten atomically (temp file + rename), so a restarted server sees every queued, interrupted, finished or
-failed run as it was. Status moves ``queued → ingesting → ready | failed``.
+``run.json`` is the run's record (id, name, source, status, progress, error, created, size, …) and is the only
+state: it is rewritten atomically (temp file + rename), so a restarted server sees every queued, interrupted,
+finished or failed run as it was, and the queued ones are the ingest queue. Status moves
+``queued → ingesting → ready | failed``.
 
-Ingestion never runs in the web process. :class:`IngestQueue` is one thread that starts a ``spawn`` worker
-process per run, one run at a time; the worker calls ``ingest.pipeline.ingest_path`` (which writes the database
-under a temporary name and renames it into place) and records the outcome in ``run.json``. If the worker dies
-without doing so, the queue marks the run failed.
+A run comes from a path on the server (``ascendscope serve PATH``: ``source`` is that path, never written to) or
+from an upload (``origin == "upload"``: the archive is extracted into ``<run>/source/`` and ``source`` is the
+uploaded file's name). An upload is assembled in a hidden staging folder (``runs/.upload-*``, never a valid id)
+and renamed into place only once it is valid, so a refused upload leaves nothing behind.
+
+Run ids are strict (``[a-z0-9][a-z0-9-]*``, at most 64 characters): any other id is "not found" before a path
+is ever built from it, so no id reaches outside the runs folder.
+
+Ingestion never runs in the web process: see :mod:`server.worker` (``IngestQueue`` is re-exported here).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import os
-import queue
 import re
 import secrets
 import shutil
 import threading
 import time
-import traceback
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+
+try:
+    import fcntl
+except ImportError:  # not on Windows; there one process writes a run.json at a time anyway
+    fcntl = None
 
 log = logging.getLogger("ascendscope.runs")
 
@@ -33,7 +41,11 @@ STATUSES = ("queued", "ingesting", "ready", "failed")
 RUN_FILE = "run.json"
 DB_FILE = "run.duckdb"
 LOG_FILE = "ingest.log"
-PROGRESS_INTERVAL_S = 0.5
+SOURCE_DIR = "source"  # an upload's extracted archive, removed once the run is ready
+WORK_DIR = "work"  # the worker's scratch folder (spill files), removed after every attempt
+STAGING_PREFIX = ".upload-"
+LOCK_FILE = ".run.lock"  # the web process and a worker both rewrite run.json: read-modify-write under a flock
+MAX_NAME_CHARS = 200
 
 
 @dataclass
@@ -44,12 +56,17 @@ class Run:
     status: str = "queued"
     error: str | None = None
     created: float = field(default_factory=time.time)
-    size: int | None = None  # bytes of run.duckdb once ready
+    size: int | None = None  # bytes on disk of the run's folder
     source_fingerprint: str | None = None
-    progress: str | None = None
+    progress: dict | str | None = None  # see server.worker.RunProgress
     started: float | None = None
     finished: float | None = None
     summary: dict | None = None
+    origin: str = "path"  # "path" (a folder on the server) or "upload"
+    rank_count: int | None = None
+    attempts: int = 0
+    worker_pid: int | None = None
+    upload: dict | None = None  # filename, bytes, members, nested archives
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -70,23 +87,24 @@ class RunStore:
 
     # -- paths
     def run_dir(self, run_id: str) -> Path:
-        if not _valid_id(run_id):
+        if not valid_id(run_id):
             raise RunNotFound(run_id)
         return self.runs_dir / run_id
 
     def db_path(self, run_id: str) -> Path:
         return self.run_dir(run_id) / DB_FILE
 
+    def source_path(self, run: Run) -> Path:
+        """What the worker ingests: the extracted upload, or the path the run was opened from."""
+        return self.run_dir(run.id) / SOURCE_DIR if run.origin == "upload" else Path(run.source)
+
     # -- records
     def create_run(self, name: str, source: str, *, fingerprint: str | None = None) -> Run:
         """A new queued run record (no ingestion is started: see :meth:`create_run_from_path`)."""
         with self._lock:
-            while True:
-                run_id = f"{_slug(name)}-{secrets.token_hex(3)}"
-                if not (self.runs_dir / run_id).exists():
-                    break
+            run_id = self._new_id(name)
             (self.runs_dir / run_id).mkdir(parents=True)
-            run = Run(id=run_id, name=name, source=source, source_fingerprint=fingerprint)
+            run = Run(id=run_id, name=clean_name(name), source=source, source_fingerprint=fingerprint)
             self._write(run)
         return run
 
@@ -98,15 +116,32 @@ class RunStore:
         fingerprint = source_fingerprint(src)
         if reuse:
             for run in self.list():
-                if run.source == str(src) and run.source_fingerprint == fingerprint and run.status != "failed":
+                if (run.origin == "path" and run.source == str(src) and run.source_fingerprint == fingerprint
+                        and run.status != "failed"):
                     return run
         return self.create_run(name or src.name or str(src), str(src), fingerprint=fingerprint)
+
+    def new_staging_dir(self) -> Path:
+        """A hidden folder to assemble an upload in (see :meth:`commit_staging`)."""
+        path = self.runs_dir / f"{STAGING_PREFIX}{secrets.token_hex(8)}"
+        path.mkdir()
+        return path
+
+    def commit_staging(self, staging: Path, name: str, source: str, **fields) -> Run:
+        """Turn a staging folder into a queued run: write its run.json, then rename it to the new id."""
+        with self._lock:
+            run_id = self._new_id(name)
+            run = Run(id=run_id, name=clean_name(name), source=source, **fields)
+            run.size = folder_bytes(staging)
+            self._write(run, folder=staging)
+            os.rename(staging, self.runs_dir / run_id)
+        return run
 
     def get(self, run_id: str) -> Run:
         path = self.run_dir(run_id) / RUN_FILE
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise RunNotFound(run_id) from None
         known = Run.__dataclass_fields__
         return Run(**{k: v for k, v in data.items() if k in known})
@@ -115,7 +150,7 @@ class RunStore:
         """Every run, newest first (folders without a readable run.json are skipped)."""
         runs = []
         for child in self.runs_dir.iterdir():
-            if child.is_dir() and (child / RUN_FILE).exists():
+            if valid_id(child.name) and child.is_dir() and (child / RUN_FILE).exists():
                 try:
                     runs.append(self.get(child.name))
                 except (RunNotFound, ValueError, TypeError):
@@ -125,19 +160,20 @@ class RunStore:
     def set_status(self, run_id: str, status: str, *, error: str | None = None, **fields) -> Run:
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
-        with self._lock:
+        with self._record_lock(run_id):
             run = self.get(run_id)
             run.status, run.error = status, error
             for key, value in fields.items():
                 setattr(run, key, value)
-            if status == "ready":
-                db = self.db_path(run_id)
-                run.size = db.stat().st_size if db.exists() else None
+            if status in ("ready", "failed"):
+                run.size = folder_bytes(self.run_dir(run_id))
+            if status == "ready" and run.rank_count is None and isinstance(run.summary, dict):
+                run.rank_count = len(run.summary.get("ranks") or []) or None
             self._write(run)
         return run
 
     def update(self, run_id: str, **fields) -> Run:
-        with self._lock:
+        with self._record_lock(run_id):
             run = self.get(run_id)
             for key, value in fields.items():
                 setattr(run, key, value)
@@ -145,165 +181,58 @@ class RunStore:
         return run
 
     def delete(self, run_id: str) -> None:
-        shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
+        """Remove the run's folder (its database, and an upload's files); a source path is never touched."""
+        target = self.run_dir(run_id)
+        with self._lock:
+            if not (target / RUN_FILE).exists():
+                raise RunNotFound(run_id)
+            # rename first, so the run disappears at once even if removing a large folder takes a while
+            doomed = self.runs_dir / f".deleted-{run_id}-{secrets.token_hex(4)}"
+            os.rename(target, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
 
     def pending(self) -> list[Run]:
         """Runs a restart must finish: queued ones and those whose ingestion was interrupted, oldest first."""
         return sorted((r for r in self.list() if r.status in ("queued", "ingesting")), key=lambda r: r.created)
 
-    def _write(self, run: Run) -> None:
-        target = self.run_dir(run.id) / RUN_FILE
+    def clean_partial(self, run_id: str) -> None:
+        """Remove what an interrupted ingest may have left: temp databases and the worker's scratch folder."""
+        run_dir = self.run_dir(run_id)
+        for leftover in run_dir.glob(f"{DB_FILE}.tmp-*"):
+            leftover.unlink(missing_ok=True)
+        shutil.rmtree(run_dir / WORK_DIR, ignore_errors=True)
+
+    def sweep(self) -> None:
+        """At startup: remove half-received uploads and half-deleted runs left by a previous process."""
+        for child in self.runs_dir.iterdir():
+            if child.name.startswith((STAGING_PREFIX, ".deleted-")):
+                shutil.rmtree(child, ignore_errors=True)
+
+    @contextmanager
+    def _record_lock(self, run_id: str):
+        with self._lock:
+            try:
+                fd = os.open(self.run_dir(run_id) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            except (FileNotFoundError, NotADirectoryError):  # never recreate a deleted run's folder
+                raise RunNotFound(run_id) from None
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
+
+    def _new_id(self, name: str) -> str:
+        while True:
+            run_id = f"{_slug(name)}-{secrets.token_hex(3)}"
+            if not (self.runs_dir / run_id).exists():
+                return run_id
+
+    def _write(self, run: Run, folder: Path | None = None) -> None:
+        target = (folder or self.run_dir(run.id)) / RUN_FILE
         tmp = target.with_name(f".{RUN_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(run.to_json(), indent=2, default=str), encoding="utf-8")
         os.replace(tmp, target)
-
-
-class IngestQueue:
-    """Ingests queued runs one at a time, each in a fresh worker process (``multiprocessing`` spawn)."""
-
-    def __init__(self, store: RunStore, *, on_ready: Callable[[str], None] | None = None):
-        self.store = store
-        self.on_ready = on_ready
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._current: multiprocessing.process.BaseProcess | None = None
-        self._stopping = threading.Event()
-        self._pending: set[str] = set()
-        self._pending_lock = threading.Lock()
-
-    def start(self, *, resume: bool = True) -> "IngestQueue":
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="ascendscope-ingest", daemon=True)
-            self._thread.start()
-            if resume:
-                for run in self.store.pending():
-                    if run.status == "ingesting":
-                        self.store.set_status(run.id, "queued", progress="interrupted; queued again")
-                    self._put(run.id)
-        return self
-
-    def enqueue(self, run_id: str) -> None:
-        """Queue a run for ingestion (a run already waiting in the queue is not queued twice)."""
-        with self._pending_lock:
-            if run_id in self._pending:
-                return
-        self.store.set_status(run_id, "queued")
-        self._put(run_id)
-
-    def _put(self, run_id: str) -> None:
-        with self._pending_lock:
-            if run_id in self._pending:
-                return
-            self._pending.add(run_id)
-        self._queue.put(run_id)
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stopping.set()
-        self._queue.put(None)
-        proc = self._current
-        if proc is not None and proc.is_alive():
-            proc.terminate()
-            proc.join(timeout_s)
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def wait_idle(self, timeout_s: float = 120.0) -> bool:
-        """True once no run is queued or ingesting (for the CLI and tests)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._queue.unfinished_tasks == 0:
-                return True
-            time.sleep(0.05)
-        return False
-
-    def _loop(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        while not self._stopping.is_set():
-            run_id = self._queue.get()
-            try:
-                if run_id is None:
-                    return
-                self._run_one(ctx, run_id)
-            except Exception:  # the queue must survive one bad run
-                log.exception("ingest of run %s failed", run_id)
-            finally:
-                with self._pending_lock:
-                    self._pending.discard(run_id)
-                self._queue.task_done()
-
-    def _run_one(self, ctx, run_id: str) -> None:
-        try:
-            run = self.store.get(run_id)
-        except RunNotFound:
-            return
-        if run.status not in ("queued", "ingesting"):
-            return
-        proc = ctx.Process(target=ingest_worker, args=(str(self.store.data_dir), run_id),
-                           name=f"ascendscope-ingest-{run_id}", daemon=True)
-        self._current = proc
-        proc.start()
-        proc.join()
-        self._current = None
-        run = self.store.get(run_id)
-        if run.status in ("queued", "ingesting"):
-            reason = "stopped" if self._stopping.is_set() else f"worker exited with code {proc.exitcode}"
-            self.store.set_status(run_id, "failed", error=f"ingestion did not finish ({reason})",
-                                  finished=time.time())
-        elif run.status == "ready" and self.on_ready is not None:
-            self.on_ready(run_id)
-
-
-def ingest_worker(data_dir: str, run_id: str) -> None:
-    """Worker process body: ingest one run and record the outcome in its run.json."""
-    store = RunStore(data_dir)
-    run_dir = store.run_dir(run_id)
-    handler = logging.FileHandler(run_dir / LOG_FILE, encoding="utf-8")
-    logging.basicConfig(level=logging.INFO, handlers=[handler],
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run = store.set_status(run_id, "ingesting", started=time.time(), progress="starting")
-    try:
-        from ingest.pipeline import Progress, ingest_path
-
-        class RunProgress(Progress):
-            """Mirrors ingest progress into run.json, at most every PROGRESS_INTERVAL_S."""
-
-            def __init__(self):
-                self.total = self.done = 0
-                self.last = 0.0
-
-            def begin(self, total_bytes, ranks):
-                self.total = max(1, total_bytes)
-                self.note(f"reading {ranks} rank(s), {total_bytes / 1e6:.1f} MB", force=True)
-
-            def file_done(self, rank, name, size, seconds):
-                self.done += size
-                self.note(f"{100 * self.done / self.total:.0f}% read (rank {rank}: {name})")
-
-            def phase(self, text):
-                self.note(text, force=True)
-
-            def note(self, text, force=False):
-                now = time.monotonic()
-                if force or now - self.last >= PROGRESS_INTERVAL_S:
-                    self.last = now
-                    store.update(run_id, progress=str(text)[:200])
-
-        summary = ingest_path(run.source, store.db_path(run_id), progress=RunProgress())
-    except BaseException as exc:  # record every failure, including KeyboardInterrupt in the worker
-        logging.getLogger("ascendscope.ingest").error("ingest failed:\n%s", traceback.format_exc())
-        message = f"{type(exc).__name__}: {exc}".strip()
-        store.set_status(run_id, "failed", error=message[:2000], finished=time.time(), progress=None)
-        return
-    store.set_status(run_id, "ready", finished=time.time(), progress=None, summary=_brief_summary(summary))
-
-
-def _brief_summary(summary) -> dict | None:
-    """The ingest summary minus its (unbounded) warning list, which stays in the database's warnings table."""
-    if not isinstance(summary, dict):
-        return None
-    brief = {k: v for k, v in summary.items() if k != "warnings"}
-    brief["warning_count"] = len(summary.get("warnings") or [])
-    return json.loads(json.dumps(brief, default=str))
 
 
 def source_fingerprint(path: Path) -> str:
@@ -322,13 +251,39 @@ def source_fingerprint(path: Path) -> str:
     return f"{count}:{size}:{newest}"
 
 
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,80}$")
+def folder_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total
 
 
-def _valid_id(run_id: str) -> bool:
-    return bool(_ID_RE.match(run_id)) and ".." not in run_id
+_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+
+
+def valid_id(run_id: str) -> bool:
+    return isinstance(run_id, str) and bool(_ID_RE.fullmatch(run_id))
+
+
+def clean_name(name: str) -> str:
+    """A display name: control characters dropped, whitespace collapsed, at most MAX_NAME_CHARS characters."""
+    text = " ".join(re.sub(r"[\x00-\x1f\x7f]", " ", str(name)).split())
+    return text[:MAX_NAME_CHARS] or "run"
 
 
 def _slug(name: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
-    return slug[:40] or "run"
+    return slug[:40].strip("-") or "run"
+
+
+def __getattr__(name: str):
+    """``IngestQueue`` and ``ingest_worker`` live in :mod:`server.worker` (which imports this module)."""
+    if name in ("IngestQueue", "ingest_worker"):
+        from server import worker  # noqa: PLC0415
+
+        return getattr(worker, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

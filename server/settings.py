@@ -1,7 +1,8 @@
 """Server settings: one declarative table drives the defaults, the environment variables and ``--help``.
 
 Each :class:`Setting` names its environment variable (``ASCENDSCOPE_<NAME>``); the CLI overrides what it is given.
-Limits carry their unit in the name (``_ROWS``, ``_S``) so a handler never guesses what a number means.
+Limits carry their unit in the name (``_S``, ``_MB`` = 10**6 bytes) so a handler never guesses what a number means.
+Booleans read ``1/true/yes/on`` and ``0/false/no/off`` from the environment.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_range_stat_names", 1_000, "distinct names a range_stats response lists"),
     Setting("max_children", 200, "children listed in a slice detail"),
     Setting("max_open_databases", 16, "run databases kept open at once (least recently used are closed)"),
+    Setting("no_browser", False, "do not open a browser tab when serving"),
+    Setting("read_only", False, "serve the runs as they are: upload, rename and delete answer 403"),
+    Setting("token", None, "require this token on every request (Authorization: Bearer, or ?token= once per browser)"),
+    Setting("ingest_workers", 1, "runs ingested at the same time, one worker process each"),
+    Setting("ingest_retries", 1, "times a run whose worker died (killed, crashed) is ingested again before it fails"),
+    Setting("max_upload_mb", 4000, "largest upload accepted, in MB"),
+    Setting("max_archive_members", 100_000, "files an uploaded archive may hold"),
+    Setting("max_extracted_mb", 32_768, "MB an uploaded archive may expand to"),
+    Setting("max_compression_ratio", 200.0, "an archive may expand to at most this many times its size (zip bombs)"),
 )
 
 
@@ -57,6 +67,15 @@ class Settings:
     max_range_stat_names: int = _DEFAULT["max_range_stat_names"]
     max_children: int = _DEFAULT["max_children"]
     max_open_databases: int = _DEFAULT["max_open_databases"]
+    no_browser: bool = _DEFAULT["no_browser"]
+    read_only: bool = _DEFAULT["read_only"]
+    token: str | None = _DEFAULT["token"]
+    ingest_workers: int = _DEFAULT["ingest_workers"]
+    ingest_retries: int = _DEFAULT["ingest_retries"]
+    max_upload_mb: int = _DEFAULT["max_upload_mb"]
+    max_archive_members: int = _DEFAULT["max_archive_members"]
+    max_extracted_mb: int = _DEFAULT["max_extracted_mb"]
+    max_compression_ratio: float = _DEFAULT["max_compression_ratio"]
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> "Settings":
@@ -72,6 +91,9 @@ class Settings:
         return cls(**values)
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
 def _coerce(type_name: str, raw: object) -> object:
     if type_name == "Path":
         return Path(str(raw)).expanduser()
@@ -79,9 +101,19 @@ def _coerce(type_name: str, raw: object) -> object:
         return int(raw)
     if type_name == "float":
         return float(raw)
+    if type_name == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ValueError(f"not a boolean: {raw!r} (use 1/0, true/false, yes/no, on/off)")
+    if type_name == "str | None":
+        return None if raw is None or str(raw) == "" else str(raw)
     return str(raw)
 
 
 def settings_help() -> str:
     """The settings table as text, for ``ascendscope serve --help``."""
-    return "\n".join(f"  {s.env:<38} {s.help} (default: {s.default})" for s in SETTINGS)
+    return "\n".join(f"  {s.env:<38} {s.help} (default: {'not set' if s.default is None else s.default})"
+                     for s in SETTINGS)

@@ -10,6 +10,7 @@ import shutil
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,19 @@ def level0_db(tmp_path_factory) -> Path:
     return _ingest(tmp_path_factory, "level0")
 
 
+@pytest.fixture(scope="session")
+def generated_db(tmp_path_factory) -> Path:
+    """A generated 2-rank run (sample_data.generate), ingested: every lane and flow kind, known ground truth."""
+    from ingest.pipeline import ingest_path
+    from sample_data.generate import generate_run
+
+    root = tmp_path_factory.mktemp("generated")
+    generate_run(root / "run", ranks=2, steps=3, ops_per_step=120, seed=11)
+    out = root / "generated.duckdb"
+    ingest_path(root / "run", out)
+    return out
+
+
 @dataclass
 class Runs:
     data_dir: Path
@@ -56,15 +70,15 @@ class Runs:
 
 
 @pytest.fixture(scope="session")
-def runs(tmp_path_factory, level1_db, level0_db) -> Runs:
-    """A data dir whose store holds the two samples as ready runs."""
+def runs(tmp_path_factory, level1_db, level0_db, generated_db) -> Runs:
+    """A data dir whose store holds the two samples and a generated run as ready runs."""
     from server.runs import RunStore
 
     data_dir = tmp_path_factory.mktemp("data")
     store = RunStore(data_dir)
     out = Runs(data_dir=data_dir)
-    for name, db in (("level1", level1_db), ("level0", level0_db)):
-        run = store.create_run(name, str(PYTORCH_TEXT / name))
+    for name, db in (("level1", level1_db), ("level0", level0_db), ("generated", generated_db)):
+        run = store.create_run(name, str(PYTORCH_TEXT / name) if name != "generated" else "generated")
         shutil.copy(db, store.db_path(run.id))
         store.set_status(run.id, "ready")
         out.ids[name] = run.id
@@ -100,16 +114,12 @@ class LiveServer:
     runs: dict[str, str]
 
 
-@pytest.fixture(scope="session")
-def live_server(runs):
-    """uvicorn serving the store of ``runs`` on a free 127.0.0.1 port, in a thread, for the whole session."""
+@contextmanager
+def serving(app, port: int | None = None):
+    """uvicorn serving ``app`` on a free 127.0.0.1 port in a thread; yields the base URL."""
     import uvicorn
 
-    from server.app import create_app
-    from server.settings import Settings
-
-    port = free_port()
-    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), port=port))
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)
     thread.start()
@@ -118,9 +128,41 @@ def live_server(runs):
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("the live server did not start")
         time.sleep(0.05)
-    yield LiveServer(base_url=f"http://127.0.0.1:{port}", runs=dict(runs.ids))
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@contextmanager
+def ingesting_server(data_dir: Path, **settings):
+    """A live server over ``data_dir`` with its own ingest queue (uploads get ingested), as ``serve`` runs it.
+    Yields ``(base_url, store, queue)``."""
+    from server.app import create_app
+    from server.runs import IngestQueue, RunStore
+    from server.settings import Settings
+
+    config = Settings.from_env(environ={}, data_dir=str(data_dir), **settings)
+    store = RunStore(config.data_dir)
+    queue = IngestQueue(store, workers=config.ingest_workers, retries=config.ingest_retries).start()
+    try:
+        with serving(create_app(config, store=store, ingest_queue=queue)) as base:
+            yield base, store, queue
+    finally:
+        queue.stop()
+
+
+@pytest.fixture(scope="session")
+def live_server(runs):
+    """uvicorn serving the store of ``runs`` on a free 127.0.0.1 port, in a thread, for the whole session."""
+    from server.app import create_app
+    from server.settings import Settings
+
+    port = free_port()
+    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), port=port))
+    with serving(app, port) as base:
+        yield LiveServer(base_url=base, runs=dict(runs.ids))
 
 
 @pytest.fixture(scope="session")
@@ -135,15 +177,33 @@ def browser():
         b.close()
 
 
-@pytest.fixture()
-def page(browser):
-    """A fresh page (1600×1000); console errors and page errors fail the test at teardown."""
-    context = browser.new_context(viewport=VIEWPORT)
+def _page(browser, *, bypass_csp: bool):
+    context = browser.new_context(viewport=VIEWPORT, bypass_csp=bypass_csp)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(f"page error: {e}"))
     pg.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     pg.set_default_timeout(10_000)
+    return context, pg, errors
+
+
+@pytest.fixture()
+def page(browser):
+    """A fresh page (1600×1000); console errors and page errors fail the test at teardown.
+
+    It bypasses the Content-Security-Policy because Playwright evaluates ``wait_for_function`` strings with eval;
+    ``strict_page`` keeps the policy (tests/test_security.py opens every page under it)."""
+    context, pg, errors = _page(browser, bypass_csp=True)
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+@pytest.fixture()
+def strict_page(browser):
+    """Like ``page`` but under the server's Content-Security-Policy: a violation is a console error, so it fails the
+    test. Wait with locators here, not ``wait_for_function`` (which the policy blocks)."""
+    context, pg, errors = _page(browser, bypass_csp=False)
     yield pg
     context.close()
     assert not errors, errors

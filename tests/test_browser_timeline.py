@@ -305,3 +305,17 @@ def test_rank_filter_and_pins(page, live_server):
     assert page.locator("#tl-labels-pinned .tl-lane").count() == len(pinned)
     lanes = lane_titles(page)
     assert all(lane["visible"] for lane in lanes if lane["pinned"])
+
+
+def test_generated_two_rank_run(page, live_server):
+    """A generated run: both ranks show every lane kind, and W/S/Backspace work there too."""
+    open_timeline(page, live_server, "generated")
+    lanes = lane_titles(page)
+    text = " ".join(str(v) for lane in lanes for v in lane.values())
+    for name in ("Python", "CANN", "Ascend Hardware", "HCCL", "Overlap Analysis", "Rank 0", "Rank 1"):
+        assert name in text, name
+    start, end = view(page)
+    zoomed = press_and_wait(page, "w")
+    assert zoomed[1] - zoomed[0] < end - start
+    restored = press_and_wait(page, "Backspace")
+    assert restored == (start, end)

@@ -6,6 +6,7 @@ declare what they need in their signature:
 * ``run: RunDep``          the run record (404 ``run_not_found``)
 * ``db: RunDbDep``         a cursor + cached :class:`server.db.RunInfo` of a *ready* run (409 ``run_not_ready``)
 * ``settings: SettingsDep``
+* ``_: WritableDep``          refuses (403 ``read_only``) when the server shares its runs read-only
 
 and answer with plain dicts; raise :class:`ApiError` for anything the client did wrong. Every error reaches the
 client as ``{"error": {"code": …, "message": …, "status": …}}`` (see ``server.app``).
@@ -98,6 +99,15 @@ def get_run(run_id: Annotated[str, Path(description="run id, as listed by GET /a
 
 
 RunDep = Annotated[Run, Depends(get_run)]
+
+
+def require_writable(settings: SettingsDep) -> None:
+    if settings.read_only:
+        raise ApiError(403, "read_only", "this dashboard is shared read-only: runs cannot be uploaded, renamed or "
+                                         "deleted")
+
+
+WritableDep = Annotated[None, Depends(require_writable)]
 
 
 @dataclass

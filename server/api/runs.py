@@ -1,15 +1,19 @@
-"""``/api/runs``: the runs in the store, and one run's status, ranks, time range and warnings."""
+"""``/api/runs``: list, upload, rename and delete runs; one run's status, progress, ranks, time range, warnings."""
 
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 import duckdb
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
 
-from server.api import ApiError, FastJSONResponse, RunDep, SettingsDep, StoreDep, fast_json, get_databases, ns_str
+from server.api import (ApiError, FastJSONResponse, RunDep, SettingsDep, StoreDep, WritableDep, fast_json,
+                        get_databases, ns_str)
 from server.db import query
-from server.runs import Run
+from server.runs import Run, RunNotFound, clean_name
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -29,27 +33,96 @@ META_SQL = "SELECT key, value FROM meta"
 TRACK_KINDS_SQL = "SELECT kind, count(*), sum(slice_count) FROM tracks GROUP BY kind ORDER BY kind"
 
 
-def run_summary(run: Run) -> FastJSONResponse:
+UPLOAD_BODY = {
+    "required": True,
+    "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["file"],
+        "properties": {"file": {"type": "string", "format": "binary",
+                                "description": "a .zip or .tar.gz of one *_ascend_pt folder or a cluster folder"},
+                       "name": {"type": "string", "description": "run name (default: the file name)"}}}}},
+}
+UPLOAD_ERRORS = {
+    400: {"description": "empty, corrupt or incomplete upload"},
+    403: {"description": "read-only dashboard, or a cross-site request"},
+    413: {"description": "over the upload size, member count, extracted size or compression ratio limit"},
+    415: {"description": "not multipart/form-data, or the file is not a .zip / .tar.gz archive"},
+    422: {"description": "encrypted, unsafe (paths outside the folder, links, devices), nested too deep, or no "
+                         "profiling data in it"},
+}
+HIDDEN_FIELDS = ("summary", "source_fingerprint", "worker_pid")
+
+
+class RenameBody(BaseModel):
+    name: Annotated[str, Field(min_length=1, max_length=200, description="the run's new display name")]
+
+
+def run_summary(run: Run) -> dict:
     data = run.to_json()
-    data.pop("summary", None)
-    data.pop("source_fingerprint", None)
+    for key in HIDDEN_FIELDS:
+        data.pop(key, None)
     return data
 
 
 @router.get("")
 @fast_json
 def list_runs(store: StoreDep) -> FastJSONResponse:
-    """Every run in the data dir, newest first: id, name, source, status, error, created, size."""
+    """Every run in the data dir, newest first: id, name, ranks, status, progress, error, created, size on disk."""
     runs = store.list()
     return {"runs": [run_summary(r) for r in runs[:MAX_RUNS]], "count": len(runs), "truncated": len(runs) > MAX_RUNS}
+
+
+@router.post("", status_code=202, openapi_extra={"requestBody": UPLOAD_BODY}, responses=UPLOAD_ERRORS)
+async def upload_run(request: Request, store: StoreDep, settings: SettingsDep, _: WritableDep) -> FastJSONResponse:
+    """Upload a zipped run (multipart field ``file``): checked and extracted now, ingested in the background.
+
+    Answers 202 with the new run (``status: queued``); poll ``GET /api/runs/{id}`` for its progress. A refused
+    archive answers 4xx and leaves nothing behind.
+    """
+    from server.uploads import receive_upload  # noqa: PLC0415 - keeps the archive code off the read path
+
+    run = await receive_upload(request, store, settings)
+    queue = request.app.state.ingest_queue
+    if queue is not None:
+        queue.enqueue(run.id)
+    return FastJSONResponse(run_summary(run), status_code=202, headers={"Location": f"/api/runs/{run.id}"})
+
+
+@router.patch("/{run_id}")
+@fast_json
+def rename_run(run: RunDep, body: RenameBody, store: StoreDep, _: WritableDep) -> FastJSONResponse:
+    """Rename a run (its id stays the same)."""
+    name = clean_name(body.name)
+    if not body.name.strip():
+        raise ApiError(422, "invalid_parameter", "name: must not be blank")
+    try:
+        return run_summary(store.update(run.id, name=name))
+    except RunNotFound:
+        raise ApiError(404, "run_not_found", f"no run with id {run.id!r}") from None
+
+
+@router.delete("/{run_id}", status_code=204, response_class=Response)
+def delete_run(run: RunDep, store: StoreDep, request: Request, _: WritableDep) -> Response:
+    """Delete a run and its files (an ingest in progress is stopped first). A source folder is never touched."""
+    queue = request.app.state.ingest_queue
+    if queue is not None:
+        queue.cancel(run.id)
+    get_databases(request).forget(run.id)
+    try:
+        store.delete(run.id)
+    except RunNotFound:
+        raise ApiError(404, "run_not_found", f"no run with id {run.id!r}") from None
+    return Response(status_code=204)
 
 
 @router.get("/{run_id}")
 @fast_json
 def get_run(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> FastJSONResponse:
-    """One run: its record and, once ready, its ranks, time range (absolute epoch ns as strings) and warnings.
+    """One run: status (``queued|ingesting|ready|failed``), progress or error, and once ready its ranks, time
+    range (absolute epoch ns as strings) and warnings.
 
-    ``origin_ns`` is the zero of every relative time in the timeline responses.
+    ``progress`` (while queued or ingesting): ``phase``, ``text``, ``done_bytes``/``total_bytes``, an estimated
+    ``percent``, ``mb_per_s``, ``eta_s``. ``origin_ns`` is the zero of every relative time in the timeline
+    responses.
     """
     data = run_summary(run)
     if run.status == "ready":

@@ -25,7 +25,10 @@ CSV_COLUMNS = ("rank", "step", "source") + sq.CATEGORIES + ("e2e_ns", "computing
 def run_summary(db: RunDbDep, source: SourceQ = "auto", rank: RankQ = None) -> dict:
     """Base info, breakdown rows per (rank, step) with ratios, findings, top operators of ``rank`` (default: the
     first rank with kernels), per-rank accelerator-core split, rank metadata and parallel groups."""
-    return sq.summary(db, source, rank)
+    result = sq.summary(db, source, rank)
+    if db.run.origin == "upload":  # the database names the server folder it was extracted to, since removed
+        result["base"]["source_path"] = f"uploaded {db.run.source}"
+    return result
 
 
 @router.get("/breakdown.csv")

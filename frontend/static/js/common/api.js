@@ -39,3 +39,25 @@ export async function apiGet(path, params = {}, { signal } = {}) {
 export function isAbort(err) {
   return err && (err.name === "AbortError" || err.code === 20);
 }
+
+/** PATCH/POST/DELETE with a JSON body; resolves to the parsed answer (null for 204), throws ApiError. */
+export async function apiSend(method, path, body = undefined) {
+  const init = { method, headers: { Accept: "application/json" } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, init);
+  if (resp.status === 204) return null;
+  let data = null;
+  try {
+    data = await resp.json();
+  } catch {
+    data = null;
+  }
+  if (!resp.ok) {
+    const err = data && data.error ? data.error : {};
+    throw new ApiError(resp.status, err.code || "http_error", err.message || `HTTP ${resp.status}`);
+  }
+  return data;
+}

@@ -63,3 +63,25 @@ export function formatValue(v) {
 function trimZeros(s) {
   return s.includes(".") ? s.replace(/\.?0+$/, "") : s;
 }
+
+/** "812 KB", "5.8 MB", "1.2 GB" (decimal units, like the server's limits). */
+export function formatBytes(bytes) {
+  if (bytes === null || bytes === undefined || Number.isNaN(bytes)) return "–";
+  if (bytes < 1e3) return `${bytes} B`;
+  for (const [scale, unit] of [[1e12, "TB"], [1e9, "GB"], [1e6, "MB"], [1e3, "KB"]]) {
+    if (bytes >= scale) {
+      const v = bytes / scale;
+      return `${v >= 100 ? v.toFixed(0) : v.toFixed(1)} ${unit}`;
+    }
+  }
+  return `${bytes} B`;
+}
+
+/** "8 s", "2 min 5 s", "1 h 4 min": a remaining time, to the second. */
+export function formatSeconds(s) {
+  if (s === null || s === undefined || Number.isNaN(s)) return "–";
+  const total = Math.max(0, Math.round(s));
+  if (total < 60) return `${total} s`;
+  if (total < 3600) return `${Math.floor(total / 60)} min ${total % 60} s`;
+  return `${Math.floor(total / 3600)} h ${Math.floor((total % 3600) / 60)} min`;
+}

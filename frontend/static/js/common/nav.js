@@ -4,6 +4,7 @@
 // Views import { page, currentRank, onRankChange } from "/static/js/common/nav.js".
 
 import { apiGet } from "./api.js";
+import { progressText } from "./progress.js";
 
 export const page = JSON.parse(document.getElementById("page-data")?.textContent || "{}");
 
@@ -61,7 +62,8 @@ async function waitUntilReady() {
     if (run.status === "ready") { location.reload(); return; }
     const status = box.querySelector(".status");
     if (status) {
-      status.textContent = run.status + (run.progress ? ` — ${run.progress}` : "");
+      const line = progressText(run.progress);
+      status.textContent = run.status + (line ? ` — ${line}` : "");
       status.className = `status status-${run.status}`;
     }
     if (run.status === "failed") {

@@ -1,77 +1,163 @@
-// The runs list: one row per run with its status; refreshed every second while any run is still ingesting.
+// The runs page: one row per run (name, ranks, status with live ingest progress, size on disk, created, source)
+// with open / rename / delete, refreshed every second while any run is queued or ingesting (every 10 s otherwise,
+// for runs others add); and the upload zone (upload.js). A read-only dashboard has no upload zone and no actions.
 
-import { apiGet } from "./api.js";
+import { apiGet, apiSend } from "./api.js";
+import { formatBytes } from "./format.js";
+import { page } from "./nav.js";
+import { progressBar, progressText } from "./progress.js";
+import { initUploads } from "./upload.js";
 
-const VIEWS = ["timeline", "operator", "memory", "summary", "communication"];
+const REFRESH_MS = 1000;
+const IDLE_REFRESH_MS = 10_000;
 const body = document.getElementById("runs-body");
 const hint = document.getElementById("runs-hint");
+const readOnly = Boolean(page.read_only);
+const columns = readOnly ? 6 : 7;
+let editing = null; // id of the run being renamed: the table is not redrawn under the user's typing
+let timer = null;
 
-function cell(tr, text, cls) {
-  const td = document.createElement("td");
-  if (cls) td.className = cls;
-  if (text instanceof Node) td.appendChild(text);
-  else td.textContent = text ?? "";
+function make(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function cell(tr, content, cls) {
+  const td = make("td", cls);
+  if (content instanceof Node) td.appendChild(content);
+  else td.textContent = content ?? "";
   tr.appendChild(td);
   return td;
 }
 
-function formatSize(bytes) {
-  if (!bytes) return "";
-  const mb = bytes / 1e6;
-  return mb >= 100 ? `${mb.toFixed(0)} MB` : `${mb.toFixed(1)} MB`;
+function button(label, cls, onClick) {
+  const b = make("button", `btn ${cls || ""}`.trim(), label);
+  b.type = "button";
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function statusCell(run) {
+  const box = make("div", "run-status");
+  box.append(make("span", `status status-${run.status}`, run.status));
+  if (run.status === "queued" || run.status === "ingesting") {
+    box.append(progressBar(run.progress));
+    box.append(make("div", "run-progress muted", progressText(run.progress)));
+  }
+  if (run.error) box.append(make("div", "run-error", run.error));
+  return box;
+}
+
+function nameCell(run) {
+  const name = make(run.status === "ready" ? "a" : "span", "run-name-link", run.name);
+  if (run.status === "ready") name.href = `/runs/${encodeURIComponent(run.id)}/timeline`;
+  name.title = run.id;
+  return name;
+}
+
+function startRename(tr, run) {
+  editing = run.id;
+  const td = tr.querySelector("td");
+  const input = make("input", "rename-input");
+  input.type = "text";
+  input.value = run.name;
+  input.maxLength = 200;
+  input.setAttribute("aria-label", "New name");
+  const done = async (save) => {
+    if (editing !== run.id) return;
+    const name = input.value.trim();
+    if (save && name && name !== run.name) {
+      try {
+        await apiSend("PATCH", `/api/runs/${encodeURIComponent(run.id)}`, { name });
+      } catch (err) {
+        td.append(make("div", "run-error", err.message));
+        input.focus();
+        return;
+      }
+    }
+    editing = null;
+    refresh();
+  };
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") done(true);
+    if (e.key === "Escape") done(false);
+  });
+  td.replaceChildren(input, button("Save", "primary", () => done(true)), button("Cancel", "", () => done(false)));
+  input.focus();
+  input.select();
+}
+
+function confirmDelete(actions, run) {
+  editing = run.id;
+  const ask = make("span", "confirm", "Delete?");
+  ask.title = "Delete this run and its files (a source folder on the server is kept)";
+  const yes = button("Delete", "danger", async () => {
+    yes.disabled = true;
+    try {
+      await apiSend("DELETE", `/api/runs/${encodeURIComponent(run.id)}`);
+    } catch (err) {
+      ask.replaceChildren(make("span", "run-error", err.message));
+      editing = null;
+      return;
+    }
+    editing = null;
+    refresh();
+  });
+  const keep = button("Keep", "", () => {
+    editing = null;
+    refresh();
+  });
+  ask.append(yes, keep);
+  actions.replaceChildren(ask);
+}
+
+function actionsCell(tr, run) {
+  const actions = make("div", "run-actions");
+  if (run.status === "ready") {
+    const open = make("a", "btn primary", "Open");
+    open.href = `/runs/${encodeURIComponent(run.id)}/timeline`;
+    actions.append(open);
+  }
+  actions.append(button("Rename", "", () => startRename(tr, run)));
+  actions.append(button("Delete", "", () => confirmDelete(actions, run)));
+  return actions;
 }
 
 function render(runs) {
   body.replaceChildren();
   hint.hidden = runs.length > 0;
   for (const run of runs) {
-    const tr = document.createElement("tr");
+    const tr = make("tr");
     tr.dataset.runId = run.id;
-    const name = document.createElement(run.status === "ready" ? "a" : "span");
-    name.textContent = run.name;
-    if (run.status === "ready") name.href = `/runs/${encodeURIComponent(run.id)}/timeline`;
-    cell(tr, name);
-    const status = document.createElement("span");
-    status.className = `status status-${run.status}`;
-    status.textContent = run.status;
-    const st = cell(tr, status);
-    if (run.progress && run.status !== "ready") st.append(" ", run.progress);
-    if (run.error) {
-      const err = document.createElement("div");
-      err.className = "run-error";
-      err.textContent = run.error;
-      st.appendChild(err);
-    }
-    const links = document.createElement("span");
-    links.className = "run-links";
-    if (run.status === "ready") {
-      for (const v of VIEWS) {
-        const a = document.createElement("a");
-        a.href = `/runs/${encodeURIComponent(run.id)}/${v}`;
-        a.textContent = v[0].toUpperCase() + v.slice(1);
-        links.appendChild(a);
-      }
-    }
-    cell(tr, links);
-    const src = cell(tr, run.source, "run-source");
-    src.title = run.source;
+    tr.dataset.status = run.status;
+    cell(tr, nameCell(run));
+    cell(tr, run.rank_count ?? "–", "num");
+    cell(tr, statusCell(run));
+    cell(tr, formatBytes(run.size), "num");
     cell(tr, new Date(run.created * 1000).toLocaleString());
-    cell(tr, formatSize(run.size), "num");
+    const src = cell(tr, run.origin === "upload" ? `uploaded ${run.source}` : run.source, "run-source");
+    src.title = run.source;
+    if (!readOnly) cell(tr, actionsCell(tr, run));
     body.appendChild(tr);
   }
 }
 
 async function refresh() {
+  clearTimeout(timer);
   try {
     const data = await apiGet("/api/runs");
-    render(data.runs);
-    if (data.runs.some((r) => r.status === "queued" || r.status === "ingesting")) setTimeout(refresh, 1000);
+    if (editing === null) render(data.runs);
+    const busy = editing !== null || data.runs.some((r) => r.status === "queued" || r.status === "ingesting");
+    timer = setTimeout(refresh, busy ? REFRESH_MS : IDLE_REFRESH_MS);
   } catch (err) {
     body.replaceChildren();
-    const tr = document.createElement("tr");
-    cell(tr, `Could not load runs: ${err.message}`, "run-error").colSpan = 6;
+    const tr = make("tr");
+    cell(tr, `Could not load runs: ${err.message}`, "run-error").colSpan = columns;
     body.appendChild(tr);
   }
 }
 
+initUploads({ maxBytes: page.max_upload_bytes, onChange: refresh });
 refresh();

@@ -1,0 +1,28 @@
+// How a run's ingest progress reads on screen: a <progress> bar (indeterminate while queued or before the first
+// number) and one line — "reading rank 0: trace_view.json · 45% · 48.2 MB of 107 MB · 11.3 MB/s · ETA 5 s".
+
+import { formatBytes, formatSeconds } from "./format.js";
+
+/** The line of text for run.progress (older servers stored a plain string). */
+export function progressText(p) {
+  if (!p) return "";
+  if (typeof p === "string") return p;
+  const parts = [p.text || p.phase || ""];
+  if (p.percent) parts.push(`${Math.floor(p.percent)}%`);
+  if (p.phase === "reading" && p.total_bytes) {
+    parts.push(p.done_bytes ? `${formatBytes(p.done_bytes)} of ${formatBytes(p.total_bytes)}`
+      : `${formatBytes(p.total_bytes)} to read`);
+  }
+  if (p.mb_per_s) parts.push(`${p.mb_per_s.toFixed(1)} MB/s`);
+  if (p.eta_s !== null && p.eta_s !== undefined) parts.push(`ETA ${formatSeconds(p.eta_s)}`);
+  return parts.filter(Boolean).join(" · ");
+}
+
+/** A <progress> element showing run.progress; no value (indeterminate) until there is a percentage. */
+export function progressBar(p, bar = document.createElement("progress")) {
+  bar.max = 100;
+  const percent = p && typeof p === "object" ? p.percent : null;
+  if (percent) bar.value = percent;
+  else bar.removeAttribute("value");
+  return bar;
+}

@@ -1,0 +1,180 @@
+// Uploading zipped runs: a drop zone (the whole page accepts a drop) and a file picker. Each file gets a card that
+// follows it through the upload (XHR upload progress, MB/s), the server's check of the archive, the queue and the
+// ingest (polling GET /api/runs/{id}: phase, %, MB/s, ETA), then links to the run or shows the server's refusal.
+
+import { apiGet } from "./api.js";
+import { formatBytes, formatSeconds } from "./format.js";
+import { progressBar, progressText } from "./progress.js";
+
+const POLL_MS = 500;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function make(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+class UploadCard {
+  constructor(list, file) {
+    this.root = make("div", "upload-card");
+    const head = make("div", "upload-head");
+    this.title = make("span", "upload-name", file.name);
+    this.size = make("span", "muted", formatBytes(file.size));
+    this.state = make("span", "status");
+    this.close = make("button", "btn icon-btn upload-close", "×");
+    this.close.type = "button";
+    this.close.title = "Dismiss";
+    this.close.hidden = true;
+    this.close.addEventListener("click", () => this.root.remove());
+    head.append(this.title, this.size, this.state, this.close);
+    this.bar = progressBar(null);
+    this.detail = make("div", "upload-detail");
+    this.root.append(head, this.bar, this.detail);
+    list.prepend(this.root);
+  }
+
+  set(state, label, detail) {
+    this.root.dataset.state = state;
+    const chip = { uploading: "ingesting", checking: "ingesting", queued: "queued", ingesting: "ingesting" }[state];
+    this.state.className = `status status-${chip || state}`;
+    this.state.textContent = label;
+    this.detail.replaceChildren(detail instanceof Node ? detail : document.createTextNode(detail || ""));
+    this.close.hidden = !(state === "ready" || state === "failed");
+    this.bar.hidden = state === "ready" || state === "failed";
+  }
+
+  uploading(loaded, total, seconds) {
+    const rate = seconds > 0 ? loaded / seconds : 0;
+    const eta = rate > 0 ? (total - loaded) / rate : null;
+    this.bar.value = (100 * loaded) / Math.max(1, total);
+    const parts = [`${Math.floor((100 * loaded) / Math.max(1, total))}%`, `${formatBytes(loaded)} of ${formatBytes(total)}`];
+    if (rate) parts.push(`${(rate / 1e6).toFixed(1)} MB/s`);
+    if (eta !== null && loaded < total) parts.push(`ETA ${formatSeconds(eta)}`);
+    this.set("uploading", "uploading", parts.join(" · "));
+  }
+
+  run(run) {
+    this.root.dataset.runId = run.id;
+    this.title.textContent = run.name;
+    if (run.status === "ready") {
+      const open = make("a", "btn primary", "Open");
+      open.href = `/runs/${encodeURIComponent(run.id)}/timeline`;
+      const ranks = run.rank_count ? `${run.rank_count} rank${run.rank_count === 1 ? "" : "s"} · ` : "";
+      const line = make("span", null, `${ranks}${formatBytes(run.size)} on disk `);
+      line.append(open);
+      this.set("ready", "ready", line);
+    } else if (run.status === "failed") {
+      this.set("failed", "failed", make("span", "run-error", run.error || "ingestion failed"));
+    } else {
+      progressBar(run.progress, this.bar);
+      this.set(run.status, run.status, progressText(run.progress) || (run.status === "queued" ? "waiting for a worker" : ""));
+    }
+  }
+
+  fail(message) {
+    this.set("failed", "refused", make("span", "run-error", message));
+  }
+}
+
+function errorMessage(xhr) {
+  const err = xhr.response && xhr.response.error;
+  if (err && err.message) return `${err.message} (HTTP ${xhr.status})`;
+  return xhr.status ? `the server answered HTTP ${xhr.status}` : "the upload failed (connection closed)";
+}
+
+function hasFiles(event) {
+  return event.dataTransfer && [...event.dataTransfer.types].includes("Files");
+}
+
+/** Wire the drop zone and the picker; onChange() is called whenever the runs list should be reloaded. */
+export function initUploads({ maxBytes, onChange }) {
+  const zone = document.getElementById("dropzone");
+  const input = document.getElementById("upload-input");
+  const list = document.getElementById("uploads");
+  if (!zone || !input || !list) return; // read-only dashboard
+  document.getElementById("upload-limit").textContent = `Up to ${formatBytes(maxBytes)} per file. ` +
+    "The archive is checked before anything is kept; ingestion then runs in the background.";
+
+  async function follow(card, id) {
+    for (;;) {
+      await sleep(POLL_MS);
+      let run;
+      try {
+        run = await apiGet(`/api/runs/${encodeURIComponent(id)}`);
+      } catch (err) {
+        if (err.status === 404) {
+          card.fail("the run was deleted");
+          return;
+        }
+        continue;
+      }
+      card.run(run);
+      if (run.status === "ready" || run.status === "failed") {
+        onChange();
+        return;
+      }
+    }
+  }
+
+  function upload(file) {
+    const card = new UploadCard(list, file);
+    if (file.size > maxBytes) {
+      card.fail(`${file.name} is larger than the limit of ${formatBytes(maxBytes)}`);
+      return;
+    }
+    const xhr = new XMLHttpRequest();
+    const started = performance.now();
+    xhr.open("POST", "/api/runs");
+    xhr.responseType = "json";
+    xhr.setRequestHeader("Accept", "application/json");
+    xhr.upload.addEventListener("progress", (e) => {
+      if (e.lengthComputable) card.uploading(e.loaded, e.total, (performance.now() - started) / 1000);
+    });
+    xhr.upload.addEventListener("load", () => {
+      card.bar.removeAttribute("value");
+      card.set("checking", "checking", "checking and extracting the archive…");
+    });
+    xhr.addEventListener("load", () => {
+      if (xhr.status === 202 && xhr.response && xhr.response.id) {
+        card.run(xhr.response);
+        onChange();
+        follow(card, xhr.response.id);
+      } else {
+        card.fail(errorMessage(xhr));
+      }
+    });
+    xhr.addEventListener("error", () => card.fail(errorMessage(xhr)));
+    const form = new FormData();
+    form.append("file", file, file.name);
+    card.uploading(0, file.size, 0);
+    xhr.send(form);
+  }
+
+  input.addEventListener("change", () => {
+    for (const file of input.files) upload(file);
+    input.value = "";
+  });
+  let depth = 0; // dragenter/dragleave fire for every child element crossed
+  document.addEventListener("dragenter", (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    depth += 1;
+    zone.classList.add("dragging");
+  });
+  document.addEventListener("dragover", (e) => {
+    if (hasFiles(e)) e.preventDefault();
+  });
+  document.addEventListener("dragleave", () => {
+    depth = Math.max(0, depth - 1);
+    if (!depth) zone.classList.remove("dragging");
+  });
+  document.addEventListener("drop", (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    depth = 0;
+    zone.classList.remove("dragging");
+    for (const file of e.dataTransfer.files) upload(file);
+  });
+}

@@ -1,0 +1,146 @@
+"""What every request and response goes through: security headers, the optional access token, no cross-site writes.
+
+:class:`SecurityMiddleware` (pure ASGI, so an upload's body still streams):
+
+* adds the security headers to every response — a Content-Security-Policy that allows scripts, styles and
+  connections from this origin only (no inline script, no eval, no framing), ``nosniff``, ``no-referrer`` and
+  ``X-Frame-Options: DENY``. A route that needs another policy sets its own CSP header, which is kept: the
+  chart pages allow inline *styles* for plotly.js (:data:`CSP_WITH_PLOTLY`), the API docs page its CDN;
+* refuses (403) a request that changes something (not GET/HEAD/OPTIONS) when the browser says it comes from
+  another site (``Sec-Fetch-Site``, or an ``Origin`` that is not this host), so a web page cannot upload to or
+  delete from a dashboard open on localhost;
+* with a token configured, requires it on every request except ``GET /api/health``: ``Authorization: Bearer
+  TOKEN``, or the cookie a browser gets by visiting any page once with ``?token=TOKEN`` (the answer sets an
+  HttpOnly, SameSite=Lax cookie and redirects to the same URL without the token, so it leaves the address
+  bar and the history). The cookie holds an HMAC of the token, never the token itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from html import escape
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; font-src 'self' data:; "
+       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+# plotly.js injects its stylesheet (<style> elements) and style attributes at run time: the pages that load it
+# allow inline styles — never inline scripts
+CSP_WITH_PLOTLY = CSP.replace("style-src 'self';", "style-src 'self' 'unsafe-inline';")
+SECURITY_HEADERS = (
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+)
+OPEN_PATHS = ("/api/health",)  # answered without a token (container health checks)
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+TOKEN_PARAM = "token"
+COOKIE_MAX_AGE_S = 30 * 24 * 3600
+
+
+class SecurityMiddleware:
+    def __init__(self, app, *, token: str | None = None):
+        self.app = app
+        self.token = token or None
+        if self.token:
+            digest = hmac.new(self.token.encode(), b"ascendscope-cookie", hashlib.sha256).hexdigest()
+            # one cookie per token, so dashboards on other ports of the same host do not overwrite each other
+            self.cookie_name, self.cookie_value = f"ascendscope_{digest[:12]}", digest
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                present = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in SECURITY_HEADERS if k not in present]
+                message = {**message, "headers": list(message.get("headers", [])) + extra}
+            await send(message)
+
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        if scope["method"] not in SAFE_METHODS and _cross_site(headers):
+            await _error(send_with_headers, scope, 403, "cross_site_request",
+                         "a request from another site may not change anything here")
+            return
+        if self.token and scope["path"] not in OPEN_PATHS:
+            verdict = self._check_token(scope, headers)
+            if verdict == "redirect":
+                await self._redirect_without_token(scope, send_with_headers)
+                return
+            if verdict != "ok":
+                await _error(send_with_headers, scope, 401, "token_required",
+                             "this dashboard needs its access token: open the link you were given (…?token=…) "
+                             "or send 'Authorization: Bearer TOKEN'",
+                             extra_headers=[(b"www-authenticate", b'Bearer realm="ascendscope"')])
+                return
+        await self.app(scope, receive, send_with_headers)
+
+    def _check_token(self, scope, headers) -> str:
+        auth = headers.get(b"authorization", b"").decode("latin-1")
+        if auth[:7].lower() == "bearer " and _same(auth[7:].strip(), self.token):
+            return "ok"
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+        if TOKEN_PARAM in query:
+            ok = _same(query[TOKEN_PARAM], self.token)
+            return "redirect" if ok and scope["method"] in ("GET", "HEAD") else ("ok" if ok else "bad")
+        cookie = _cookies(headers.get(b"cookie", b"")).get(self.cookie_name)
+        return "ok" if cookie is not None and _same(cookie, self.cookie_value) else "bad"
+
+    async def _redirect_without_token(self, scope, send) -> None:
+        pairs = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+                 if k != TOKEN_PARAM]
+        location = scope.get("root_path", "") + scope["path"] + (f"?{urlencode(pairs)}" if pairs else "")
+        secure = "; Secure" if scope.get("scheme") == "https" else ""
+        cookie = (f"{self.cookie_name}={self.cookie_value}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; "
+                  f"SameSite=Lax{secure}")
+        await send({"type": "http.response.start", "status": 303,
+                    "headers": [(b"location", location.encode("latin-1", "replace")),
+                                (b"set-cookie", cookie.encode()), (b"cache-control", b"no-store"),
+                                (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8"))
+
+
+def _cookies(raw: bytes) -> dict[str, str]:
+    out = {}
+    for part in raw.decode("latin-1").split(";"):
+        name, sep, value = part.strip().partition("=")
+        if sep:
+            out[name] = value
+    return out
+
+
+def _cross_site(headers: dict[bytes, bytes]) -> bool:
+    fetch_site = headers.get(b"sec-fetch-site")
+    if fetch_site is not None:  # the browser's own verdict; it also holds behind a proxy that rewrites Host
+        return fetch_site not in (b"same-origin", b"none")
+    origin = headers.get(b"origin")
+    if origin is None:
+        return False  # not a browser, or a same-origin request from an old one
+    host = headers.get(b"host", b"").decode("latin-1").lower()
+    return urlsplit(origin.decode("latin-1")).netloc.lower() != host
+
+
+async def _error(send, scope, status: int, code: str, message: str, extra_headers=()) -> None:
+    """The app's one error shape for the API (and anything that is not a page visit), a small page otherwise."""
+    accept = dict(scope.get("headers", [])).get(b"accept", b"")
+    page = scope["method"] == "GET" and not scope["path"].startswith("/api/") and b"text/html" in accept
+    if page:
+        body = (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{status} · ascendscope"
+                f"</title></head><body><h1>{status}</h1><p>{escape(message)}</p></body></html>").encode()
+        ctype = b"text/html; charset=utf-8"
+    else:
+        body = json.dumps({"error": {"code": code, "message": message, "status": status}}).encode()
+        ctype = b"application/json"
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode()),
+                            (b"cache-control", b"no-store"), *extra_headers]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,198 @@
+"""An upload becomes a run: the request body streamed to disk, the archive checked and extracted, then queued.
+
+:func:`receive_upload` parses the ``multipart/form-data`` body as it arrives (never the whole file in memory) and
+writes the ``file`` part into a hidden staging folder inside the runs folder (``runs/.upload-*``). Then, still in
+the request, :func:`ingest.archive.unpack` extracts it under the configured limits into ``<staging>/source`` and
+discovery must find at least one rank. Only then does the staging folder get its run.json and its run id (a
+rename), so the run appears complete and ``queued``, and the ingest queue picks it up.
+
+Any refusal is an :class:`ApiError` (4xx) raised after the staging folder is removed: a refused or interrupted
+upload leaves no run, no run folder and no temp file. The client's file name is only ever displayed, never used
+to build a path.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+
+from ingest import archive
+from ingest.discover import discover
+from server.api import ApiError
+from server.runs import SOURCE_DIR, Run, RunStore
+from server.settings import Settings
+
+UPLOAD_FILE = "upload.bin"
+MB = 1_000_000
+BODY_OVERHEAD_BYTES = 64 << 10  # multipart boundaries, part headers and the small fields
+MAX_FIELD_BYTES = 4 << 10
+WRITE_BATCH_BYTES = 1 << 20  # body chunks are handed to a thread in batches of this size
+
+# ArchiveError.kind -> (HTTP status, error code)
+ARCHIVE_REFUSALS = {
+    "not_archive": (415, "not_an_archive"),
+    "empty": (400, "empty_archive"),
+    "corrupt": (400, "corrupt_archive"),
+    "encrypted": (422, "encrypted_archive"),
+    "unsafe": (422, "unsafe_archive"),
+    "nested": (422, "nested_archive"),
+    "too_large": (413, "archive_too_large"),
+    "no_space": (507, "insufficient_storage"),
+}
+
+
+def archive_limits(settings: Settings) -> archive.Limits:
+    return archive.Limits(max_members=settings.max_archive_members, max_total_bytes=settings.max_extracted_mb * MB,
+                          max_ratio=settings.max_compression_ratio)
+
+
+class _Body:
+    """multipart callbacks: the ``file`` part goes to ``path``; the ``name`` field is kept (small)."""
+
+    def __init__(self, path: Path, max_file_bytes: int):
+        self.path, self.max_file_bytes = path, max_file_bytes
+        self.out = None
+        self.file_bytes = 0
+        self.filename: str | None = None
+        self.fields: dict[str, bytearray] = {}
+        self.files_seen = 0
+        self.ended = False
+        self._header_field = bytearray()
+        self._header_value = bytearray()
+        self._headers: dict[str, bytes] = {}
+        self._target: str | None = None  # "file", a field name, or None (ignored part)
+
+    def callbacks(self) -> dict:
+        return {"on_part_begin": self.part_begin, "on_header_field": self.header_field,
+                "on_header_value": self.header_value, "on_header_end": self.header_end,
+                "on_headers_finished": self.headers_finished, "on_part_data": self.part_data,
+                "on_part_end": self.part_end, "on_end": self.end}
+
+    def part_begin(self) -> None:
+        self._headers, self._target = {}, None
+
+    def header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header_field += data[start:end]
+
+    def header_value(self, data: bytes, start: int, end: int) -> None:
+        self._header_value += data[start:end]
+
+    def header_end(self) -> None:
+        self._headers[bytes(self._header_field).decode("latin-1").lower()] = bytes(self._header_value)
+        self._header_field, self._header_value = bytearray(), bytearray()
+
+    def headers_finished(self) -> None:
+        _, options = parse_options_header(self._headers.get("content-disposition", b""))
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        if name == "file" and b"filename" in options:
+            self.files_seen += 1
+            if self.files_seen > 1:
+                raise ApiError(400, "too_many_files", "upload one archive per request")
+            self.filename = options[b"filename"].decode("utf-8", "replace")
+            self.out = open(self.path, "xb")
+            self._target = "file"
+        elif name in ("name",):
+            self._target = name
+            self.fields[name] = bytearray()
+
+    def part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._target == "file":
+            self.file_bytes += end - start
+            if self.file_bytes > self.max_file_bytes:
+                raise ApiError(413, "upload_too_large",
+                               f"the upload is larger than the limit of {self.max_file_bytes / MB:.0f} MB")
+            self.out.write(data[start:end])
+        elif self._target is not None:
+            field = self.fields[self._target]
+            field += data[start:end]
+            if len(field) > MAX_FIELD_BYTES:
+                raise ApiError(400, "field_too_large", f"the {self._target!r} field is too long")
+
+    def part_end(self) -> None:
+        if self._target == "file" and self.out is not None:
+            self.out.close()
+        self._target = None
+
+    def end(self) -> None:
+        self.ended = True
+
+    def close(self) -> None:
+        if self.out is not None and not self.out.closed:
+            self.out.close()
+
+
+async def receive_upload(request: Request, store: RunStore, settings: Settings) -> Run:
+    """Stream, check and extract the uploaded archive; return the new queued run (or raise a 4xx ApiError)."""
+    content_type, options = parse_options_header(request.headers.get("content-type", ""))
+    boundary = options.get(b"boundary")
+    if content_type != b"multipart/form-data" or not boundary:
+        raise ApiError(415, "not_multipart", "send the archive as multipart/form-data in the field 'file'")
+    max_file_bytes = settings.max_upload_mb * MB
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_file_bytes + BODY_OVERHEAD_BYTES:
+        raise ApiError(413, "upload_too_large", f"the upload is larger than the limit of {settings.max_upload_mb} MB")
+
+    staging = await run_in_threadpool(store.new_staging_dir)
+    committed = False
+    body = _Body(staging / UPLOAD_FILE, max_file_bytes)
+    try:
+        parser = MultipartParser(boundary, callbacks=body.callbacks(),
+                                 max_size=max_file_bytes + BODY_OVERHEAD_BYTES)
+        batch = bytearray()
+        try:
+            async for chunk in request.stream():
+                batch += chunk
+                if len(batch) >= WRITE_BATCH_BYTES:
+                    await run_in_threadpool(parser.write, bytes(batch))
+                    batch.clear()
+            if batch:
+                await run_in_threadpool(parser.write, bytes(batch))
+            parser.finalize()
+        except MultipartParseError as exc:
+            raise ApiError(400, "bad_multipart", f"the multipart body could not be read: {exc}") from None
+        except ClientDisconnect:
+            raise ApiError(400, "upload_interrupted", "the client went away before the upload finished") from None
+        finally:
+            body.close()
+        if body.filename is None:
+            raise ApiError(422, "missing_file", "no file in the field 'file' (multipart/form-data)")
+        if not body.ended:
+            raise ApiError(400, "upload_interrupted", "the upload ended before the multipart body was complete")
+        name = bytes(body.fields.get("name", b"")).decode("utf-8", "replace").strip()
+        filename = Path(body.filename.replace("\\", "/")).name or "upload"
+        run = await run_in_threadpool(_check_and_commit, store, staging, filename, name, body.file_bytes,
+                                      archive_limits(settings))
+        committed = True
+        return run
+    finally:
+        if not committed:
+            await run_in_threadpool(shutil.rmtree, staging, True)
+
+
+def _check_and_commit(store: RunStore, staging: Path, filename: str, name: str, nbytes: int,
+                      limits: archive.Limits) -> Run:
+    upload = staging / UPLOAD_FILE
+    started = time.perf_counter()
+    try:
+        unpacked = archive.unpack(upload, staging / SOURCE_DIR, limits)
+    except archive.ArchiveError as exc:
+        status, code = ARCHIVE_REFUSALS.get(exc.kind, (400, "bad_archive"))
+        raise ApiError(status, code, f"{filename}: {exc}") from None
+    upload.unlink()
+    found = discover(staging / SOURCE_DIR)
+    if not found.ranks:
+        seen = "; ".join(f"{f}: {m}" for _, f, m in found.warnings[:3])
+        raise ApiError(422, "no_profiling_data",
+                       f"{filename}: no profiling data found (expected *_ascend_pt folders with "
+                       f"ASCEND_PROFILER_OUTPUT)" + (f" — {seen}" if seen else ""))
+    info = {"filename": filename, "bytes": nbytes, "members": unpacked.members,
+            "extracted_bytes": unpacked.bytes_written, "nested": unpacked.nested,
+            "ranks_found": len(found.ranks), "check_seconds": round(time.perf_counter() - started, 3)}
+    return store.commit_staging(staging, name or archive.strip_archive_suffix(filename) or "upload", filename,
+                                origin="upload", upload=info)

@@ -1,0 +1,374 @@
+"""Ingest workers: runs are ingested outside the web process, a bounded number at a time.
+
+:class:`IngestQueue` runs ``workers`` threads; each takes a queued run and starts a worker process for it
+(:func:`ingest_worker`; see :func:`worker_context`). The worker calls ``ingest.pipeline.ingest_path`` — which writes the database under a
+temporary name and renames it into place only when complete — reports progress into run.json as it goes
+(:class:`RunProgress`) and records the outcome there. The web process only ever opens finished databases,
+read-only, so one run's ingest never holds up serving the others.
+
+The queue is persistent: it is the runs whose run.json says ``queued`` (or ``ingesting``, interrupted by a
+restart), re-read by :meth:`IngestQueue.start`. A worker that dies without recording an outcome (SIGKILL, a
+crash) leaves no database: its temp files are removed and the run is queued again, up to ``retries`` times,
+then marked failed with the reason. A failure the pipeline reports (bad input) is not retried: it would fail
+the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import queue
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import traceback
+from typing import Callable
+
+from server.runs import LOG_FILE, SOURCE_DIR, WORK_DIR, RunNotFound, RunStore, folder_bytes
+
+log = logging.getLogger("ascendscope.worker")
+
+PROGRESS_INTERVAL_S = 0.5  # run.json is rewritten at most this often for file events …
+TICK_S = 1.0  # … and at least this often (elapsed time, ETA) while the worker runs
+READ_SHARE_PCT = 90.0  # reading the files is this share of the estimated percentage, the phases after it the rest
+PHASE_STEP_PCT = 2.0
+WORKER_PRELOAD = ["server.worker", "ingest.pipeline"]  # imported once by the fork server, not per worker
+
+
+class IngestQueue:
+    """Ingests queued runs, at most ``workers`` at once, each in a fresh worker process."""
+
+    def __init__(self, store: RunStore, *, workers: int = 1, retries: int = 1,
+                 on_ready: Callable[[str], None] | None = None):
+        self.store = store
+        self.workers = max(1, int(workers))
+        self.retries = max(0, int(retries))
+        self.on_ready = on_ready
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._procs: dict[str, multiprocessing.process.BaseProcess] = {}
+        self._pending: set[str] = set()
+        self._cancelled: set[str] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    def start(self, *, resume: bool = True) -> "IngestQueue":
+        """Start the worker threads; with ``resume``, queue every run that is queued or was interrupted."""
+        if self._threads:
+            return self
+        for i in range(self.workers):
+            thread = threading.Thread(target=self._loop, name=f"ascendscope-ingest-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        if resume:
+            for run in self.store.pending():
+                if run.status == "ingesting":
+                    self.store.clean_partial(run.id)
+                    if run.attempts > self.retries:
+                        self.store.set_status(run.id, "failed", finished=time.time(), progress=None, worker_pid=None,
+                                              error=f"ingestion was interrupted {run.attempts} times")
+                        continue
+                    self.store.set_status(run.id, "queued", worker_pid=None,
+                                          progress=_note("interrupted by a restart; queued again"))
+                self._put(run.id)
+        return self
+
+    def enqueue(self, run_id: str) -> None:
+        """Queue a run for ingestion (a run already waiting in the queue is not queued twice)."""
+        with self._lock:
+            if run_id in self._pending:
+                return
+        self.store.set_status(run_id, "queued")
+        self._put(run_id)
+
+    def cancel(self, run_id: str, timeout_s: float = 10.0) -> None:
+        """Forget a queued run and kill its worker if it is running (before the run is deleted)."""
+        with self._lock:
+            if run_id in self._pending:
+                self._cancelled.add(run_id)
+            proc = self._procs.get(run_id)
+        if proc is not None:
+            proc.kill()
+            proc.join(timeout_s)
+
+    def active(self) -> dict[str, int]:
+        """``{run_id: worker pid}`` of the runs being ingested right now."""
+        with self._lock:
+            return {run_id: proc.pid for run_id, proc in self._procs.items() if proc.pid is not None}
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the workers; a run they were ingesting goes back to ``queued`` for the next start."""
+        self._stopping.set()
+        for _ in self._threads:
+            self._queue.put(None)
+        with self._lock:
+            procs = list(self._procs.values())
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            proc.join(timeout_s)
+        for thread in self._threads:
+            thread.join(timeout_s)
+
+    def wait_idle(self, timeout_s: float = 120.0) -> bool:
+        """True once no run is queued or ingesting (for the CLI and tests)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._queue.unfinished_tasks == 0:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def _put(self, run_id: str) -> None:
+        with self._lock:
+            if run_id in self._pending:
+                return
+            self._pending.add(run_id)
+        self._queue.put(run_id)
+
+    def _loop(self) -> None:
+        ctx = worker_context()
+        while True:
+            run_id = self._queue.get()
+            again = False
+            try:
+                if run_id is None:
+                    return
+                if not self._stopping.is_set():
+                    again = self._run_one(ctx, run_id)
+            except Exception as exc:  # the queue must survive one bad run
+                log.exception("ingest of run %s failed", run_id)
+                try:
+                    self.store.set_status(run_id, "failed", error=f"could not run the ingest worker: {exc}"[:2000],
+                                          finished=time.time(), progress=None, worker_pid=None)
+                except (RunNotFound, OSError):
+                    pass
+            finally:
+                if run_id is not None:
+                    with self._lock:
+                        self._pending.discard(run_id)
+                        self._cancelled.discard(run_id)
+                    if again:
+                        self._put(run_id)
+                self._queue.task_done()
+
+    def _run_one(self, ctx, run_id: str) -> bool:
+        """Ingest one run in a worker process; True if it must be queued again (its worker died)."""
+        try:
+            run = self.store.get(run_id)
+        except RunNotFound:
+            return False
+        if run.status not in ("queued", "ingesting"):
+            return False
+        self.store.clean_partial(run_id)
+        run = self.store.update(run_id, attempts=run.attempts + 1)
+        proc = ctx.Process(target=ingest_worker, args=(str(self.store.data_dir), run_id),
+                           name=f"ascendscope-ingest-{run_id}", daemon=True)
+        with self._lock:
+            if run_id in self._cancelled:
+                return False
+            proc.start()
+            self._procs[run_id] = proc
+        proc.join()
+        with self._lock:
+            self._procs.pop(run_id, None)
+            if run_id in self._cancelled:
+                return False
+        try:
+            run = self.store.get(run_id)
+        except RunNotFound:
+            return False
+        if run.status == "ready":
+            if self.on_ready is not None:
+                self.on_ready(run_id)
+            return False
+        if run.status not in ("queued", "ingesting"):
+            return False
+        # the worker died without recording an outcome: no database was renamed into place
+        self.store.clean_partial(run_id)
+        if self._stopping.is_set():
+            self.store.set_status(run_id, "queued", attempts=max(0, run.attempts - 1), worker_pid=None,
+                                  progress=_note("interrupted by a shutdown; resumes when the server starts"))
+            return False
+        reason = exit_reason(proc.exitcode)
+        tries = self.retries + 1
+        if run.attempts < tries:
+            log.warning("ingest worker of run %s %s; retrying", run_id, reason)
+            self.store.set_status(run_id, "queued", worker_pid=None,
+                                  progress=_note(f"the ingest worker {reason}; retrying "
+                                                 f"(attempt {run.attempts + 1} of {tries})"))
+            return True
+        log.error("ingest worker of run %s %s; giving up", run_id, reason)
+        self.store.set_status(run_id, "failed", finished=time.time(), progress=None, worker_pid=None,
+                              error=f"the ingest worker {reason} (attempt {run.attempts} of {tries}); "
+                                    f"see {LOG_FILE} in the run's folder")
+        return False
+
+
+def worker_context():
+    """``forkserver`` where there is one: a clean server process that has imported the pipeline once forks each
+    worker, so a worker starts in milliseconds and shares nothing with the web process's threads. Else spawn."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(WORKER_PRELOAD)
+    return ctx
+
+
+def exit_reason(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with code {exitcode} without a result"
+
+
+def _note(text: str) -> dict:
+    return {"phase": "queued", "text": text, "percent": 0.0}
+
+
+def ingest_worker(data_dir: str, run_id: str) -> None:
+    """Worker process body: ingest one run, reporting progress and the outcome in its run.json."""
+    store = RunStore(data_dir)
+    run_dir = store.run_dir(run_id)
+    handler = logging.FileHandler(run_dir / LOG_FILE, encoding="utf-8")
+    logging.basicConfig(level=logging.INFO, handlers=[handler],
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    work = run_dir / WORK_DIR
+    work.mkdir(exist_ok=True)
+    tempfile.tempdir = str(work)  # the pipeline's scratch files (spill, extracted archives) stay in the run's folder
+    run = store.set_status(run_id, "ingesting", started=time.time(), worker_pid=os.getpid(),
+                           progress={"phase": "starting", "text": "starting", "percent": 0.0})
+    source = store.source_path(run)
+    progress = RunProgress(store, run_id)
+    try:
+        from ingest.pipeline import ingest_path  # noqa: PLC0415 - the web process never imports the pipeline
+
+        summary = ingest_path(source, store.db_path(run_id), progress=progress)
+    except BaseException as exc:  # record every failure, including KeyboardInterrupt in the worker
+        progress.close()
+        logging.getLogger("ascendscope.ingest").error("ingest failed:\n%s", traceback.format_exc())
+        message = f"{type(exc).__name__}: {exc}".strip()
+        if run.origin == "upload":  # the client knows its file by name, not by our folder
+            message = message.replace(str(source), run.source)
+        shutil.rmtree(work, ignore_errors=True)
+        store.set_status(run_id, "failed", error=message[:2000], finished=time.time(), progress=None,
+                         worker_pid=None)
+        return
+    progress.close()
+    shutil.rmtree(work, ignore_errors=True)
+    store.set_status(run_id, "ready", finished=time.time(), progress=None, summary=_brief_summary(summary),
+                     rank_count=len(summary.get("ranks") or []), worker_pid=None)
+    if run.origin == "upload":  # the database holds everything the views read
+        shutil.rmtree(run_dir / SOURCE_DIR, ignore_errors=True)
+        store.update(run_id, size=folder_bytes(run_dir))
+
+
+class RunProgress:
+    """Mirrors ingest progress into run.json: phase, bytes done / total, an estimated percentage, MB/s, ETA.
+
+    Bytes advance when a file is finished (the readers do not report within a file), so MB/s and the ETA appear
+    once the first file is done. Implements :class:`ingest.pipeline.Progress`.
+    """
+
+    def __init__(self, store: RunStore, run_id: str):
+        self.store, self.run_id = store, run_id
+        self.lock = threading.Lock()
+        self.started = time.monotonic()
+        self.read_started: float | None = None
+        self.phase_name, self.text = "starting", "starting"
+        self.total = self.done = 0
+        self.files_done = 0
+        self.ranks: int | None = None
+        self.current: list[str] = []
+        self.after_read = 0
+        self.last_write = 0.0
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="progress-ticker", daemon=True)
+        self._ticker.start()
+
+    def begin(self, total_bytes: int, ranks: int) -> None:
+        with self.lock:
+            self.total, self.ranks = max(1, total_bytes), ranks
+            self.phase_name, self.read_started = "reading", time.monotonic()
+        self.write(force=True)
+
+    def file_start(self, rank: int, name: str, size: int) -> None:
+        with self.lock:
+            self.current.append(f"rank {rank}: {name.rsplit('/', 1)[-1]}")
+        self.write()
+
+    def file_done(self, rank: int, name: str, size: int, seconds: float) -> None:
+        with self.lock:
+            self.done += size
+            self.files_done += 1
+            label = f"rank {rank}: {name.rsplit('/', 1)[-1]}"
+            if label in self.current:
+                self.current.remove(label)
+        self.write()
+
+    def phase(self, text: str) -> None:
+        with self.lock:
+            if self.read_started is None:
+                self.phase_name = "extracting" if text.startswith("extracting") else "preparing"
+            else:
+                self.phase_name = "finishing"
+                self.after_read += 1
+            self.text, self.current = str(text)[:200], []
+        self.write(force=True)
+
+    def snapshot(self) -> dict:
+        now = time.monotonic()
+        percent, rate, eta = 0.0, None, None
+        if self.read_started is not None:
+            frac = min(1.0, self.done / self.total)
+            percent = READ_SHARE_PCT * frac + min(100.0 - READ_SHARE_PCT - 1, PHASE_STEP_PCT * self.after_read)
+            seconds = now - self.read_started
+            if self.done and seconds > 0:
+                rate = self.done / seconds
+                if not self.after_read and self.done < self.total:
+                    eta = (self.total - self.done) / rate
+        if self.phase_name == "reading":
+            shown = ", ".join(self.current[:2]) + (f" +{len(self.current) - 2}" if len(self.current) > 2 else "")
+            text = f"reading {shown}" if shown else "reading"
+        else:
+            text = self.text
+        return {"phase": self.phase_name, "text": text, "done_bytes": self.done, "total_bytes": self.total,
+                "files_done": self.files_done, "ranks": self.ranks, "percent": round(percent, 1),
+                "mb_per_s": round(rate / 1e6, 2) if rate else None, "eta_s": round(eta, 1) if eta else None,
+                "elapsed_s": round(now - self.started, 1)}
+
+    def write(self, force: bool = False) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if self._stop.is_set() or (not force and now - self.last_write < PROGRESS_INTERVAL_S):
+                return
+            self.last_write = now
+            try:  # under the lock, so nothing lands after close()
+                self.store.update(self.run_id, progress=self.snapshot())
+            except (RunNotFound, OSError):  # the run was deleted under us; the queue is about to kill this worker
+                pass
+
+    def close(self) -> None:
+        with self.lock:
+            self._stop.set()
+        self._ticker.join(TICK_S + 1)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_S):
+            self.write(force=True)
+
+
+def _brief_summary(summary) -> dict | None:
+    """The ingest summary minus its (unbounded) warning list, which stays in the database's warnings table."""
+    if not isinstance(summary, dict):
+        return None
+    brief = {k: v for k, v in summary.items() if k != "warnings"}
+    brief["warning_count"] = len(summary.get("warnings") or [])
+    return json.loads(json.dumps(brief, default=str))
