@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from ingest import SCHEMA_VERSION, lod
+from ingest import SCHEMA_VERSION, commfiles, lod
 from ingest.schema import CORE_DDL, EMPTY_TABLES
 
 ORIGIN_NS = 1_736_408_883_000_000_000
@@ -84,12 +84,11 @@ def build(out: Path, slices: int, ranks: int = 2, span_s: float = 60.0) -> dict:
         con.execute("INSERT INTO ranks (rank, device_id, folder, rank_source, profiler_level, has_trace, "
                     "overlap_source, start_ns, end_ns) SELECT ?, ?, ?, 'synthetic', 'Level1', true, 'trace', "
                     "min(ts_ns), max(ts_ns + dur_ns) FROM slices WHERE rank = ?", [rank, rank, f"rank{rank}", rank])
-    for table in ("comm_ops", "comm_bandwidth", "comm_size_distribution", "comm_matrix"):
-        from ingest import commfiles  # noqa: PLC0415
-        schema = {"comm_ops": commfiles.OPS_SCHEMA, "comm_bandwidth": commfiles.BW_SCHEMA,
-                  "comm_size_distribution": commfiles.DIST_SCHEMA, "comm_matrix": commfiles.MATRIX_SCHEMA}[table]
-        empty = schema.empty_table()  # noqa: F841 - read by DuckDB's replacement scan
-        con.execute(f"CREATE TABLE {table} AS SELECT * FROM empty")
+    for table, schema in (("comm_ops", commfiles.OPS_SCHEMA), ("comm_bandwidth", commfiles.BW_SCHEMA),
+                          ("comm_size_distribution", commfiles.DIST_SCHEMA), ("comm_matrix", commfiles.MATRIX_SCHEMA)):
+        con.register("_empty", schema.empty_table())
+        con.execute(f"CREATE TABLE {table} AS SELECT * FROM _empty")
+        con.unregister("_empty")
     t0 = time.perf_counter()
     levels = lod.build(con)
     lod_s = time.perf_counter() - t0

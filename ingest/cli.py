@@ -21,6 +21,7 @@ class BarProgress(Progress):
     def __init__(self, stream=sys.stderr):
         self.stream, self.lock = stream, threading.Lock()
         self.total = self.done = 0
+        self.partial: dict[str, int] = {}  # bytes done of files still loading
         self.current: list[str] = []
         self.started = time.perf_counter()
         self.tty = stream.isatty()
@@ -43,8 +44,13 @@ class BarProgress(Progress):
             self.current.append(name)
         self.draw()
 
+    def file_progress(self, rank, name, done_bytes):
+        with self.lock:
+            self.partial[name] = done_bytes
+
     def file_done(self, rank, name, size, seconds):
         with self.lock:
+            self.partial.pop(name, None)
             self.done += size
             if name in self.current:
                 self.current.remove(name)
@@ -64,13 +70,14 @@ class BarProgress(Progress):
         if not self.tty:
             return
         with self.lock:
-            frac = min(1.0, self.done / self.total) if self.total else 0.0
+            done = self.done + sum(self.partial.values())
+            frac = min(1.0, done / self.total) if self.total else 0.0
             elapsed = max(1e-6, time.perf_counter() - self.started)
             width = 30
             bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
             what = ", ".join(self.current)[:50]
-            self.stream.write(f"\r[{bar}] {frac * 100:5.1f}% {self.done / 1e6:8.1f} MB "
-                              f"{self.done / 1e6 / elapsed:6.1f} MB/s  {what:<50}")
+            self.stream.write(f"\r[{bar}] {frac * 100:5.1f}% {done / 1e6:8.1f} MB "
+                              f"{done / 1e6 / elapsed:6.1f} MB/s  {what:<50}")
             self.stream.flush()
 
     def close(self):

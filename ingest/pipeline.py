@@ -43,6 +43,8 @@ class Progress:
     def file_start(self, rank: int, name: str, size: int) -> None: ...
     def file_done(self, rank: int, name: str, size: int, seconds: float) -> None: ...
     def phase(self, text: str) -> None: ...
+    def file_progress(self, rank: int, name: str, done_bytes: int) -> None:
+        """Part of a big file is done (called repeatedly while it loads; ``file_done`` still follows)."""
 
 
 @dataclass
@@ -82,7 +84,8 @@ def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: P
         if size == 0:
             raise tracefile.TraceFileError("empty file")
         if kind == "trace_view":
-            tl = trace.TraceLoad(cur, p, path, work / f"r{res.idx}", display)
+            tl = trace.TraceLoad(cur, p, path, work / f"r{res.idx}", display,
+                                 on_progress=lambda f: progress.file_progress(rank, display, int(f * size)))
             tl.read()
             added = overlap.derive(cur, p)
             res.overlap_source = "derived" if added else "trace"

@@ -17,6 +17,7 @@ Derivations (each is the plain definition, computed set-wise):
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 
 import duckdb
@@ -257,11 +258,36 @@ _RECORD_AT = re.compile(r"in record/value (\d+)")
 class TraceLoad:
     """Loads one trace into ``{prefix}`` staging tables; ``warnings`` collects what was not loaded as-is."""
 
-    def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, path: Path, workdir: Path, display: str):
+    READ_SHARE = 0.6  # of a trace's load time, roughly, goes to reading the JSON; the rest to derivations
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, path: Path, workdir: Path, display: str,
+                 on_progress=None):
         self.cur, self.p, self.path, self.workdir, self.display = cur, prefix, path, workdir, display
         self.warnings: list[str] = []
         self.status = "loaded"
         self.extra: dict = {}
+        self.on_progress = on_progress or (lambda fraction: None)
+
+    def _read_with_progress(self, path: Path) -> None:
+        """READ_EVENTS, reporting DuckDB's own progress of the scan (polled from a helper thread)."""
+        done = threading.Event()
+        self.cur.execute("SET enable_progress_bar = true")
+        self.cur.execute("SET enable_progress_bar_print = false")
+
+        def poll():
+            while not done.wait(0.25):
+                pct = self.cur.query_progress()
+                if pct >= 0:
+                    self.on_progress(self.READ_SHARE * min(pct, 100.0) / 100)
+
+        poller = threading.Thread(target=poll, name="trace-progress", daemon=True)
+        poller.start()
+        try:
+            self.sql(READ_EVENTS, [str(path)])
+        finally:
+            done.set()
+            poller.join()
+            self.cur.execute("SET enable_progress_bar = false")
 
     def sql(self, template: str, params=None):
         return self.cur.execute(template.format(p=self.p, kinds=_kinds_literal()), params or [])
@@ -286,7 +312,8 @@ class TraceLoad:
         path = prepared.path
         for _attempt in range(12):
             try:
-                self.sql(READ_EVENTS, [str(path)])
+                self._read_with_progress(path)
+                self.on_progress(self.READ_SHARE)
                 return
             except duckdb.Error as exc:
                 msg = _clean_duckdb_message(str(exc), path, self.display)
@@ -311,7 +338,13 @@ class TraceLoad:
         raise tracefile.TraceFileError("could not repair the file")
 
     def derive(self) -> dict:
-        s = self.sql
+        steps = iter(range(1, 100))
+
+        def s(template, params=None):
+            result = self.sql(template, params)
+            self.on_progress(self.READ_SHARE + (1 - self.READ_SHARE) * min(1.0, next(steps) / 24))
+            return result
+
         s(TRACKS)
         s(RAW_SLICES)
         bad = s(f"SELECT count(*) FILTER (WHERE negative_dur), count(*) FILTER (WHERE unclosed) FROM {self.p}x") \

@@ -223,11 +223,11 @@ def skip_record(path: Path, workdir: Path, record: int) -> tuple[Path, int]:
                     seps.append(pos)
             carry = data[-64:]
             base += len(block)
-    size = path.stat().st_size
     if record == 1:
         if not seps:
             raise TraceFileError("no complete event could be recovered")
-        start = path.read_bytes()[:64].index(b"[") + 1
+        with open(path, "rb") as fh:
+            start = fh.read(1 << 16).index(b"[") + 1
         cut_from, cut_to, prefix = start, seps[0] + 1, True
     else:
         if len(seps) < record - 1:

@@ -273,8 +273,8 @@ def ingest_worker(data_dir: str, run_id: str) -> None:
 class RunProgress:
     """Mirrors ingest progress into run.json: phase, bytes done / total, an estimated percentage, MB/s, ETA.
 
-    Bytes advance when a file is finished (the readers do not report within a file), so MB/s and the ETA appear
-    once the first file is done. Implements :class:`ingest.pipeline.Progress`.
+    Bytes advance as files finish and, for a trace, while it loads (DuckDB's own scan progress, then the
+    derivation steps). Implements :class:`ingest.pipeline.Progress`.
     """
 
     def __init__(self, store: RunStore, run_id: str):
@@ -284,6 +284,7 @@ class RunProgress:
         self.read_started: float | None = None
         self.phase_name, self.text = "starting", "starting"
         self.total = self.done = 0
+        self.partial: dict[str, int] = {}  # bytes done of files still loading
         self.files_done = 0
         self.ranks: int | None = None
         self.current: list[str] = []
@@ -304,8 +305,14 @@ class RunProgress:
             self.current.append(f"rank {rank}: {name.rsplit('/', 1)[-1]}")
         self.write()
 
+    def file_progress(self, rank: int, name: str, done_bytes: int) -> None:
+        with self.lock:
+            self.partial[name] = done_bytes
+        self.write()
+
     def file_done(self, rank: int, name: str, size: int, seconds: float) -> None:
         with self.lock:
+            self.partial.pop(name, None)
             self.done += size
             self.files_done += 1
             label = f"rank {rank}: {name.rsplit('/', 1)[-1]}"
@@ -326,20 +333,21 @@ class RunProgress:
     def snapshot(self) -> dict:
         now = time.monotonic()
         percent, rate, eta = 0.0, None, None
+        done = self.done + sum(self.partial.values())
         if self.read_started is not None:
-            frac = min(1.0, self.done / self.total)
+            frac = min(1.0, done / self.total)
             percent = READ_SHARE_PCT * frac + min(100.0 - READ_SHARE_PCT - 1, PHASE_STEP_PCT * self.after_read)
             seconds = now - self.read_started
-            if self.done and seconds > 0:
-                rate = self.done / seconds
-                if not self.after_read and self.done < self.total:
-                    eta = (self.total - self.done) / rate
+            if done and seconds > 0:
+                rate = done / seconds
+                if not self.after_read and done < self.total:
+                    eta = (self.total - done) / rate
         if self.phase_name == "reading":
             shown = ", ".join(self.current[:2]) + (f" +{len(self.current) - 2}" if len(self.current) > 2 else "")
             text = f"reading {shown}" if shown else "reading"
         else:
             text = self.text
-        return {"phase": self.phase_name, "text": text, "done_bytes": self.done, "total_bytes": self.total,
+        return {"phase": self.phase_name, "text": text, "done_bytes": done, "total_bytes": self.total,
                 "files_done": self.files_done, "ranks": self.ranks, "percent": round(percent, 1),
                 "mb_per_s": round(rate / 1e6, 2) if rate else None, "eta_s": round(eta, 1) if eta else None,
                 "elapsed_s": round(now - self.started, 1)}

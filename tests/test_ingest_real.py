@@ -152,7 +152,6 @@ def test_server_fixtures_16_rank_gpt3(tmp_path):
 
 
 def test_gpu_kineto_traces_load_as_generic_traces(tmp_path):
-    from tests.ingest_helpers import trace_events  # noqa: F401  (gz JSON read below)
     import gzip
     import json
     folder = REAL / "hta_gpu_kineto_nonascend" / "trace_filter"
