@@ -54,6 +54,7 @@ class RunInfo:
     tracks: dict[int, Track]
     track_rows: list[dict]
     lod_levels: list[tuple[int, int]]  # (level, bucket_ns), finest first
+    ranks: list[int]  # every rank of the run, with or without a trace
 
     @classmethod
     def load(cls, cur: duckdb.DuckDBPyConnection) -> "RunInfo":
@@ -70,8 +71,9 @@ class RunInfo:
         start = min(starts) if starts else 0
         end = max(ends) if ends else start
         levels = [(int(lv), int(b)) for lv, b in cur.execute(LOD_LEVELS_SQL).fetchall()]
+        ranks = [int(r) for (r,) in cur.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
         return cls(origin_ns=int(start), start_ns=int(start), end_ns=int(max(end, start)), tracks=tracks,
-                   track_rows=rows, lod_levels=levels)
+                   track_rows=rows, lod_levels=levels, ranks=ranks)
 
 
 class _Entry:

@@ -70,7 +70,7 @@ def _context(request: Request, run, view: str) -> dict:
         store, databases = request.app.state.store, request.app.state.databases
         try:
             info = databases.info(run.id, store.db_path(run.id))
-            ranks = sorted({t.rank for t in info.tracks.values()})
+            ranks = info.ranks
         except Exception:  # a broken database still gets a page; the API reports the error
             ranks = []
     run_json = None
@@ -85,6 +85,7 @@ def _context(request: Request, run, view: str) -> dict:
         "run": run,
         "run_id": run.id if run else None,
         "ranks": ranks,
+        "all_ranks_option": view in ("timeline", "communication"),  # views that can show every rank at once
         "page_json": json.dumps(page).replace("</", "<\\/"),
         "placeholder": None,
         "read_only": settings.read_only,
