@@ -15,7 +15,7 @@ import re
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -58,6 +58,7 @@ class RankResult:
     overlap_source: str | None = None
     comm: dict[str, list[pa.Table]] = field(default_factory=dict)
     tables: list[str] = field(default_factory=list)
+    device_id: int | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -153,11 +154,36 @@ def _device_id(cur, res: RankResult) -> int | None:
     return None
 
 
+def _assemble_files(con, results: list[RankResult]) -> None:
+    """The tables of the CSV and JSON files, from every rank's staging tables (runs while traces still load)."""
+    cur = con.cursor()
+    for res in results:
+        res.device_id = _device_id(cur, res)  # the memory CSVs name the device; read them before they go
+    for table in sorted(set(csvfiles.TABLES.values())):
+        parts = [f"SELECT * FROM {res.prefix}{table}" for res in results if table in res.tables]
+        if parts:
+            cur.execute(f"CREATE TABLE {table} AS " + " UNION ALL BY NAME ".join(parts))
+            for res in results:
+                cur.execute(f"DROP TABLE IF EXISTS {res.prefix}{table}")
+        else:
+            cur.execute(EMPTY_TABLES[table])
+    for name, schema in (("comm_ops", commfiles.OPS_SCHEMA), ("comm_bandwidth", commfiles.BW_SCHEMA),
+                         ("comm_size_distribution", commfiles.DIST_SCHEMA), ("comm_matrix", commfiles.MATRIX_SCHEMA)):
+        tables = [t for res in results for t in res.comm.get(name, [])]
+        cur.register("_comm_rows", pa.concat_tables(tables) if tables else schema.empty_table())
+        cur.execute(f"CREATE TABLE {name} AS SELECT * FROM _comm_rows")
+        cur.unregister("_comm_rows")
+        if name == "comm_bandwidth":
+            cur.execute("ALTER TABLE comm_bandwidth ALTER size_distribution TYPE JSON")
+    cur.close()
+
+
 def _assemble(con, results: list[RankResult], root: Path, src_path: Path, started: float,
               extra_warnings: list[tuple], progress: Progress) -> dict:
     for ddl in CORE_DDL:
         con.execute(ddl)
-    devices = {res.idx: _device_id(con, res) for res in results}  # before the staging tables go
+    # runs without a memory CSV: the trace's process labels ("NPU 3") may name the device
+    devices = {res.idx: res.device_id if res.device_id is not None else _device_id(con, res) for res in results}
     toff = soff = foff = 0
     for res in results:
         if not res.has_trace:
@@ -195,25 +221,6 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
         toff, soff, foff = toff + n_tracks, soff + n_slices, foff + n_flows
         for t in ("tracks", "slices", "flows", "counters", "steps"):  # free the memory for the next rank
             con.execute(f"DROP TABLE IF EXISTS {p}{t}")
-
-    progress.phase("assembling the tables from the CSV and JSON files")
-    for table in sorted(set(csvfiles.TABLES.values())):
-        parts = [f"SELECT * FROM {res.prefix}{table}" for res in results if table in res.tables]
-        if parts:
-            con.execute(f"CREATE TABLE {table} AS " + " UNION ALL BY NAME ".join(parts))
-            for res in results:
-                con.execute(f"DROP TABLE IF EXISTS {res.prefix}{table}")
-        else:
-            con.execute(EMPTY_TABLES[table])
-    for name, schema in (("comm_ops", commfiles.OPS_SCHEMA), ("comm_bandwidth", commfiles.BW_SCHEMA),
-                         ("comm_size_distribution", commfiles.DIST_SCHEMA), ("comm_matrix", commfiles.MATRIX_SCHEMA)):
-        tables = [t for res in results for t in res.comm.get(name, [])]
-        combined = pa.concat_tables(tables) if tables else schema.empty_table()
-        con.register("_comm_rows", combined)
-        con.execute(f"CREATE TABLE {name} AS SELECT * FROM _comm_rows")
-        con.unregister("_comm_rows")
-        if name == "comm_bandwidth":
-            con.execute("ALTER TABLE comm_bandwidth ALTER size_distribution TYPE JSON")
 
     con.execute("DETACH stage")  # staging is done: give its memory to the level-of-detail build
     progress.phase("building the level-of-detail tables")
@@ -322,8 +329,12 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
             tasks = sorted(((res, kind, path) for res in results for kind, path in res.src.files.items()),
                            key=lambda t: -t[2].stat().st_size)
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                for _ in pool.map(lambda t: _stage_file(con, *t, disc.root, work, progress), tasks):
-                    pass
+                stage = {pool.submit(_stage_file, con, *t, disc.root, work, progress): t[1] for t in tasks}
+                others = [f for f, kind in stage.items() if kind != "trace_view"]
+                wait(others)  # the CSV/JSON tables can be assembled while traces still load
+                pending = [pool.submit(_assemble_files, con, results)] + [f for f in stage if f not in others]
+                for fut in pending + others:
+                    fut.result()
             for res in results:
                 res.files.sort(key=lambda f: (f["kind"] != "trace_view", f["file"]))
             progress.phase("assembling the timeline tables")
