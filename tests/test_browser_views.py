@@ -211,3 +211,12 @@ def test_communication_page_cluster(page, live_server, view_runs, artifacts_dir,
         page.wait_for_function("(m) => document.getElementById('comm-matrix-note').textContent.includes(m)",
                                arg={"transit_size_mb": "Transit Size", "transport_type": "Transport Type"}[metric])
     shot(page, artifacts_dir, f"communication_{run}_matrix")
+
+
+def test_timeline_of_a_run_without_trace_says_so(page, live_server, view_runs):
+    page.goto(f"{live_server.base_url}/runs/{view_runs['st4']}/timeline")
+    page.wait_for_selector("#timeline[data-no-trace='true']")
+    note = page.locator("#tl-notrace")
+    assert note.is_visible()
+    assert "No trace in this run" in note.inner_text()
+    assert note.locator("a[href$='/summary']").count() == 1

@@ -56,6 +56,10 @@ export class Timeline {
     this.runStart = Number(BigInt(tr.start_ns) - this.origin);
     this.viewport = new Viewport(this.runStart, Number(BigInt(tr.end_ns) - this.origin));
     this.tracks = new Map(tr.tracks.map((t) => [t.track_id, t]));
+    if (!tr.tracks.length) {  // a run without trace_view.json: say so instead of an empty canvas
+      this.$("tl-notrace").hidden = false;
+      this.root.dataset.noTrace = "true";
+    }
     this.tree = buildTree(tr.tracks);
     ({ byId: this.byId, byTrack: this.byTrack } = indexTree(this.tree));
     this.flowCategories = tr.flow_categories;
