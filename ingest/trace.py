@@ -27,19 +27,28 @@ from . import tracefile
 
 KIND_ORDER = ["python", "cann", "hardware", "communication", "overlap", "counter", "other"]
 
-# ts stays text (exact ns); dur is small enough for a double to round to the exact ns; pid/tid are JSON so that
-# string ids (other producers) survive, while numbers skip a costly number-to-text formatting.
-EVENT_COLUMNS = ("{{ph: 'VARCHAR', name: 'VARCHAR', cat: 'VARCHAR', pid: 'JSON', tid: 'JSON', "
+# ts stays text (exact ns); dur is small enough for a double to round to the exact ns. pid/tid are read as
+# BIGINT (torch_npu and msprof write numbers), which is much cheaper; a trace with string pids or tids (other
+# producers) fails that cast and is read again with them as JSON, keeping the text.
+EVENT_COLUMNS = ("{{ph: 'VARCHAR', name: 'VARCHAR', cat: 'VARCHAR', pid: 'BIGINT', tid: 'BIGINT', "
                  "ts: 'VARCHAR', dur: 'DOUBLE', id: 'VARCHAR', bp: 'VARCHAR', args: 'JSON'}}")
 
 READ_EVENTS = f"""
+CREATE OR REPLACE TABLE {{p}}ev AS
+SELECT row_number() OVER () AS seq, ph, name, cat, pid, tid, NULL::VARCHAR AS tid_text,
+       us_to_ns(ts) AS ts_ns, CAST(round(dur * 1000) AS BIGINT) AS dur_ns, id AS flow_key, bp, args
+FROM read_json(?, format = 'array', columns = {EVENT_COLUMNS})
+"""
+
+READ_EVENTS_TEXT_IDS = f"""
 CREATE OR REPLACE TABLE {{p}}ev AS
 SELECT row_number() OVER () AS seq, ph, name, cat,
        coalesce(TRY_CAST(pid AS BIGINT), -1 - CAST(hash(pid) % 2147483647 AS BIGINT)) AS pid,
        coalesce(TRY_CAST(tid AS BIGINT), -1 - CAST(hash(tid) % 2147483647 AS BIGINT)) AS tid,
        CASE WHEN json_type(tid) = 'VARCHAR' THEN tid->>'$' END AS tid_text,
        us_to_ns(ts) AS ts_ns, CAST(round(dur * 1000) AS BIGINT) AS dur_ns, id AS flow_key, bp, args
-FROM read_json(?, format = 'array', columns = {EVENT_COLUMNS})
+FROM read_json(?, format = 'array', columns = {EVENT_COLUMNS.replace("pid: 'BIGINT', tid: 'BIGINT'",
+                                                                       "pid: 'JSON', tid: 'JSON'")})
 """
 
 TRACKS = """
@@ -269,7 +278,15 @@ class TraceLoad:
         self.on_progress = on_progress or (lambda fraction: None)
 
     def _read_with_progress(self, path: Path) -> None:
-        """READ_EVENTS, reporting DuckDB's own progress of the scan (polled from a helper thread)."""
+        try:
+            self._read_query(READ_EVENTS, path)
+        except duckdb.Error as exc:
+            if "JSON transform error" not in str(exc) and "Failed to cast" not in str(exc):
+                raise
+            self._read_query(READ_EVENTS_TEXT_IDS, path)  # string pids/tids: read them as JSON text
+
+    def _read_query(self, template: str, path: Path) -> None:
+        """One read query, reporting DuckDB's own progress of the scan (polled from a helper thread)."""
         done = threading.Event()
         self.cur.execute("SET enable_progress_bar = true")
         self.cur.execute("SET enable_progress_bar_print = false")
@@ -283,7 +300,7 @@ class TraceLoad:
         poller = threading.Thread(target=poll, name="trace-progress", daemon=True)
         poller.start()
         try:
-            self.sql(READ_EVENTS, [str(path)])
+            self.sql(template, [str(path)])
         finally:
             done.set()
             poller.join()

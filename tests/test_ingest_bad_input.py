@@ -201,3 +201,16 @@ def test_partially_overlapping_slices_get_their_own_rows(tmp_path):
     rows = con.execute("""SELECT s.name, s.depth, p.name FROM slices s LEFT JOIN slices p ON p.slice_id = s.parent_id
                           ORDER BY s.slice_id""").fetchall()
     assert rows == [("a", 0, None), ("b", 1, "a"), ("c", 2, "b"), ("d", 0, None)]
+
+
+def test_string_pids_and_tids_from_other_producers(tmp_path):
+    ev = [{"ph": "M", "name": "process_name", "pid": "Spans", "tid": 0, "args": {"name": "Spans"}},
+          {"ph": "X", "name": "a", "pid": "Spans", "tid": "stream 7", "ts": "1.000", "dur": 1},
+          {"ph": "X", "name": "b", "pid": 3, "tid": 4, "ts": "2.000", "dur": 1}]
+    folder = tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    folder.mkdir(parents=True)
+    (folder / "trace_view.json").write_text(json.dumps(ev))
+    con = _ingest(tmp_path, tmp_path)
+    rows = con.execute("SELECT t.process_name, t.thread_name, s.name FROM slices s JOIN tracks t USING (track_id) "
+                       "ORDER BY s.ts_ns").fetchall()
+    assert rows == [("Spans", "stream 7", "a"), ("Process 3", "Thread 4", "b")]
