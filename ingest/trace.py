@@ -227,7 +227,10 @@ SELECT cat,
             AND NOT EXISTS (SELECT 1 FROM {p}fe s WHERE s.ph = 's' AND s.cat = f.cat AND s.flow_key = f.flow_key))
          AS lonely_finishes,
        (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.src_local IS NULL) AS unbound_src,
-       (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.dst_local IS NULL) AS unbound_dst
+       (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.dst_local IS NULL) AS unbound_dst,
+       -- of the unbound starts, those on a lane with no slices at all (e.g. CANN API slices pruned at Level0)
+       (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.src_local IS NULL
+            AND NOT EXISTS (SELECT 1 FROM {p}slices x WHERE x.local_track = w.src_track)) AS unbound_src_empty
 FROM (SELECT DISTINCT cat FROM {p}fe) c ORDER BY cat
 """
 
@@ -395,14 +398,17 @@ class TraceLoad:
                 break
         s(BIND_NEXT)
         s(FLOWS)
-        for cat, lonely_s, lonely_f, ub_s, ub_d in s(FLOW_STATS).fetchall():
+        for cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in s(FLOW_STATS).fetchall():
             parts = []
             if lonely_s:
                 parts.append(f"{lonely_s} flow starts without a finish")
             if lonely_f:
                 parts.append(f"{lonely_f} flow finishes without a start")
             if ub_s:
-                parts.append(f"{ub_s} flow starts bound to no slice")
+                why = (f" ({ub_s_empty} on a lane without slices, as at Level0, where the CANN API slices are "
+                       "not exported)"
+                       if ub_s_empty else "")
+                parts.append(f"{ub_s} flow starts bound to no slice{why}")
             if ub_d:
                 parts.append(f"{ub_d} flow finishes bound to no slice")
             if parts:
