@@ -405,9 +405,9 @@ class TraceLoad:
             if lonely_f:
                 parts.append(f"{lonely_f} flow finishes without a start")
             if ub_s:
-                why = (f" ({ub_s_empty} on a lane without slices, as at Level0, where the CANN API slices are "
-                       "not exported)"
-                       if ub_s_empty else "")
+                why = ""
+                if ub_s_empty:
+                    why = f" ({ub_s_empty} on a lane without slices, as at Level0: CANN API slices not exported)"
                 parts.append(f"{ub_s} flow starts bound to no slice{why}")
             if ub_d:
                 parts.append(f"{ub_d} flow finishes bound to no slice")
