@@ -277,7 +277,6 @@ class TraceLoad:
         self.cur, self.p, self.path, self.workdir, self.display = cur, prefix, path, workdir, display
         self.warnings: list[str] = []
         self.status = "loaded"
-        self.extra: dict = {}
         self.on_progress = on_progress or (lambda fraction: None)
 
     def _read_with_progress(self, path: Path) -> None:
@@ -326,9 +325,7 @@ class TraceLoad:
                 source = self.workdir / (self.path.name + ".plain")
                 tracefile._decompress(self.path, source)
             prepared = tracefile.PreparedTrace(path=tracefile.salvage(source, self.workdir)[0])
-        self.extra = prepared.extra
-        self.warnings.extend(prepared.notes[1:] if prepared.notes[:1] == ['read the "traceEvents" array of a '
-                                                                          'JSON object'] else prepared.notes)
+        self.warnings.extend(prepared.notes)
         path = prepared.path
         for _attempt in range(12):
             try:

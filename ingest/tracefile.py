@@ -35,8 +35,6 @@ class TraceFileError(Exception):
 class PreparedTrace:
     path: Path
     notes: list[str] = field(default_factory=list)
-    salvaged: bool = False
-    extra: dict = field(default_factory=dict)  # object-form keys other than traceEvents
 
 
 def _first_last(path: Path) -> tuple[bytes, bytes, int]:
@@ -153,10 +151,12 @@ def prepare(path: Path, workdir: Path, *, fix_utf8: bool = False) -> PreparedTra
     if size == 0 or not head.strip():
         raise TraceFileError("empty file")
     first = head.lstrip()[:1]
-    start, end, extra, closing = 0, size, {}, b""
+    start, end, closing = 0, size, b""
     if first == b"{":
         start, end, extra = _find_array_bounds(src, size, head)
-        notes.append('read the "traceEvents" array of a JSON object')
+        skipped = sorted(k for k in extra if k != "displayTimeUnit")  # a viewer hint: ts is µs regardless
+        if skipped:
+            notes.append("top-level keys beside traceEvents not loaded: " + ", ".join(skipped))
     elif first != b"[":
         raise TraceFileError(f"not a JSON trace: starts with {head.lstrip()[:20]!r}")
     else:
@@ -171,14 +171,14 @@ def prepare(path: Path, workdir: Path, *, fix_utf8: bool = False) -> PreparedTra
     if quote_ts:
         notes.append("numeric ts values read as exact decimal text")
     if src is path and start == 0 and end == size and not quote_ts and not fix_utf8 and not closing:
-        return PreparedTrace(path=path, notes=notes, extra=extra)
+        return PreparedTrace(path=path, notes=notes)
     dst = workdir / (path.name + ".array.json")
     bad = _copy_range(src, dst, start, end, quote_ts, fix_utf8, closing)
     if src is not path:
         src.unlink(missing_ok=True)
     if bad is not None:
         notes.append(f"bytes that are not UTF-8 (first at byte {bad}) replaced with U+FFFD")
-    return PreparedTrace(path=dst, notes=notes, extra=extra)
+    return PreparedTrace(path=dst, notes=notes)
 
 
 def salvage(path: Path, workdir: Path, before: int | None = None) -> tuple[Path, int]:
