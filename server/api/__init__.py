@@ -137,16 +137,18 @@ class RunDb:
         return [dict(zip(names, r)) for r in rows]
 
 
+def open_run_db(run: Run, path, databases: Databases) -> tuple[RunInfo, duckdb.DuckDBPyConnection]:
+    """The run's cached RunInfo and a fresh cursor on its database (the caller closes it); 500 if unreadable."""
+    try:
+        return databases.info(run.id, path), databases.cursor(run.id, path)
+    except (OSError, duckdb.Error) as exc:
+        raise ApiError(500, "database_unavailable", f"cannot open the database of run {run.id!r}: {exc}") from exc
+
+
 def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> Iterator[RunDb]:
     if run.status != "ready":
         raise ApiError(409, "run_not_ready", f"run {run.id!r} is {run.status}", run_status=run.status)
-    databases = get_databases(request)
-    path = store.db_path(run.id)
-    try:
-        info = databases.info(run.id, path)
-        cur = databases.cursor(run.id, path)
-    except (OSError, duckdb.Error) as exc:
-        raise ApiError(500, "database_unavailable", f"cannot open the database of run {run.id!r}: {exc}") from exc
+    info, cur = open_run_db(run, store.db_path(run.id), get_databases(request))
     try:
         yield RunDb(run=run, cur=cur, info=info, settings=settings)
     finally:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-import duckdb
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from server.api import (ApiError, FastJSONResponse, RunDep, SettingsDep, StoreDep, WritableDep, fast_json,
-                        get_databases, ns_str)
+                        get_databases, ns_str, open_run_db)
 from server.db import query
 from server.runs import Run, RunNotFound, clean_name
 
@@ -131,11 +130,7 @@ def get_run(run: RunDep, store: StoreDep, settings: SettingsDep, request: Reques
 
 
 def _ready_details(run: Run, path, databases, timeout_s: float) -> dict:
-    try:
-        info = databases.info(run.id, path)
-        cur = databases.cursor(run.id, path)
-    except (OSError, duckdb.Error) as exc:
-        raise ApiError(500, "database_unavailable", f"cannot open the database of run {run.id!r}: {exc}") from exc
+    info, cur = open_run_db(run, path, databases)
     try:
         ranks = [dict(zip(RANK_COLUMNS, r)) for r in query(cur, RANKS_SQL, timeout_s=timeout_s)]
         for r in ranks:
