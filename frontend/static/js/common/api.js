@@ -23,11 +23,18 @@ export function queryString(params = {}) {
 
 export async function apiGet(path, params = {}, { signal } = {}) {
   const resp = await fetch(path + queryString(params), { signal, headers: { Accept: "application/json" } });
+  return readAnswer(resp);
+}
+
+/** The JSON body of a response, or an ApiError carrying the server's error shape. An abort while the body
+ *  streams, or a 2xx that is not JSON, is rethrown for the caller; an error without a JSON body still becomes an
+ *  ApiError. */
+async function readAnswer(resp) {
   let body = null;
   try {
     body = await resp.json();
-  } catch {
-    body = null;
+  } catch (err) {
+    if (isAbort(err) || resp.ok) throw err;
   }
   if (!resp.ok) {
     const err = body && body.error ? body.error : {};
@@ -49,15 +56,5 @@ export async function apiSend(method, path, body = undefined) {
   }
   const resp = await fetch(path, init);
   if (resp.status === 204) return null;
-  let data = null;
-  try {
-    data = await resp.json();
-  } catch {
-    data = null;
-  }
-  if (!resp.ok) {
-    const err = data && data.error ? data.error : {};
-    throw new ApiError(resp.status, err.code || "http_error", err.message || `HTTP ${resp.status}`);
-  }
-  return data;
+  return readAnswer(resp);
 }
