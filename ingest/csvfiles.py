@@ -158,9 +158,10 @@ class CsvLoad:
         parts = []
         for h, _ in cols:
             q = _quote_ident(h)
-            parts.append(f"count(*) FILTER (WHERE NOT is_blank({q}) AND TRY_CAST({q} AS DOUBLE) IS NULL)")
-            parts.append(f"count(*) FILTER (WHERE NOT is_blank({q}) AND NOT regexp_full_match({q}, "
-                         f"'\\s*-?[0-9]{{1,18}}\\s*'))")
+            # cheap tests first: the blank test (a regex) only runs on cells that are not numbers
+            parts.append(f"count(*) FILTER (WHERE TRY_CAST({q} AS DOUBLE) IS NULL AND NOT is_blank({q}))")
+            parts.append(f"count(*) FILTER (WHERE (TRY_CAST({q} AS BIGINT) IS NULL OR contains({q}, '.')) "
+                         f"AND NOT is_blank({q}))")
             parts.append(f"count(*) FILTER (WHERE NOT is_blank({q}))")
         row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()
         out = {}

@@ -16,7 +16,8 @@ process (pid ``DERIVED_PID``), so every later step treats it like the profiler's
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
+
+from .columns import arrow_table
 
 DERIVED_PID = -2
 LANES = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
@@ -91,7 +92,7 @@ def derive(cur, prefix: str) -> int:
         rows["tid"].append(np.full(len(s), tid, dtype=np.int64))
         rows["ts_ns"].append(s)
         rows["dur_ns"].append(e - s)
-    table = pa.table({k: np.concatenate(v) for k, v in rows.items()})
+    table = arrow_table({k: np.concatenate(v) for k, v in rows.items()})
     cur.register("_overlap_rows", table)
     try:
         cur.execute(f"""

@@ -4,14 +4,9 @@ Everything runs inside DuckDB: the trace is read by ``read_json`` straight into 
 converted exactly to ns by ``us_to_ns``), so memory stays bounded whatever the file size. Staging tables are
 named ``{prefix}…`` and use rank-local ids; ``ingest.pipeline`` turns them into the global tables.
 
-Derivations (each is the plain definition, computed set-wise):
-* depth: a sweep over start/end events per track; a slice's depth is the number of slices still open when it
-  starts (at equal times ends come before starts, and longer slices start before shorter ones). On tracks where
-  slices overlap without nesting, a stack walk puts each slice one row below the latest slice still open.
-* parent: the latest earlier slice on the track at depth - 1 (an ASOF join).
-* flow binding: an end binds to the deepest slice on its track that encloses its timestamp (``bp:"e"``); an
-  ``f`` end without ``bp:"e"`` binds to the next slice that starts at or after it (Chrome's rule).
-* flow pairing: ``s``/``f`` matched on ``(cat, id)``; an ``f`` takes the latest ``s`` at or before it.
+Derivations: slice order, depth and parent, and which slice each flow end binds to, are computed by
+``ingest.nesting`` (numpy, one batch of whole tracks at a time; its docstring states each definition). Flow
+pairing is set-wise SQL: ``s``/``f`` matched on ``(cat, id)``; an ``f`` takes the latest ``s`` at or before it.
 """
 
 from __future__ import annotations
@@ -21,9 +16,9 @@ import threading
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
-from . import tracefile
+from . import nesting, tracefile
+from .columns import arrow_table
 
 KIND_ORDER = ["python", "cann", "hardware", "communication", "overlap", "counter", "other"]
 
@@ -122,49 +117,12 @@ SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_
 FROM all_slices a JOIN {p}tracks t ON t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
 """
 
-ORDER_SLICES = """
-CREATE OR REPLACE TABLE {p}ord AS
-SELECT row_number() OVER (ORDER BY local_track, ts_ns, dur_ns DESC, seq) AS local_id, seq, local_track, ts_ns, dur_ns
-FROM {p}x
-"""
-
-# depth = number of slices open when this one starts; parent = latest earlier slice one level up
-DEPTH = """
-CREATE OR REPLACE TABLE {p}depth AS
-WITH ev AS (
-    SELECT local_track, local_id, ts_ns AS t, 1 AS k, 0 AS e, 1 AS delta FROM {p}ord
-    UNION ALL
-    SELECT local_track, local_id, ts_ns + dur_ns, CASE WHEN dur_ns > 0 THEN 0 ELSE 1 END, 1, -1 FROM {p}ord),
-swept AS (
-    SELECT local_track, local_id, e,
-           coalesce(sum(delta) OVER (PARTITION BY local_track ORDER BY t, k, local_id, e
-                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS depth
-    FROM ev)
-SELECT local_id, local_track, CAST(depth AS INTEGER) AS depth FROM swept WHERE e = 0
-"""
-
-PARENTS = """
-CREATE OR REPLACE TABLE {p}parent AS
-SELECT c.local_id, p.local_id AS parent_local
-FROM {p}depth c ASOF JOIN {p}depth p
-  ON c.local_track = p.local_track AND c.depth - 1 = p.depth AND c.local_id > p.local_id
-"""
-
-# tracks whose slices are not properly nested (a slice outlives the one it starts in): python_function frames
-# interleaved with torch ops, overlapping tasks on one stream. Their depth is recomputed by a stack walk.
-IMPROPER_TRACKS = """
-SELECT DISTINCT o.local_track
-FROM {p}parent par JOIN {p}ord o USING (local_id) JOIN {p}ord pp ON pp.local_id = par.parent_local
-WHERE pp.ts_ns + pp.dur_ns < o.ts_ns + o.dur_ns
-"""
-
 STAGED_SLICES = """
 CREATE OR REPLACE TABLE {p}slices AS
-SELECT o.local_id, o.local_track, o.ts_ns, o.dur_ns, d.depth, par.parent_local,
+SELECT n.local_id, n.local_track, n.ts_ns, n.dur_ns, n.depth, nullif(n.parent_local, 0) AS parent_local,
        coalesce(x.name_o, e.name) AS name, coalesce(x.cat_o, e.cat) AS cat, x.ph, coalesce(x.args_o, e.args) AS args
-FROM {p}ord o JOIN {p}x x USING (seq) JOIN {p}ev e USING (seq) JOIN {p}depth d USING (local_id)
-LEFT JOIN {p}parent par USING (local_id)
-ORDER BY o.local_id
+FROM {p}nest n JOIN {p}x x USING (seq) JOIN {p}ev e USING (seq)
+ORDER BY n.local_id
 """
 
 FLOW_ENDS = """
@@ -173,28 +131,6 @@ SELECT e.seq, e.ph, coalesce(e.cat, '') AS cat, e.name, coalesce(e.flow_key, '')
        e.ts_ns, coalesce(e.bp, '') = 'e' AS bind_enclosing
 FROM {p}ev e JOIN {p}tracks t ON t.pid = e.pid AND t.tid = e.tid AND t.counter_name IS NULL
 WHERE e.ph IN ('s', 'f') AND e.ts_ns IS NOT NULL
-"""
-
-# candidate = the last slice (in track order) starting at or before the end's timestamp
-BIND_START = """
-CREATE OR REPLACE TABLE {p}bind AS
-WITH lastat AS (SELECT local_track, ts_ns, max(local_id) AS local_id FROM {p}slices GROUP BY local_track, ts_ns)
-SELECT fe.seq, fe.ts_ns AS t, la.local_id AS cand
-FROM {p}fe fe ASOF LEFT JOIN lastat la ON fe.local_track = la.local_track AND fe.ts_ns >= la.ts_ns
-WHERE fe.ph = 's' OR fe.bind_enclosing
-"""
-
-BIND_CLIMB = """
-UPDATE {p}bind SET cand = s.parent_local
-FROM {p}slices s WHERE s.local_id = {p}bind.cand AND s.ts_ns + s.dur_ns < {p}bind.t
-"""
-
-BIND_NEXT = """
-INSERT INTO {p}bind
-WITH firstat AS (SELECT local_track, ts_ns, min(local_id) AS local_id FROM {p}slices GROUP BY local_track, ts_ns)
-SELECT fe.seq, fe.ts_ns, fa.local_id
-FROM {p}fe fe ASOF LEFT JOIN firstat fa ON fe.local_track = fa.local_track AND fe.ts_ns <= fa.ts_ns
-WHERE fe.ph = 'f' AND NOT fe.bind_enclosing
 """
 
 FLOWS = """
@@ -211,8 +147,8 @@ WITH s AS (SELECT * FROM {p}fe WHERE ph = 's'),
         LEFT JOIN first_s fs ON m.sseq IS NULL AND fs.cat = f.cat AND fs.flow_key = f.flow_key)
 SELECT row_number() OVER (ORDER BY src.ts_ns, src.seq, dst.seq) AS local_flow,
        src.cat, coalesce(src.name, dst.name) AS name, src.flow_key,
-       src.local_track AS src_track, src.ts_ns AS src_ts_ns, bs.cand AS src_local,
-       dst.local_track AS dst_track, dst.ts_ns AS dst_ts_ns, bd.cand AS dst_local
+       src.local_track AS src_track, src.ts_ns AS src_ts_ns, nullif(bs.cand, 0) AS src_local,
+       dst.local_track AS dst_track, dst.ts_ns AS dst_ts_ns, nullif(bd.cand, 0) AS dst_local
 FROM pairs p JOIN {p}fe src ON src.seq = p.sseq JOIN {p}fe dst ON dst.seq = p.fseq
 LEFT JOIN {p}bind bs ON bs.seq = src.seq LEFT JOIN {p}bind bd ON bd.seq = dst.seq
 ORDER BY local_flow
@@ -262,6 +198,12 @@ SELECT st.step, st.name, st.local_id, st.host_start_ns, st.host_end_ns,
        coalesce(dev.k_start, st.host_start_ns) AS device_start_ns,
        greatest(coalesce(dev.k_end, st.host_end_ns), st.host_end_ns) AS device_end_ns
 FROM st LEFT JOIN dev USING (local_id) ORDER BY st.host_start_ns
+"""
+
+NEST_TABLES = """
+CREATE OR REPLACE TABLE {p}nest (local_id BIGINT, seq BIGINT, local_track BIGINT, ts_ns BIGINT, dur_ns BIGINT,
+                                 depth INTEGER, parent_local BIGINT);
+CREATE OR REPLACE TABLE {p}bind (seq BIGINT, cand BIGINT);
 """
 
 _RECORD_AT = re.compile(r"in record/value (\d+)")
@@ -381,19 +323,8 @@ class TraceLoad:
         if skipped[1]:
             self.warnings.append(f"{skipped[1]} events of phases not shown yet ({skipped[2] or 'none'}) "
                                  "were skipped")
-        s(ORDER_SLICES)
-        s(DEPTH)
-        s(PARENTS)
-        self._fix_improper_nesting()
+        self._nest()
         s(STAGED_SLICES)
-        s(FLOW_ENDS)
-        s(BIND_START)
-        max_depth = s(f"SELECT coalesce(max(depth), 0) FROM {self.p}slices").fetchone()[0]
-        for _ in range(max_depth + 1):
-            changed = s(BIND_CLIMB).fetchone()
-            if not changed or not changed[0]:
-                break
-        s(BIND_NEXT)
         s(FLOWS)
         for cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in s(FLOW_STATS).fetchall():
             parts = []
@@ -415,45 +346,39 @@ class TraceLoad:
         if bad_counters:
             self.warnings.append(f"{bad_counters} counter values that are not numbers were stored as NULL")
         s(STEPS)
-        for t in ("x", "ord", "depth", "parent", "fe", "bind"):
+        for t in ("x", "nest", "fe", "bind"):
             s(f"DROP TABLE IF EXISTS {self.p}{t}")
         return self.stats()
 
-    def _fix_improper_nesting(self) -> None:
-        """Give tracks with partially overlapping slices a depth where no two overlapping slices share a row.
+    def _nest(self) -> None:
+        """Order, depth and parent of every slice ({p}nest), and the slice each flow end binds to ({p}bind),
+        computed by ``ingest.nesting`` one batch of whole tracks at a time."""
+        p = self.p
+        self.sql(FLOW_ENDS)
+        self.sql(NEST_TABLES)
+        counts = self.cur.execute(f"SELECT local_track, count(*) FROM {p}x GROUP BY local_track "
+                                  "ORDER BY local_track").fetchall()
+        first_id = 1
+        for lo, hi, n in _batches(counts, nesting.BATCH_SLICES):
+            rows = self.cur.execute(f"SELECT seq, local_track, ts_ns, dur_ns FROM {p}x "
+                                    "WHERE local_track BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
+            nested = nesting.nest(rows["seq"], rows["local_track"], rows["ts_ns"], rows["dur_ns"], first_id)
+            del rows
+            self._append(f"{p}nest", {"local_id": nested.local_id, "seq": nested.seq,
+                                      "local_track": nested.track, "ts_ns": nested.ts, "dur_ns": nested.dur,
+                                      "depth": nested.depth, "parent_local": nested.parent})
+            ends = self.cur.execute(f"SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing AS enclosing "
+                                    f"FROM {p}fe WHERE local_track BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
+            bound = nesting.bind(nested, ends["local_track"], ends["ts_ns"], ends["enclosing"])
+            self._append(f"{p}bind", {"seq": ends["seq"], "cand": bound})
+            first_id += n
 
-        The count of open slices (DEPTH) equals the stack depth only when slices nest; otherwise a slice is put
-        one row below the most recently started slice still open at its start (its parent), as Chrome's trace
-        viewer does. Nested tracks keep the set-wise result; only the others take this per-slice walk."""
-        bad = [r[0] for r in self.sql(IMPROPER_TRACKS).fetchall()]
-        if not bad:
-            return
-        cols = self.cur.execute(f"SELECT local_id, local_track, ts_ns, ts_ns + dur_ns AS end_ns FROM {self.p}ord "
-                                f"WHERE list_contains(?, local_track) ORDER BY local_id", [bad]).fetchnumpy()
-        ids, tracks = cols["local_id"].tolist(), cols["local_track"].tolist()
-        starts, ends = cols["ts_ns"].tolist(), cols["end_ns"].tolist()
-        depth, parent = [0] * len(ids), [None] * len(ids)
-        stack: list[int] = []  # indexes into the lists above
-        current = None
-        for i, (track, start) in enumerate(zip(tracks, starts)):
-            if track != current:
-                stack, current = [], track
-            while stack and ends[stack[-1]] <= start:
-                stack.pop()
-            if stack:
-                depth[i], parent[i] = depth[stack[-1]] + 1, ids[stack[-1]]
-            stack.append(i)
-        fixed = pa.table({"local_id": pa.array(ids, pa.int64()), "depth": pa.array(depth, pa.int32()),
-                          "parent_local": pa.array(parent, pa.int64())})
-        self.cur.register("_fixed_nesting", fixed)
+    def _append(self, table: str, columns: dict) -> None:
+        self.cur.register("_nest_rows", arrow_table(columns))
         try:
-            self.cur.execute(f"UPDATE {self.p}depth SET depth = f.depth FROM _fixed_nesting f "
-                             f"WHERE {self.p}depth.local_id = f.local_id")
-            self.cur.execute(f"DELETE FROM {self.p}parent WHERE local_id IN (SELECT local_id FROM _fixed_nesting)")
-            self.cur.execute(f"INSERT INTO {self.p}parent SELECT local_id, parent_local FROM _fixed_nesting "
-                             "WHERE parent_local IS NOT NULL")
+            self.cur.execute(f"INSERT INTO {table} SELECT * FROM _nest_rows")
         finally:
-            self.cur.unregister("_fixed_nesting")
+            self.cur.unregister("_nest_rows")
 
     def stats(self) -> dict:
         p = self.p
@@ -464,6 +389,20 @@ class TraceLoad:
 
     def drop_events(self) -> None:
         self.cur.execute(f"DROP TABLE IF EXISTS {self.p}ev")
+
+
+def _batches(counts: list[tuple[int, int]], limit: int):
+    """Contiguous ranges of tracks (lo, hi, slices) of at most ``limit`` slices each (or one larger track)."""
+    lo = hi = None
+    total = 0
+    for track, n in counts:
+        if lo is not None and total + n > limit:
+            yield lo, hi, total
+            lo, total = None, 0
+        lo = track if lo is None else lo
+        hi, total = track, total + n
+    if lo is not None:
+        yield lo, hi, total
 
 
 def _kinds_literal() -> str:
