@@ -58,7 +58,11 @@ class RankResult:
     overlap_source: str | None = None
     comm: dict[str, list[pa.Table]] = field(default_factory=dict)
     tables: list[str] = field(default_factory=list)
-    device_id: int | None = None
+    device_id: int | None = None  # from the memory CSVs
+    trace_device_id: int | None = None  # from the trace's process labels ("NPU 3")
+    trace_entry: dict | None = None
+    nested: threading.Event = field(default_factory=threading.Event)  # set once slices are final (or on failure)
+    nest_ok: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -85,14 +89,18 @@ def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: P
         if size == 0:
             raise tracefile.TraceFileError("empty file")
         if kind == "trace_view":
+            def nested():
+                res.nest_ok = True
+                res.nested.set()
+
             tl = trace.TraceLoad(cur, p, path, work / f"r{res.idx}", display,
-                                 on_progress=lambda f: progress.file_progress(rank, display, int(f * size)))
+                                 on_progress=lambda f: progress.file_progress(rank, display, int(f * size)),
+                                 on_nested=nested)
             tl.read()
             added = overlap.derive(cur, p)
             res.overlap_source = "derived" if added else "trace"
             stats = tl.derive()
-            tl.drop_events()
-            res.has_trace = True
+            res.has_trace = True  # its tables stay staged until _write_traces appends them in rank order
             entry["rows"], entry["status"] = stats["events"], tl.status
             warnings.extend(tl.warnings)
             if added:
@@ -120,9 +128,13 @@ def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: P
         entry["status"] = "failed"
         warnings.append(f"not loaded (internal error {type(exc).__name__}): {_message(exc)}")
     finally:
+        if kind == "trace_view":
+            res.nested.set()
         cur.close()
     entry["seconds"] = round(time.perf_counter() - t0, 3)
     with res.lock:
+        if kind == "trace_view":
+            res.trace_entry = entry
         res.files.append(entry)
         res.warnings.extend((display, w) for w in warnings)
     progress.file_done(rank, display, size, entry["seconds"])
@@ -133,17 +145,18 @@ def _message(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:500]
 
 
-def _device_id(cur, res: RankResult) -> int | None:
+def _device_id(cur, res: RankResult, from_trace: bool = False) -> int | None:
     p = res.prefix
     probes = []
-    if "memory_record" in res.tables:
-        probes.append(f"SELECT regexp_extract(device_type, 'NPU:?\\s*([0-9]+)', 1) FROM {p}memory_record "
-                      "WHERE device_type LIKE 'NPU%' LIMIT 1")
-    if "npu_module_mem" in res.tables:
-        probes.append(f"SELECT regexp_extract(device, 'NPU:?\\s*([0-9]+)', 1) FROM {p}npu_module_mem LIMIT 1")
-    if res.has_trace:
+    if from_trace:
         probes.append(f"SELECT regexp_extract(label, 'NPU\\s+([0-9]+)', 1) FROM {p}tracks "
                       "WHERE label LIKE 'NPU %' LIMIT 1")
+    else:
+        if "memory_record" in res.tables:
+            probes.append(f"SELECT regexp_extract(device_type, 'NPU:?\\s*([0-9]+)', 1) FROM {p}memory_record "
+                          "WHERE device_type LIKE 'NPU%' LIMIT 1")
+        if "npu_module_mem" in res.tables:
+            probes.append(f"SELECT regexp_extract(device, 'NPU:?\\s*([0-9]+)', 1) FROM {p}npu_module_mem LIMIT 1")
     for sql in probes:
         try:
             row = cur.execute(sql).fetchone()
@@ -154,8 +167,61 @@ def _device_id(cur, res: RankResult) -> int | None:
     return None
 
 
-def _assemble_files(con, results: list[RankResult]) -> None:
+def _write_traces(con, results: list[RankResult], trace_tasks: dict) -> None:
+    """Append each rank's trace tables to the run's tables, in rank order and as soon as they are ready: its
+    tracks and slices once nested (while its flows are still being derived, and later ranks and the CSVs still
+    load), then its flows, counters and steps; one transaction per rank. Then free its staging tables."""
+    cur = con.cursor()
+    toff = soff = foff = 0
+    try:
+        for res in results:
+            task = trace_tasks.get(res.idx)
+            if task is None:
+                continue
+            res.nested.wait()
+            if not res.nest_ok:
+                task.result()
+                trace.drop_stage(cur, res.prefix)
+                continue
+            try:
+                res.trace_device_id = _device_id(cur, res, from_trace=True)
+                n_tracks, n_slices = _in_transaction(cur, lambda: trace.write_slices(
+                    cur, res.prefix, res.src.rank, toff, soff, overlap.DERIVED_PID))
+                task.result()
+                # (a transaction only sees tables that existed when it began: the flows are newer)
+                if res.has_trace:
+                    n_flows = _in_transaction(cur, lambda: trace.write_rest(cur, res.prefix, res.src.rank, toff,
+                                                                             soff, foff))
+                    toff, soff, foff = toff + n_tracks, soff + n_slices, foff + n_flows
+                else:  # failed after nesting: nothing of it is kept
+                    _in_transaction(cur, lambda: trace.unwrite(cur, res.src.rank))
+            except duckdb.Error as exc:
+                _in_transaction(cur, lambda: trace.unwrite(cur, res.src.rank))
+                res.has_trace = False
+                with res.lock:
+                    if res.trace_entry is not None:
+                        res.trace_entry["status"] = "failed"
+                        res.warnings.append((res.trace_entry["file"], f"not loaded: {_message(exc)}"))
+            finally:
+                trace.drop_stage(cur, res.prefix)
+    finally:
+        cur.close()
+
+
+def _in_transaction(cur, work):
+    cur.execute("BEGIN TRANSACTION")
+    try:
+        result = work()
+    except BaseException:
+        cur.execute("ROLLBACK")
+        raise
+    cur.execute("COMMIT")
+    return result
+
+
+def _assemble_files(con, results: list[RankResult], staged: list) -> None:
     """The tables of the CSV and JSON files, from every rank's staging tables (runs while traces still load)."""
+    wait(staged)
     cur = con.cursor()
     for res in results:
         res.device_id = _device_id(cur, res)  # the memory CSVs name the device; read them before they go
@@ -180,48 +246,8 @@ def _assemble_files(con, results: list[RankResult]) -> None:
 
 def _assemble(con, results: list[RankResult], root: Path, src_path: Path, started: float,
               extra_warnings: list[tuple], progress: Progress) -> dict:
-    for ddl in CORE_DDL:
-        con.execute(ddl)
     # runs without a memory CSV: the trace's process labels ("NPU 3") may name the device
-    devices = {res.idx: res.device_id if res.device_id is not None else _device_id(con, res) for res in results}
-    toff = soff = foff = 0
-    for res in results:
-        if not res.has_trace:
-            continue
-        p, r = res.prefix, res.src.rank
-        con.execute(f"""
-            INSERT INTO tracks
-            SELECT t.local_track + {toff}, {r}, t.pid, t.tid, t.process_name, t.thread_name, t.kind, t.label,
-                   t.process_sort_index, t.thread_sort_index, t.local_track, t.counter_name,
-                   coalesce(s.n, 0), s.max_depth, s.max_dur, s.min_ts, s.max_end, t.pid = {overlap.DERIVED_PID}
-            FROM {p}tracks t LEFT JOIN (
-                SELECT local_track, count(*) AS n, max(depth) AS max_depth, max(dur_ns) AS max_dur,
-                       min(ts_ns) AS min_ts, max(ts_ns + dur_ns) AS max_end
-                FROM {p}slices GROUP BY local_track) s USING (local_track)
-            ORDER BY t.local_track""")
-        con.execute(f"""
-            INSERT INTO slices
-            SELECT local_id + {soff}, local_track + {toff}, {r}, ts_ns, dur_ns, depth, parent_local + {soff},
-                   name, cat, ph, args
-            FROM {p}slices""")
-        con.execute(f"""
-            INSERT INTO flows
-            SELECT local_flow + {foff}, {r}, cat, name, flow_key, src_track + {toff}, src_ts_ns,
-                   src_local + {soff}, dst_track + {toff}, dst_ts_ns, dst_local + {soff}
-            FROM {p}flows""")
-        con.execute(f"""
-            INSERT INTO counters SELECT local_track + {toff}, {r}, name, series, ts_ns, value FROM {p}counters""")
-        con.execute(f"""
-            INSERT INTO steps
-            SELECT {r}, step, name, local_id + {soff}, host_start_ns, host_end_ns, device_start_ns, device_end_ns
-            FROM {p}steps""")
-        n_tracks, n_slices, n_flows = con.execute(
-            f"SELECT (SELECT count(*) FROM {p}tracks), (SELECT count(*) FROM {p}slices), "
-            f"(SELECT count(*) FROM {p}flows)").fetchone()
-        toff, soff, foff = toff + n_tracks, soff + n_slices, foff + n_flows
-        for t in ("tracks", "slices", "flows", "counters", "steps"):  # free the memory for the next rank
-            con.execute(f"DROP TABLE IF EXISTS {p}{t}")
-
+    devices = {res.idx: res.device_id if res.device_id is not None else res.trace_device_id for res in results}
     con.execute("DETACH stage")  # staging is done: give its memory to the level-of-detail build
     progress.phase("building the level-of-detail tables")
     lod.build(con)
@@ -241,7 +267,8 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
             except ValueError as exc:
                 warnings.append((r, _display(res.src.metadata_path, root), f"invalid JSON, ignored: {exc}"))
         exp = (info.get("config") or {}).get("experimental_config") or {} if info else {}
-        extent = con.execute("SELECT min(ts_ns), max(ts_ns + dur_ns) FROM slices WHERE rank = ?", [r]).fetchone()
+        extent = con.execute("SELECT min(min_ts_ns), max(max_end_ns) FROM tracks WHERE rank = ? AND slice_count > 0",
+                             [r]).fetchone()
         con.execute("INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
             r, devices[res.idx], _display(res.src.folder, root) if res.src.folder != root else ".",
             res.src.rank_source, exp.get("_profiler_level"), info.get("torch_npu_version"),
@@ -324,16 +351,20 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
             con.execute("SET enable_progress_bar = false")
             con.execute("ATTACH ':memory:' AS stage")  # spills to temp_directory past memory_limit
             sqlfuncs.install(con)
+            for ddl in CORE_DDL:
+                con.execute(ddl)
             results = [RankResult(src=s, idx=i, prefix=f"stage._r{i}_") for i, s in enumerate(disc.ranks)]
             # one task per file, biggest first, so a rank's trace and CSVs (and other ranks) load side by side
             tasks = sorted(((res, kind, path) for res in results for kind, path in res.src.files.items()),
                            key=lambda t: -t[2].stat().st_size)
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                stage = {pool.submit(_stage_file, con, *t, disc.root, work, progress): t[1] for t in tasks}
-                others = [f for f, kind in stage.items() if kind != "trace_view"]
-                wait(others)  # the CSV/JSON tables can be assembled while traces still load
-                pending = [pool.submit(_assemble_files, con, results)] + [f for f in stage if f not in others]
-                for fut in pending + others:
+                stage = {pool.submit(_stage_file, con, *t, disc.root, work, progress): t for t in tasks}
+                others = [f for f, t in stage.items() if t[1] != "trace_view"]
+                traces = {t[0].idx: f for f, t in stage.items() if t[1] == "trace_view"}
+                # the CSV/JSON tables are assembled as soon as they are staged, while traces still load
+                assembled = pool.submit(_assemble_files, con, results, others)
+                _write_traces(con, results, traces)
+                for fut in [assembled, *stage]:
                     fut.result()
             for res in results:
                 res.files.sort(key=lambda f: (f["kind"] != "trace_view", f["file"]))

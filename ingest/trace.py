@@ -22,16 +22,19 @@ from .columns import arrow_table
 
 KIND_ORDER = ["python", "cann", "hardware", "communication", "overlap", "counter", "other"]
 
-# ts stays text (exact ns); dur is small enough for a double to round to the exact ns. pid/tid are read as
-# BIGINT (torch_npu and msprof write numbers), which is much cheaper; a trace with string pids or tids (other
-# producers) fails that cast and is read again with them as JSON, keeping the text.
+# ts (µs text with ns decimals) is parsed by the reader straight into DECIMAL(19, 3), exact and cheaper than
+# keeping the text; dur is small enough for a double to round to the exact ns. pid/tid are read as BIGINT
+# (torch_npu and msprof write numbers). A trace where any of these does not convert (string pids or tids from
+# other producers, a ts that is not a number) fails the fast read and is read again with pid, tid and ts as
+# text, converted value by value (a ts that is not a number then becomes NULL and is reported).
 EVENT_COLUMNS = ("{{ph: 'VARCHAR', name: 'VARCHAR', cat: 'VARCHAR', pid: 'BIGINT', tid: 'BIGINT', "
-                 "ts: 'VARCHAR', dur: 'DOUBLE', id: 'VARCHAR', bp: 'VARCHAR', args: 'JSON'}}")
+                 "ts: 'DECIMAL(19, 3)', dur: 'DOUBLE', id: 'VARCHAR', bp: 'VARCHAR', args: 'JSON'}}")
 
 READ_EVENTS = f"""
 CREATE OR REPLACE TABLE {{p}}ev AS
 SELECT row_number() OVER () AS seq, ph, name, cat, pid, tid, NULL::VARCHAR AS tid_text,
-       us_to_ns(ts) AS ts_ns, CAST(round(dur * 1000) AS BIGINT) AS dur_ns, id AS flow_key, bp, args
+       TRY_CAST(ts * 1000 AS BIGINT) AS ts_ns, CAST(round(dur * 1000) AS BIGINT) AS dur_ns, id AS flow_key, bp,
+       args
 FROM read_json(?, format = 'array', columns = {EVENT_COLUMNS})
 """
 
@@ -42,8 +45,9 @@ SELECT row_number() OVER () AS seq, ph, name, cat,
        coalesce(TRY_CAST(tid AS BIGINT), -1 - CAST(hash(tid) % 2147483647 AS BIGINT)) AS tid,
        CASE WHEN json_type(tid) = 'VARCHAR' THEN tid->>'$' END AS tid_text,
        us_to_ns(ts) AS ts_ns, CAST(round(dur * 1000) AS BIGINT) AS dur_ns, id AS flow_key, bp, args
-FROM read_json(?, format = 'array', columns = {EVENT_COLUMNS.replace("pid: 'BIGINT', tid: 'BIGINT'",
-                                                                       "pid: 'JSON', tid: 'JSON'")})
+FROM read_json(?, format = 'array',
+               columns = {EVENT_COLUMNS.replace("pid: 'BIGINT', tid: 'BIGINT'", "pid: 'JSON', tid: 'JSON'")
+                                       .replace("ts: 'DECIMAL(19, 3)'", "ts: 'VARCHAR'")})
 """
 
 TRACKS = """
@@ -117,14 +121,6 @@ SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_
 FROM all_slices a JOIN {p}tracks t ON t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
 """
 
-STAGED_SLICES = """
-CREATE OR REPLACE TABLE {p}slices AS
-SELECT n.local_id, n.local_track, n.ts_ns, n.dur_ns, n.depth, nullif(n.parent_local, 0) AS parent_local,
-       coalesce(x.name_o, e.name) AS name, coalesce(x.cat_o, e.cat) AS cat, x.ph, coalesce(x.args_o, e.args) AS args
-FROM {p}nest n JOIN {p}x x USING (seq) JOIN {p}ev e USING (seq)
-ORDER BY n.local_id
-"""
-
 FLOW_ENDS = """
 CREATE OR REPLACE TABLE {p}fe AS
 SELECT e.seq, e.ph, coalesce(e.cat, '') AS cat, e.name, coalesce(e.flow_key, '') AS flow_key, t.local_track,
@@ -166,7 +162,7 @@ SELECT cat,
        (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.dst_local IS NULL) AS unbound_dst,
        -- of the unbound starts, those on a lane with no slices at all (e.g. CANN API slices pruned at Level0)
        (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.src_local IS NULL
-            AND NOT EXISTS (SELECT 1 FROM {p}slices x WHERE x.local_track = w.src_track)) AS unbound_src_empty
+            AND NOT EXISTS (SELECT 1 FROM {p}nest x WHERE x.local_track = w.src_track)) AS unbound_src_empty
 FROM (SELECT DISTINCT cat FROM {p}fe) c ORDER BY cat
 """
 
@@ -183,22 +179,90 @@ ORDER BY t.local_track, series, kv.ts_ns
 
 STEPS = """
 CREATE OR REPLACE TABLE {p}steps AS
-WITH st AS (
-    SELECT s.local_id, s.name, TRY_CAST(regexp_extract(s.name, '#(-?[0-9]+)$', 1) AS BIGINT) AS step,
-           s.ts_ns AS host_start_ns, s.ts_ns + s.dur_ns AS host_end_ns
-    FROM {p}slices s JOIN {p}tracks t USING (local_track)
-    WHERE t.kind = 'python' AND s.name LIKE 'ProfilerStep#%'
-    QUALIFY row_number() OVER (PARTITION BY s.name ORDER BY s.depth, s.ts_ns) = 1),
+WITH named AS (
+    SELECT seq, name FROM {p}ev WHERE name LIKE 'ProfilerStep#%' AND ph IN ('X', 'i', 'I')
+    UNION ALL
+    SELECT seq, name_o FROM {p}x WHERE ph = 'B' AND name_o LIKE 'ProfilerStep#%'),
+st AS (
+    SELECT n.local_id, named.name, TRY_CAST(regexp_extract(named.name, '#(-?[0-9]+)$', 1) AS BIGINT) AS step,
+           n.ts_ns AS host_start_ns, n.ts_ns + n.dur_ns AS host_end_ns
+    FROM named JOIN {p}nest n USING (seq) JOIN {p}tracks t USING (local_track)
+    WHERE t.kind = 'python'
+    QUALIFY row_number() OVER (PARTITION BY named.name ORDER BY n.depth, n.ts_ns) = 1),
 dev AS (
     SELECT st.local_id, min(k.ts_ns) AS k_start, max(k.ts_ns + k.dur_ns) AS k_end
     FROM st JOIN {p}flows f ON f.cat = 'async_npu' AND f.src_ts_ns BETWEEN st.host_start_ns AND st.host_end_ns
-    JOIN {p}slices k ON k.local_id = f.dst_local
+    JOIN {p}nest k ON k.local_id = f.dst_local
     GROUP BY st.local_id)
 SELECT st.step, st.name, st.local_id, st.host_start_ns, st.host_end_ns,
        coalesce(dev.k_start, st.host_start_ns) AS device_start_ns,
        greatest(coalesce(dev.k_end, st.host_end_ns), st.host_end_ns) AS device_end_ns
 FROM st LEFT JOIN dev USING (local_id) ORDER BY st.host_start_ns
 """
+
+# the rank's final rows, appended to the run's tables with the rank's id offsets; the wide columns of a slice
+# (name, cat, args) come straight from the events (from its B event, or its E event, for a B/E pair)
+WRITE_SLICES = ["""
+INSERT INTO tracks
+SELECT t.local_track + {toff}, {rank}, t.pid, t.tid, t.process_name, t.thread_name, t.kind, t.label,
+       t.process_sort_index, t.thread_sort_index, t.local_track, t.counter_name,
+       coalesce(s.n, 0), s.max_depth, s.max_dur, s.min_ts, s.max_end, t.pid = {derived_pid}
+FROM {p}tracks t LEFT JOIN (
+    SELECT local_track, count(*) AS n, max(depth) AS max_depth, max(dur_ns) AS max_dur,
+           min(ts_ns) AS min_ts, max(ts_ns + dur_ns) AS max_end
+    FROM {p}nest GROUP BY local_track) s USING (local_track)
+ORDER BY t.local_track
+""", """
+INSERT INTO slices
+SELECT n.local_id + {soff}, n.local_track + {toff}, {rank}, n.ts_ns, n.dur_ns, n.depth,
+       nullif(n.parent_local, 0) + {soff}, coalesce(b.name_o, e.name), coalesce(b.cat_o, e.cat), e.ph,
+       coalesce(b.args_o, e.args)
+FROM {p}nest n JOIN {p}ev e USING (seq)
+LEFT JOIN (SELECT seq, name_o, cat_o, args_o FROM {p}x WHERE ph = 'B') b USING (seq)
+ORDER BY n.local_id
+"""]
+
+WRITE_REST = ["""
+INSERT INTO flows
+SELECT local_flow + {foff}, {rank}, cat, name, flow_key, src_track + {toff}, src_ts_ns, src_local + {soff},
+       dst_track + {toff}, dst_ts_ns, dst_local + {soff}
+FROM {p}flows
+""", """
+INSERT INTO counters SELECT local_track + {toff}, {rank}, name, series, ts_ns, value FROM {p}counters
+""", """
+INSERT INTO steps
+SELECT {rank}, step, name, local_id + {soff}, host_start_ns, host_end_ns, device_start_ns, device_end_ns
+FROM {p}steps
+"""]
+
+STAGE_TABLES = ("ev", "x", "nest", "fe", "bind", "tracks", "flows", "counters", "steps")
+
+
+def write_slices(cur, prefix: str, rank: int, toff: int, soff: int, derived_pid: int) -> tuple[int, int]:
+    """Append a nested rank's tracks and slices to the run's tables; return (tracks, slices) written."""
+    for sql in WRITE_SLICES:
+        cur.execute(sql.format(p=prefix, rank=rank, toff=toff, soff=soff, derived_pid=derived_pid))
+    return cur.execute(f"SELECT (SELECT count(*) FROM {prefix}tracks), (SELECT count(*) FROM {prefix}nest)"
+                       ).fetchone()
+
+
+def write_rest(cur, prefix: str, rank: int, toff: int, soff: int, foff: int) -> int:
+    """Append a derived rank's flows, counters and steps; return the number of flows written."""
+    for sql in WRITE_REST:
+        cur.execute(sql.format(p=prefix, rank=rank, toff=toff, soff=soff, foff=foff))
+    return cur.execute(f"SELECT count(*) FROM {prefix}flows").fetchone()[0]
+
+
+def unwrite(cur, rank: int) -> None:
+    """Remove what write_slices/write_rest appended for ``rank`` (its trace failed part way)."""
+    for table in ("tracks", "slices", "flows", "counters", "steps"):
+        cur.execute(f"DELETE FROM {table} WHERE rank = ?", [rank])
+
+
+def drop_stage(cur, prefix: str) -> None:
+    for t in STAGE_TABLES:
+        cur.execute(f"DROP TABLE IF EXISTS {prefix}{t}")
+
 
 NEST_TABLES = """
 CREATE OR REPLACE TABLE {p}nest (local_id BIGINT, seq BIGINT, local_track BIGINT, ts_ns BIGINT, dur_ns BIGINT,
@@ -215,11 +279,12 @@ class TraceLoad:
     READ_SHARE = 0.6  # of a trace's load time, roughly, goes to reading the JSON; the rest to derivations
 
     def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, path: Path, workdir: Path, display: str,
-                 on_progress=None):
+                 on_progress=None, on_nested=None):
         self.cur, self.p, self.path, self.workdir, self.display = cur, prefix, path, workdir, display
         self.warnings: list[str] = []
         self.status = "loaded"
         self.on_progress = on_progress or (lambda fraction: None)
+        self.on_nested = on_nested or (lambda: None)  # tracks and slices are final from here on
 
     def _read_with_progress(self, path: Path) -> None:
         try:
@@ -227,7 +292,7 @@ class TraceLoad:
         except duckdb.Error as exc:
             if "JSON transform error" not in str(exc) and "Failed to cast" not in str(exc):
                 raise
-            self._read_query(READ_EVENTS_TEXT_IDS, path)  # string pids/tids: read them as JSON text
+            self._read_query(READ_EVENTS_TEXT_IDS, path)  # string pids/tids or a bad ts: read them as text
 
     def _read_query(self, template: str, path: Path) -> None:
         """One read query, reporting DuckDB's own progress of the scan (polled from a helper thread)."""
@@ -324,7 +389,7 @@ class TraceLoad:
             self.warnings.append(f"{skipped[1]} events of phases not shown yet ({skipped[2] or 'none'}) "
                                  "were skipped")
         self._nest()
-        s(STAGED_SLICES)
+        self.on_nested()
         s(FLOWS)
         for cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in s(FLOW_STATS).fetchall():
             parts = []
@@ -346,7 +411,7 @@ class TraceLoad:
         if bad_counters:
             self.warnings.append(f"{bad_counters} counter values that are not numbers were stored as NULL")
         s(STEPS)
-        for t in ("x", "nest", "fe", "bind"):
+        for t in ("fe", "bind"):  # the rest stays for write()
             s(f"DROP TABLE IF EXISTS {self.p}{t}")
         return self.stats()
 
@@ -382,13 +447,10 @@ class TraceLoad:
 
     def stats(self) -> dict:
         p = self.p
-        row = self.cur.execute(f"""SELECT (SELECT count(*) FROM {p}slices), (SELECT count(*) FROM {p}flows),
+        row = self.cur.execute(f"""SELECT (SELECT count(*) FROM {p}nest), (SELECT count(*) FROM {p}flows),
                                           (SELECT count(*) FROM {p}counters), (SELECT count(*) FROM {p}ev)
                                 """).fetchone()
         return {"slices": row[0], "flows": row[1], "counters": row[2], "events": row[3]}
-
-    def drop_events(self) -> None:
-        self.cur.execute(f"DROP TABLE IF EXISTS {self.p}ev")
 
 
 def _batches(counts: list[tuple[int, int]], limit: int):

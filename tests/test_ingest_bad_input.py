@@ -214,3 +214,40 @@ def test_string_pids_and_tids_from_other_producers(tmp_path):
     rows = con.execute("SELECT t.process_name, t.thread_name, s.name FROM slices s JOIN tracks t USING (track_id) "
                        "ORDER BY s.ts_ns").fetchall()
     assert rows == [("Spans", "stream 7", "a"), ("Process 3", "Thread 4", "b")]
+
+
+def test_timestamps_that_are_not_numbers_are_skipped_and_reported(tmp_path):
+    ev = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": "1736408883600478.839", "dur": 1},
+          {"ph": "X", "name": "bad", "pid": 1, "tid": 1, "ts": "N/A", "dur": 1},
+          {"ph": "X", "name": "huge", "pid": 1, "tid": 1, "ts": "99999999999999999999.5", "dur": 1},
+          {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": "1736408883600479.0004", "dur": 1}]
+    folder = tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    folder.mkdir(parents=True)
+    (folder / "trace_view.json").write_text(json.dumps(ev))
+    con = _ingest(tmp_path, tmp_path)
+    assert con.execute("SELECT name, ts_ns FROM slices ORDER BY ts_ns").fetchall() == [
+        ("a", 1736408883600478839), ("b", 1736408883600479000)]
+    assert any("2 events without a usable ts were skipped" in m for _, m in _warnings(con))
+
+
+def test_a_trace_failing_after_its_slices_are_written_leaves_no_rows(tmp_path, monkeypatch):
+    """Slices are appended while flows are still derived; a later failure removes that rank's rows again."""
+    from ingest import trace
+    real_sql = trace.TraceLoad.sql
+
+    def failing_sql(self, template, params=None):
+        if template is trace.COUNTERS and "_r1_" in self.p:
+            raise duckdb.Error("simulated failure deriving the counters")
+        return real_sql(self, template, params)
+
+    monkeypatch.setattr(trace.TraceLoad, "sql", failing_sql)
+    con = _ingest(PYTORCH_TEXT / "level1", tmp_path)
+    per_rank = dict(con.execute("SELECT rank, count(*) FROM slices GROUP BY rank").fetchall())
+    assert per_rank == {0: expected_trace(RANK0 / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")["x_count"]}
+    for table in ("tracks", "flows", "counters", "steps"):
+        assert con.execute(f"SELECT count(*) FROM {table} WHERE rank = 1").fetchone()[0] == 0, table
+    assert con.execute("SELECT has_trace FROM ranks ORDER BY rank").fetchall() == [(True,), (False,)]
+    assert ("rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json",
+            "not loaded: simulated failure deriving the counters") in _warnings(con)
+    kernels = PYTORCH_TEXT / "level1" / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    assert con.execute("SELECT count(*) FROM kernels WHERE rank = 1").fetchone()[0] == csv_rows(kernels)
