@@ -84,11 +84,8 @@ def build(out: Path, slices: int, ranks: int = 2, span_s: float = 60.0) -> dict:
         con.execute("INSERT INTO ranks (rank, device_id, folder, rank_source, profiler_level, has_trace, "
                     "overlap_source, start_ns, end_ns) SELECT ?, ?, ?, 'synthetic', 'Level1', true, 'trace', "
                     "min(ts_ns), max(ts_ns + dur_ns) FROM slices WHERE rank = ?", [rank, rank, f"rank{rank}", rank])
-    for table, schema in (("comm_ops", commfiles.OPS_SCHEMA), ("comm_bandwidth", commfiles.BW_SCHEMA),
-                          ("comm_size_distribution", commfiles.DIST_SCHEMA), ("comm_matrix", commfiles.MATRIX_SCHEMA)):
-        con.register("_empty", schema.empty_table())
-        con.execute(f"CREATE TABLE {table} AS SELECT * FROM _empty")
-        con.unregister("_empty")
+    for table in commfiles.COLUMNS:
+        commfiles.create_table(con, table, [], None)
     t0 = time.perf_counter()
     levels = lod.build(con)
     lod_s = time.perf_counter() - t0

@@ -1,7 +1,7 @@
-"""Slice order, depth and parent, and flow-end binding, for one rank's trace: vectorised with numpy.
+"""Slice order, depth and parent, flow-end binding and flow pairing for one rank's trace, vectorised.
 
-These are the plain definitions below; each was first written as a set-wise SQL query, and
-``tests/test_nesting.py`` keeps those queries and checks this module against them on real and generated traces.
+Each computes one of the definitions below. ``tests/test_nesting.py`` restates them one slice (or end) at a time
+and checks this module against that on the real traces, on edge cases and on random tracks.
 
 * order: slices of a track by ``(ts_ns, dur_ns DESC, seq)``; ``local_id`` numbers them 1.. across tracks in
   ``local_track`` order.
@@ -16,6 +16,8 @@ These are the plain definitions below; each was first written as a set-wise SQL 
 * flow-end binding: an ``s`` end, or an ``f`` end with ``bp:"e"``, binds to the deepest slice of its track that
   encloses its timestamp (start <= t <= end), found from the last slice starting at or before t by climbing
   parents; any other ``f`` binds to the first slice starting at or after t. No slice: unbound.
+* flow pairing: ends are matched on ``(cat, id)``; an ``f`` pairs with the latest ``s`` at or before it (by
+  ``(ts, seq)``), or with the first ``s`` of its ``(cat, id)`` when it precedes them all.
 
 Work is done per batch of whole tracks, at most ``BATCH_SLICES`` slices at a time (one larger track is a batch
 of its own), so memory stays bounded: about 100 bytes per slice of the batch.
@@ -175,3 +177,35 @@ def bind(nested: Nested, track, ts, enclosing) -> np.ndarray:
         nxt_id = np.where(nxt < b, nested.local_id[np.minimum(nxt, b - 1)], 0)
         out[rows] = np.where(enc, cand, nxt_id)
     return out
+
+
+def pair_flows(key, is_start, ts, seq) -> tuple[np.ndarray, np.ndarray]:
+    """Pair flow starts with finishes; return (start rows, finish rows), ordered by (start ts, start seq, finish
+    seq).
+
+    ``key`` numbers the distinct (cat, id) of the ends. A finish takes the latest start of its key at or before
+    it, by (ts, seq); a finish earlier than every start of its key takes the key's first start; a finish whose
+    key has no start is not a flow."""
+    key, ts, seq = (np.asarray(a, dtype=np.int64) for a in (key, ts, seq))
+    is_start = np.asarray(is_start, dtype=bool)
+    starts, finishes = np.flatnonzero(is_start), np.flatnonzero(~is_start)
+    if len(starts) == 0 or len(finishes) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # one sortable number per (key, ts): key-major, with ts replaced by its rank among all the ends
+    ts_rank = np.unique(ts, return_inverse=True)[1].astype(np.int64)
+    both = key * (int(ts_rank.max()) + 1) + ts_rank
+    starts = starts[np.lexsort((seq[starts], both[starts]))]
+    start_both, start_key = both[starts], key[starts]
+    fkey = key[finishes]
+    last = np.searchsorted(start_both, both[finishes], side="right") - 1
+    earlier = last >= 0
+    earlier[earlier] = start_key[last[earlier]] == fkey[earlier]
+    first = np.searchsorted(start_key, fkey, side="left")
+    has_key = first < len(starts)
+    has_key[has_key] = start_key[first[has_key]] == fkey[has_key]
+    src = np.where(earlier, starts[np.maximum(last, 0)],
+                   np.where(has_key, starts[np.minimum(first, len(starts) - 1)], -1))
+    keep = src >= 0
+    src, dst = src[keep], finishes[keep]
+    order = np.lexsort((seq[dst], seq[src], ts[src]))
+    return src[order], dst[order]

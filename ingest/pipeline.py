@@ -21,7 +21,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from . import SCHEMA_VERSION, archive, commfiles, csvfiles, lod, overlap, sqlfuncs, trace, tracefile
 from .discover import RankSource, discover
@@ -56,7 +55,7 @@ class RankResult:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     has_trace: bool = False
     overlap_source: str | None = None
-    comm: dict[str, list[pa.Table]] = field(default_factory=dict)
+    comm: dict[str, list[dict]] = field(default_factory=dict)
     tables: list[str] = field(default_factory=list)
     device_id: int | None = None  # from the memory CSVs
     trace_device_id: int | None = None  # from the trace's process labels ("NPU 3")
@@ -114,13 +113,13 @@ def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: P
             warnings.extend(cl.warnings)
         elif kind == "communication":
             ops, bws, dists = commfiles.communication_rows(path, rank)
-            for name, t in (("comm_ops", ops), ("comm_bandwidth", bws), ("comm_size_distribution", dists)):
-                res.comm.setdefault(name, []).append(t)
-            entry["rows"] = ops.num_rows
+            for name, rows in (("comm_ops", ops), ("comm_bandwidth", bws), ("comm_size_distribution", dists)):
+                res.comm.setdefault(name, []).extend(rows)
+            entry["rows"] = len(ops)
         elif kind == "communication_matrix":
-            t = commfiles.matrix_rows(path, rank)
-            res.comm.setdefault("comm_matrix", []).append(t)
-            entry["rows"] = t.num_rows
+            rows = commfiles.matrix_rows(path, rank)
+            res.comm.setdefault("comm_matrix", []).extend(rows)
+            entry["rows"] = len(rows)
     except (tracefile.TraceFileError, duckdb.Error, ValueError, OSError, UnicodeError) as exc:
         entry["status"] = "failed"
         warnings.append(f"not loaded: {_message(exc)}")
@@ -219,7 +218,7 @@ def _in_transaction(cur, work):
     return result
 
 
-def _assemble_files(con, results: list[RankResult], staged: list) -> None:
+def _assemble_files(con, results: list[RankResult], staged: list, work: Path) -> None:
     """The tables of the CSV and JSON files, from every rank's staging tables (runs while traces still load)."""
     wait(staged)
     cur = con.cursor()
@@ -233,14 +232,8 @@ def _assemble_files(con, results: list[RankResult], staged: list) -> None:
                 cur.execute(f"DROP TABLE IF EXISTS {res.prefix}{table}")
         else:
             cur.execute(EMPTY_TABLES[table])
-    for name, schema in (("comm_ops", commfiles.OPS_SCHEMA), ("comm_bandwidth", commfiles.BW_SCHEMA),
-                         ("comm_size_distribution", commfiles.DIST_SCHEMA), ("comm_matrix", commfiles.MATRIX_SCHEMA)):
-        tables = [t for res in results for t in res.comm.get(name, [])]
-        cur.register("_comm_rows", pa.concat_tables(tables) if tables else schema.empty_table())
-        cur.execute(f"CREATE TABLE {name} AS SELECT * FROM _comm_rows")
-        cur.unregister("_comm_rows")
-        if name == "comm_bandwidth":
-            cur.execute("ALTER TABLE comm_bandwidth ALTER size_distribution TYPE JSON")
+    for name in commfiles.COLUMNS:
+        commfiles.create_table(cur, name, [row for res in results for row in res.comm.get(name, [])], work)
     cur.close()
 
 
@@ -362,7 +355,7 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
                 others = [f for f, t in stage.items() if t[1] != "trace_view"]
                 traces = {t[0].idx: f for f, t in stage.items() if t[1] == "trace_view"}
                 # the CSV/JSON tables are assembled as soon as they are staged, while traces still load
-                assembled = pool.submit(_assemble_files, con, results, others)
+                assembled = pool.submit(_assemble_files, con, results, others, work)
                 _write_traces(con, results, traces)
                 for fut in [assembled, *stage]:
                     fut.result()

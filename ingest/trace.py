@@ -4,9 +4,9 @@ Everything runs inside DuckDB: the trace is read by ``read_json`` straight into 
 converted exactly to ns by ``us_to_ns``), so memory stays bounded whatever the file size. Staging tables are
 named ``{prefix}…`` and use rank-local ids; ``ingest.pipeline`` turns them into the global tables.
 
-Derivations: slice order, depth and parent, and which slice each flow end binds to, are computed by
-``ingest.nesting`` (numpy, one batch of whole tracks at a time; its docstring states each definition). Flow
-pairing is set-wise SQL: ``s``/``f`` matched on ``(cat, id)``; an ``f`` takes the latest ``s`` at or before it.
+Derivations: slice order, depth and parent, which slice each flow end binds to, and which ``s`` each ``f``
+pairs with (by ``(cat, id)``) are computed by ``ingest.nesting`` (numpy; slices one batch of whole tracks at a
+time; its docstring states each definition). The rest is set-wise SQL.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 from . import nesting, tracefile
 from .columns import arrow_table
@@ -121,33 +122,26 @@ SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_
 FROM all_slices a JOIN {p}tracks t ON t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
 """
 
+# flow ends; ``fkey`` numbers the distinct (cat, id) pairs, for ingest.nesting.pair_flows
 FLOW_ENDS = """
 CREATE OR REPLACE TABLE {p}fe AS
-SELECT e.seq, e.ph, coalesce(e.cat, '') AS cat, e.name, coalesce(e.flow_key, '') AS flow_key, t.local_track,
-       e.ts_ns, coalesce(e.bp, '') = 'e' AS bind_enclosing
-FROM {p}ev e JOIN {p}tracks t ON t.pid = e.pid AND t.tid = e.tid AND t.counter_name IS NULL
-WHERE e.ph IN ('s', 'f') AND e.ts_ns IS NOT NULL
+WITH e AS (
+    SELECT e.seq, e.ph, coalesce(e.cat, '') AS cat, e.name, coalesce(e.flow_key, '') AS flow_key, t.local_track,
+           e.ts_ns, coalesce(e.bp, '') = 'e' AS bind_enclosing
+    FROM {p}ev e JOIN {p}tracks t ON t.pid = e.pid AND t.tid = e.tid AND t.counter_name IS NULL
+    WHERE e.ph IN ('s', 'f') AND e.ts_ns IS NOT NULL),
+keys AS (SELECT cat, flow_key, row_number() OVER () AS fkey FROM (SELECT DISTINCT cat, flow_key FROM e))
+SELECT e.*, keys.fkey FROM e JOIN keys USING (cat, flow_key) ORDER BY e.seq
 """
 
+# the pairs (from ingest.nesting.pair_flows, with their bound slices) and the ends' names
 FLOWS = """
 CREATE OR REPLACE TABLE {p}flows AS
-WITH s AS (SELECT * FROM {p}fe WHERE ph = 's'),
-     f AS (SELECT * FROM {p}fe WHERE ph = 'f'),
-     matched AS (
-        SELECT f.seq AS fseq, s.seq AS sseq
-        FROM f ASOF LEFT JOIN s ON f.cat = s.cat AND f.flow_key = s.flow_key AND f.ts_ns >= s.ts_ns),
-     first_s AS (SELECT cat, flow_key, arg_min(seq, (ts_ns, seq)) AS sseq FROM s GROUP BY cat, flow_key),
-     pairs AS (
-        SELECT m.fseq, coalesce(m.sseq, fs.sseq) AS sseq
-        FROM matched m JOIN f ON f.seq = m.fseq
-        LEFT JOIN first_s fs ON m.sseq IS NULL AND fs.cat = f.cat AND fs.flow_key = f.flow_key)
-SELECT row_number() OVER (ORDER BY src.ts_ns, src.seq, dst.seq) AS local_flow,
-       src.cat, coalesce(src.name, dst.name) AS name, src.flow_key,
-       src.local_track AS src_track, src.ts_ns AS src_ts_ns, nullif(bs.cand, 0) AS src_local,
-       dst.local_track AS dst_track, dst.ts_ns AS dst_ts_ns, nullif(bd.cand, 0) AS dst_local
-FROM pairs p JOIN {p}fe src ON src.seq = p.sseq JOIN {p}fe dst ON dst.seq = p.fseq
-LEFT JOIN {p}bind bs ON bs.seq = src.seq LEFT JOIN {p}bind bd ON bd.seq = dst.seq
-ORDER BY local_flow
+SELECT p.local_flow, src.cat, coalesce(src.name, dst.name) AS name, src.flow_key,
+       p.src_track, p.src_ts_ns, nullif(p.src_local, 0) AS src_local,
+       p.dst_track, p.dst_ts_ns, nullif(p.dst_local, 0) AS dst_local
+FROM {p}pairs p JOIN {p}fe src ON src.seq = p.src_seq JOIN {p}fe dst ON dst.seq = p.dst_seq
+ORDER BY p.local_flow
 """
 
 FLOW_STATS = """
@@ -235,7 +229,7 @@ SELECT {rank}, step, name, local_id + {soff}, host_start_ns, host_end_ns, device
 FROM {p}steps
 """]
 
-STAGE_TABLES = ("ev", "x", "nest", "fe", "bind", "tracks", "flows", "counters", "steps")
+STAGE_TABLES = ("ev", "x", "nest", "fe", "pairs", "tracks", "flows", "counters", "steps")
 
 
 def write_slices(cur, prefix: str, rank: int, toff: int, soff: int, derived_pid: int) -> tuple[int, int]:
@@ -267,7 +261,9 @@ def drop_stage(cur, prefix: str) -> None:
 NEST_TABLES = """
 CREATE OR REPLACE TABLE {p}nest (local_id BIGINT, seq BIGINT, local_track BIGINT, ts_ns BIGINT, dur_ns BIGINT,
                                  depth INTEGER, parent_local BIGINT);
-CREATE OR REPLACE TABLE {p}bind (seq BIGINT, cand BIGINT);
+CREATE OR REPLACE TABLE {p}pairs (local_flow BIGINT, src_seq BIGINT, dst_seq BIGINT, src_track BIGINT,
+                                  src_ts_ns BIGINT, src_local BIGINT, dst_track BIGINT, dst_ts_ns BIGINT,
+                                  dst_local BIGINT);
 """
 
 _RECORD_AT = re.compile(r"in record/value (\d+)")
@@ -411,16 +407,20 @@ class TraceLoad:
         if bad_counters:
             self.warnings.append(f"{bad_counters} counter values that are not numbers were stored as NULL")
         s(STEPS)
-        for t in ("fe", "bind"):  # the rest stays for write()
+        for t in ("fe", "pairs"):  # the rest stays for write()
             s(f"DROP TABLE IF EXISTS {self.p}{t}")
         return self.stats()
 
     def _nest(self) -> None:
-        """Order, depth and parent of every slice ({p}nest), and the slice each flow end binds to ({p}bind),
-        computed by ``ingest.nesting`` one batch of whole tracks at a time."""
+        """Order, depth and parent of every slice ({p}nest), and the flows with the slices their ends bind to
+        ({p}pairs), computed by ``ingest.nesting``, slices one batch of whole tracks at a time."""
         p = self.p
         self.sql(FLOW_ENDS)
         self.sql(NEST_TABLES)
+        ends = self.cur.execute(f"SELECT seq, local_track, ts_ns, ph = 's' AS is_start, "
+                                f"ph = 's' OR bind_enclosing AS enclosing, fkey FROM {p}fe").fetchnumpy()
+        ends = {k: np.asarray(v) for k, v in ends.items()}
+        bound = np.zeros(len(ends["seq"]), dtype=np.int64)
         counts = self.cur.execute(f"SELECT local_track, count(*) FROM {p}x GROUP BY local_track "
                                   "ORDER BY local_track").fetchall()
         first_id = 1
@@ -432,11 +432,16 @@ class TraceLoad:
             self._append(f"{p}nest", {"local_id": nested.local_id, "seq": nested.seq,
                                       "local_track": nested.track, "ts_ns": nested.ts, "dur_ns": nested.dur,
                                       "depth": nested.depth, "parent_local": nested.parent})
-            ends = self.cur.execute(f"SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing AS enclosing "
-                                    f"FROM {p}fe WHERE local_track BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
-            bound = nesting.bind(nested, ends["local_track"], ends["ts_ns"], ends["enclosing"])
-            self._append(f"{p}bind", {"seq": ends["seq"], "cand": bound})
+            here = (ends["local_track"] >= lo) & (ends["local_track"] <= hi)
+            bound[here] = nesting.bind(nested, ends["local_track"][here], ends["ts_ns"][here],
+                                       ends["enclosing"][here])
             first_id += n
+        src, dst = nesting.pair_flows(ends["fkey"], ends["is_start"], ends["ts_ns"], ends["seq"])
+        self._append(f"{p}pairs", {
+            "local_flow": np.arange(1, len(src) + 1, dtype=np.int64),
+            "src_seq": ends["seq"][src], "dst_seq": ends["seq"][dst],
+            "src_track": ends["local_track"][src], "src_ts_ns": ends["ts_ns"][src], "src_local": bound[src],
+            "dst_track": ends["local_track"][dst], "dst_ts_ns": ends["ts_ns"][dst], "dst_local": bound[dst]})
 
     def _append(self, table: str, columns: dict) -> None:
         self.cur.register("_nest_rows", arrow_table(columns))

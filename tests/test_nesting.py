@@ -72,6 +72,28 @@ def reference(slices, ends):
     return order, depth, parent, bound
 
 
+def reference_pairs(ends):
+    """ends: (seq, key, ts, is_start) -> [(start seq, finish seq)] in flow order."""
+    starts = defaultdict(list)
+    for seq, key, ts, is_start in ends:
+        if is_start:
+            starts[key].append((ts, seq))
+    pairs = []
+    for seq, key, ts, is_start in ends:
+        if is_start or not starts[key]:
+            continue
+        earlier = [s for s in starts[key] if s[0] <= ts]
+        src = max(earlier) if earlier else min(starts[key])
+        pairs.append((src, seq))
+    return [(s[1], f) for s, f in sorted(pairs, key=lambda p: (p[0][0], p[0][1], p[1]))]
+
+
+def check_pairs(ends):
+    seq = np.array([e[0] for e in ends], dtype=np.int64)
+    src, dst = nesting.pair_flows([e[1] for e in ends], [e[3] for e in ends], [e[2] for e in ends], seq)
+    assert list(zip(seq[src].tolist(), seq[dst].tolist())) == reference_pairs(ends)
+
+
 def check(slices, ends, batch=None):
     """Run the module (in batches of whole tracks when ``batch`` is given) and compare with the reference."""
     order, depth, parent, bound = reference(slices, ends)
@@ -109,7 +131,8 @@ def _staged(path: Path, tmp_path: Path):
         tl.sql(q)
     slices = con.execute("SELECT seq, local_track, ts_ns, dur_ns FROM t_x").fetchall()
     ends = con.execute("SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing FROM t_fe").fetchall()
-    return slices, ends
+    flow_ends = con.execute("SELECT seq, fkey, ts_ns, ph = 's' FROM t_fe").fetchall()
+    return slices, ends, flow_ends
 
 
 REAL_TRACES = sorted(PYTORCH_TEXT.glob("level*/*/ASCEND_PROFILER_OUTPUT/trace_view.json")) + \
@@ -119,10 +142,11 @@ REAL_TRACES = sorted(PYTORCH_TEXT.glob("level*/*/ASCEND_PROFILER_OUTPUT/trace_vi
 
 @pytest.mark.parametrize("path", REAL_TRACES, ids=lambda p: "/".join(p.parts[-4:]))
 def test_real_traces_match_the_reference(path, tmp_path):
-    slices, ends = _staged(path, tmp_path)
+    slices, ends, flow_ends = _staged(path, tmp_path)
     assert slices
     check(slices, ends)
     check(slices, ends, batch=3)
+    check_pairs(flow_ends)
 
 
 def test_ties_zero_lengths_and_edges():
@@ -161,6 +185,26 @@ def test_random_tracks(seed):
     rnd.shuffle(slices)
     check(slices, ends)
     check(slices, ends, batch=2)
+
+
+def test_flow_pairing_edges():
+    ends = [  # (seq, key, ts, is_start)
+        (1, 1, 10, True), (2, 1, 20, False),                     # a plain pair
+        (3, 2, 10, True), (4, 2, 10, True), (5, 2, 10, False),   # two starts at one instant: the later seq
+        (6, 3, 30, True), (7, 3, 5, False), (8, 3, 40, False),   # a finish before every start: the first one
+        (9, 4, 0, False),                                        # a finish without a start: no flow
+        (10, 5, 1, True),                                        # a start without a finish: no flow
+        (11, 6, 50, True), (12, 6, 60, True), (13, 6, 55, False), (14, 6, 70, False),  # reused ids
+    ]
+    assert reference_pairs(ends) == [(1, 2), (4, 5), (6, 7), (6, 8), (11, 13), (12, 14)]
+    check_pairs(ends)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_flow_ends(seed):
+    rnd = random.Random(seed)
+    ends = [(i, rnd.randint(1, 30), rnd.randint(0, 50), rnd.random() < 0.5) for i in range(1, rnd.randint(2, 400))]
+    check_pairs(ends)
 
 
 def test_batches_do_not_change_the_run(tmp_path, monkeypatch):
