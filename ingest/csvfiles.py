@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 # file kind -> staging/final table name
 TABLES = {
@@ -102,12 +103,14 @@ class CsvLoad:
         self.warnings: list[str] = []
         self.status = "loaded"
         self.rows = 0
+        self.may_hold_exponents = True
 
     def _readable(self) -> Path:
         """The file itself, or a copy with invalid UTF-8 bytes replaced (and a warning)."""
         data = self.path.read_bytes()
         if not data.strip():
             raise ValueError("empty file")
+        self.may_hold_exponents = _may_hold_exponents(data)
         try:
             data.decode("utf-8")
             return self.path
@@ -177,6 +180,8 @@ class CsvLoad:
         return out
 
     def _check_precision(self, raw: str, plan) -> None:
+        if not self.may_hold_exponents:
+            return
         cols = [h for h, target, expr in plan
                 if (expr or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(target)]
         if not cols:
@@ -188,3 +193,16 @@ class CsvLoad:
                 self.warnings.append(
                     f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
                     "they were loaded but keep only the digits shown")
+
+
+def _may_hold_exponents(data: bytes) -> bool:
+    """Whether some cell could be in scientific notation: a digit, then e or E, then a digit or a sign. A scan of
+    the bytes that is much cheaper than testing every cell; when it finds nothing, no cell can match is_sci."""
+    a = np.frombuffer(data, dtype=np.uint8)
+    if len(a) < 3:
+        return True
+    e = np.flatnonzero((a[1:-1] | 0x20) == ord("e")) + 1
+    before, after = a[e - 1], a[e + 1]
+    digit_before = (before >= ord("0")) & (before <= ord("9"))
+    number_after = ((after >= ord("0")) & (after <= ord("9"))) | (after == ord("+")) | (after == ord("-"))
+    return bool(np.any(digit_before & number_after))

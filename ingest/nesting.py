@@ -60,12 +60,15 @@ def _track_spans(track: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), stops.tolist()))
 
 
-def nest(seq, track, ts, dur, first_id: int = 1) -> Nested:
-    """Order a batch of whole tracks and give each slice its depth and parent (local ids from ``first_id``)."""
+def nest(seq, track, ts, dur, first_id: int = 1, presorted: bool = False) -> Nested:
+    """Order a batch of whole tracks and give each slice its depth and parent (local ids from ``first_id``).
+
+    ``presorted``: the rows already come in the order (track, ts, dur DESC, seq), e.g. from an ORDER BY."""
     seq, track, ts, dur = (np.asarray(a, dtype=np.int64) for a in (seq, track, ts, dur))
-    order = np.lexsort((seq, -dur, ts, track))
-    seq, track, ts, dur = seq[order], track[order], ts[order], dur[order]
-    del order
+    if not presorted:
+        order = np.lexsort((seq, -dur, ts, track))
+        seq, track, ts, dur = seq[order], track[order], ts[order], dur[order]
+        del order
     n = len(seq)
     idx = np.arange(n, dtype=np.int64)
     end = ts + dur

@@ -71,7 +71,7 @@ def subtract(a_s, a_e, b_s, b_e) -> tuple[np.ndarray, np.ndarray]:
 
 
 def derive(cur, prefix: str) -> int:
-    """Append a derived Overlap Analysis lane to ``{prefix}ev`` when missing; return the number of slices added."""
+    """Append a derived Overlap Analysis lane to the events (``{prefix}ev_t``) when missing; return the number of slices added."""
     if cur.execute(HAS_OVERLAP.format(p=prefix)).fetchone()[0]:
         return 0
     cols = cur.execute(INTERVALS.format(p=prefix, compute=str(COMPUTE_TASK_TYPES))).fetchnumpy()
@@ -96,18 +96,17 @@ def derive(cur, prefix: str) -> int:
     cur.register("_overlap_rows", table)
     try:
         cur.execute(f"""
-            INSERT INTO {prefix}ev (seq, ph, name, cat, pid, tid, ts_ns, dur_ns, args)
-            SELECT (SELECT coalesce(max(seq), 0) FROM {prefix}ev) + row_number() OVER (ORDER BY tid, ts_ns),
-                   'X', list_extract(?, tid + 1), 'overlap_derived', {DERIVED_PID}, tid, ts_ns, dur_ns, NULL
-            FROM _overlap_rows""", [LANES])
+            INSERT INTO {prefix}ev_t (ph, name, cat, pid, tid, ts_ns, dur_ns, args)
+            SELECT 'X', list_extract(?, tid + 1), 'overlap_derived', {DERIVED_PID}, tid, ts_ns, dur_ns, NULL
+            FROM _overlap_rows ORDER BY tid, ts_ns""", [LANES])
         meta = [("process_name", 0, {"name": "Overlap Analysis"}), ("process_labels", 0, {"labels": "NPU"}),
                 ("process_sort_index", 0, {"sort_index": 1000})]
         meta += [("thread_name", i, {"name": n}) for i, n in enumerate(LANES)]
         meta += [("thread_sort_index", i, {"sort_index": i}) for i in range(len(LANES))]
         import json
         for name, tid, args in meta:
-            cur.execute(f"""INSERT INTO {prefix}ev (seq, ph, name, pid, tid, args)
-                            VALUES ((SELECT max(seq) + 1 FROM {prefix}ev), 'M', ?, {DERIVED_PID}, ?, ?)""",
+            cur.execute(f"""INSERT INTO {prefix}ev_t (ph, name, pid, tid, args)
+                            VALUES ('M', ?, {DERIVED_PID}, ?, ?)""",
                         [name, tid, json.dumps(args)])
     finally:
         cur.unregister("_overlap_rows")

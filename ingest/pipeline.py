@@ -75,6 +75,14 @@ def _display(path: Path, root: Path) -> str:
 def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: Path,
                 progress: Progress) -> None:
     """Load one file of one rank into staging tables; problems become warnings of that rank."""
+    try:
+        _stage(con, res, kind, path, root, work, progress)
+    finally:
+        if kind == "trace_view":
+            res.nested.set()  # whatever happened, never keep the writer waiting
+
+
+def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, progress: Progress) -> None:
     cur = con.cursor()
     sqlfuncs.install(cur)
     rank, p = res.src.rank, res.prefix
@@ -127,8 +135,6 @@ def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: P
         entry["status"] = "failed"
         warnings.append(f"not loaded (internal error {type(exc).__name__}): {_message(exc)}")
     finally:
-        if kind == "trace_view":
-            res.nested.set()
         cur.close()
     entry["seconds"] = round(time.perf_counter() - t0, 3)
     with res.lock:

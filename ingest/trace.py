@@ -31,17 +31,18 @@ KIND_ORDER = ["python", "cann", "hardware", "communication", "overlap", "counter
 EVENT_COLUMNS = ("{{ph: 'VARCHAR', name: 'VARCHAR', cat: 'VARCHAR', pid: 'BIGINT', tid: 'BIGINT', "
                  "ts: 'DECIMAL(19, 3)', dur: 'DOUBLE', id: 'VARCHAR', bp: 'VARCHAR', args: 'JSON'}}")
 
+# a row's place in the file is its rowid (see EV_VIEW): cheaper than numbering the rows with a window
 READ_EVENTS = f"""
-CREATE OR REPLACE TABLE {{p}}ev AS
-SELECT row_number() OVER () AS seq, ph, name, cat, pid, tid, NULL::VARCHAR AS tid_text,
+CREATE OR REPLACE TABLE {{p}}ev_t AS
+SELECT ph, name, cat, pid, tid, NULL::VARCHAR AS tid_text,
        TRY_CAST(ts * 1000 AS BIGINT) AS ts_ns, CAST(round(dur * 1000) AS BIGINT) AS dur_ns, id AS flow_key, bp,
        args
 FROM read_json(?, format = 'array', columns = {EVENT_COLUMNS})
 """
 
 READ_EVENTS_TEXT_IDS = f"""
-CREATE OR REPLACE TABLE {{p}}ev AS
-SELECT row_number() OVER () AS seq, ph, name, cat,
+CREATE OR REPLACE TABLE {{p}}ev_t AS
+SELECT ph, name, cat,
        coalesce(TRY_CAST(pid AS BIGINT), -1 - CAST(hash(pid) % 2147483647 AS BIGINT)) AS pid,
        coalesce(TRY_CAST(tid AS BIGINT), -1 - CAST(hash(tid) % 2147483647 AS BIGINT)) AS tid,
        CASE WHEN json_type(tid) = 'VARCHAR' THEN tid->>'$' END AS tid_text,
@@ -50,6 +51,10 @@ FROM read_json(?, format = 'array',
                columns = {EVENT_COLUMNS.replace("pid: 'BIGINT', tid: 'BIGINT'", "pid: 'JSON', tid: 'JSON'")
                                        .replace("ts: 'DECIMAL(19, 3)'", "ts: 'VARCHAR'")})
 """
+
+# events in file order (the table is written in read order, so rowid = place in the file); derived rows are
+# appended to {p}ev_t after them
+EV_VIEW = "CREATE OR REPLACE VIEW {p}ev AS SELECT rowid AS seq, * FROM {p}ev_t"
 
 TRACKS = """
 CREATE OR REPLACE TABLE {p}tracks AS
@@ -229,7 +234,7 @@ SELECT {rank}, step, name, local_id + {soff}, host_start_ns, host_end_ns, device
 FROM {p}steps
 """]
 
-STAGE_TABLES = ("ev", "x", "nest", "fe", "pairs", "tracks", "flows", "counters", "steps")
+STAGE_TABLES = ("ev_t", "x", "nest", "fe", "pairs", "tracks", "flows", "counters", "steps")
 
 
 def write_slices(cur, prefix: str, rank: int, toff: int, soff: int, derived_pid: int) -> tuple[int, int]:
@@ -254,6 +259,7 @@ def unwrite(cur, rank: int) -> None:
 
 
 def drop_stage(cur, prefix: str) -> None:
+    cur.execute(f"DROP VIEW IF EXISTS {prefix}ev")
     for t in STAGE_TABLES:
         cur.execute(f"DROP TABLE IF EXISTS {prefix}{t}")
 
@@ -333,6 +339,7 @@ class TraceLoad:
         for _attempt in range(12):
             try:
                 self._read_with_progress(path)
+                self.sql(EV_VIEW)
                 self.on_progress(self.READ_SHARE)
                 return
             except duckdb.Error as exc:
@@ -426,8 +433,10 @@ class TraceLoad:
         first_id = 1
         for lo, hi, n in _batches(counts, nesting.BATCH_SLICES):
             rows = self.cur.execute(f"SELECT seq, local_track, ts_ns, dur_ns FROM {p}x "
-                                    "WHERE local_track BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
-            nested = nesting.nest(rows["seq"], rows["local_track"], rows["ts_ns"], rows["dur_ns"], first_id)
+                                    "WHERE local_track BETWEEN ? AND ? ORDER BY local_track, ts_ns, dur_ns DESC, seq",
+                                    [lo, hi]).fetchnumpy()
+            nested = nesting.nest(rows["seq"], rows["local_track"], rows["ts_ns"], rows["dur_ns"], first_id,
+                                  presorted=True)
             del rows
             self._append(f"{p}nest", {"local_id": nested.local_id, "seq": nested.seq,
                                       "local_track": nested.track, "ts_ns": nested.ts, "dur_ns": nested.dur,

@@ -106,6 +106,12 @@ def check(slices, ends, batch=None):
     for group in groups:
         mask = np.isin(track, group)
         nested = nesting.nest(seq[mask], track[mask], ts[mask], dur[mask], first)
+        # as ingest calls it: rows already ordered by the database
+        db_order = np.lexsort((seq[mask], -dur[mask], ts[mask], track[mask]))
+        again = nesting.nest(seq[mask][db_order], track[mask][db_order], ts[mask][db_order], dur[mask][db_order],
+                             first, presorted=True)
+        assert all(np.array_equal(getattr(nested, k), getattr(again, k))
+                   for k in ("local_id", "seq", "track", "ts", "dur", "depth", "parent"))
         got_seq += nested.seq.tolist()
         got_ids += nested.local_id.tolist()
         got_depth += nested.depth.tolist()
