@@ -94,6 +94,10 @@ def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _quote_text(text: str) -> str:
+    return text.replace("'", "''")
+
+
 class CsvLoad:
     def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, kind: str, path: Path, rank: int,
                  display: str, workdir: Path):
@@ -120,17 +124,34 @@ class CsvLoad:
             self.warnings.append(f"bytes that are not UTF-8 (first at byte {exc.start}) replaced with U+FFFD")
             return fixed
 
+    def _reader(self, src: Path, rejects: str | None) -> str:
+        """The file as rows of text cells, numbered in file order (``src_row``)."""
+        keep = (f", store_rejects = true, rejects_table = '{rejects}_errors', rejects_scan = '{rejects}_scans'"
+                if rejects else ", ignore_errors = true")
+        return (f"(SELECT row_number() OVER () AS src_row, * FROM read_csv('{_quote_text(str(src))}', header = true, "
+                "all_varchar = true, delim = ',', quote = '\"', escape = '\"', null_padding = true, "
+                f"strict_mode = false, parallel = false, max_line_size = 67108864{keep}))")
+
     def load(self) -> int:
         src = self._readable()
         raw = f"{self.p}raw_{self.table}"
         rej = "rej" + re.sub(r"[^0-9A-Za-z_]", "_", self.p)
-        self.cur.execute(
-            f"""CREATE OR REPLACE TABLE {raw} AS
-                SELECT row_number() OVER () AS src_row, *
-                FROM read_csv(?, header = true, all_varchar = true, delim = ',', quote = '"', escape = '"',
-                              null_padding = true, strict_mode = false, parallel = false,
-                              store_rejects = true, rejects_table = '{rej}_errors',
-                              rejects_scan = '{rej}_scans', max_line_size = 67108864)""", [str(src)])
+        headers = [r[0] for r in self.cur.execute(f"DESCRIBE SELECT * FROM {self._reader(src, None)}").fetchall()][1:]
+        plan = column_plan(self.table, headers)
+        undecided = [(h, t) for h, t, e in plan if e is None]
+        if undecided:  # types decided from the data: keep the text cells for the passes over them
+            self.cur.execute(f"CREATE OR REPLACE TABLE {raw} AS SELECT * FROM {self._reader(src, rej)}")
+            source = raw
+        else:  # every type is known from the header: convert while reading, in one pass
+            source = self._reader(src, rej)
+        decided = self._infer_types(raw, undecided)
+        selects = [f"CAST({self.rank} AS INTEGER) AS rank", "CAST(src_row AS INTEGER) AS src_row"]
+        for h, target, expr in plan:
+            expr = expr or decided[target]
+            col = f"{_quote_ident(h)}"
+            selects.append(f"{expr.format(c=col)} AS {_quote_ident(target)}")
+        self.cur.execute(f"CREATE OR REPLACE TABLE {self.p}{self.table} AS SELECT {', '.join(selects)} "
+                         f"FROM {source}")  # in file order: the scan keeps insertion order
         rejects = self.cur.execute(
             f"SELECT line, error_type, error_message FROM {rej}_errors ORDER BY line").fetchall()
         self.cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
@@ -139,41 +160,31 @@ class CsvLoad:
             first = rejects[0]
             self.warnings.append(f"{len(rejects)} rows could not be parsed and were skipped "
                                  f"(first at line {first[0]}: {first[2]})")
-        headers = [r[0] for r in self.cur.execute(f"DESCRIBE {raw}").fetchall()][1:]
-        plan = column_plan(self.table, headers)
-        undecided = [(h, t) for h, t, e in plan if e is None]
-        decided = self._infer_types(raw, undecided)
-        selects = [f"CAST({self.rank} AS INTEGER) AS rank", "CAST(src_row AS INTEGER) AS src_row"]
-        for h, target, expr in plan:
-            expr = expr or decided[target]
-            col = f"{_quote_ident(h)}"
-            selects.append(f"{expr.format(c=col)} AS {_quote_ident(target)}")
-        self.cur.execute(f"CREATE OR REPLACE TABLE {self.p}{self.table} AS SELECT {', '.join(selects)} "
-                         f"FROM {raw}")  # in file order: the scan keeps insertion order
-        self._check_precision(raw, plan)
-        self.cur.execute(f"DROP TABLE {raw}")
+        self._check_precision(raw if undecided else self._reader(src, None), plan)
+        self.cur.execute(f"DROP TABLE IF EXISTS {raw}")
         self.rows = self.cur.execute(f"SELECT count(*) FROM {self.p}{self.table}").fetchone()[0]
         return self.rows
 
     def _infer_types(self, raw: str, cols: list[tuple[str, str]]) -> dict[str, str]:
         if not cols:
             return {}
+        # per column: cells, numbers, integers, blanks. A blank cell ("", N/A, None, null) is never a number,
+        # so the blank test (a regex) only runs on the cells that are not; a decimal point is tested before the
+        # integer cast (a failing cast is slow)
         parts = []
         for h, _ in cols:
             q = _quote_ident(h)
-            # cheap tests first (a failing cast is slow): the blank test, a regex, only runs on cells that
-            # are not numbers
-            parts.append(f"count(*) FILTER (WHERE TRY_CAST({q} AS DOUBLE) IS NULL AND NOT is_blank({q}))")
-            parts.append(f"count(*) FILTER (WHERE (contains({q}, '.') OR TRY_CAST({q} AS BIGINT) IS NULL) "
-                         f"AND NOT is_blank({q}))")
-            parts.append(f"count(*) FILTER (WHERE NOT is_blank({q}))")
+            parts += ["count(*)", f"count(TRY_CAST({q} AS DOUBLE))",
+                      f"count(*) FILTER (WHERE NOT contains({q}, '.') AND TRY_CAST({q} AS BIGINT) IS NOT NULL)",
+                      f"count(*) FILTER (WHERE TRY_CAST({q} AS DOUBLE) IS NULL AND is_blank({q}))"]
         row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()
         out = {}
         for i, (_, target) in enumerate(cols):
-            not_double, not_int, present = row[3 * i:3 * i + 3]
-            if present == 0 or not_double:
+            cells, numbers, integers, blanks = row[4 * i:4 * i + 4]
+            present = cells - blanks
+            if present == 0 or numbers < present:
                 out[target] = "{c}"
-            elif not_int:
+            elif integers < present:
                 out[target] = "to_double({c})"
             else:
                 out[target] = "to_bigint({c})"
