@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -78,6 +79,9 @@ def main(argv=None) -> int:
         "mb_per_s": round(total / 1e6 / best["wall_s"], 1),
         "events_per_s": int(events / best["wall_s"]),
         "peak_rss_mb": round(max(r["peak_rss_mb"] for r in results), 0),
+        "runs": len(results),
+        "wall_s_median": round(statistics.median(r["wall_s"] for r in results), 2),
+        "mb_per_s_median": round(total / 1e6 / statistics.median(r["wall_s"] for r in results), 1),
         "cpus": os.cpu_count(),
     }
     print(json.dumps(report, indent=1))

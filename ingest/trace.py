@@ -136,7 +136,7 @@ WITH e AS (
     FROM {p}ev e JOIN {p}tracks t ON t.pid = e.pid AND t.tid = e.tid AND t.counter_name IS NULL
     WHERE e.ph IN ('s', 'f') AND e.ts_ns IS NOT NULL),
 keys AS (SELECT cat, flow_key, row_number() OVER () AS fkey FROM (SELECT DISTINCT cat, flow_key FROM e))
-SELECT e.*, keys.fkey FROM e JOIN keys USING (cat, flow_key) ORDER BY e.seq
+SELECT e.*, keys.fkey FROM e JOIN keys USING (cat, flow_key)
 """
 
 # the pairs (from ingest.nesting.pair_flows, with their bound slices) and the ends' names
