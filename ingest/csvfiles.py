@@ -100,8 +100,10 @@ def _quote_text(text: str) -> str:
 
 class CsvLoad:
     def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, kind: str, path: Path, rank: int,
-                 display: str, workdir: Path):
+                 display: str, workdir: Path, out_prefix: str | None = None):
+        """Typed rows go to ``{out_prefix}{table}`` (default ``{prefix}{table}``); scratch tables use ``prefix``."""
         self.cur, self.p, self.kind, self.path, self.rank = cur, prefix, kind, path, rank
+        self.out = f"{out_prefix if out_prefix is not None else prefix}{TABLES[kind]}"
         self.display, self.workdir = display, workdir
         self.table = TABLES[kind]
         self.warnings: list[str] = []
@@ -150,7 +152,7 @@ class CsvLoad:
             expr = expr or decided[target]
             col = f"{_quote_ident(h)}"
             selects.append(f"{expr.format(c=col)} AS {_quote_ident(target)}")
-        self.cur.execute(f"CREATE OR REPLACE TABLE {self.p}{self.table} AS SELECT {', '.join(selects)} "
+        self.cur.execute(f"CREATE OR REPLACE TABLE {self.out} AS SELECT {', '.join(selects)} "
                          f"FROM {source}")  # in file order: the scan keeps insertion order
         rejects = self.cur.execute(
             f"SELECT line, error_type, error_message FROM {rej}_errors ORDER BY line").fetchall()
@@ -162,7 +164,7 @@ class CsvLoad:
                                  f"(first at line {first[0]}: {first[2]})")
         self._check_precision(raw if undecided else self._reader(src, None), plan)
         self.cur.execute(f"DROP TABLE IF EXISTS {raw}")
-        self.rows = self.cur.execute(f"SELECT count(*) FROM {self.p}{self.table}").fetchone()[0]
+        self.rows = self.cur.execute(f"SELECT count(*) FROM {self.out}").fetchone()[0]
         return self.rows
 
     def _infer_types(self, raw: str, cols: list[tuple[str, str]]) -> dict[str, str]:

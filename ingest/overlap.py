@@ -71,7 +71,8 @@ def subtract(a_s, a_e, b_s, b_e) -> tuple[np.ndarray, np.ndarray]:
 
 
 def derive(cur, prefix: str) -> int:
-    """Append a derived Overlap Analysis lane to the events (``{prefix}ev_t``) when missing; return the number of slices added."""
+    """Append a derived Overlap Analysis lane to the events (``{prefix}ev_t``) when missing; return the number
+    of slices added."""
     if cur.execute(HAS_OVERLAP.format(p=prefix)).fetchone()[0]:
         return 0
     cols = cur.execute(INTERVALS.format(p=prefix, compute=str(COMPUTE_TASK_TYPES))).fetchnumpy()

@@ -59,6 +59,7 @@ class RankResult:
     tables: list[str] = field(default_factory=list)
     device_id: int | None = None  # from the memory CSVs
     trace_device_id: int | None = None  # from the trace's process labels ("NPU 3")
+    csv_prefix: str = ""  # where the typed CSV tables are made: the run's own tables when there is one rank
     trace_entry: dict | None = None
     nested: threading.Event = field(default_factory=threading.Event)  # set once slices are final (or on failure)
     nest_ok: bool = False
@@ -114,7 +115,7 @@ def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, 
                 warnings.append(f"no Overlap Analysis lane in the trace: derived one from the device tasks "
                                 f"({added} slices)")
         elif kind in csvfiles.TABLES:
-            cl = csvfiles.CsvLoad(cur, p, kind, path, rank, display, work)
+            cl = csvfiles.CsvLoad(cur, p, kind, path, rank, display, work, out_prefix=res.csv_prefix)
             entry["rows"] = cl.load()
             entry["status"] = cl.status
             res.tables.append(cl.table)
@@ -158,10 +159,11 @@ def _device_id(cur, res: RankResult, from_trace: bool = False) -> int | None:
                       "WHERE label LIKE 'NPU %' LIMIT 1")
     else:
         if "memory_record" in res.tables:
-            probes.append(f"SELECT regexp_extract(device_type, 'NPU:?\\s*([0-9]+)', 1) FROM {p}memory_record "
-                          "WHERE device_type LIKE 'NPU%' LIMIT 1")
+            probes.append(f"SELECT regexp_extract(device_type, 'NPU:?\\s*([0-9]+)', 1) "
+                          f"FROM {res.csv_prefix}memory_record WHERE device_type LIKE 'NPU%' LIMIT 1")
         if "npu_module_mem" in res.tables:
-            probes.append(f"SELECT regexp_extract(device, 'NPU:?\\s*([0-9]+)', 1) FROM {p}npu_module_mem LIMIT 1")
+            probes.append(f"SELECT regexp_extract(device, 'NPU:?\\s*([0-9]+)', 1) FROM {res.csv_prefix}npu_module_mem "
+                          "LIMIT 1")
     for sql in probes:
         try:
             row = cur.execute(sql).fetchone()
@@ -231,11 +233,17 @@ def _assemble_files(con, results: list[RankResult], staged: list, work: Path) ->
     for res in results:
         res.device_id = _device_id(cur, res)  # the memory CSVs name the device; read them before they go
     for table in sorted(set(csvfiles.TABLES.values())):
-        parts = [f"SELECT * FROM {res.prefix}{table}" for res in results if table in res.tables]
+        direct = [res for res in results if res.csv_prefix == "main."]
+        if direct:  # one rank: its table was made in place (or is missing or failed: then it is made empty)
+            if not any(table in res.tables for res in direct):
+                cur.execute(f"DROP TABLE IF EXISTS main.{table}")
+                cur.execute(EMPTY_TABLES[table])
+            continue
+        parts = [f"SELECT * FROM {res.csv_prefix}{table}" for res in results if table in res.tables]
         if parts:
             cur.execute(f"CREATE TABLE {table} AS " + " UNION ALL BY NAME ".join(parts))
             for res in results:
-                cur.execute(f"DROP TABLE IF EXISTS {res.prefix}{table}")
+                cur.execute(f"DROP TABLE IF EXISTS {res.csv_prefix}{table}")
         else:
             cur.execute(EMPTY_TABLES[table])
     for name in commfiles.COLUMNS:
@@ -353,6 +361,8 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
             for ddl in CORE_DDL:
                 con.execute(ddl)
             results = [RankResult(src=s, idx=i, prefix=f"stage._r{i}_") for i, s in enumerate(disc.ranks)]
+            for res in results:  # one rank: no union of ranks to build, so its CSV tables are made in place
+                res.csv_prefix = "main." if len(results) == 1 else res.prefix
             # one task per file, biggest first, so a rank's trace and CSVs (and other ranks) load side by side
             tasks = sorted(((res, kind, path) for res in results for kind, path in res.src.files.items()),
                            key=lambda t: -t[2].stat().st_size)
