@@ -149,20 +149,26 @@ FROM {p}pairs p JOIN {p}fe src ON src.seq = p.src_seq JOIN {p}fe dst ON dst.seq 
 ORDER BY p.local_flow
 """
 
+# per flow category: ends whose (cat, id) has no end of the other kind, and flows whose ends bound to no slice
 FLOW_STATS = """
-SELECT cat,
-       (SELECT count(*) FROM {p}fe s WHERE s.ph = 's' AND s.cat = c.cat
-            AND NOT EXISTS (SELECT 1 FROM {p}fe f WHERE f.ph = 'f' AND f.cat = s.cat AND f.flow_key = s.flow_key))
-         AS lonely_starts,
-       (SELECT count(*) FROM {p}fe f WHERE f.ph = 'f' AND f.cat = c.cat
-            AND NOT EXISTS (SELECT 1 FROM {p}fe s WHERE s.ph = 's' AND s.cat = f.cat AND s.flow_key = f.flow_key))
-         AS lonely_finishes,
-       (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.src_local IS NULL) AS unbound_src,
-       (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.dst_local IS NULL) AS unbound_dst,
-       -- of the unbound starts, those on a lane with no slices at all (e.g. CANN API slices pruned at Level0)
-       (SELECT count(*) FROM {p}flows w WHERE w.cat = c.cat AND w.src_local IS NULL
-            AND NOT EXISTS (SELECT 1 FROM {p}nest x WHERE x.local_track = w.src_track)) AS unbound_src_empty
-FROM (SELECT DISTINCT cat FROM {p}fe) c ORDER BY cat
+WITH per_key AS (
+    SELECT any_value(cat) AS cat, count(*) FILTER (WHERE ph = 's') AS starts, count(*) FILTER (WHERE ph = 'f') AS fins
+    FROM {p}fe GROUP BY fkey),
+lonely AS (
+    SELECT cat, sum(CASE WHEN fins = 0 THEN starts ELSE 0 END) AS lonely_starts,
+           sum(CASE WHEN starts = 0 THEN fins ELSE 0 END) AS lonely_finishes
+    FROM per_key GROUP BY cat),
+lanes AS (SELECT DISTINCT local_track FROM {p}nest),
+unbound AS (
+    SELECT cat, count(*) FILTER (WHERE src_local IS NULL) AS unbound_src,
+           count(*) FILTER (WHERE dst_local IS NULL) AS unbound_dst,
+           -- of the unbound starts, those on a lane with no slices at all (e.g. CANN API slices pruned at Level0)
+           count(*) FILTER (WHERE src_local IS NULL AND src_track NOT IN (SELECT local_track FROM lanes))
+               AS unbound_src_empty
+    FROM {p}flows GROUP BY cat)
+SELECT cat, lonely_starts, lonely_finishes, coalesce(unbound_src, 0), coalesce(unbound_dst, 0),
+       coalesce(unbound_src_empty, 0)
+FROM lonely LEFT JOIN unbound USING (cat) ORDER BY cat
 """
 
 COUNTERS = """

@@ -251,3 +251,31 @@ def test_a_trace_failing_after_its_slices_are_written_leaves_no_rows(tmp_path, m
             "not loaded: simulated failure deriving the counters") in _warnings(con)
     kernels = PYTORCH_TEXT / "level1" / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     assert con.execute("SELECT count(*) FROM kernels WHERE rank = 1").fetchone()[0] == csv_rows(kernels)
+
+
+def test_flow_ends_that_pair_or_bind_to_nothing_are_counted(tmp_path):
+    ev = _mini_trace([
+        {"ph": "X", "name": "op", "pid": 7, "tid": 1, "ts": "100.000", "dur": 10},
+        {"ph": "X", "name": "task", "pid": 7, "tid": 2, "ts": "200.000", "dur": 5},
+        {"ph": "s", "cat": "k", "id": 1, "pid": 7, "tid": 1, "ts": "101.000"},             # a normal flow
+        {"ph": "f", "cat": "k", "id": 1, "bp": "e", "pid": 7, "tid": 2, "ts": "201.000"},
+        {"ph": "s", "cat": "k", "id": 2, "pid": 7, "tid": 1, "ts": "102.000"},             # no finish
+        {"ph": "f", "cat": "k", "id": 3, "bp": "e", "pid": 7, "tid": 2, "ts": "202.000"},  # no start
+        {"ph": "s", "cat": "k", "id": 4, "pid": 7, "tid": 1, "ts": "150.000"},             # inside no slice
+        {"ph": "f", "cat": "k", "id": 4, "bp": "e", "pid": 7, "tid": 2, "ts": "300.000"},  # inside no slice
+        {"ph": "s", "cat": "j", "id": 4, "pid": 7, "tid": 9, "ts": "100.000"},             # a lane without slices
+        {"ph": "f", "cat": "j", "id": 4, "bp": "e", "pid": 7, "tid": 2, "ts": "201.000"},
+    ])
+    folder = tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    folder.mkdir(parents=True)
+    (folder / "trace_view.json").write_text(json.dumps(ev))
+    con = _ingest(tmp_path, tmp_path)
+    assert con.execute("SELECT cat, flow_key, src_slice_id IS NULL, dst_slice_id IS NULL FROM flows "
+                       "ORDER BY cat, flow_key").fetchall() == [
+        ("j", "4", True, False), ("k", "1", False, False), ("k", "4", True, True)]
+    messages = sorted(m for _, m in _warnings(con) if m.startswith("flows"))
+    assert messages == [
+        "flows 'j': 1 flow starts bound to no slice (1 on a lane without slices, as at Level0: CANN API slices "
+        "not exported)",
+        "flows 'k': 1 flow starts without a finish, 1 flow finishes without a start, 1 flow starts bound to no "
+        "slice, 1 flow finishes bound to no slice"]
