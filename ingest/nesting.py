@@ -29,8 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BATCH_SLICES = 3_000_000
-BYTES_PER_SLICE = 100  # numpy working memory of a batch, per slice (measured peak, rounded up)
+BATCH_SLICES = 1_000_000
 
 
 @dataclass

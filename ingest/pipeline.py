@@ -1,10 +1,15 @@
 """Ingest a path into one DuckDB file per run, atomically.
 
-``ingest_path(src, out)`` discovers the ranks, stages every file in parallel (threads, each with its own DuckDB
-cursor; DuckDB releases the GIL) into a scratch database in a temporary folder, then assembles the final tables
-in rank order into ``out + ".tmp-<pid>"`` and renames it to ``out`` only when everything is written. A failed or
-interrupted ingest leaves no file at ``out``. A broken input file becomes a row in ``warnings`` (naming the file
-and what is wrong) and the rest of the run still loads.
+``ingest_path(src, out)`` discovers the ranks and loads every file in parallel (a thread pool, each task with
+its own DuckDB cursor; DuckDB releases the GIL) into ``out + ".tmp-<pid>"``, renamed to ``out`` only when
+everything is written: a failed or interrupted ingest leaves no file at ``out``.
+
+Each trace is staged in an in-memory scratch database (spilling to a temporary folder past the memory limit) and
+derived there; as soon as a rank's slices are nested, a writer appends its tracks and slices to the run's
+tables (in rank order, while its flows are still being derived and other files load), then its flows, counters
+and steps. CSV and JSON tables are assembled while traces still load (with one rank, CSVs are typed straight into
+the file). A broken input file becomes a row in ``warnings`` (naming the file and what is wrong) and the rest of
+the run still loads.
 """
 
 from __future__ import annotations
