@@ -79,16 +79,17 @@ def _display(path: Path, root: Path) -> str:
 
 
 def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: Path,
-                progress: Progress) -> None:
+                progress: Progress, split_read: bool) -> None:
     """Load one file of one rank into staging tables; problems become warnings of that rank."""
     try:
-        _stage(con, res, kind, path, root, work, progress)
+        _stage(con, res, kind, path, root, work, progress, split_read)
     finally:
         if kind == "trace_view":
             res.nested.set()  # whatever happened, never keep the writer waiting
 
 
-def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, progress: Progress) -> None:
+def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, progress: Progress,
+           split_read: bool) -> None:
     cur = con.cursor()
     sqlfuncs.install(cur)
     rank, p = res.src.rank, res.prefix
@@ -108,7 +109,7 @@ def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, 
 
             tl = trace.TraceLoad(cur, p, path, work / f"r{res.idx}", display,
                                  on_progress=lambda f: progress.file_progress(rank, display, int(f * size)),
-                                 on_nested=nested)
+                                 on_nested=nested, split_read=split_read)
             tl.read()
             added = overlap.derive(cur, p)
             res.overlap_source = "derived" if added else "trace"
@@ -371,8 +372,10 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
             # one task per file, biggest first, so a rank's trace and CSVs (and other ranks) load side by side
             tasks = sorted(((res, kind, path) for res in results for kind, path in res.src.files.items()),
                            key=lambda t: -t[2].stat().st_size)
+            # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in halves
+            split_read = sum(1 for t in tasks if t[1] == "trace_view") < max(1, workers)
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                stage = {pool.submit(_stage_file, con, *t, disc.root, work, progress): t for t in tasks}
+                stage = {pool.submit(_stage_file, con, *t, disc.root, work, progress, split_read): t for t in tasks}
                 others = [f for f, t in stage.items() if t[1] != "trace_view"]
                 traces = {t[0].idx: f for f, t in stage.items() if t[1] == "trace_view"}
                 # the CSV/JSON tables are assembled as soon as they are staged, while traces still load

@@ -287,14 +287,16 @@ class TraceLoad:
     READ_SHARE = 0.6  # of a trace's load time, roughly, goes to reading the JSON; the rest to derivations
 
     def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, path: Path, workdir: Path, display: str,
-                 on_progress=None, on_nested=None):
+                 on_progress=None, on_nested=None, split_read: bool = False):
+        """``split_read``: read a big file as two halves in parallel (worth it when a core would idle)."""
         self.cur, self.p, self.path, self.workdir, self.display = cur, prefix, path, workdir, display
         self.warnings: list[str] = []
         self.status = "loaded"
         self.on_progress = on_progress or (lambda fraction: None)
         self.on_nested = on_nested or (lambda: None)  # tracks and slices are final from here on
+        self.split_read = split_read
 
-    def _read_with_progress(self, path: Path) -> None:
+    def _read_with_progress(self, path: Path | list[Path]) -> None:
         try:
             self._read_query(READ_EVENTS, path)
         except duckdb.Error as exc:
@@ -302,7 +304,7 @@ class TraceLoad:
                 raise
             self._read_query(READ_EVENTS_TEXT_IDS, path)  # string pids/tids or a bad ts: read them as text
 
-    def _read_query(self, template: str, path: Path) -> None:
+    def _read_query(self, template: str, path: Path | list[Path]) -> None:
         """One read query, reporting DuckDB's own progress of the scan (polled from a helper thread)."""
         done = threading.Event()
         self.cur.execute("SET enable_progress_bar = true")
@@ -317,7 +319,7 @@ class TraceLoad:
         poller = threading.Thread(target=poll, name="trace-progress", daemon=True)
         poller.start()
         try:
-            self.sql(template, [str(path)])
+            self.sql(template, [[str(p) for p in path] if isinstance(path, list) else str(path)])
         finally:
             done.set()
             poller.join()
@@ -342,6 +344,8 @@ class TraceLoad:
             prepared = tracefile.PreparedTrace(path=tracefile.salvage(source, self.workdir)[0])
         self.warnings.extend(prepared.notes)
         path = prepared.path
+        if self.split_read and self.status == "loaded" and self._read_halves(path):
+            return
         for _attempt in range(12):
             try:
                 self._read_with_progress(path)
@@ -369,6 +373,24 @@ class TraceLoad:
                     continue
                 raise tracefile.TraceFileError(msg) from exc
         raise tracefile.TraceFileError("could not repair the file")
+
+    def _read_halves(self, path: Path) -> bool:
+        """Read a big array as two halves on two cores; False (nothing read) when it cannot be split or a half
+        does not read, and the whole file is then read as usual, with its repairs and messages."""
+        parts = tracefile.split_halves(path, self.workdir)
+        if not parts:
+            return False
+        try:
+            self._read_with_progress(parts)
+        except duckdb.Error:
+            self.cur.execute(f"DROP TABLE IF EXISTS {self.p}ev_t")
+            return False
+        finally:
+            for part in parts:
+                part.unlink(missing_ok=True)
+        self.sql(EV_VIEW)
+        self.on_progress(self.READ_SHARE)
+        return True
 
     def derive(self) -> dict:
         steps = iter(range(1, 100))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -251,3 +252,54 @@ def skip_record(path: Path, workdir: Path, record: int) -> tuple[Path, int]:
                 fout.write(rest[1:] if rest.startswith(b",") else rest)
             shutil.copyfileobj(fin, fout, CHUNK)
     return dst, cut_from
+
+
+SPLIT_MIN_BYTES = 32 << 20  # below this one reader is quick enough
+_SEPARATOR = re.compile(rb"\}\s*,\s*\{")
+
+
+def split_halves(path: Path, workdir: Path) -> list[Path] | None:
+    """Two JSON arrays holding the first and the second half of the events of the array at ``path``, so two
+    readers can parse them on two cores (a reader parses one file on one thread); None when not worth it.
+
+    The cut is the first ``}, {`` after the middle of the file. It may fall inside a string or a nested array,
+    but then the first half is not valid JSON (an unterminated string, or an unclosed object), the read fails
+    and the caller reads the whole file instead; a cut that reads is a cut between two top-level events."""
+    size = path.stat().st_size
+    if size < SPLIT_MIN_BYTES:
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(size // 2)
+        window = fh.read(CHUNK)
+    m = _SEPARATOR.search(window)
+    if m is None:
+        return None
+    cut = size // 2 + m.start() + 1  # just after the '}'
+    resume = size // 2 + m.end() - 1  # at the '{'
+    first, second = workdir / f"{path.name}.part1", workdir / f"{path.name}.part2"
+    _copy_bytes(path, first, 0, cut, suffix=b"]")
+    _copy_bytes(path, second, resume, size, prefix=b"[")
+    return [first, second]
+
+
+def _copy_bytes(src: Path, dst: Path, start: int, stop: int, prefix: bytes = b"", suffix: bytes = b"") -> None:
+    """``prefix`` + bytes [start, stop) of ``src`` + ``suffix`` into ``dst`` (copied in the kernel when it can)."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        fout.write(prefix)
+        fout.flush()
+        offset = start
+        try:
+            while offset < stop:
+                n = os.copy_file_range(fin.fileno(), fout.fileno(), stop - offset, offset)
+                if n == 0:
+                    break
+                offset += n
+        except (AttributeError, OSError):  # not Linux, or not on this file system: copy through Python
+            fin.seek(offset)
+            while offset < stop:
+                block = fin.read(min(CHUNK, stop - offset))
+                if not block:
+                    break
+                fout.write(block)
+                offset += len(block)
+        fout.write(suffix)

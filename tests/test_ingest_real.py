@@ -181,3 +181,59 @@ def test_no_two_overlapping_slices_share_a_row(level_db):
         SELECT ts_ns, lag(ts_ns + dur_ns) OVER (PARTITION BY track_id, depth ORDER BY ts_ns, slice_id) AS prev_end
         FROM slices) WHERE prev_end > ts_ns""").fetchone()[0]
     assert overlaps == 0
+
+
+RUN_TABLES = ["slices ORDER BY slice_id", "flows ORDER BY flow_id", "tracks ORDER BY track_id",
+              "counters ORDER BY ALL", "steps ORDER BY ALL", "slice_lod ORDER BY ALL"]
+
+
+def _spy_split(monkeypatch) -> list:
+    """Split every trace (whatever its size) and record the half files made."""
+    from ingest import tracefile
+    made: list = []
+    real_split = tracefile.split_halves
+
+    def split(path, workdir):
+        parts = real_split(path, workdir)
+        made.extend(parts or [])
+        return parts
+
+    monkeypatch.setattr(tracefile, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setattr(tracefile, "split_halves", split)
+    return made
+
+
+def _tables(path):
+    with duckdb.connect(str(path), read_only=True) as con:
+        return {q: con.execute(f"SELECT * FROM {q}").fetchall() for q in RUN_TABLES}
+
+
+@pytest.mark.parametrize("level", ["level0", "level1"])
+def test_a_trace_read_in_two_halves_loads_the_same_run(tmp_path, monkeypatch, level):
+    """One rank: its trace is read as two halves on two cores; the run equals the whole-file read."""
+    rank = PYTORCH_TEXT / level / "rank1_ascend_pt"
+    ingest_path(rank, tmp_path / "whole.duckdb")  # below the split size: one reader
+    made = _spy_split(monkeypatch)
+    ingest_path(rank, tmp_path / "halves.duckdb")
+    assert len(made) == 2 and not any(p.exists() for p in made)
+    assert _tables(tmp_path / "halves.duckdb") == _tables(tmp_path / "whole.duckdb")
+
+
+def test_a_cut_inside_a_string_falls_back_to_the_whole_file(tmp_path, monkeypatch):
+    import json
+    trap = '}, {"ph": "X", "name": "fake", "pid": 1, "tid": 1, "ts": "5.000", "dur": 1}, {'
+    ev = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "Python"}},
+          {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": "1.000", "dur": 1, "args": {"note": trap * 50}},
+          {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": "3.000", "dur": 1}]
+    text = json.dumps(ev)
+    middle = len(text.encode()) // 2
+    assert text.find('"note"') < middle < text.find('"name": "b"')  # the middle is inside the string
+    folder = tmp_path / "x_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    folder.mkdir(parents=True)
+    (folder / "trace_view.json").write_text(text)
+    made = _spy_split(monkeypatch)
+    ingest_path(tmp_path / "x_ascend_pt", tmp_path / "run.duckdb")
+    with duckdb.connect(str(tmp_path / "run.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT name FROM slices ORDER BY ts_ns").fetchall() == [("a",), ("b",)]
+        assert con.execute("SELECT message FROM warnings WHERE file LIKE '%trace_view.json'").fetchall() == []
+    assert len(made) == 2 and not any(p.exists() for p in made)  # split, failed to read, removed
