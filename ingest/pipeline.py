@@ -183,7 +183,8 @@ def _device_id(cur, res: RankResult, from_trace: bool = False) -> int | None:
 def _write_traces(con, results: list[RankResult], trace_tasks: dict) -> None:
     """Append each rank's trace tables to the run's tables, in rank order and as soon as they are ready: its
     tracks and slices once nested (while its flows are still being derived, and later ranks and the CSVs still
-    load), then its flows, counters and steps; one transaction per rank. Then free its staging tables."""
+    load), then its flows, counters and steps, each part in one transaction; a rank that fails part way is
+    removed again. Then free its staging tables."""
     cur = con.cursor()
     toff = soff = foff = 0
     try:
