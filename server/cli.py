@@ -43,7 +43,7 @@ def bundled_sample_path() -> Path | None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascendscope", description="Ascend NPU profiling dashboard.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,ingest}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,ingest,bench}")
 
     serve = sub.add_parser("serve", help="serve the dashboard (ingesting PATHs first)",
                            formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -64,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     from ingest import cli as ingest_cli  # noqa: PLC0415 - the ingest CLI owns its arguments
 
     ingest_cli.add_arguments(ingest)
+
+    bench = sub.add_parser("bench", help="run a benchmark: ingest (MB/s, peak RSS), query (timeline request "
+                                         "latency) or render (frame times in chromium)",
+                           description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
+                                       "Results are kept in docs/benchmarks.md.")
+    bench.add_argument("name", choices=["ingest", "query", "render"])
+    bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     return parser
 
 
@@ -73,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         from ingest import cli as ingest_cli  # noqa: PLC0415
 
         return ingest_cli.run_ingest(args)
+    if args.command == "bench":
+        import importlib  # noqa: PLC0415
+
+        return importlib.import_module(f"bench.{args.name}").main(args.options)
     return serve(args)
 
 

@@ -119,3 +119,18 @@ def test_store_states_survive_a_restart(tmp_path):
     assert failed.status == "failed" and "missing" in failed.error
     with pytest.raises(FileNotFoundError):
         store.create_run_from_path(tmp_path / "nope")
+
+
+def test_bench_subcommand_reports_a_real_ingest(tmp_path):
+    """`ascendscope bench ingest` generates a run, ingests it in a child process and reports what it measured."""
+    done = subprocess.run([sys.executable, "-m", "server.cli", "bench", "ingest", "--trace-mb", "2", "--repeat", "2",
+                           "--cache", str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    truth = json.loads(next(tmp_path.glob("run_*/truth.json")).read_text())
+    assert report["events"] == sum(r["total_events"] for r in truth["ranks"]) > 0
+    assert report["runs"] == 2 and 0 < report["wall_s"] <= report["wall_s_median"]
+    assert report["mb_per_s"] == pytest.approx(report["input_mb"] / report["wall_s"], rel=0.05)  # both rounded
+    assert 50 < report["peak_rss_mb"] < 1500
+    assert not list(tmp_path.glob("run_*/bench_*.duckdb"))  # the ingested files are removed
