@@ -395,9 +395,12 @@ class TraceLoad:
     def derive(self) -> dict:
         steps = iter(range(1, 100))
 
+        def advance():  # one of the ~12 steps below is done
+            self.on_progress(self.READ_SHARE + (1 - self.READ_SHARE) * min(1.0, next(steps) / 12))
+
         def s(template, params=None):
             result = self.sql(template, params)
-            self.on_progress(self.READ_SHARE + (1 - self.READ_SHARE) * min(1.0, next(steps) / 24))
+            advance()
             return result
 
         s(TRACKS)
@@ -420,6 +423,7 @@ class TraceLoad:
             self.warnings.append(f"{skipped[1]} events of phases not shown yet ({skipped[2] or 'none'}) "
                                  "were skipped")
         self._nest()
+        advance()
         self.on_nested()
         s(FLOWS)
         for cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in s(FLOW_STATS).fetchall():
