@@ -138,7 +138,13 @@ class CsvLoad:
         src = self._readable()
         raw = f"{self.p}raw_{self.table}"
         rej = "rej" + re.sub(r"[^0-9A-Za-z_]", "_", self.p)
-        headers = [r[0] for r in self.cur.execute(f"DESCRIBE SELECT * FROM {self._reader(src, None)}").fetchall()][1:]
+        try:
+            described = self.cur.execute(f"DESCRIBE SELECT * FROM {self._reader(src, None)}").fetchall()
+        except duckdb.Error as exc:  # DuckDB's first line names the file by its full path; say what is wrong
+            detail = [line for line in str(exc).splitlines()[1:] if line.strip()][:1]
+            raise ValueError("the CSV's layout could not be read (an unterminated quote, or rows with differing "
+                             "columns?)" + (f": {detail[0].strip()}" if detail else "")) from exc
+        headers = [r[0] for r in described][1:]
         plan = column_plan(self.table, headers)
         undecided = [(h, t) for h, t, e in plan if e is None]
         if undecided:  # types decided from the data: keep the text cells for the passes over them

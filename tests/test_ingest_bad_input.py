@@ -279,3 +279,16 @@ def test_flow_ends_that_pair_or_bind_to_nothing_are_counted(tmp_path):
         "not exported)",
         "flows 'k': 1 flow starts without a finish, 1 flow finishes without a start, 1 flow starts bound to no "
         "slice, 1 flow finishes bound to no slice"]
+
+
+def test_a_csv_whose_layout_cannot_be_read_is_named_and_the_rest_loads(rank_copy, tmp_path):
+    ops = rank_copy / "ASCEND_PROFILER_OUTPUT" / "operator_details.csv"
+    ops.write_text(ops.read_text(encoding="utf-8").splitlines()[0] + '\naten::mul,"3,,1.0,2.0\n', encoding="utf-8")
+    con = _ingest(rank_copy.parent, tmp_path)
+    assert con.execute("SELECT count(*) FROM operators").fetchone()[0] == 0
+    (msg,) = [m for f, m in _warnings(con) if f.endswith("operator_details.csv")]
+    assert msg.startswith("not loaded: the CSV's layout could not be read (an unterminated quote")
+    assert str(tmp_path) not in msg
+    kernels = rank_copy / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == csv_rows(kernels)
+    assert con.execute("SELECT count(*) FROM slices").fetchone()[0] > 0
