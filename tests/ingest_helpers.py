@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real_samples"
+# overridable like tests/conftest.py REAL_SAMPLES (ASCENDSCOPE_REAL_SAMPLES=/nonexistent: as without ../shared)
+REAL = Path(os.environ.get("ASCENDSCOPE_REAL_SAMPLES")
+            or Path(__file__).resolve().parents[1].parent / "shared" / "real_samples")
 PYTORCH_TEXT = REAL / "msinsight_pytorch_2025" / "text"
 
 
