@@ -107,7 +107,8 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
         return _docs_page(app)
 
     _install_error_handlers(app)
-    app.add_middleware(SecurityMiddleware, token=settings.token)
+    app.add_middleware(SecurityMiddleware, token=settings.token, host=settings.host,
+                       allowed_hosts=settings.allowed_hosts)
     return app
 
 

@@ -1,7 +1,7 @@
 """``ascendscope``: ``serve`` the dashboard (ingesting the given paths first) or ``ingest`` one path to a file.
 
     ascendscope serve [PATH ...] [--host 127.0.0.1] [--port 8000] [--data-dir DIR] [--no-browser]
-                      [--read-only] [--token TOKEN]
+                      [--read-only] [--token TOKEN] [--allowed-hosts NAMES]
     ascendscope ingest PATH --out FILE.duckdb
 
 ``serve`` turns each PATH into a run (an unchanged source that was already ingested is reused) and ingests it
@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="share the runs as they are: no upload, rename or delete")
     serve.add_argument("--token", default=None,
                        help="require this access token on every request (default $ASCENDSCOPE_TOKEN)")
+    serve.add_argument("--allowed-hosts", default=None, metavar="NAMES",
+                       help="without a token, the dashboard answers only to localhost, its own address and these "
+                            "host names (comma-separated; * for any), against DNS rebinding; listening on 0.0.0.0 "
+                            "or :: it also answers to any IP address (default $ASCENDSCOPE_ALLOWED_HOSTS)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
     ingest = sub.add_parser("ingest", help="ingest one path into a DuckDB file")
@@ -96,7 +100,8 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
         settings = Settings.from_env(data_dir=args.data_dir, host=args.host, port=args.port,
-                                     no_browser=args.no_browser, read_only=args.read_only, token=args.token)
+                                     no_browser=args.no_browser, read_only=args.read_only, token=args.token,
+                                     allowed_hosts=args.allowed_hosts)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -6,6 +6,13 @@
   connections from this origin only (no inline script, no eval, no framing), ``nosniff``, ``no-referrer`` and
   ``X-Frame-Options: DENY``. A route that needs another policy sets its own CSP header, which is kept: the
   chart pages allow inline *styles* for plotly.js (:data:`CSP_WITH_PLOTLY`), the API docs page its CDN;
+* without a token, refuses (400 ``host_not_allowed``) a request whose ``Host`` is not a name this server answers
+  to: DNS rebinding points an attacker's host name at 127.0.0.1, after which a page from that name reads the
+  dashboard as "same origin". Answered: localhost, loopback addresses, the address the connection was made to,
+  the configured ``host``, the ``allowed_hosts`` names (``*``: any), and — when the server listens on every
+  interface (0.0.0.0, ::), where port mapping hides which address the browser used — any IP address, since
+  rebinding needs a name. A token makes the check moot (a rebinding page has no token), so it is skipped then;
+  ``GET /api/health`` is never checked (load balancers probe it under names of their own);
 * refuses (403) a request that changes something (not GET/HEAD/OPTIONS) when the browser says it comes from
   another site (``Sec-Fetch-Site``, or an ``Origin`` that is not this host), so a web page cannot upload to or
   delete from a dashboard open on localhost;
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 from html import escape
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -39,12 +47,20 @@ OPEN_PATHS = ("/api/health",)  # answered without a token (container health chec
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 TOKEN_PARAM = "token"
 COOKIE_MAX_AGE_S = 30 * 24 * 3600
+LOCAL_NAMES = frozenset({"localhost"})
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+MAX_SHOWN_HOST_CHARS = 100
 
 
 class SecurityMiddleware:
-    def __init__(self, app, *, token: str | None = None):
+    def __init__(self, app, *, token: str | None = None, host: str = "127.0.0.1",
+                 allowed_hosts: str | None = None):
         self.app = app
         self.token = token or None
+        allowed = {_hostname(h) for h in (allowed_hosts or "").split(",") if h.strip()}
+        self.any_host = "*" in allowed
+        self.any_ip = _hostname(host) in WILDCARD_HOSTS
+        self.names = LOCAL_NAMES | allowed | ({_hostname(host)} if not self.any_ip else set())
         if self.token:
             digest = hmac.new(self.token.encode(), b"ascendscope-cookie", hashlib.sha256).hexdigest()
             # one cookie per token, so dashboards on other ports of the same host do not overwrite each other
@@ -63,11 +79,19 @@ class SecurityMiddleware:
             await send(message)
 
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        open_path = scope["path"] in OPEN_PATHS
+        if not self.token and not self.any_host and not open_path and not self._host_allowed(scope, headers):
+            name = _hostname(headers[b"host"].decode("latin-1"))[:MAX_SHOWN_HOST_CHARS]
+            await _error(send_with_headers, scope, 400, "host_not_allowed",
+                         f"this dashboard does not answer to the host name {name!r} (a guard against DNS "
+                         f"rebinding): open it as localhost or by its IP address, or start it with "
+                         f"--allowed-hosts {name} (ASCENDSCOPE_ALLOWED_HOSTS) or with --token")
+            return
         if scope["method"] not in SAFE_METHODS and _cross_site(headers):
             await _error(send_with_headers, scope, 403, "cross_site_request",
                          "a request from another site may not change anything here")
             return
-        if self.token and scope["path"] not in OPEN_PATHS:
+        if self.token and not open_path:
             verdict = self._check_token(scope, headers)
             if verdict == "redirect":
                 await self._redirect_without_token(scope, send_with_headers)
@@ -79,6 +103,19 @@ class SecurityMiddleware:
                              extra_headers=[(b"www-authenticate", b'Bearer realm="ascendscope"')])
                 return
         await self.app(scope, receive, send_with_headers)
+
+    def _host_allowed(self, scope, headers) -> bool:
+        raw = headers.get(b"host")
+        if raw is None:
+            return True  # HTTP/1.0 without Host: no browser sends that, so no rebinding either
+        name = _hostname(raw.decode("latin-1"))
+        if name in self.names or name.endswith(".localhost"):  # browsers resolve *.localhost to loopback
+            return True
+        server = scope.get("server")
+        if server and name == _hostname(str(server[0])):
+            return True  # the address the connection was made to (an in-process client names its own)
+        ip = _ip(name)
+        return ip is not None and (ip.is_loopback or self.any_ip)
 
     def _check_token(self, scope, headers) -> str:
         auth = headers.get(b"authorization", b"").decode("latin-1")
@@ -103,6 +140,28 @@ class SecurityMiddleware:
                                 (b"set-cookie", cookie.encode()), (b"cache-control", b"no-store"),
                                 (b"content-length", b"0")]})
         await send({"type": "http.response.body", "body": b""})
+
+
+def _hostname(host: str) -> str:
+    """``Host`` header or configured name -> lower-case name or address without port, brackets or final dot;
+    an IPv4-mapped IPv6 address becomes its IPv4 form (dual-stack sockets report those)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    host = host.rstrip(".")
+    ip = _ip(host)
+    if ip is not None and ip.version == 6 and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip) if ip is not None else host
+
+
+def _ip(name: str):
+    try:
+        return ipaddress.ip_address(name)
+    except ValueError:
+        return None
 
 
 def _same(given: str, expected: str) -> bool:

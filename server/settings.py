@@ -39,6 +39,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("no_browser", False, "do not open a browser tab when serving"),
     Setting("read_only", False, "serve the runs as they are: upload, rename and delete answer 403"),
     Setting("token", None, "require this token on every request (Authorization: Bearer, or ?token= once per browser)"),
+    Setting("allowed_hosts", None, "host names the dashboard answers to besides localhost and its own address "
+                                   "(comma-separated; * for any); checked only without a token"),
     Setting("ingest_workers", 1, "runs ingested at the same time, one worker process each"),
     Setting("ingest_retries", 1, "times a run whose worker died (killed, crashed) is ingested again before it fails"),
     Setting("max_upload_mb", 4000, "largest upload accepted, in MB"),
@@ -70,6 +72,7 @@ class Settings:
     no_browser: bool = _DEFAULT["no_browser"]
     read_only: bool = _DEFAULT["read_only"]
     token: str | None = _DEFAULT["token"]
+    allowed_hosts: str | None = _DEFAULT["allowed_hosts"]
     ingest_workers: int = _DEFAULT["ingest_workers"]
     ingest_retries: int = _DEFAULT["ingest_retries"]
     max_upload_mb: int = _DEFAULT["max_upload_mb"]

@@ -138,6 +138,62 @@ def test_token_link_sets_a_cookie_and_drops_the_token_from_the_url(runs):
         assert stranger.get("/api/runs").status_code == 401
 
 
+# -- host names (DNS rebinding) ---------------------------------------------------------------------------------------
+def host_status(client, host: str, path: str = "/api/runs") -> int:
+    return client.get(path, headers={"host": host}).status_code
+
+
+def test_foreign_host_names_are_refused_without_a_token(client, runs):
+    """A rebinding page reaches 127.0.0.1 under the attacker's name: the Host header gives it away."""
+    for path in ("/api/runs", f"/api/runs/{runs.ids['level1']}", "/", "/static/css/base.css", "/openapi.json"):
+        resp = client.get(path, headers={"host": "evil.example"})
+        assert resp.status_code == 400, path
+    resp = client.get("/api/runs", headers={"host": "evil.example:8000"})
+    err = resp.json()["error"]
+    assert err["code"] == "host_not_allowed" and "--allowed-hosts evil.example" in err["message"]
+    assert "content-security-policy" in resp.headers
+    page = client.get("/", headers={"host": "evil.example", "accept": "text/html"})
+    assert page.status_code == 400 and page.headers["content-type"].startswith("text/html")
+    assert client.patch(f"/api/runs/{runs.ids['level1']}", json={"name": "x"},
+                        headers={"host": "evil.example"}).status_code == 400
+    for host in ("localhost", "localhost:8000", "LOCALHOST.", "127.0.0.1:8000", "[::1]:8000", "127.0.0.2",
+                 "app.localhost:8000", "testserver"):  # the last: the address this client connected to
+        assert host_status(client, host) == 200, host
+    for host in ("192.168.1.5:8000", "localhost.evil.example", "127.0.0.1.evil.example", "[::2]"):
+        assert host_status(client, host) == 400, host
+    assert host_status(client, "evil.example", "/api/health") == 200  # probes use names of their own
+
+
+def test_allowed_hosts_and_a_token_let_other_names_in(runs):
+    with make_client(runs.data_dir, allowed_hosts="dash.example, Other.Example:8000") as c:
+        for host in ("dash.example", "dash.example:8000", "other.example", "localhost"):
+            assert host_status(c, host) == 200, host
+        assert host_status(c, "evil.example") == 400
+    with make_client(runs.data_dir, allowed_hosts="*") as c:
+        assert host_status(c, "evil.example") == 200
+    with make_client(runs.data_dir, token=TOKEN) as c:  # a rebinding page has no token: the token is the guard
+        assert host_status(c, "evil.example") == 401
+        assert c.get("/api/runs", headers={"host": "evil.example", "authorization": f"Bearer {TOKEN}"}
+                     ).status_code == 200
+
+
+def test_listening_everywhere_answers_any_ip_but_only_known_names(runs):
+    """Behind Docker's port mapping the browser's address for the server is unknown; an IP cannot be rebound."""
+    with make_client(runs.data_dir, host="0.0.0.0") as c:
+        for host in ("192.168.1.5:8000", "[2001:db8::5]:8000", "localhost:8000"):
+            assert host_status(c, host) == 200, host
+        assert host_status(c, "gpu-box:8000") == 400
+    with make_client(runs.data_dir, host="gpu-box") as c:  # the name it was told to listen on
+        assert host_status(c, "gpu-box:8000") == 200 and host_status(c, "192.168.1.5") == 400
+
+
+def test_a_live_server_refuses_foreign_host_names(live_server):
+    assert httpx.get(f"{live_server.base_url}/api/runs", headers={"host": "evil.example"}).status_code == 400
+    assert httpx.get(f"{live_server.base_url}/api/runs").status_code == 200  # Host: 127.0.0.1:PORT
+    port = live_server.base_url.rsplit(":", 1)[1]
+    assert httpx.get(f"{live_server.base_url}/api/runs", headers={"host": f"localhost:{port}"}).status_code == 200
+
+
 # -- cross-site writes and ids ---------------------------------------------------------------------------------------
 def test_cross_site_writes_are_refused(client, runs):
     level1 = runs.ids["level1"]
@@ -181,8 +237,21 @@ def test_settings_from_env_and_flags(tmp_path):
     assert (flags.host, flags.port, flags.token, flags.no_browser, flags.read_only) == ("127.0.0.1", 8123, "u",
                                                                                         True, True)
     assert Settings.from_env({}).host == "127.0.0.1" and Settings.from_env({}).token is None
+    assert Settings.from_env({"ASCENDSCOPE_ALLOWED_HOSTS": "a.example,b"}).allowed_hosts == "a.example,b"
+    args = build_parser().parse_args(["serve", "--allowed-hosts", "c.example"])
+    assert Settings.from_env(env, allowed_hosts=args.allowed_hosts).allowed_hosts == "c.example"
+    assert Settings.from_env({}).allowed_hosts is None
     with pytest.raises(ValueError):
         Settings.from_env({"ASCENDSCOPE_READ_ONLY": "maybe"})
+
+
+def test_help_explains_allowed_hosts(capsys):
+    from server.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    text = capsys.readouterr().out
+    assert "--allowed-hosts" in text and "ASCENDSCOPE_ALLOWED_HOSTS" in text and "rebinding" in text
 
 
 def test_serving_a_folder_of_runs_opens_one_run_each(tmp_path):
