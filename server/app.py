@@ -5,17 +5,22 @@ Adding a JSON resource is one line: put its module name (``server/api/<name>.py`
 ``/static`` and plotly.js from the installed ``plotly`` package at ``/vendor/plotly.min.js``.
 
 Every error, from any route, leaves as ``{"error": {"code": …, "message": …, "status": …}}`` (HTML pages get
-a small HTML page instead). Every response carries the security headers of ``server.security`` (which also
-checks the access token when one is set).
+a small HTML page instead). An unexpected exception is logged with an error id and answers a generic 500 that
+names only that id (exception texts carry server paths and SQL); it is answered by :class:`CatchAll` inside
+Starlette's outermost error middleware, which would re-raise and so make the server drop the keep-alive
+connection. A full disk (``ENOSPC``/``EDQUOT``) answers 507 ``insufficient_storage``. Every response carries the
+security headers of ``server.security`` (which also checks the access token when one is set).
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import importlib
 import logging
 import re
+import secrets
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -52,7 +57,8 @@ FAVICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rec
                'height="2" fill="#fff"/><rect x="3" y="10" width="5" height="2" fill="#fff"/></svg>')
 HTTP_CODES = {400: "bad_request", 401: "token_required", 403: "forbidden", 404: "not_found",
               405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
-              422: "invalid_parameter", 500: "internal_error"}
+              422: "invalid_parameter", 500: "internal_error", 507: "insufficient_storage"}
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # Swagger UI comes from a CDN with one inline start-up script: /docs alone gets a policy that allows exactly those
 SWAGGER_CDN = "https://cdn.jsdelivr.net"
 DOCS_CSP = ("default-src 'self'; script-src 'self' {cdn} {hashes}; style-src 'self' {cdn} 'unsafe-inline'; "
@@ -106,7 +112,8 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     def docs() -> HTMLResponse:
         return _docs_page(app)
 
-    _install_error_handlers(app)
+    respond = _install_error_handlers(app)
+    app.add_middleware(CatchAll, respond=respond)  # added first: it runs inside the security middleware
     app.add_middleware(SecurityMiddleware, token=settings.token, host=settings.host,
                        allowed_hosts=settings.allowed_hosts)
     return app
@@ -120,7 +127,9 @@ def _docs_page(app: FastAPI) -> HTMLResponse:
     return HTMLResponse(html, headers={"Content-Security-Policy": DOCS_CSP.format(cdn=SWAGGER_CDN, hashes=hashes)})
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def _install_error_handlers(app: FastAPI):
+    """Registers the handlers; returns the one that answers an unexpected exception, for :class:`CatchAll`."""
+
     def respond(request: Request, status: int, code: str, message: str, details: dict | None = None):
         if not request.url.path.startswith("/api/") and request.method == "GET" and status in (404, 409, 500):
             return HTMLResponse(pages.error_page(request, status, message), status_code=status)
@@ -147,10 +156,55 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def timeout_error(request: Request, exc: QueryTimeout):
         return respond(request, 504, "query_timeout", str(exc))
 
+    def internal_error(request: Request, exc: BaseException):
+        error_id = secrets.token_hex(4)
+        log.error("internal error %s on %s %s", error_id, request.method, request.url.path, exc_info=exc)
+        return respond(request, 500, "internal_error",
+                       f"internal error {error_id}: the request failed on the server (its log has the details)",
+                       {"error_id": error_id})
+
+    @app.exception_handler(OSError)
+    async def os_error(request: Request, exc: OSError):
+        if exc.errno not in DISK_FULL_ERRNOS:
+            return internal_error(request, exc)
+        log.error("disk full on %s %s: %s", request.method, request.url.path, exc)
+        return respond(request, 507, "insufficient_storage",
+                       "the server ran out of disk space (or quota) while writing; free some space on the server "
+                       "and try again")
+
     @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception):
-        log.exception("unhandled error on %s", request.url.path)
-        return respond(request, 500, "internal_error", f"{type(exc).__name__}: {exc}")
+    async def last_resort(request: Request, exc: Exception):
+        """Only for an exception raised outside CatchAll (in the security middleware itself)."""
+        return internal_error(request, exc)
+
+    return internal_error
+
+
+class CatchAll:
+    """Answers an exception that no handler took with ``respond(request, exc)`` — unless part of the response
+    has already left, when only closing the connection can tell the client (so it is re-raised)."""
+
+    def __init__(self, app, *, respond):
+        self.app, self.respond = app, respond
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as exc:
+            if started:
+                raise
+            await self.respond(Request(scope), exc)(scope, receive, send)
+
 
 
 def _version() -> str:

@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from jinja2 import TemplateNotFound
 
+from server.redact import public_run
 from server.runs import RunNotFound
 from server.security import CSP_WITH_PLOTLY
 
@@ -75,6 +76,7 @@ def _context(request: Request, run, view: str) -> dict:
             ranks = []
     run_json = None
     if run is not None:
+        run = public_run(request, run, request.app.state.store.data_dir)
         run_json = {k: v for k, v in run.to_json().items() if k not in ("summary", "source_fingerprint", "worker_pid")}
     settings = request.app.state.settings
     page = {"view": view, "run_id": run.id if run else None, "run": run_json, "ranks": ranks,

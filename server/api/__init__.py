@@ -10,11 +10,15 @@ declare what they need in their signature:
 
 and answer with plain dicts; raise :class:`ApiError` for anything the client did wrong. Every error reaches the
 client as ``{"error": {"code": …, "message": …, "status": …}}`` (see ``server.app``).
+
+Integer parameters are :data:`Int64` (or carry tighter bounds): the database takes 64-bit integers, so a larger
+value is the client's mistake (422 ``invalid_parameter`` naming it), not a database error.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 from typing import Annotated, Any, Iterator
 
@@ -23,10 +27,16 @@ import numpy as np
 import orjson
 from fastapi import Depends, Path, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import Field
 
 from server.db import Databases, RunInfo, query
 from server.runs import Run, RunNotFound, RunStore
 from server.settings import Settings
+
+log = logging.getLogger("ascendscope.api")
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
 class ApiError(Exception):
@@ -142,7 +152,9 @@ def open_run_db(run: Run, path, databases: Databases) -> tuple[RunInfo, duckdb.D
     try:
         return databases.info(run.id, path), databases.cursor(run.id, path)
     except (OSError, duckdb.Error) as exc:
-        raise ApiError(500, "database_unavailable", f"cannot open the database of run {run.id!r}: {exc}") from exc
+        log.error("cannot open the database of run %s: %s", run.id, exc)  # names server paths: log only
+        raise ApiError(500, "database_unavailable",
+                       f"the database of run {run.id!r} cannot be opened (the server log has the reason)") from exc
 
 
 def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> Iterator[RunDb]:

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from server.api import RunDbDep
+from server.api import Int64, RunDbDep
 from server.api.viewparams import (
     DEFAULT_LIMIT, FilterQ, LimitQ, OffsetQ, OrderQ, SortQ, csv_response, guard, origin_ns, page,
 )
@@ -23,7 +23,7 @@ ORIGIN_SQL = "SELECT min(start_ns) FROM comm_ops"
 StepKeyQ = Annotated[str | None, Query(max_length=64, description="step key, e.g. step50")]
 GroupQ = Annotated[str | None, Query(max_length=64, description="HCCL group id")]
 OpQ = Annotated[str | None, Query(max_length=256, description="one op name")]
-CommRankQ = Annotated[int | None, Query(description="one rank; default: all ranks")]
+CommRankQ = Annotated[Int64 | None, Query(description="one rank; default: all ranks")]
 CommTypeQ = Annotated[Literal["collective", "p2p"] | None, Query(description="collective or p2p")]
 
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from server.api import (ApiError, FastJSONResponse, RunDep, SettingsDep, StoreDep, WritableDep, fast_json,
                         get_databases, ns_str, open_run_db)
 from server.db import query
+from server.redact import public_run, source_label
 from server.runs import Run, RunNotFound, clean_name
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -64,10 +65,11 @@ def run_summary(run: Run) -> dict:
 
 @router.get("")
 @fast_json
-def list_runs(store: StoreDep) -> FastJSONResponse:
+def list_runs(store: StoreDep, request: Request) -> FastJSONResponse:
     """Every run in the data dir, newest first: id, name, ranks, status, progress, error, created, size on disk."""
     runs = store.list()
-    return {"runs": [run_summary(r) for r in runs[:MAX_RUNS]], "count": len(runs), "truncated": len(runs) > MAX_RUNS}
+    return {"runs": [run_summary(public_run(request, r, store.data_dir)) for r in runs[:MAX_RUNS]],
+            "count": len(runs), "truncated": len(runs) > MAX_RUNS}
 
 
 @router.post("", status_code=202, openapi_extra={"requestBody": UPLOAD_BODY}, responses=UPLOAD_ERRORS)
@@ -123,9 +125,11 @@ def get_run(run: RunDep, store: StoreDep, settings: SettingsDep, request: Reques
     ``percent``, ``mb_per_s``, ``eta_s``. ``origin_ns`` is the zero of every relative time in the timeline
     responses.
     """
-    data = run_summary(run)
+    data = run_summary(public_run(request, run, store.data_dir))
     if run.status == "ready":
         data |= _ready_details(run, store.db_path(run.id), get_databases(request), settings.query_timeout_s)
+        if "source_path" in data["meta"]:
+            data["meta"]["source_path"] = source_label(request, run, data["meta"]["source_path"])
     return data
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from server.api import RunDbDep
 from server.api.viewparams import RankQ, csv_response
 from server.queries import Csv, csv_text
 from server.queries import summary as sq
+from server.redact import source_label
 
 router = APIRouter(prefix="/api/runs/{run_id}/summary", tags=["summary"])
 
@@ -22,12 +23,12 @@ CSV_COLUMNS = ("rank", "step", "source") + sq.CATEGORIES + ("e2e_ns", "computing
 
 
 @router.get("")
-def run_summary(db: RunDbDep, source: SourceQ = "auto", rank: RankQ = None) -> dict:
+def run_summary(db: RunDbDep, request: Request, source: SourceQ = "auto", rank: RankQ = None) -> dict:
     """Base info, breakdown rows per (rank, step) with ratios, findings, top operators of ``rank`` (default: the
     first rank with kernels), per-rank accelerator-core split, rank metadata and parallel groups."""
     result = sq.summary(db, source, rank)
-    if db.run.origin == "upload":  # the database names the server folder it was extracted to, since removed
-        result["base"]["source_path"] = f"uploaded {db.run.source}"
+    # an upload's database names the server folder it was extracted to (since removed): show the file name
+    result["base"]["source_path"] = source_label(request, db.run, result["base"]["source_path"])
     return result
 
 

@@ -17,7 +17,9 @@ import numpy as np
 import pandas as pd
 from fastapi import APIRouter, Path, Query
 
-from server.api import ApiError, FastJSONResponse, RunDb, RunDbDep, fast_json, ns_str
+from server.api import (
+    INT64_MAX, INT64_MIN, ApiError, FastJSONResponse, Int64, RunDb, RunDbDep, fast_json, ns_str,
+)
 from server.api.timeline_sql import (
     CHILDREN_SQL, COUNTER_COUNT_SQL, COUNTER_EDGES_SQL, COUNTER_EXACT_SQL, COUNTER_LOD_SQL, COUNTER_SERIES_SQL,
     DENSITY_MARGIN, FLOW_CATEGORIES_SQL, FLOWS_IN_RANGE_SQL, KERNEL_SQL, RANGE_STATS_SQL, RANGE_TOTALS_SQL,
@@ -28,9 +30,9 @@ from server.api.timeline_sql import (
 router = APIRouter(prefix="/api/runs/{run_id}/timeline", tags=["timeline"])
 
 RunId = Annotated[str, Path(description="run id")]
-StartNs = Annotated[int | None, Query(description="window start, absolute epoch ns (default: run start)")]
-EndNs = Annotated[int | None, Query(description="window end, absolute epoch ns, exclusive (default: run end)")]
-TrackIds = Annotated[list[int], Query(description="track ids (repeat the parameter for several)")]
+StartNs = Annotated[Int64 | None, Query(description="window start, absolute epoch ns (default: run start)")]
+EndNs = Annotated[Int64 | None, Query(description="window end, absolute epoch ns, exclusive (default: run end)")]
+TrackIds = Annotated[list[Int64], Query(description="track ids (repeat the parameter for several)")]
 
 
 def _window(db: RunDb, start_ns: int | None, end_ns: int | None) -> tuple[int, int]:
@@ -290,7 +292,7 @@ def flows(run_id: RunId, db: RunDbDep, start_ns: StartNs = None, end_ns: EndNs =
 
 @router.get("/slices/{slice_id}")
 @fast_json
-def slice_detail(run_id: RunId, slice_id: int, db: RunDbDep) -> FastJSONResponse:
+def slice_detail(run_id: RunId, slice_id: Int64, db: RunDbDep) -> FastJSONResponse:
     """One slice: all args, the call stack and input shapes split on ``;\\r\\n``, its parent and children, its
     flows with their other ends (slice, track, ts) and, for a device task, its ``kernel_details`` row."""
     origin = db.info.origin_ns
@@ -405,7 +407,7 @@ def search(run_id: RunId, db: RunDbDep,
 @router.get("/range_stats")
 @fast_json
 def range_stats(run_id: RunId, db: RunDbDep, start_ns: StartNs = None, end_ns: EndNs = None,
-                track_id: Annotated[list[int], Query(description="limit to these tracks (all when absent)")] = []
+                track_id: Annotated[list[Int64], Query(description="limit to these tracks (all when absent)")] = []
                 ) -> FastJSONResponse:  # noqa: B006
     """Per slice name over the slices overlapping [start_ns, end_ns) (all tracks, or the given ones): count,
     total, avg, min and max wall duration in ns, longest total first; ``totals`` over all of them."""
@@ -430,9 +432,13 @@ def range_stats(run_id: RunId, db: RunDbDep, start_ns: StartNs = None, end_ns: E
 def _cursor(text: str) -> tuple[int, int]:
     try:
         ts, sid = text.split(":")
-        return int(ts), int(sid)
+        pair = int(ts), int(sid)
     except ValueError:
-        raise ApiError(400, "invalid_cursor", f"bad cursor {text!r}: expected '<ts_ns>:<slice_id>'") from None
+        pair = None
+    if pair is None or not all(INT64_MIN <= v <= INT64_MAX for v in pair):
+        raise ApiError(400, "invalid_cursor", f"bad cursor {text[:100]!r}: expected '<ts_ns>:<slice_id>' "
+                                              "(64-bit integers)")
+    return pair
 
 
 def _json_obj(raw) -> FastJSONResponse:

@@ -10,19 +10,19 @@ from typing import Annotated, Callable, TypeVar
 from fastapi import Query
 from fastapi.responses import Response
 
-from server.api import ApiError, RunDb
+from server.api import INT64_MAX, ApiError, Int64, RunDb
 from server.queries import DEFAULT_PAGE_ROWS, MAX_CSV_ROWS, MAX_PAGE_ROWS, Csv, Page, QueryError
 
 T = TypeVar("T")
 
-RankQ = Annotated[int | None, Query(description="rank; default: the first rank that has this data")]
-StepQ = Annotated[int | None, Query(description="step number (ProfilerStep#N)")]
+RankQ = Annotated[Int64 | None, Query(description="rank; default: the first rank that has this data")]
+StepQ = Annotated[Int64 | None, Query(description="step number (ProfilerStep#N)")]
 SortQ = Annotated[str | None, Query(max_length=64, description="column to sort by (see the endpoint's list)")]
 OrderQ = Annotated[str | None, Query(pattern="^(asc|desc)$", description="asc or desc (default desc)")]
 FilterQ = Annotated[str | None, Query(max_length=200, description="case-insensitive substring of the name")]
-OffsetQ = Annotated[int, Query(ge=0, description="rows to skip")]
+OffsetQ = Annotated[int, Query(ge=0, le=INT64_MAX, description="rows to skip")]
 LimitQ = Annotated[int, Query(ge=1, le=MAX_PAGE_ROWS, description=f"page size (at most {MAX_PAGE_ROWS})")]
-AbsNsQ = Annotated[int | None, Query(description="absolute epoch ns")]
+AbsNsQ = Annotated[Int64 | None, Query(description="absolute epoch ns")]
 
 DEFAULT_LIMIT = DEFAULT_PAGE_ROWS
 

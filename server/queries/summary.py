@@ -10,11 +10,18 @@ is derived from the Overlap Analysis slices exactly as torch_npu does (FORMATS.m
   Communication(Not Overlapped and Exclude Receive) = max(Communication(Not Overlapped) − Bubble, 0);
   Stage = (last end − first start of the step's slices) − Bubble;
   Preparing = first Computing/Communication start − the step's host start (the first torch op without steps).
+
+A rank's ``profiler_info`` / ``profiler_metadata`` are the profiler's JSON files as ingest stored them: text nested
+deeper than :data:`MAX_JSON_DEPTH` is not parsed (it would exhaust the parser's recursion, or the response
+encoder's) and the rank's ``extra_metadata`` says it was unreadable.
 """
 
 from __future__ import annotations
 
 import json
+import re
+
+import numpy as np
 
 from server.queries import ns_str, ratio
 
@@ -25,6 +32,8 @@ EXPOSED_COMM_FINDING_RATIO = 0.20
 SLOW_RANK_FINDING_RATIO = 0.05
 TOP_OPERATORS = 10
 MAX_BREAKDOWN_ROWS = 20_000  # ranks × steps; the findings are computed over all of them
+MAX_JSON_DEPTH = 64  # real profiler metadata nests a few levels; the response encoder stops at 255
+JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 STEP_TRACE_SQL = """
 SELECT rank, step, computing_ns, communication_not_overlapped_ns, overlapped_ns, communication_ns, free_ns,
@@ -225,21 +234,35 @@ def findings(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _loads(text) -> dict:
+def _loads(text) -> tuple[dict, str | None]:
+    """The JSON object in ``text`` (``{}`` if it is none), and why it could not be read, if it could not."""
     if not text:
-        return {}
-    try:
-        value = json.loads(text) if isinstance(text, str) else text
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return {}, None
+    if isinstance(text, str):
+        if _too_deep(text):
+            return {}, f"unreadable: nested deeper than {MAX_JSON_DEPTH} levels"
+        try:
+            text = json.loads(text)
+        except ValueError as exc:
+            return {}, f"unreadable: not JSON ({exc})"
+    return (text, None) if isinstance(text, dict) else ({}, None)
+
+
+def _too_deep(text: str) -> bool:
+    """Whether brackets in JSON text nest deeper than MAX_JSON_DEPTH (those inside strings not counted), found
+    without recursion or a Python loop."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return False
+    chars = np.frombuffer(JSON_STRING.sub("", text).encode("utf-8", "replace"), dtype=np.uint8)
+    steps = np.isin(chars, (ord("["), ord("{"))).astype(np.int64) - np.isin(chars, (ord("]"), ord("}")))
+    return int(np.cumsum(steps).max(initial=0)) > MAX_JSON_DEPTH
 
 
 def rank_metadata(db) -> list[dict]:
     """Each rank's device, versions, profiler config, environment variables and parallel groups."""
     out = []
     for r in db.dicts(RANKS_SQL):
-        info, meta = _loads(r.pop("profiler_info")), _loads(r.pop("profiler_metadata"))
+        (info, info_problem), (meta, meta_problem) = _loads(r.pop("profiler_info")), _loads(r.pop("profiler_metadata"))
         config = info.get("config") if isinstance(info.get("config"), dict) else {}
         groups = []
         for hccl_name, g in (meta.get("parallel_group_info") or {}).items():
@@ -256,6 +279,9 @@ def rank_metadata(db) -> list[dict]:
             "extra_metadata": {k: v for k, v in meta.items()
                                if k not in ("ENV_VARIABLES", "parallel_group_info", "distributed_args")},
         })
+        for column, problem in (("profiler_info", info_problem), ("profiler_metadata", meta_problem)):
+            if problem:
+                r["extra_metadata"][column] = problem
         out.append(r)
     return out
 
