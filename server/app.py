@@ -206,7 +206,6 @@ class CatchAll:
             await self.respond(Request(scope), exc)(scope, receive, send)
 
 
-
 def _version() -> str:
     try:
         from importlib.metadata import version  # noqa: PLC0415
