@@ -7,16 +7,26 @@ export const HEADER_PX = 24;         // rank and process header rows
 export const EMPTY_TRACK_PX = 20;    // a track with nothing to draw
 export const COUNTER_PX = 38;        // counter (line chart) tracks
 export const SUMMARY_PX = 10;        // density strip of a collapsed process
+export const FOLDED_ROWS = 5;        // a deeper slice track shows this many levels until it is unfolded
+export const MORE_PX = 8;            // below a folded track: a strip where its hidden levels' slices fall
+export const MORE_STRIP_PX = 4;      // height of that strip's bars
+export const LANE_HEAD_PX = 21;      // the label line of a lane (kept in view while the lane is)
 export const INDENT_PX = 14;         // label indentation per tree level
 export const MIN_LABEL_PX = 26;      // a slice narrower than this gets no text
 export const CHAR_PX = 6.4;          // average glyph width of the 11px label font (no measureText per slice)
 export const LABEL_FONT = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
 
-/** Height of a track row. */
-export function trackHeight(track) {
+/** Levels of slices a track has (0 for counters and empty tracks). */
+export function trackDepths(track) {
+  if (track.kind === "counter" || !track.slice_count) return 0;
+  return Number(track.max_depth || 0) + 1;
+}
+
+/** Height of a track row showing `shown` of its levels (all by default); a folded one adds the hidden-levels strip. */
+export function trackHeight(track, shown = trackDepths(track)) {
   if (track.kind === "counter") return COUNTER_PX;
   if (!track.slice_count) return EMPTY_TRACK_PX;
-  return TRACK_PAD_PX * 2 + (Number(track.max_depth || 0) + 1) * DEPTH_PX;
+  return TRACK_PAD_PX * 2 + shown * DEPTH_PX + (shown < trackDepths(track) ? MORE_PX : 0);
 }
 
 /**

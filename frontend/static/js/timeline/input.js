@@ -1,8 +1,10 @@
 // Keyboard and mouse for the timeline (MindStudio Insight's keys): W/S zoom, A/D pan, ↑/↓ scroll lanes,
 // Backspace undo, Ctrl/Cmd+0 reset, Q panel, Shift+Z zoom to range, M range from slice, ? help; wheel zooms,
-// drag pans, Alt+drag zooms to the dragged range, drag on the ruler selects a range, click selects.
+// drag pans, Alt+drag zooms to the dragged range, drag on the ruler selects a range, click selects (on a folded
+// track's hidden-levels strip: unfolds it).
 
 import { formatDuration, formatExact, formatValue } from "../common/format.js";
+import { FOLDED_ROWS } from "./geometry.js";
 
 const ZOOM_IN = 0.8;
 const ZOOM_OUT = 1 / ZOOM_IN;
@@ -33,7 +35,7 @@ export function attachInput(tl) {
       return;
     }
     if (e.target.closest && e.target.closest("input, textarea, select")) return;
-    if (!tl.ready) return;
+    if (!tl.ready || tl.root.dataset.noTrace) return;  // no trace: no view to move, no key map to show
     const ctrl = e.ctrlKey || e.metaKey;
     if (ctrl && (e.key === "0" || e.code === "Digit0" || e.code === "Numpad0")) {
       e.preventDefault();
@@ -73,6 +75,8 @@ export function attachInput(tl) {
   tl.$("tl-zoom-in").addEventListener("click", () => tl.zoomBy(ZOOM_IN, null));
   tl.$("tl-zoom-out").addEventListener("click", () => tl.zoomBy(ZOOM_OUT, null));
   tl.$("tl-reset").addEventListener("click", () => tl.resetView());
+  tl.$("tl-unfold-all").addEventListener("click", () => tl.foldAll(false));
+  tl.$("tl-fold-all").addEventListener("click", () => tl.foldAll(true));
   tl.$("tl-search-next").addEventListener("click", () => tl.searchStep(1));
   tl.$("tl-search-prev").addEventListener("click", () => tl.searchStep(-1));
   tl.$("tl-help-btn").addEventListener("click", () => tl.toggleHelp());
@@ -162,7 +166,12 @@ export function attachInput(tl) {
       return;
     }
     const hit = tl.hitTest(x, y);
-    if (hit) tl.select(hit.slice_id, { hint: hit });
+    if (hit) {
+      tl.select(hit.slice_id, { hint: hit });
+      return;
+    }
+    const folded = tl.foldedAt(x, y);
+    if (folded) tl.toggleFold(folded);
     else tl.clearSelection();
   }
 
@@ -189,22 +198,25 @@ export function attachInput(tl) {
   function updateHover(x, y) {
     const hit = tl.hitTest(x, y);
     const arrow = hit ? null : tl.arrowAt(x, y);
+    const folded = hit || arrow ? null : tl.foldedAt(x, y);
     tl.hoverX = x;
     tl.hover = { x, box: hit ? tl.sliceBox(hit.track_id, hit.ts_ns, hit.dur_ns, hit.depth) : null };
-    canvas.style.cursor = arrow ? "pointer" : "";
+    canvas.style.cursor = arrow || folded ? "pointer" : "";
     tl.drawOverlayOnly();
-    const counter = hit ? null : tl.counterAt(x, y);
-    if (!hit && !counter) {
+    const counter = hit || folded ? null : tl.counterAt(x, y);
+    if (!hit && !counter && !folded) {
       tooltip.hidden = true;
       return;
     }
     tooltip.replaceChildren();
     const name = document.createElement("div");
     name.className = "tt-name";
-    name.textContent = hit ? hit.name : counter.name;
+    name.textContent = hit ? hit.name : folded ? `${folded.depths - FOLDED_ROWS} more rows` : counter.name;
     tooltip.append(name);
     let rows;
-    if (hit) {
+    if (folded) {
+      rows = [["Lane", tl.laneTitle(folded.track.track_id)], ["Click", "show every row"]];
+    } else if (hit) {
       rows = [["Duration", formatDuration(hit.dur_ns)], ["Start", formatExact(hit.ts_ns - tl.runStart)],
         ["Lane", tl.laneTitle(hit.track_id)]];
       if (hit.lod && hit.count > 1) rows.push(["Summary", `${hit.count} slices here (longest shown) — zoom in`]);

@@ -2,8 +2,10 @@
 //
 // Nodes: {type: "rank"|"group"|"track", id, title, collapsed, pinned, children, track?}. layout() flattens the
 // expanded, rank-filtered tree into rows {node, y, h, level}; pinned nodes go to a separate list drawn at the top.
+// A slice track deeper than FOLDED_ROWS + 1 levels is "deep": folded (its first levels only) until unfolded, so
+// torch op stacks 30–40 levels deep do not push the device lanes off the screen.
 
-import { HEADER_PX, INDENT_PX, trackHeight } from "./geometry.js";
+import { FOLDED_ROWS, HEADER_PX, INDENT_PX, LANE_HEAD_PX, trackDepths, trackHeight } from "./geometry.js";
 
 const KIND_TITLES = { python: "Python", cann: "CANN", hardware: "Ascend Hardware", communication: "Communication",
   overlap: "Overlap Analysis" };
@@ -33,10 +35,13 @@ export function buildTree(tracks) {
       rank.groups.set(gkey, group);
       rank.children.push(group);
     }
+    const depths = trackDepths(t);
     group.children.push({
       type: "track", id: `t${t.track_id}`, rank: t.rank, kind: t.kind, track: t,
       title: t.kind === "counter" ? t.counter_name || t.thread_name : t.thread_name || `Thread ${t.tid}`,
       collapsed: false, pinned: false, children: [], parent: group,
+      // folding hides at least two levels: trading one level for the strip that stands for it gains nothing
+      depths, deep: depths > FOLDED_ROWS + 1, folded: depths > FOLDED_ROWS + 1,
     });
   }
   const out = [...ranks.values()].sort((a, b) => a.rank - b.rank);
@@ -69,8 +74,13 @@ export function indexTree(ranks) {
   return { byId, byTrack };
 }
 
+/** Levels of slices a track row shows now. */
+export function shownDepths(node) {
+  return node.folded ? FOLDED_ROWS : node.depths;
+}
+
 function nodeHeight(node) {
-  return node.type === "track" ? trackHeight(node.track) : HEADER_PX;
+  return node.type === "track" ? trackHeight(node.track, shownDepths(node)) : HEADER_PX;
 }
 
 /**
@@ -123,13 +133,16 @@ export function layout(ranks, rankFilter, pinnedOrder, byId) {
   return { scroll, pinned, scrollHeight: y, pinnedHeight: pY, rowOfTrack };
 }
 
-/** (Re)builds the label column for rows; handlers: {toggle(node), pin(node), select(node)}. */
+/**
+ * (Re)builds the label column for rows; handlers: {toggle(node), fold(node), pin(node), select(node)}. Each row
+ * gets `el` (its label) and `head` (the line that stays in view while the lane does, see stickLabel).
+ */
 export function renderLabels(container, rows, handlers, selectedLaneId) {
   const frag = document.createDocumentFragment();
   for (const row of rows) {
     const n = row.node;
     const el = document.createElement("div");
-    el.className = `tl-lane lane-${n.type}` + (n.id === selectedLaneId ? " selected" : "");
+    el.className = `tl-lane lane-${n.type}` + (n.id === selectedLaneId ? " selected" : "") + (n.deep ? " deep" : "");
     el.style.top = `${row.y}px`;
     el.style.height = `${row.h}px`;
     el.style.paddingLeft = `${4 + row.level * INDENT_PX}px`;
@@ -137,26 +150,43 @@ export function renderLabels(container, rows, handlers, selectedLaneId) {
     el.dataset.kind = n.kind || n.type;
     el.dataset.rank = String(n.rank);
     if (n.type === "track") el.dataset.trackId = String(n.track.track_id);
+    if (n.deep) el.dataset.folded = String(n.folded);
+    const head = document.createElement("div");
+    head.className = "tl-lane-head";
     const twisty = document.createElement("span");
-    twisty.className = "twisty" + (n.type === "track" ? " leaf" : "");
-    twisty.textContent = n.type === "track" ? "" : n.collapsed ? "▶" : "▼";
-    if (n.type !== "track") twisty.addEventListener("click", (e) => { e.stopPropagation(); handlers.toggle(n); });
+    const opens = n.type !== "track" || n.deep;
+    twisty.className = "twisty" + (opens ? "" : " leaf");
+    twisty.textContent = !opens ? "" : (n.type === "track" ? n.folded : n.collapsed) ? "▶" : "▼";
+    if (n.deep) {
+      twisty.title = n.folded ? `Show all ${n.depths} rows` : `Fold to ${FOLDED_ROWS} rows`;
+      twisty.addEventListener("click", (e) => { e.stopPropagation(); handlers.fold(n); });
+    } else if (opens) {
+      twisty.addEventListener("click", (e) => { e.stopPropagation(); handlers.toggle(n); });
+    }
     const name = document.createElement("span");
     name.className = "name";
     name.textContent = row.title;
     name.title = row.title;
-    el.append(twisty, name);
+    head.append(twisty, name);
+    if (n.deep && n.folded) {
+      const more = document.createElement("span");
+      more.className = "more";
+      more.textContent = `+${n.depths - FOLDED_ROWS} rows`;
+      more.title = `${n.depths - FOLDED_ROWS} more rows: click to show them`;
+      more.addEventListener("click", (e) => { e.stopPropagation(); handlers.fold(n); });
+      head.appendChild(more);
+    }
     if (n.meta) {
       const meta = document.createElement("span");
       meta.className = "meta";
       meta.textContent = n.meta;
-      el.appendChild(meta);
+      head.appendChild(meta);
     }
     if (n.badge) {
       const badge = document.createElement("span");
       badge.className = "badge";
       badge.textContent = n.badge;
-      el.appendChild(badge);
+      head.appendChild(badge);
     }
     if (n.type !== "rank") {
       const pin = document.createElement("span");
@@ -164,10 +194,36 @@ export function renderLabels(container, rows, handlers, selectedLaneId) {
       pin.textContent = "↥";
       pin.title = n.pinned ? "Unpin" : "Pin to the top";
       pin.addEventListener("click", (e) => { e.stopPropagation(); handlers.pin(n); });
-      el.appendChild(pin);
+      head.appendChild(pin);
     }
+    el.appendChild(head);
     el.addEventListener("click", () => (n.type === "track" ? handlers.select(n) : handlers.toggle(n)));
+    row.el = el;
+    row.head = head;
     frag.appendChild(el);
   }
   container.replaceChildren(frag);
+}
+
+/**
+ * Keeps the label of the row that crosses the top edge of the scrolled area (at scroll offset `top`) in view:
+ * its head line moves down with the edge until the row's bottom pushes it back up. Only that one row (rows do
+ * not overlap) is offset; `prev` is the row offset last time (reset here). Returns the row now offset, or null.
+ */
+export function stickLabel(rows, top, prev) {
+  let lo = 0;
+  let hi = rows.length - 1;
+  let row = null;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    const r = rows[mid];
+    if (top < r.y) hi = mid - 1;
+    else if (top >= r.y + r.h) lo = mid + 1;
+    else { row = r; break; }
+  }
+  if (prev && prev !== row && prev.head) prev.head.style.transform = "";
+  if (!row || !row.head) return null;
+  const shift = Math.max(0, Math.min(top - row.y, row.h - LANE_HEAD_PX));
+  row.head.style.transform = shift > 0 ? `translateY(${shift}px)` : "";
+  return row;
 }

@@ -1,7 +1,7 @@
 // Timeline page entry: builds the Timeline on #timeline, wires input, and exposes window.__timeline, a small
 // debug/automation surface (lane positions, drawn arrows, view, geometry) used by the browser tests.
 
-import { DEPTH_PX, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
+import { DEPTH_PX, FOLDED_ROWS, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
 import { attachInput } from "./input.js";
 import { Timeline } from "./timeline.js";
 
@@ -12,11 +12,11 @@ if (root) {
   window.__timeline = {
     ready: false,
     error: null,
-    geometry: { DEPTH_PX, SLICE_PX, TRACK_PAD_PX },
+    geometry: { DEPTH_PX, SLICE_PX, TRACK_PAD_PX, FOLDED_ROWS },
     get view() {
       return { start_ns: root.dataset.viewStartNs, end_ns: root.dataset.viewEndNs };
     },
-    /** Rows as drawn: title, kind, track id, top/height in page px (null when scrolled out of sight). */
+    /** Rows as drawn: title, kind, track id, top/height in page px, visible; deep tracks: depths, folded. */
     lanes() {
       const cRect = tl.canvas.getBoundingClientRect();
       return [...tl.layout.pinned, ...tl.layout.scroll].map((row) => {
@@ -24,13 +24,16 @@ if (root) {
         const visible = top + row.h > cRect.top + (row.pinnedArea ? 0 : tl.pinnedH) && top < cRect.bottom;
         return { id: row.node.id, type: row.node.type, title: row.title, kind: row.node.kind || row.node.type,
           rank: row.node.rank, track_id: row.node.track ? row.node.track.track_id : null,
-          collapsed: !!row.node.collapsed, pinned: row.pinnedArea, top, height: row.h, visible };
+          collapsed: !!row.node.collapsed, pinned: row.pinnedArea, top, height: row.h, visible,
+          depths: row.node.depths ?? null, folded: !!row.node.folded };
       });
     },
-    /** Arrows of the last frame, in page px. */
+    /** Arrows of the last frame, in page px: the ends (x1, y1) → (x2, y2); a clipped one (clip: the end off the
+     * side, "src" or "dst") is drawn as a stub from (px, py) to its chevron at (sx, sy). */
     get arrows() {
       const r = tl.canvas.getBoundingClientRect();
-      return tl.arrows.map((a) => ({ ...a, x1: a.x1 + r.left, y1: a.y1 + r.top, x2: a.x2 + r.left, y2: a.y2 + r.top }));
+      return tl.arrows.map((a) => ({ ...a, x1: a.x1 + r.left, y1: a.y1 + r.top, x2: a.x2 + r.left, y2: a.y2 + r.top,
+        ...(a.clip ? { px: a.px + r.left, py: a.py + r.top, sx: a.sx + r.left, sy: a.sy + r.top } : {}) }));
     },
     get canvasRect() {
       const r = tl.canvas.getBoundingClientRect();

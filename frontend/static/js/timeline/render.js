@@ -1,11 +1,15 @@
 // Canvas drawing in a few O(N) passes: rows and slices are gathered into per-colour rect batches (one fill per
 // colour), then labels where text fits, then counters, flows and the range overlay. The overlay canvas (hover,
 // cursor line, rubber band) is redrawn on mouse moves without touching the main canvas.
+//
+// A folded track draws its hidden levels as one grey strip under the shown ones. An arrow whose other end is off
+// to the side is drawn as a short fading stub towards it, with a chevron to click (timeline.followArrow).
 
 import { flowColor } from "../common/colors.js";
 import { formatDuration, formatTick, formatValue } from "../common/format.js";
 import {
-  CHAR_PX, DEPTH_PX, HEADER_PX, LABEL_FONT, MIN_LABEL_PX, SLICE_PX, SUMMARY_PX, TRACK_PAD_PX, niceStep,
+  CHAR_PX, DEPTH_PX, FOLDED_ROWS, HEADER_PX, LABEL_FONT, MIN_LABEL_PX, MORE_PX, MORE_STRIP_PX, SLICE_PX, SUMMARY_PX,
+  TRACK_PAD_PX, niceStep,
 } from "./geometry.js";
 
 const BG = "#1b1d22";
@@ -20,6 +24,11 @@ const SELECT_OUTLINE = "#ffffff";
 const HIDDEN_SERIES = new Set(["acc_id"]);
 const MIN_SLICE_PX = 1;
 const MERGE_PX = 2;  // slices narrower than this merge with a touching neighbour at the same depth
+const STUB_PX = 56;          // length of the stub drawn for an arrow whose other end is off to the side
+const STUB_MIN_PX = 12;
+const STUB_MAX_SLOPE = 3;    // steepest lean of a stub (dy/dx)
+const STUB_FADE = [1, 0.55, 0.22];  // alpha of the stub's pieces, from the end in view outwards
+const CHEVRON_PX = 4;
 
 export class Renderer {
   constructor(canvas, overlay, ruler) {
@@ -90,7 +99,7 @@ export class Renderer {
       } else if (n.track.kind === "counter") {
         counters.push([n, y, row.h]);
       } else {
-        this._slices(s, n.track, y, k, batch, labels, stats);
+        this._slices(s, n.track, y, k, batch, labels, stats, n.folded ? FOLDED_ROWS : Infinity);
       }
       if (n.id === s.selectedLaneId) push(batch, "rgba(76,141,255,0.10)", 0, y, W, row.h);
       push(batch, SEP, 0, y + row.h - 1, W, 1);
@@ -107,11 +116,16 @@ export class Renderer {
     ctx.restore();
   }
 
-  _slices(s, track, top, k, batch, labels, stats) {
+  /** Slices of a track whose row starts at `top`; levels from `shown` down go to the hidden-levels strip. */
+  _slices(s, track, top, k, batch, labels, stats, shown) {
     const e = s.data.sliceEntry(track.track_id, s.view);
     if (!e) return;
     const { W } = this;
     const vs = s.view.start;
+    const stripY = top + TRACK_PAD_PX + shown * DEPTH_PX + (MORE_PX - MORE_STRIP_PX) / 2;
+    let stripEnd = -Infinity;
+    let strip = null;
+    let stripAt = 0;
     const depths = Math.max(0, track.max_depth || 0) + 1;
     if (this.lastEnd.length < depths) this._grow(depths);
     const { lastEnd, lastLabel, lastSmall, lastRect } = this;
@@ -126,6 +140,24 @@ export class Renderer {
       if (x1 - x0 < MIN_SLICE_PX) x1 = x0 + MIN_SLICE_PX;
       const d = depth[i];
       stats.slices += 1;
+      if (d >= shown) {
+        // one grey strip for every hidden level: covered pixels need no second rect, touching ones extend it
+        if (x1 <= stripEnd) continue;
+        if (strip && x0 <= stripEnd + 0.5) {
+          strip[stripAt + 2] = Math.min(x1, W + 2) - strip[stripAt];
+        } else {
+          const xa = Math.max(x0, -2);
+          strip = batch.get(SUMMARY);
+          if (strip === undefined) {
+            strip = [];
+            batch.set(SUMMARY, strip);
+          }
+          stripAt = strip.length;
+          strip.push(xa, stripY, Math.min(x1, W + 2) - xa, MORE_STRIP_PX);
+        }
+        stripEnd = x1;
+        continue;
+      }
       const small = x1 - x0 < MERGE_PX;
       if (small && lastSmall[d] && x0 <= lastEnd[d] + 0.5) {
         // runs of sub-pixel slices become one rect (coloured by the first): ≤ 1 rect per pixel column and depth
@@ -295,8 +327,8 @@ export class Renderer {
     ctx.restore();
   }
 
-  /** Arrows for the selected slice's flows and for the ticked categories; returns what was drawn. Curves are
-   * batched per (category, emphasis) into one path each, so thousands of flows cost a few strokes. */
+  /** Arrows for the selected slice's flows and for the ticked categories; returns what was drawn. Curves and
+   * stubs are batched per (category, emphasis) into a few paths each, so thousands of flows cost a few strokes. */
   _flows(s) {
     const { ctx, W } = this;
     const drawn = [];
@@ -306,19 +338,35 @@ export class Renderer {
       const a = s.flowPoint(f.src_track_id, f.src_ts_ns, f.src_depth, k);
       const b = s.flowPoint(f.dst_track_id, f.dst_ts_ns, f.dst_depth, k);
       if (!a || !b) return;
-      if ((a.x < 0 && b.x < 0) || (a.x > W && b.x > W)) return;
-      // flows reaching outside the view cross everything at deep zoom: keep them faint
-      const inside = a.x >= 0 && a.x <= W && b.x >= 0 && b.x <= W;
-      const key = `${f.cat}|${strong ? 2 : inside ? 1 : 0}`;
+      const aIn = a.x >= 0 && a.x <= W;
+      const bIn = b.x >= 0 && b.x <= W;
+      if (!aIn && !bIn) return;  // a line across the whole view from nowhere to nowhere tells nothing
+      const key = `${f.cat}|${strong ? 1 : 0}`;
       let g = groups.get(key);
       if (!g) {
-        g = { cat: f.cat, level: strong ? 2 : inside ? 1 : 0, items: [] };
+        g = { cat: f.cat, strong, curves: [], stubs: [] };
         groups.set(key, g);
       }
-      const dx = Math.max(18, Math.abs(b.x - a.x) / 2);
       const arrow = { flow_id: f.flow_id, cat: f.cat, src_slice_id: f.src_slice_id, dst_slice_id: f.dst_slice_id,
-        x1: a.x, y1: a.y, x2: b.x, y2: b.y, cx1: a.x + dx, cx2: b.x - dx, selected: !!strong };
-      g.items.push(arrow);
+        src_ts_ns: f.src_ts_ns, dst_ts_ns: f.dst_ts_ns, x1: a.x, y1: a.y, x2: b.x, y2: b.y, selected: !!strong,
+        clip: null };
+      if (aIn && bIn) {
+        const dx = Math.max(18, Math.abs(b.x - a.x) / 2);
+        arrow.cx1 = a.x + dx;
+        arrow.cx2 = b.x - dx;
+        g.curves.push(arrow);
+      } else {
+        // from the end in view (p) a short way towards where the other one (q) would be at the edge of the view:
+        // the stub leans towards q's lane; it ends before the edge when there is room
+        const [p, q] = aIn ? [a, b] : [b, a];
+        const dir = q.x > p.x ? 1 : -1;
+        const room = dir > 0 ? W - p.x : p.x;
+        const slope = Math.max(-STUB_MAX_SLOPE, Math.min(STUB_MAX_SLOPE, (q.y - p.y) / Math.max(room, 1)));
+        const dx = Math.max(STUB_MIN_PX / 2, Math.min(STUB_PX / Math.hypot(1, slope), room - CHEVRON_PX - 2));
+        Object.assign(arrow, { clip: aIn ? "dst" : "src", px: p.x, py: p.y, sx: p.x + dir * dx,
+          sy: p.y + slope * dx, dir });
+        g.stubs.push(arrow);
+      }
       drawn.push(arrow);
     };
     const overlay = s.categoryFlows;
@@ -330,29 +378,49 @@ export class Renderer {
       }
     }
     for (const f of s.selectedFlows || []) add(f, true);
-    const order = [...groups.values()].sort((p, q) => p.level - q.level);
+    const order = [...groups.values()].sort((p, q) => p.strong - q.strong);
     for (const g of order) {
       const color = flowColor(g.cat);
-      ctx.globalAlpha = g.level === 2 ? 1 : g.level === 1 ? 0.8 : 0.3;
+      const base = g.strong ? 1 : 0.8;
       ctx.strokeStyle = color;
       ctx.fillStyle = color;
-      ctx.lineWidth = g.level === 2 ? 1.8 : 1;
+      ctx.lineWidth = g.strong ? 1.8 : 1;
+      ctx.globalAlpha = base;
       ctx.beginPath();
-      for (const a of g.items) {
+      for (const a of g.curves) {
         ctx.moveTo(a.x1, a.y1);
         ctx.bezierCurveTo(a.cx1, a.y1, a.cx2, a.y2, a.x2, a.y2);
       }
       ctx.stroke();
-      ctx.beginPath();
-      const r = g.level === 2 ? 2.5 : 1.8;
-      for (const a of g.items) {
-        ctx.moveTo(a.x1 + r, a.y1);
-        ctx.arc(a.x1, a.y1, r, 0, Math.PI * 2);
-        ctx.moveTo(a.x2, a.y2);
-        ctx.lineTo(a.x2 - 7, a.y2 - 4);
-        ctx.lineTo(a.x2 - 7, a.y2 + 4);
-        ctx.closePath();
+      if (g.stubs.length) {
+        // the fade: each stub in a few pieces, one path per piece, each piece fainter than the last
+        const n = STUB_FADE.length;
+        STUB_FADE.forEach((fade, i) => {
+          ctx.globalAlpha = base * fade;
+          ctx.beginPath();
+          for (const a of g.stubs) {
+            ctx.moveTo(a.px + ((a.sx - a.px) * i) / n, a.py + ((a.sy - a.py) * i) / n);
+            ctx.lineTo(a.px + ((a.sx - a.px) * (i + 1)) / n, a.py + ((a.sy - a.py) * (i + 1)) / n);
+          }
+          ctx.stroke();
+        });
+        ctx.globalAlpha = base;
+        ctx.beginPath();
+        for (const a of g.stubs) {
+          ctx.moveTo(a.sx - a.dir * CHEVRON_PX, a.sy - CHEVRON_PX);
+          ctx.lineTo(a.sx, a.sy);
+          ctx.lineTo(a.sx - a.dir * CHEVRON_PX, a.sy + CHEVRON_PX);
+        }
+        ctx.stroke();
       }
+      ctx.globalAlpha = base;
+      ctx.beginPath();
+      const r = g.strong ? 2.5 : 1.8;
+      for (const a of g.curves) {
+        ends(ctx, a.x1, a.y1, true, r);
+        ends(ctx, a.x2, a.y2, false, r);
+      }
+      for (const a of g.stubs) ends(ctx, a.px, a.py, a.clip === "dst", r);
       ctx.fill();
     }
     ctx.globalAlpha = 1;
@@ -465,6 +533,19 @@ export class Renderer {
 const FLOW_KEYS = ["flow_id", "cat", "src_track_id", "src_ts_ns", "src_slice_id", "src_depth", "dst_track_id",
   "dst_ts_ns", "dst_slice_id", "dst_depth"];
 
+/** Adds an arrow end to the current path: a dot for a source, an arrowhead for a destination. */
+function ends(ctx, x, y, source, r) {
+  if (source) {
+    ctx.moveTo(x + r, y);
+    ctx.arc(x, y, r, 0, Math.PI * 2);
+  } else {
+    ctx.moveTo(x, y);
+    ctx.lineTo(x - 7, y - 4);
+    ctx.lineTo(x - 7, y + 4);
+    ctx.closePath();
+  }
+}
+
 function push(batch, color, x, y, w, h) {
   let r = batch.get(color);
   if (r === undefined) {
@@ -474,8 +555,9 @@ function push(batch, color, x, y, w, h) {
   r.push(x, y, w, h);
 }
 
-/** Distance from (px, py) to a drawn arrow (its Bézier sampled into segments). */
+/** Distance from (px, py) to a drawn arrow: its stub, or its Bézier sampled into segments. */
 export function arrowDistance(a, px, py) {
+  if (a.clip) return segDist(px, py, a.px, a.py, a.sx, a.sy);
   let best = Infinity;
   let prevX = a.x1;
   let prevY = a.y1;

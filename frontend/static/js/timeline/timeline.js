@@ -7,8 +7,8 @@ import { formatCount, formatDuration } from "../common/format.js";
 import { currentRank, onRankChange } from "../common/nav.js";
 import { DataStore } from "./data.js";
 import { buildFlowPicker } from "./flowpicker.js";
-import { DEPTH_PX, HEADER_PX, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
-import { buildTree, indexTree, layout, renderLabels } from "./lanes.js";
+import { DEPTH_PX, FOLDED_ROWS, HEADER_PX, MORE_PX, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
+import { buildTree, indexTree, layout, renderLabels, shownDepths, stickLabel } from "./lanes.js";
 import { Panel } from "./panel.js";
 import { Renderer, arrowDistance } from "./render.js";
 import { Search } from "./search.js";
@@ -20,6 +20,7 @@ const URL_DELAY_MS = 250;
 const SCROLLBAR_PX = 12;
 const MIN_REVEAL_PX = 40;          // a slice we jump to is zoomed to at least this width
 const MIN_REVEAL_SPAN_NS = 2000;
+const MAX_SAVED_UNFOLDS = 2000;    // bounds what one run keeps in localStorage
 
 export class Timeline {
   constructor(root) {
@@ -62,6 +63,7 @@ export class Timeline {
     }
     this.tree = buildTree(tr.tracks);
     ({ byId: this.byId, byTrack: this.byTrack } = indexTree(this.tree));
+    this.loadFolds();
     this.flowCategories = tr.flow_categories;
     this.data = new DataStore(this.runId, this.origin, () => this.requestDraw(), (n) => this.setPending(n));
     this.renderer = new Renderer(this.canvas, this.overlay, this.$("tl-ruler"));
@@ -106,11 +108,13 @@ export class Timeline {
   relayout() {
     this.layout = layout(this.tree, this.rankFilter, this.pinnedOrder, this.byId);
     this.pinnedH = Math.min(this.layout.pinnedHeight, Math.floor((this.H || 400) * MAX_PINNED_FRACTION));
-    const handlers = { toggle: (n) => this.toggleNode(n), pin: (n) => this.togglePin(n), select: (n) => this.selectLane(n) };
+    const handlers = { toggle: (n) => this.toggleNode(n), fold: (n) => this.toggleFold(n),
+      pin: (n) => this.togglePin(n), select: (n) => this.selectLane(n) };
     const pinnedBox = this.$("tl-labels-pinned");
     pinnedBox.style.height = `${this.pinnedH}px`;
     renderLabels(pinnedBox, this.layout.pinned, handlers, this.selectedLaneId);
     renderLabels(this.$("tl-labels-inner"), this.layout.scroll, handlers, this.selectedLaneId);
+    this._stuck = null;
     this.$("tl-labels-inner").style.height = `${this.layout.scrollHeight}px`;
     const scrollBox = this.$("tl-labels-scroll");
     scrollBox.style.height = `${Math.max(0, this.H - this.pinnedH)}px`;
@@ -147,6 +151,7 @@ export class Timeline {
   setScroll(y) {
     this.scrollY = Math.max(0, Math.min(this.maxScroll(), y));
     this.$("tl-labels-inner").style.transform = `translateY(${-this.scrollY}px)`;
+    this._stuck = stickLabel(this.layout.scroll, this.scrollY, this._stuck);
     const vs = this.$("tl-vscroll");
     if (Math.abs(vs.scrollTop - this.scrollY) > 0.5) vs.scrollTop = this.scrollY;
     this.requestDraw();
@@ -158,6 +163,47 @@ export class Timeline {
   toggleNode(node) {
     node.collapsed = !node.collapsed;
     this.relayout();
+  }
+
+  /** Fold a deep track to its first levels, or show them all; remembered per run. */
+  toggleFold(node) {
+    if (!node.deep) return;
+    node.folded = !node.folded;
+    this.saveFolds();
+    this.relayout();
+  }
+
+  /** Fold (true) or unfold (false) every deep track. */
+  foldAll(folded) {
+    for (const node of this.byTrack.values()) if (node.deep) node.folded = folded;
+    this.saveFolds();
+    this.relayout();
+  }
+
+  get foldKey() { return `ascendscope.timeline.unfolded.${this.runId}`; }
+
+  loadFolds() {
+    let ids = [];
+    try {
+      ids = JSON.parse(localStorage.getItem(this.foldKey) || "[]");
+    } catch {
+      ids = [];  // storage off or a stale value: every deep track starts folded
+    }
+    if (!Array.isArray(ids)) return;
+    for (const id of ids) {
+      const node = this.byTrack.get(id);
+      if (node && node.deep) node.folded = false;
+    }
+  }
+
+  saveFolds() {
+    const ids = [...this.byTrack.values()].filter((n) => n.deep && !n.folded).map((n) => n.track.track_id);
+    try {
+      if (ids.length) localStorage.setItem(this.foldKey, JSON.stringify(ids.slice(0, MAX_SAVED_UNFOLDS)));
+      else localStorage.removeItem(this.foldKey);
+    } catch {
+      // storage off or full: the fold state just lasts for this page
+    }
   }
 
   togglePin(node) {
@@ -198,7 +244,7 @@ export class Timeline {
     const track = hit.row.node.track;
     if (track.kind === "counter") return null;
     const d = Math.floor((y - hit.top - TRACK_PAD_PX) / DEPTH_PX);
-    if (d < 0 || d > (track.max_depth || 0)) return null;
+    if (d < 0 || d > (track.max_depth || 0) || d >= shownDepths(hit.row.node)) return null;
     const e = this.data.sliceEntry(track.track_id, this.viewport);
     if (!e) return null;
     const t = this.tOf(x);
@@ -239,9 +285,18 @@ export class Timeline {
     return { track_id: track.track_id, name: track.counter_name, t, values };
   }
 
+  /** The folded track whose hidden-levels strip is at canvas (x, y), or null. */
+  foldedAt(x, y) {
+    const hit = this.rowAt(y);
+    if (!hit || hit.row.node.type !== "track" || !hit.row.node.folded) return null;
+    const stripTop = hit.top + TRACK_PAD_PX + FOLDED_ROWS * DEPTH_PX;
+    return y >= stripTop - 1 && y < stripTop + MORE_PX + TRACK_PAD_PX ? hit.row.node : null;
+  }
+
   sliceBox(trackId, ts, dur, depth) {
     const row = this.layout.rowOfTrack.get(trackId);
     if (!row || row.node.type !== "track" || row.node.track.track_id !== trackId) return null;
+    if (depth >= shownDepths(row.node)) return null;
     const x0 = this.xOf(ts);
     const x1 = Math.max(x0 + 1, this.xOf(ts + dur));
     return { x0, x1, y: this.rowTop(row) + TRACK_PAD_PX + depth * DEPTH_PX, h: SLICE_PX };
@@ -251,7 +306,10 @@ export class Timeline {
     const row = this.layout.rowOfTrack.get(trackId);
     if (!row) return null;
     const own = row.node.type === "track" && row.node.track.track_id === trackId && depth !== null && depth !== undefined;
-    const y = this.rowTop(row) + (own ? TRACK_PAD_PX + depth * DEPTH_PX + SLICE_PX / 2 : row.h / 2);
+    // an end in a folded track's hidden levels lands on the strip that stands for them
+    const hidden = own && depth >= shownDepths(row.node);
+    const y = this.rowTop(row) + (hidden ? TRACK_PAD_PX + FOLDED_ROWS * DEPTH_PX + MORE_PX / 2
+      : own ? TRACK_PAD_PX + depth * DEPTH_PX + SLICE_PX / 2 : row.h / 2);
     return { x: (ts - this.viewport.start) * k, y };
   }
 
@@ -265,13 +323,21 @@ export class Timeline {
     return best;
   }
 
-  /** Follow an arrow: to its far end from the selected slice (or from the click point). */
+  /** Follow an arrow to its other end: the end off the side for a clipped one, else the end away from the
+   * selected slice (or from the click point). An end without a slice is centred in the view instead. */
   followArrow(a, x, y) {
-    let target;
-    if (this.selection && a.src_slice_id === this.selection.slice_id) target = a.dst_slice_id;
-    else if (this.selection && a.dst_slice_id === this.selection.slice_id) target = a.src_slice_id;
-    else target = Math.hypot(x - a.x1, y - a.y1) > Math.hypot(x - a.x2, y - a.y2) ? a.src_slice_id : a.dst_slice_id;
-    if (target !== null && target !== undefined) this.select(target, { reveal: true });
+    let end;
+    if (a.clip) end = a.clip;
+    else if (this.selection && a.src_slice_id === this.selection.slice_id) end = "dst";
+    else if (this.selection && a.dst_slice_id === this.selection.slice_id) end = "src";
+    else end = Math.hypot(x - a.x1, y - a.y1) > Math.hypot(x - a.x2, y - a.y2) ? "src" : "dst";
+    const target = end === "src" ? a.src_slice_id : a.dst_slice_id;
+    if (target !== null && target !== undefined) {
+      this.select(target, { reveal: true });
+      return;
+    }
+    const t = end === "src" ? a.src_ts_ns : a.dst_ts_ns;
+    if (t !== null && t !== undefined) this.setView(t - this.viewport.span / 2, t + this.viewport.span / 2);
   }
 
   // ---- view -------------------------------------------------------------------------------------------------
@@ -363,6 +429,11 @@ export class Timeline {
     }
     let changed = false;
     for (let p = node.parent; p; p = p.parent) if (p.collapsed) { p.collapsed = false; changed = true; }
+    if (node.folded && (s.depth || 0) >= shownDepths(node)) {
+      node.folded = false;
+      this.saveFolds();
+      changed = true;
+    }
     if (changed) this.relayout();
     const row = this.layout.rowOfTrack.get(s.track_id);
     if (row && !row.pinnedArea) {
