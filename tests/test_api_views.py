@@ -179,6 +179,59 @@ def test_memory_curves_are_downsampled_and_say_so(client, view_runs):
         assert b["t_ns"][0] == a["t_ns"][0] and b["t_ns"][-1] == a["t_ns"][-1]
 
 
+@pytest.mark.parametrize("max_points", [200, 2_000, 50_000])
+def test_memory_curve_peaks_are_exact_after_downsampling(client, runs, view_runs, max_points):
+    """Each series' peak is its maximum at the earliest time it is reached (memory plateaus at its peak, so ties are
+    the rule), the same as the overview's, and that point is drawn however few points are kept."""
+    got = get(client, view_runs, "st4", "memory/curves", rank=0, max_points=max_points)
+    assert got["downsampled"] == (max_points < got["source_points"])
+    origin = int(got["origin_ns"])
+    con = db_of(runs, view_runs, "st4")
+    columns = {"allocated": "total_allocated_mb", "reserved": "total_reserved_mb", "active": "total_active_mb"}
+    overview = {c["component"]: c for c in get(client, view_runs, "st4", "memory", rank=0)["components"]}
+    tied = 0
+    for s in got["series"]:
+        col = columns[s["measure"]]
+        mb, first, ties = con.execute(
+            f"SELECT {col}, min(timestamp_ns), count(*) FROM memory_record WHERE rank = 0 AND component = ? "
+            f"AND {col} = (SELECT max({col}) FROM memory_record WHERE rank = 0 AND component = ?) GROUP BY {col}",
+            [s["component"], s["component"]]).fetchone()
+        tied += ties > 1
+        assert s["peak"] == {"mb": mb, "t_ns": first - origin}, s["component"]
+        assert (first - origin, mb) in set(zip(s["t_ns"], s["mb"]))
+        if s["measure"] != "active":
+            assert int(overview[s["component"]][f"peak_{s['measure']}_ns"]) == first
+    assert tied  # the sample has plateaus: the earliest time is a real choice
+
+
+def test_memory_peak_keeps_its_earliest_time_whatever_the_row_order():
+    """A plateau at the peak, stored latest first: bucket maxima among tied rows may be any of them, but the peak's
+    earliest row is always kept (here it lies inside a bucket, neither its first nor its last row)."""
+    from server.queries import DuckRunner
+    from server.queries import memory as mq
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE memory_record (rank INTEGER, component VARCHAR, src_row INTEGER, timestamp_ns BIGINT, "
+                "total_allocated_mb DOUBLE, total_reserved_mb DOUBLE)")
+    t = list(range(0, 1_000_000, 1_000))  # 1000 rows, 1 µs apart
+    mb = [100.0 if 423_000 <= ts <= 800_000 else 50.0 for ts in t]
+    rows = [(0, "PTA", i, ts, v, 2 * v) for i, (ts, v) in enumerate(zip(t, mb))]
+    con.executemany("INSERT INTO memory_record VALUES (?, ?, ?, ?, ?, ?)", rows[::-1])
+    got = mq.curves(DuckRunner(con), 0, 0, max_points=40)  # 10 buckets of 100 µs
+    assert got["downsampled"] and got["points"] < 100
+    for s in got["series"]:
+        top = max(v for v in mb) * (2 if s["measure"] == "reserved" else 1)
+        assert s["peak"] == {"mb": top, "t_ns": 423_000}
+        assert (423_000, top) in set(zip(s["t_ns"], s["mb"]))
+
+
+def test_memory_module_peaks_survive_downsampling(client, view_runs):
+    got = get(client, view_runs, "st4", "memory/modules", rank=0, max_points=64)
+    assert got["downsampled"] and got["points"] < got["source_points"]
+    for s in got["series"]:
+        assert s["peak"]["mb"] == s["peak_mb"] == max(v for v in s["mb"] if v is not None)
+
+
 def test_memory_window_and_instant(client, view_runs):
     ov = get(client, view_runs, "level1", "memory", rank=0)
     comp = ov["components"][0]

@@ -45,7 +45,9 @@ def memory_overview(db: RunDbDep, rank: RankQ = None) -> dict:
 def memory_curves(db: RunDbDep, rank: RankQ = None, start_ns: AbsNsQ = None, end_ns: AbsNsQ = None,
                   max_points: MaxPointsQ = mq.DEFAULT_MAX_POINTS) -> dict:
     """Total Allocated / Reserved / Active per component over time; ``downsampled`` says when rows were
-    thinned (first, last, min and max per bucket are kept)."""
+    thinned (first, last, min and max per bucket are kept), ``source_points`` how many there were. Each series'
+    ``peak`` (its maximum and the earliest time it is reached) is exact either way. A client asks for about four
+    points per pixel of its chart."""
     rank, _ = _rank(db, rank)
     origin = origin_ns(db, ORIGIN_SQL)
     if rank is None:

@@ -4,7 +4,8 @@ Curves can hold millions of points, so above ``max_points`` they are down-sample
 time range is cut into buckets and, per component and bucket, only the real rows holding the first, the last, and
 the min and max of each measure are kept (so peaks and steps survive exactly). Among tied rows (equal values)
 any one may be kept: the drawn step line is the same. (Deterministic tie-breaking by a struct key was measured
-3× slower on 2 M rows.) The naive equivalent is the plain
+3× slower on 2 M rows.) The one exception is the peak: a series' ``peak`` is its maximum and the *earliest* time it
+is reached (memory often plateaus at its peak), and that row is always kept. The naive equivalent is the plain
 ``SELECT … FROM memory_record WHERE rank = ? ORDER BY timestamp_ns``; a test checks the two agree on every kept row
 and on the extremes. Times in curves are ``t_ns`` relative to the ``origin_ns`` the caller passes (the run's).
 """
@@ -21,6 +22,7 @@ MAX_MAX_POINTS = 50_000
 POINTS_PER_BUCKET = 4  # first / last / min / max: the usual count; coinciding rows make it smaller
 MAX_MODULE_SERIES = 24
 MEASURES = ("allocated", "reserved", "active")
+CURVE_METHOD = "m4: first, last, min and max per bucket and component, and each series' earliest peak"
 COMPONENT_ORDER = ("PTA+GE", "PTA", "GE", "APP", "WORKSPACE")
 
 RANKS_SQL = """
@@ -30,12 +32,17 @@ SELECT rank, sum(records) AS records, sum(allocations) AS allocations, sum(modul
   UNION ALL SELECT rank, 0, 0, count(*) FROM npu_module_mem GROUP BY rank
 ) GROUP BY rank ORDER BY rank
 """
+# peak times are the earliest at the maximum, like the curves' peaks
 COMPONENTS_SQL = """
-SELECT component, count(*) AS points, min(timestamp_ns) AS start_ns, max(timestamp_ns) AS end_ns,
-       max(total_allocated_mb) AS peak_allocated_mb, arg_max(timestamp_ns, total_allocated_mb) AS peak_allocated_ns,
-       max(total_reserved_mb) AS peak_reserved_mb, arg_max(timestamp_ns, total_reserved_mb) AS peak_reserved_ns,
-       max({active}) AS peak_active_mb
-FROM memory_record WHERE rank = ? GROUP BY component
+WITH r AS (
+  SELECT component, timestamp_ns AS ts, total_allocated_mb AS a, total_reserved_mb AS rs, {active} AS act
+  FROM memory_record WHERE rank = ?
+), top AS (SELECT component, max(a) AS ma, max(rs) AS mr FROM r GROUP BY component)
+SELECT component, count(*) AS points, min(ts) AS start_ns, max(ts) AS end_ns,
+       any_value(ma) AS peak_allocated_mb, min(ts) FILTER (WHERE a = ma) AS peak_allocated_ns,
+       any_value(mr) AS peak_reserved_mb, min(ts) FILTER (WHERE rs = mr) AS peak_reserved_ns,
+       max(act) AS peak_active_mb
+FROM r JOIN top USING (component) GROUP BY component
 """
 MEMORY_WARNINGS_SQL = """
 SELECT file, message FROM warnings
@@ -62,7 +69,16 @@ WITH r AS (
           arg_min(src_row, reserved), arg_max(src_row, reserved), arg_min(src_row, active),
           arg_max(src_row, active)] AS keep
   FROM b GROUP BY ALL
-), kept AS (SELECT DISTINCT component, unnest(keep) AS src_row FROM pick)
+), top AS (
+  SELECT component, max(allocated) AS ma, max(reserved) AS mr, max(active) AS mact FROM r GROUP BY component
+), peaks AS (
+  SELECT component, [arg_min(src_row, ts) FILTER (WHERE allocated = ma), arg_min(src_row, ts) FILTER (WHERE reserved = mr),
+                     arg_min(src_row, ts) FILTER (WHERE active = mact)] AS keep
+  FROM r JOIN top USING (component) GROUP BY component
+), kept AS (
+  SELECT DISTINCT component, unnest(keep) AS src_row
+  FROM (SELECT component, keep FROM pick UNION ALL SELECT component, keep FROM peaks)
+)
 SELECT r.component, r.ts, r.allocated, r.reserved, r.active
 FROM r JOIN kept USING (component, src_row)
 ORDER BY r.component, r.ts, r.src_row
@@ -92,7 +108,13 @@ WITH r AS (
   SELECT component, bucket,
          [arg_min(src_row, ts), arg_max(src_row, ts), arg_min(src_row, reserved), arg_max(src_row, reserved)] AS keep
   FROM b GROUP BY ALL
-), kept AS (SELECT DISTINCT component, unnest(keep) AS src_row FROM pick)
+), peaks AS (
+  SELECT component, [arg_min(src_row, ts) FILTER (WHERE reserved = mr)] AS keep
+  FROM r JOIN (SELECT component, max(reserved) AS mr FROM r GROUP BY component) USING (component) GROUP BY component
+), kept AS (
+  SELECT DISTINCT component, unnest(keep) AS src_row
+  FROM (SELECT component, keep FROM pick UNION ALL SELECT component, keep FROM peaks)
+)
 SELECT r.component, r.ts, r.reserved FROM r JOIN kept USING (component, src_row)
 ORDER BY r.component, r.ts, r.src_row
 """
@@ -179,10 +201,21 @@ def curves(db, rank: int, origin_ns: int, start_ns: int | None = None, end_ns: i
         s = by_comp[comp]
         for m in MEASURES:
             if any(v is not None for v in s[m]):
-                series.append({"component": comp, "measure": m, "t_ns": s["t_ns"], "mb": s[m]})
+                series.append({"component": comp, "measure": m, "t_ns": s["t_ns"], "mb": s[m],
+                               "peak": _peak(s["t_ns"], s[m])})
     return {"rank": rank, "origin_ns": ns_str(origin_ns), "start_ns": ns_str(lo), "end_ns": ns_str(hi),
             "series": series, "source_points": in_range, "points": len(rows), "downsampled": downsampled,
-            "method": "m4: first, last, min and max per bucket and component" if downsampled else None}
+            "method": CURVE_METHOD if downsampled else None}
+
+
+def _peak(t_ns: list[int], mb: list) -> dict | None:
+    """The maximum and the earliest time it is reached. Exact after down-sampling too: the SQL keeps that row, and
+    a kept row holding the same value cannot be earlier."""
+    best = None
+    for t, v in zip(t_ns, mb):
+        if v is not None and (best is None or v > best["mb"]):
+            best = {"mb": v, "t_ns": t}
+    return best
 
 
 def modules(db, rank: int, origin_ns: int, max_points: int = DEFAULT_MAX_POINTS) -> dict:
@@ -201,7 +234,8 @@ def modules(db, rank: int, origin_ns: int, max_points: int = DEFAULT_MAX_POINTS)
             by[comp]["t_ns"].append(int(ts) - origin_ns)
             by[comp]["mb"].append(mb)
         series = [{"component": c["component"], "peak_mb": c["peak_mb"], "source_points": int(c["points"]),
-                   **by[c["component"]]} for c in shown]
+                   "peak": _peak(by[c["component"]]["t_ns"], by[c["component"]]["mb"]), **by[c["component"]]}
+                  for c in shown]
     points = sum(len(s["t_ns"]) for s in series)
     source = sum(int(c["points"]) for c in shown)
     return {"rank": rank, "origin_ns": ns_str(origin_ns), "series": series, "modules": len(comps),
