@@ -8,12 +8,13 @@ row builders would import pandas, ~0.4 s of every ingest). Millisecond values be
 
 from __future__ import annotations
 
-import json
 import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import orjson
+
+from . import jsonfile
 
 _SLOT = re.compile(r"^(?P<op>.*?)-(?P<slot>top1|middle|bottom1|bottom2|bottom3|total)@(?P<group>.*)$")
 _TIME_KEYS = {
@@ -59,7 +60,7 @@ def _split_key(op_key: str) -> tuple[str, str | None]:
 
 
 def _load(path: Path) -> dict:
-    data = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
+    data = jsonfile.load(path)
     if not isinstance(data, dict):
         raise ValueError("expected a JSON object keyed by step")
     return data

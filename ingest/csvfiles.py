@@ -5,15 +5,24 @@ typed by name: a unit in parentheses decides the conversion (``(us)``/``(ms)`` -
 -> ``_mb`` …), a few known names are ids or counts, and any other column becomes numeric when all its values
 parse as numbers, text otherwise. Cells are read as text first, so nothing is lost to type sniffing; tab-suffixed
 timestamps and multi-line quoted fields are handled by DuckDB's CSV reader with explicit quoting rules.
+
+A file whose header has more than ``MAX_COLUMNS`` columns is refused before DuckDB reads it: the reader's
+buffers grow with the column count and cannot spill, so a very wide file would take the memory every other file
+of the run shares.
 """
 
 from __future__ import annotations
 
+import csv
 import re
 from pathlib import Path
 
 import duckdb
 import numpy as np
+
+# profiler CSVs have fewer than 50 columns; 10,000 (a bad export) exhausted a 1 GB memory limit
+MAX_COLUMNS = 512
+_HEADER_BYTES = 4 << 20
 
 # file kind -> staging/final table name
 TABLES = {
@@ -111,8 +120,22 @@ class CsvLoad:
         self.rows = 0
         self.may_hold_exponents = True
 
+    def _check_width(self) -> None:
+        """Refuse a file whose header line has more than MAX_COLUMNS columns (before reading the rest)."""
+        with open(self.path, "rb") as fh:
+            line = fh.readline(_HEADER_BYTES)
+        # a header cut at _HEADER_BYTES still counts at least the columns it shows
+        try:
+            n = len(next(csv.reader([line.decode("utf-8", errors="replace").rstrip("\r\n")]), []))
+        except csv.Error:  # a cell beyond the csv module's size limit: count the separators instead
+            n = line.count(b",") + 1
+        if n > MAX_COLUMNS:
+            raise ValueError(f"{n} columns in the header, more than the {MAX_COLUMNS} a profiler CSV can have; "
+                             "the file was not read")
+
     def _readable(self) -> Path:
         """The file itself, or a copy with invalid UTF-8 bytes replaced (and a warning)."""
+        self._check_width()
         data = self.path.read_bytes()
         if not data.strip():
             raise ValueError("empty file")

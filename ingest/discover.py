@@ -10,11 +10,13 @@ the first free id; all but the first two leave a warning. What we find but canno
 
 from __future__ import annotations
 
-import json
+import codecs
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import jsonfile
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MAX_DEPTH = 5
@@ -86,7 +88,7 @@ def _looks_like_trace(path: Path) -> bool:
             head = fh.read(1 << 20)
     except (OSError, EOFError):
         return False
-    stripped = head.lstrip()
+    stripped = head.removeprefix(codecs.BOM_UTF8).lstrip()
     if stripped.startswith(b"["):
         return b'"ph"' in head
     return stripped.startswith(b"{") and b'"traceEvents"' in head
@@ -140,7 +142,7 @@ def _read_rank_dir(folder: Path, disc: Discovery) -> RankSource:
         if m and entry.is_file():
             src.profiler_info_path = entry
             try:
-                src.profiler_info = json.loads(entry.read_text(encoding="utf-8", errors="replace"))
+                src.profiler_info = jsonfile.load(entry)
             except (ValueError, OSError) as exc:
                 disc.warn(None, _rel(entry, disc.root), f"invalid JSON, ignored: {exc}")
             if m.group(1) is not None:

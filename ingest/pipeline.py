@@ -27,7 +27,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import SCHEMA_VERSION, archive, commfiles, csvfiles, lod, overlap, sqlfuncs, trace, tracefile
+from . import SCHEMA_VERSION, archive, commfiles, csvfiles, jsonfile, lod, overlap, sqlfuncs, trace, tracefile
 from .discover import RankSource, discover
 from .schema import CORE_DDL, EMPTY_TABLES
 
@@ -277,7 +277,7 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
         metadata = None
         if res.src.metadata_path is not None:
             try:
-                metadata = json.loads(res.src.metadata_path.read_bytes().decode("utf-8", errors="replace"))
+                metadata = jsonfile.load(res.src.metadata_path)
             except ValueError as exc:
                 warnings.append((r, _display(res.src.metadata_path, root), f"invalid JSON, ignored: {exc}"))
         exp = (info.get("config") or {}).get("experimental_config") or {} if info else {}

@@ -27,7 +27,10 @@ KIND_ORDER = ["python", "cann", "hardware", "communication", "overlap", "counter
 # keeping the text; dur is small enough for a double to round to the exact ns. pid/tid are read as BIGINT
 # (torch_npu and msprof write numbers). A trace where any of these does not convert (string pids or tids from
 # other producers, a ts that is not a number) fails the fast read and is read again with pid, tid and ts as
-# text, converted value by value (a ts that is not a number then becomes NULL and is reported).
+# text, converted value by value (a ts that is not a number then becomes NULL and is reported). A dur that is
+# not a number, or NaN, infinite or beyond the int64 range of ns, fails the fast read's strict cast too; the
+# text read then marks its X event ``bad_dur`` and gives it no ts, so it is skipped (and reported) like an
+# event without a usable ts.
 EVENT_COLUMNS = ("{{ph: 'VARCHAR', name: 'VARCHAR', cat: 'VARCHAR', pid: 'BIGINT', tid: 'BIGINT', "
                  "ts: 'DECIMAL(19, 3)', dur: 'DOUBLE', id: 'VARCHAR', bp: 'VARCHAR', args: 'JSON'}}")
 
@@ -36,21 +39,33 @@ READ_EVENTS = f"""
 CREATE OR REPLACE TABLE {{p}}ev_t AS
 SELECT ph, name, cat, pid, tid, NULL::VARCHAR AS tid_text,
        TRY_CAST(ts * 1000 AS BIGINT) AS ts_ns, CAST(round(dur * 1000) AS BIGINT) AS dur_ns, id AS flow_key, bp,
-       args
+       args, false AS bad_dur
 FROM read_json(?, format = 'array', columns = {EVENT_COLUMNS})
 """
 
 READ_EVENTS_TEXT_IDS = f"""
 CREATE OR REPLACE TABLE {{p}}ev_t AS
-SELECT ph, name, cat,
-       coalesce(TRY_CAST(pid AS BIGINT), -1 - CAST(hash(pid) % 2147483647 AS BIGINT)) AS pid,
-       coalesce(TRY_CAST(tid AS BIGINT), -1 - CAST(hash(tid) % 2147483647 AS BIGINT)) AS tid,
-       CASE WHEN json_type(tid) = 'VARCHAR' THEN tid->>'$' END AS tid_text,
-       us_to_ns(ts) AS ts_ns, CAST(round(dur * 1000) AS BIGINT) AS dur_ns, id AS flow_key, bp, args
-FROM read_json(?, format = 'array',
-               columns = {EVENT_COLUMNS.replace("pid: 'BIGINT', tid: 'BIGINT'", "pid: 'JSON', tid: 'JSON'")
-                                       .replace("ts: 'DECIMAL(19, 3)'", "ts: 'VARCHAR'")})
+SELECT ph, name, cat, pid, tid, tid_text, CASE WHEN NOT bad_dur THEN ts_ns END AS ts_ns, dur_ns, flow_key, bp,
+       args, bad_dur
+FROM (SELECT *, coalesce(ph = 'X' AND dur IS NOT NULL AND dur_ns IS NULL, false) AS bad_dur
+      FROM (SELECT ph, name, cat,
+                   coalesce(TRY_CAST(pid AS BIGINT), -1 - CAST(hash(pid) % 2147483647 AS BIGINT)) AS pid,
+                   coalesce(TRY_CAST(tid AS BIGINT), -1 - CAST(hash(tid) % 2147483647 AS BIGINT)) AS tid,
+                   CASE WHEN json_type(tid) = 'VARCHAR' THEN tid->>'$' END AS tid_text,
+                   us_to_ns(ts) AS ts_ns, dur, TRY_CAST(round(TRY_CAST(dur AS DOUBLE) * 1000) AS BIGINT) AS dur_ns,
+                   id AS flow_key, bp, args
+            FROM read_json(?, format = 'array',
+                           columns = {EVENT_COLUMNS.replace("pid: 'BIGINT', tid: 'BIGINT'", "pid: 'JSON', tid: 'JSON'")
+                                                   .replace("ts: 'DECIMAL(19, 3)'", "ts: 'VARCHAR'")
+                                                   .replace("dur: 'DOUBLE'", "dur: 'VARCHAR'")})))
 """
+
+# an X event ending past the int64 range of ns cannot be placed on the timeline: skipped like a bad dur
+MARK_OVERFLOWING_ENDS = """
+UPDATE {p}ev_t SET bad_dur = true, ts_ns = NULL
+WHERE ph = 'X' AND ts_ns > 0 AND dur_ns > 9223372036854775807 - ts_ns
+"""
+INT64_MAX = (1 << 63) - 1
 
 # events in file order (the table is written in read order, so rowid = place in the file); derived rows are
 # appended to {p}ev_t after them
@@ -279,6 +294,7 @@ CREATE OR REPLACE TABLE {p}pairs (local_flow BIGINT, src_seq BIGINT, dst_seq BIG
 """
 
 _RECORD_AT = re.compile(r"in record/value (\d+)")
+_DUPLICATE_KEY = re.compile(r'has duplicate key "([^"]*)"')
 
 
 class TraceLoad:
@@ -295,12 +311,14 @@ class TraceLoad:
         self.on_progress = on_progress or (lambda fraction: None)
         self.on_nested = on_nested or (lambda: None)  # tracks and slices are final from here on
         self.split_read = split_read
+        self.array_start: int | None = None  # where the original file's event array begins, once read()
+        self.skipped: list[int] = []  # original indices of the events removed from the file DuckDB reads
 
     def _read_with_progress(self, path: Path | list[Path]) -> None:
         try:
             self._read_query(READ_EVENTS, path)
         except duckdb.Error as exc:
-            if "JSON transform error" not in str(exc) and "Failed to cast" not in str(exc):
+            if not any(k in str(exc) for k in ("JSON transform error", "Failed to cast", "Conversion Error")):
                 raise
             self._read_query(READ_EVENTS_TEXT_IDS, path)  # string pids/tids or a bad ts: read them as text
 
@@ -341,16 +359,19 @@ class TraceLoad:
             if self.path.name.endswith(".gz"):
                 source = self.workdir / (self.path.name + ".plain")
                 tracefile._decompress(self.path, source)
-            prepared = tracefile.PreparedTrace(path=tracefile.salvage(source, self.workdir)[0])
+            with open(source, "rb") as fh:
+                start = fh.read(1 << 16).find(b"[")
+            prepared = tracefile.PreparedTrace(path=tracefile.salvage(source, self.workdir)[0],
+                                               array_start=max(start, 0))
         self.warnings.extend(prepared.notes)
+        self.array_start = prepared.array_start
         path = prepared.path
         if self.split_read and self.status == "loaded" and self._read_halves(path):
             return
         for _attempt in range(12):
             try:
                 self._read_with_progress(path)
-                self.sql(EV_VIEW)
-                self.on_progress(self.READ_SHARE)
+                self._read_done()
                 return
             except duckdb.Error as exc:
                 msg = _clean_duckdb_message(str(exc), path, self.display)
@@ -359,20 +380,67 @@ class TraceLoad:
                     self.warnings.extend(n for n in prepared.notes if "UTF-8" in n)
                     self.status = "partial" if self.status == "partial" else "loaded"
                     path = prepared.path
+                    self.skipped = []  # prepared afresh from the original
                     continue
                 m = _RECORD_AT.search(msg)
-                if ("Malformed JSON" in msg or "malformed" in msg.lower()) and m:
+                dup = _DUPLICATE_KEY.search(msg)
+                if m and (dup or "Malformed JSON" in msg or "malformed" in msg.lower()):
+                    # DuckDB counts records from 1, and a malformed one from one ahead of its element
+                    record = int(m.group(1)) - (0 if dup else 1)
                     try:
-                        # DuckDB's record/value count runs one ahead of the element index
-                        path, cut = tracefile.skip_record(path, self.workdir, int(m.group(1)) - 1)
+                        path, _cut = tracefile.skip_record(path, self.workdir, record)
                     except tracefile.TraceFileError:
                         raise tracefile.TraceFileError(msg) from exc
-                    self.warnings.append(f"invalid JSON: {msg} The damaged event (near byte {cut}) was skipped; "
-                                         "the events around it were loaded")
+                    original = self._original_index(record - 1)
+                    self.skipped.append(original)
+                    where = self._where(original)
+                    if dup:
+                        self.warnings.append(f"an event with a duplicated key \"{dup.group(1)}\" {where} was "
+                                             "skipped; the events around it were loaded")
+                    else:
+                        reason = msg.splitlines()[0].partition(m.group(0))[2].strip(" :.") or "malformed"
+                        self.warnings.append(f"invalid JSON ({reason}): the damaged event {where} was skipped; "
+                                             "the events around it were loaded")
                     self.status = "partial"
                     continue
-                raise tracefile.TraceFileError(msg) from exc
+                raise tracefile.TraceFileError(msg.splitlines()[0]) from exc
         raise tracefile.TraceFileError("could not repair the file")
+
+    def _read_done(self) -> None:
+        """The events are read: number them, and skip the X events that would end past the int64 range."""
+        self.sql(EV_VIEW)
+        ts_max, dur_max = self.sql("SELECT max(ts_ns), max(dur_ns) FROM {p}ev_t WHERE ph = 'X'").fetchone()
+        if ts_max is not None and dur_max is not None and ts_max + dur_max > INT64_MAX:  # cheap test first
+            self.sql(MARK_OVERFLOWING_ENDS)
+        self.on_progress(self.READ_SHARE)
+
+    def _original_index(self, index: int) -> int:
+        """The place in the original file of the ``index``-th event of the file read (some may be removed)."""
+        for removed in sorted(self.skipped):
+            if removed <= index:
+                index += 1
+        return index
+
+    def _where(self, original_index: int, offset: int | None = None) -> str:
+        """"at byte N" for an event of the original file ("(event #N)" when it cannot be located)."""
+        offset = self._offset(original_index) if offset is None else offset
+        if offset is None:
+            return f"(event #{original_index + 1})"
+        return f"at byte {offset}" + (" of the uncompressed data" if self.path.name.endswith(".gz") else "")
+
+    def _offset(self, original_index: int) -> int | None:
+        if self.array_start is None:  # the events were not read from a JSON file (another reader made them)
+            return None
+        try:
+            return tracefile.event_offsets(self.path, [original_index], self.array_start).get(original_index)
+        except (OSError, EOFError):
+            return None
+
+    def _where_seq(self, seq: int | None) -> str:
+        """" (the first at byte N)" for the event numbered ``seq``, or nothing when it cannot be located."""
+        index = None if seq is None else self._original_index(seq)
+        offset = None if index is None else self._offset(index)
+        return "" if offset is None else f" (the first {self._where(index, offset)})"
 
     def _read_halves(self, path: Path) -> bool:
         """Read a big array as two halves on two cores; False (nothing read) when it cannot be split or a half
@@ -388,8 +456,7 @@ class TraceLoad:
         finally:
             for part in parts:
                 part.unlink(missing_ok=True)
-        self.sql(EV_VIEW)
-        self.on_progress(self.READ_SHARE)
+        self._read_done()
         return True
 
     def derive(self) -> dict:
@@ -411,14 +478,23 @@ class TraceLoad:
             self.warnings.append(f"{bad[0]} slices with a negative dur were loaded with dur 0")
         if bad[1]:
             self.warnings.append(f"{bad[1]} B events without a matching E were loaded with dur 0")
-        skipped = s(f"""SELECT count(*) FILTER (WHERE ph IN ('X','B','E','i','I','C','s','f') AND ts_ns IS NULL),
+        skipped = s(f"""WITH k AS (SELECT seq, ph, ph IN ('X','B','E','i','I','C','s','f') AND ts_ns IS NULL
+                                                  AND bad_dur IS NOT TRUE AS bad_ts, bad_dur IS TRUE AS bad_dur
+                                        FROM {self.p}ev)
+                        SELECT count(*) FILTER (WHERE bad_ts),
                                count(*) FILTER (WHERE ph NOT IN ('X','B','E','i','I','C','s','f','M')
                                                 OR ph IS NULL),
                                string_agg(DISTINCT ph, ', ') FILTER (WHERE ph NOT IN ('X','B','E','i','I','C','s',
-                                                                                       'f','M'))
-                        FROM {self.p}ev""").fetchone()
+                                                                                       'f','M')),
+                               min(seq) FILTER (WHERE bad_ts), count(*) FILTER (WHERE bad_dur),
+                               min(seq) FILTER (WHERE bad_dur)
+                        FROM k""").fetchone()
         if skipped[0]:
-            self.warnings.append(f"{skipped[0]} events without a usable ts were skipped")
+            self.warnings.append(f"{skipped[0]} events without a usable ts were skipped{self._where_seq(skipped[3])}")
+        if skipped[4]:
+            self.warnings.append(f"{skipped[4]} X events whose dur is not a usable duration (not a number, infinite, "
+                                 "or ending beyond the int64 range of ns) were skipped"
+                                 f"{self._where_seq(skipped[5])}")
         if skipped[1]:
             self.warnings.append(f"{skipped[1]} events of phases not shown yet ({skipped[2] or 'none'}) "
                                  "were skipped")

@@ -7,9 +7,13 @@ hand us is rewritten, in one streaming pass, into such an array in the work fold
 * ``{"traceEvents": [...], ...}``    -> the array's bytes copied out (the other keys are returned as metadata);
 * numeric ``"ts": 1736408883694756.090`` -> quoted, because DuckDB would parse it as a float64 and lose the ns;
 * a trailing ``,]`` (torch_npu with an empty CANN part) -> fixed;
+* a UTF-8 byte-order mark            -> accepted (DuckDB's reader skips it too);
 * a file cut off mid-event           -> salvaged up to the last complete event (a warning gives the byte offset);
 * bytes that are not UTF-8           -> replaced with U+FFFD (a warning gives the first offset).
 A well-formed torch_npu ``trace_view.json`` needs none of this and is read in place.
+
+``event_offsets`` finds where given events begin in the original file, so a warning about a skipped event can
+name its byte offset.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from pathlib import Path
 CHUNK = 8 << 20
 _NUMERIC_TS = re.compile(rb'("ts"\s*:\s*)(-?[0-9][0-9.eE+-]*)')
 _EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
+_TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[][{}]')  # a JSON string, or a bracket outside strings
+BOM = codecs.BOM_UTF8
 
 
 class TraceFileError(Exception):
@@ -36,6 +43,7 @@ class TraceFileError(Exception):
 class PreparedTrace:
     path: Path
     notes: list[str] = field(default_factory=list)
+    array_start: int = 0  # offset of the event array's '[' in the original (uncompressed) data
 
 
 def _first_last(path: Path) -> tuple[bytes, bytes, int]:
@@ -55,16 +63,41 @@ def _decompress(src: Path, dst: Path) -> None:
         raise TraceFileError(f"cannot decompress: {exc}") from exc
 
 
-def _find_array_bounds(path: Path, size: int, head: bytes) -> tuple[int, int, dict]:
-    """For the object form, the byte range of the traceEvents array and the other top-level keys."""
-    m = re.search(rb'"traceEvents"\s*:\s*\[', head)
+def _top_level_trace_events(data: bytes) -> re.Match | None:
+    """The ``"traceEvents": [`` that is a key of the outermost object, not of an object nested in it (a
+    metadata object or an event's args may hold one too)."""
+    first = _TRACE_EVENTS.search(data)
+    if first is None:
+        return None
+    depth = 0
+    for tok in _TOKEN.finditer(data):
+        t = tok.group()
+        if t[:1] == b'"':
+            if depth == 1 and t == b'"traceEvents"':
+                m = _TRACE_EVENTS.match(data, tok.start())
+                if m:
+                    return m
+        elif t in (b"{", b"["):
+            depth += 1
+        else:
+            depth -= 1
+    return None
+
+
+def _find_array_bounds(path: Path, size: int, head: bytes, notes: list[str]) -> tuple[int, int, dict]:
+    """For the object form, the byte range of the top-level traceEvents array and the other top-level keys."""
+    m = _top_level_trace_events(head)
     start_search = head
     if not m:
         with open(path, "rb") as fh:
             start_search = fh.read(64 << 20)
-        m = re.search(rb'"traceEvents"\s*:\s*\[', start_search)
+        m = _top_level_trace_events(start_search)
         if not m:
-            raise TraceFileError('a JSON object without a "traceEvents" array')
+            raise TraceFileError('a JSON object without a top-level "traceEvents" array')
+    nested = _TRACE_EVENTS.search(start_search)
+    if nested.start() != m.start():
+        notes.append(f'a nested "traceEvents" key at byte {nested.start()} was not taken for the event array '
+                     f'(the top-level one at byte {m.start()} was read)')
     start = m.end() - 1
     prefix = start_search[: m.start()].rstrip().rstrip(b",")
     with open(path, "rb") as fh:
@@ -86,8 +119,8 @@ def _find_array_bounds(path: Path, size: int, head: bytes) -> tuple[int, int, di
             extra = json.loads(b"{" + rest) if rest != b"}" else {}
             try:
                 extra.update(json.loads(prefix + b"}"))
-            except ValueError:
-                pass
+            except (ValueError, RecursionError):  # only names the keys that are not loaded
+                notes.append("the top-level keys before traceEvents could not be read; they were not loaded")
             return start, tail_off + pos + 1, extra
         except ValueError:
             continue
@@ -149,17 +182,20 @@ def prepare(path: Path, workdir: Path, *, fix_utf8: bool = False) -> PreparedTra
         src = workdir / (path.name[:-3] + ".decompressed")
         _decompress(path, src)
     head, tail, size = _first_last(src)
-    if size == 0 or not head.strip():
+    body = head[len(BOM):] if head.startswith(BOM) else head
+    if size == 0 or not body.strip():
         raise TraceFileError("empty file")
-    first = head.lstrip()[:1]
+    first = body.lstrip()[:1]
     start, end, closing = 0, size, b""
+    array_start = head.find(b"[")
     if first == b"{":
-        start, end, extra = _find_array_bounds(src, size, head)
+        start, end, extra = _find_array_bounds(src, size, head, notes)
+        array_start = start
         skipped = sorted(k for k in extra if k != "displayTimeUnit")  # a viewer hint: ts is µs regardless
         if skipped:
             notes.append("top-level keys beside traceEvents not loaded: " + ", ".join(skipped))
     elif first != b"[":
-        raise TraceFileError(f"not a JSON trace: starts with {head.lstrip()[:20]!r}")
+        raise TraceFileError(f"not a JSON trace: starts with {body.lstrip()[:20]!r}")
     else:
         stripped_tail = tail.rstrip()
         if _strip_trailing_comma(stripped_tail):
@@ -172,14 +208,45 @@ def prepare(path: Path, workdir: Path, *, fix_utf8: bool = False) -> PreparedTra
     if quote_ts:
         notes.append("numeric ts values read as exact decimal text")
     if src is path and start == 0 and end == size and not quote_ts and not fix_utf8 and not closing:
-        return PreparedTrace(path=path, notes=notes)
+        return PreparedTrace(path=path, notes=notes, array_start=array_start)
     dst = workdir / (path.name + ".array.json")
     bad = _copy_range(src, dst, start, end, quote_ts, fix_utf8, closing)
     if src is not path:
         src.unlink(missing_ok=True)
     if bad is not None:
         notes.append(f"bytes that are not UTF-8 (first at byte {bad}) replaced with U+FFFD")
-    return PreparedTrace(path=dst, notes=notes)
+    return PreparedTrace(path=dst, notes=notes, array_start=array_start)
+
+
+def event_offsets(path: Path, indices: list[int], array_start: int = 0) -> dict[int, int]:
+    """Where the events of the given 0-based indices begin in ``path`` (a ``.gz`` file: in its uncompressed
+    data), for the array whose '[' is at ``array_start``. Events are located by the ``}, {`` separators
+    between them, as in ``skip_record``; an index past the last event is left out."""
+    wanted = {i for i in indices if i >= 0}
+    found: dict[int, int] = {}
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        fh.seek(array_start + 1)
+        base, carry, last, index = array_start + 1, b"", -1, 0
+        while wanted - found.keys():
+            block = fh.read(CHUNK)
+            if not block:
+                break
+            data = carry + block
+            if base == array_start + 1 and 0 in wanted:
+                lead = len(data) - len(data.lstrip())
+                if data[lead:lead + 1] == b"{":
+                    found[0] = base + lead
+            for m in _EVENT_GAP.finditer(data):
+                pos = base - len(carry) + m.end() - 1
+                if pos <= last:  # already seen at the end of the previous block
+                    continue
+                last, index = pos, index + 1
+                if index in wanted:
+                    found[index] = pos
+            carry = data[-64:]
+            base += len(block)
+    return found
 
 
 def salvage(path: Path, workdir: Path, before: int | None = None) -> tuple[Path, int]:

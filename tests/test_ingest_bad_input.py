@@ -15,12 +15,15 @@ from ingest import lod
 from ingest.pipeline import NoProfilingData, ingest_path
 from tests.ingest_helpers import PYTORCH_TEXT, REAL, csv_rows, expected_trace
 
-pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_samples is not beside the checkout")
+# the inline-trace tests run everywhere; these need ../shared/real_samples
+needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_samples is not beside the checkout")
 RANK0 = PYTORCH_TEXT / "level1" / "rank0_ascend_pt"
 
 
 @pytest.fixture
 def rank_copy(tmp_path):
+    if not RANK0.is_dir():
+        pytest.skip(f"real sample {RANK0} not found")
     dst = tmp_path / "run" / "rank0_ascend_pt"
     shutil.copytree(RANK0, dst)
     return dst
@@ -74,6 +77,7 @@ def test_empty_and_missing_files(rank_copy, tmp_path):
         csv_rows(RANK0 / "ASCEND_PROFILER_OUTPUT" / "operator_details.csv")
 
 
+@needs_real
 def test_spreadsheet_numbers_are_loaded_with_a_warning(tmp_path):
     src = REAL / "msinsight_server_fixtures" / "test_rank_1"
     dst = tmp_path / "run" / "test_rank_1"
@@ -148,6 +152,7 @@ def test_trace_container_variants(tmp_path, variant):
     assert rows == [("outer", 1700000000000100250, 10500, 0), ("inner", 1700000000000101001, 2000, 1)]
 
 
+@needs_real
 def test_failed_ingest_leaves_no_file(tmp_path, monkeypatch):
     def boom(con):
         raise RuntimeError("simulated crash while writing")
@@ -230,6 +235,7 @@ def test_timestamps_that_are_not_numbers_are_skipped_and_reported(tmp_path):
     assert any("2 events without a usable ts were skipped" in m for _, m in _warnings(con))
 
 
+@needs_real
 def test_a_trace_failing_after_its_slices_are_written_leaves_no_rows(tmp_path, monkeypatch):
     """Slices are appended while flows are still derived; a later failure removes that rank's rows again."""
     from ingest import trace
@@ -292,3 +298,180 @@ def test_a_csv_whose_layout_cannot_be_read_is_named_and_the_rest_loads(rank_copy
     kernels = rank_copy / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == csv_rows(kernels)
     assert con.execute("SELECT count(*) FROM slices").fetchone()[0] > 0
+
+
+# One bad event must not cost the rank its trace: each case below is one event among good ones in an inline
+# trace; the good events all load and a warning names the file and the bad event's byte offset.
+
+GOOD = [{"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "Python"}},
+        {"ph": "X", "name": "a", "pid": 7, "tid": 1, "ts": "100.000", "dur": 1},
+        {"ph": "X", "name": "b", "pid": 7, "tid": 1, "ts": "102.000", "dur": 2.5}]
+TRACE = "r_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"
+
+
+def _with_bad_event(bad: str) -> tuple[str, int]:
+    """GOOD with the raw JSON text ``bad`` as its second event, and the byte offset where it begins."""
+    head = json.dumps(GOOD[:1])[:-1] + ", "
+    text = head + bad + ", " + json.dumps(GOOD[1:])[1:]
+    return text, len(head.encode())
+
+
+def _rank_folder(tmp_path, files: dict[str, bytes | str]):
+    for rel, data in files.items():
+        path = tmp_path / "run" / "r_ascend_pt" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return _ingest(tmp_path / "run", tmp_path)
+
+
+def _slices(con):
+    return con.execute("SELECT name, ts_ns, dur_ns FROM slices ORDER BY ts_ns").fetchall()
+
+
+GOOD_SLICES = [("a", 100000, 1000), ("b", 102000, 2500)]
+
+
+@pytest.mark.parametrize("dur", ["NaN", '"NaN"', "Infinity", '"Infinity"', "-Infinity", "1e300",
+                                 "9223372036854775.808", "9223372036854775808", '"soon"', "[1]"])
+def test_an_event_whose_dur_is_not_a_duration_is_skipped(tmp_path, dur):
+    text, at = _with_bad_event('{"ph": "X", "name": "bad", "pid": 7, "tid": 1, "ts": "101.000", "dur": ' + dur + "}")
+    con = _rank_folder(tmp_path, {"ASCEND_PROFILER_OUTPUT/trace_view.json": text})
+    assert _slices(con) == GOOD_SLICES
+    assert (TRACE, "1 X events whose dur is not a usable duration (not a number, infinite, or ending beyond the "
+                   f"int64 range of ns) were skipped (the first at byte {at})") in _warnings(con)
+
+
+def test_an_event_ending_beyond_the_int64_range_is_skipped(tmp_path):
+    # ts and dur each fit in int64 ns, their sum does not
+    text, at = _with_bad_event('{"ph": "X", "name": "bad", "pid": 7, "tid": 1, "ts": "1736408883600478.000", '
+                               '"dur": 9000000000000000}')
+    con = _rank_folder(tmp_path, {"ASCEND_PROFILER_OUTPUT/trace_view.json": text})
+    assert _slices(con) == GOOD_SLICES
+    assert any(f == TRACE and m.startswith("1 X events whose dur is not a usable duration") and f"at byte {at}" in m
+               for f, m in _warnings(con))
+
+
+@pytest.mark.parametrize("ts", ["NaN", '"NaN"', "Infinity", '"Infinity"', "1e300", '"1e300"',
+                                '"9223372036854775.808"', "9223372036854775808"])
+def test_an_event_whose_ts_is_not_a_time_is_skipped_and_located(tmp_path, ts):
+    text, at = _with_bad_event('{"ph": "X", "name": "bad", "pid": 7, "tid": 1, "ts": ' + ts + ', "dur": 1}')
+    con = _rank_folder(tmp_path, {"ASCEND_PROFILER_OUTPUT/trace_view.json": text})
+    assert _slices(con) == GOOD_SLICES
+    assert (TRACE, f"1 events without a usable ts were skipped (the first at byte {at})") in _warnings(con)
+
+
+def test_an_event_with_a_duplicated_key_is_skipped(tmp_path):
+    text, at = _with_bad_event('{"ph": "X", "name": "bad", "pid": 7, "tid": 1, "ts": "101.000", "ts": "101.500", '
+                               '"dur": 1}')
+    con = _rank_folder(tmp_path, {"ASCEND_PROFILER_OUTPUT/trace_view.json": text})
+    assert _slices(con) == GOOD_SLICES
+    assert (TRACE, f'an event with a duplicated key "ts" at byte {at} was skipped; the events around it were '
+                   "loaded") in _warnings(con)
+    assert con.execute("SELECT status FROM files WHERE kind = 'trace_view'").fetchone()[0] == "partial"
+
+
+def test_a_skipped_event_is_located_in_the_original_file_not_in_a_rewritten_copy(tmp_path):
+    # the object form and numeric ts make ingest read a rewritten copy; the offset is still the original's
+    text, _ = _with_bad_event('{"ph": "X", "name": "bad", "pid": 7, "tid": 1, "ts": 101, "ts": 101.5, "dur": 1}')
+    text = '{"schemaVersion": 1, "traceEvents": ' + text.replace('"100.000"', "100.000") + "}"
+    con = _rank_folder(tmp_path, {"ASCEND_PROFILER_OUTPUT/trace_view.json": text})
+    assert _slices(con) == GOOD_SLICES
+    at = text.index('{"ph": "X", "name": "bad"')
+    assert (TRACE, f'an event with a duplicated key "ts" at byte {at} was skipped; the events around it were '
+                   "loaded") in _warnings(con)
+
+
+def test_damaged_events_are_located_in_the_uncompressed_data_of_a_gz_trace(tmp_path):
+    text, at = _with_bad_event('{oops}')
+    con = _rank_folder(tmp_path, {"ASCEND_PROFILER_OUTPUT/trace_view.json.gz": gzip.compress(text.encode())})
+    assert _slices(con) == GOOD_SLICES
+    (msg,) = [m for f, m in _warnings(con) if f.endswith("trace_view.json.gz")]
+    assert msg == (f"invalid JSON (unexpected character): the damaged event at byte {at} of the uncompressed data "
+                   "was skipped; the events around it were loaded")
+
+
+COMM = {"step1": {"collective": {"hcom_allReduce__1@g": {
+    "Communication Time Info": {"Start Timestamp(us)": "100.5", "Elapse Time(ms)": 0.5},
+    "Communication Bandwidth Info": {}}}}}
+MATRIX = {"step1": {"collective": {"allreduce-top1@g": {"0-1": {
+    "Transport Type": "HCCS", "Transit Size(MB)": 1.0, "Transit Time(ms)": 0.1, "Bandwidth(GB/s)": 10.0}}}}}
+SIDE_FILES = {
+    "ASCEND_PROFILER_OUTPUT/trace_view.json": json.dumps(GOOD),
+    "ASCEND_PROFILER_OUTPUT/kernel_details.csv": 'Name,Start Time(us),Duration(us)\nk,"100.000\t",1.5\n',
+    "ASCEND_PROFILER_OUTPUT/communication.json": json.dumps(COMM),
+    "ASCEND_PROFILER_OUTPUT/communication_matrix.json": json.dumps(MATRIX),
+    "profiler_info_3.json": json.dumps({"config": {"experimental_config": {"_profiler_level": "Level1"}}}),
+    "profiler_metadata.json": json.dumps({"trace_id": "t1"}),
+}
+
+
+def _everything_loaded(con) -> None:
+    assert _slices(con) == GOOD_SLICES
+    assert con.execute("SELECT name, start_ns, duration_ns FROM kernels").fetchall() == [("k", 100000, 1500)]
+    assert con.execute("SELECT op_name, elapse_time_ns FROM comm_ops").fetchall() == [("hcom_allReduce__1", 500000)]
+    assert con.execute("SELECT src_rank, dst_rank, transit_time_ns FROM comm_matrix").fetchall() == [(0, 1, 100000)]
+    assert con.execute("SELECT rank, profiler_level, profiler_metadata ->> 'trace_id' FROM ranks").fetchall() == [
+        (3, "Level1", "t1")]
+
+
+def test_the_side_files_load_as_a_whole(tmp_path):
+    _everything_loaded(_rank_folder(tmp_path, SIDE_FILES))
+
+
+@pytest.mark.parametrize("name", sorted(SIDE_FILES))
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path, name):
+    # nothing is lost or changed, so no warning either
+    files = {**SIDE_FILES, name: b"\xef\xbb\xbf" + SIDE_FILES[name].encode()}
+    con = _rank_folder(tmp_path, files)
+    _everything_loaded(con)
+    assert _warnings(con) == []
+
+
+def test_a_loose_trace_with_a_byte_order_mark_is_recognised(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trace_rank1.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode())
+    con = _ingest(tmp_path / "run", tmp_path)
+    assert _slices(con) == GOOD_SLICES
+
+
+@pytest.mark.parametrize("before", [
+    '"otherData": {"traceEvents": [{"ph": "X"}]}',                               # in a metadata object
+    '"meta": {"run": {"args": {"traceEvents": []}}, "note": "traceEvents"}',     # deeper, and as a value
+    '"deviceProperties": [{"traceEvents": [1, 2]}]',                             # in an array
+])
+def test_a_nested_trace_events_key_before_the_real_one(tmp_path, before):
+    text = "{" + before + ', "traceEvents": ' + json.dumps(GOOD) + "}"
+    con = _rank_folder(tmp_path, {"ASCEND_PROFILER_OUTPUT/trace_view.json": text})
+    assert _slices(con) == GOOD_SLICES
+    nested, real = text.index('"traceEvents"'), text.rindex('"traceEvents"')
+    assert (TRACE, f'a nested "traceEvents" key at byte {nested} was not taken for the event array (the top-level '
+                   f"one at byte {real} was read)") in _warnings(con)
+
+
+@pytest.mark.parametrize("name", ["profiler_info_3.json", "profiler_metadata.json",
+                                  "ASCEND_PROFILER_OUTPUT/communication.json",
+                                  "ASCEND_PROFILER_OUTPUT/communication_matrix.json"])
+def test_json_nested_too_deeply_for_python_is_a_warning(tmp_path, name):
+    con = _rank_folder(tmp_path, {**SIDE_FILES, name: "[" * 100_000})
+    assert _slices(con) == GOOD_SLICES
+    assert con.execute("SELECT rank FROM ranks").fetchall() == [(3,)]
+    (msg,) = [m for f, m in _warnings(con) if f == "r_ascend_pt/" + name]
+    assert msg.endswith("nested too deeply to be read")
+    assert con.execute("SELECT count(*) FROM files WHERE file = ?", ["r_ascend_pt/" + name]).fetchone()[0] == 1
+
+
+def test_a_very_wide_csv_fails_alone(tmp_path):
+    """10,000 columns used to exhaust the ingest's memory limit; now the file is refused from its header."""
+    wide = tmp_path / "wide.csv"
+    with open(wide, "w") as fh:
+        fh.write(",".join(f"c{i}" for i in range(10_000)) + "\n")
+        fh.writelines(["1," * 9_999 + "1\n"] * 2_000)
+    files = {**SIDE_FILES, "ASCEND_PROFILER_OUTPUT/op_statistic.csv": wide.read_bytes(),
+             "ASCEND_PROFILER_OUTPUT/operator_details.csv": "Name,Input Shapes,Device Self Duration(us)\nop,\"1,2\",3\n"}
+    con = _rank_folder(tmp_path, files)
+    _everything_loaded(con)
+    assert con.execute("SELECT name, device_self_duration_ns FROM operators").fetchall() == [("op", 3000)]
+    assert _warnings(con) == [("r_ascend_pt/ASCEND_PROFILER_OUTPUT/op_statistic.csv",
+                               "not loaded: 10000 columns in the header, more than the 512 a profiler CSV can have; "
+                               "the file was not read")]
+    assert con.execute("SELECT count(*) FROM op_statistic").fetchone()[0] == 0
