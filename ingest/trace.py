@@ -60,6 +60,10 @@ FROM (SELECT *, coalesce(ph = 'X' AND dur IS NOT NULL AND dur_ns IS NULL, false)
                                                    .replace("dur: 'DOUBLE'", "dur: 'VARCHAR'")})))
 """
 
+# a time is usable within ±2^62 ns (146 years around the epoch), so that the interval between any two fits in
+# an int64 (a B/E pair's dur is E - B); beyond, it is skipped like a ts that is not a number
+TS_LIMIT = 1 << 62
+UNUSABLE_TS = f"UPDATE {{p}}ev_t SET ts_ns = NULL WHERE ts_ns <= -{TS_LIMIT} OR ts_ns >= {TS_LIMIT}"
 # an X event ending past the int64 range of ns cannot be placed on the timeline: skipped like a bad dur
 MARK_OVERFLOWING_ENDS = """
 UPDATE {p}ev_t SET bad_dur = true, ts_ns = NULL
@@ -407,10 +411,14 @@ class TraceLoad:
         raise tracefile.TraceFileError("could not repair the file")
 
     def _read_done(self) -> None:
-        """The events are read: number them, and skip the X events that would end past the int64 range."""
+        """The events are read: number them, and skip the times out of range and the X events that would end
+        past the int64 range (one cheap pass finds whether there are any)."""
         self.sql(EV_VIEW)
-        ts_max, dur_max = self.sql("SELECT max(ts_ns), max(dur_ns) FROM {p}ev_t WHERE ph = 'X'").fetchone()
-        if ts_max is not None and dur_max is not None and ts_max + dur_max > INT64_MAX:  # cheap test first
+        lo, hi, x_hi, dur_hi = self.sql("SELECT min(ts_ns), max(ts_ns), max(ts_ns) FILTER (WHERE ph = 'X'), "
+                                        "max(dur_ns) FILTER (WHERE ph = 'X') FROM {p}ev_t").fetchone()
+        if lo is not None and (lo <= -TS_LIMIT or hi >= TS_LIMIT):
+            self.sql(UNUSABLE_TS)
+        if x_hi is not None and dur_hi is not None and x_hi + dur_hi > INT64_MAX:
             self.sql(MARK_OVERFLOWING_ENDS)
         self.on_progress(self.READ_SHARE)
 

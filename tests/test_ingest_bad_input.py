@@ -360,6 +360,15 @@ def test_an_event_whose_ts_is_not_a_time_is_skipped_and_located(tmp_path, ts):
     assert (TRACE, f"1 events without a usable ts were skipped (the first at byte {at})") in _warnings(con)
 
 
+def test_times_too_far_apart_for_an_int64_interval_are_skipped(tmp_path):
+    # each time fits in int64 ns, but E - B of this pair would not: times beyond ±2^62 ns are not usable
+    text, at = _with_bad_event('{"ph": "B", "name": "bad", "pid": 7, "tid": 2, "ts": "-9000000000000000.000"}, '
+                               '{"ph": "E", "pid": 7, "tid": 2, "ts": "9000000000000000.000"}')
+    con = _rank_folder(tmp_path, {"ASCEND_PROFILER_OUTPUT/trace_view.json": text})
+    assert _slices(con) == GOOD_SLICES
+    assert (TRACE, f"2 events without a usable ts were skipped (the first at byte {at})") in _warnings(con)
+
+
 def test_an_event_with_a_duplicated_key_is_skipped(tmp_path):
     text, at = _with_bad_event('{"ph": "X", "name": "bad", "pid": 7, "tid": 1, "ts": "101.000", "ts": "101.500", '
                                '"dur": 1}')
