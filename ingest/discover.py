@@ -1,11 +1,12 @@
-"""Find every rank and its text-export files under a path.
+"""Find every rank and its files under a path.
 
 A path may be one ``*_ascend_pt`` folder, a folder holding several (one per rank, nested a few levels deep), an
-archive of either (extracted by ``ingest.archive``), or loose Chrome-trace JSON files. A rank folder is one that
-holds ``ASCEND_PROFILER_OUTPUT`` (whatever its name) or whose name ends in ``_ascend_pt``. The rank id comes from
-``profiler_info_{rank}.json``, then ``profiler_info.json``'s ``rank_id``, then a number in the folder name, then
-the first free id; all but the first two leave a warning. What we find but cannot load yet (db exports, raw
-``PROF_*`` folders, MindSpore output) is reported as a warning, never silently skipped.
+archive of either (extracted by ``ingest.archive``), or loose Chrome-trace JSON files or profiler databases. A
+rank's text-export files are found here; those of other formats (the db export) by ``ingest.readers``. A rank
+folder is one that holds ``ASCEND_PROFILER_OUTPUT`` (whatever its name) or whose name ends in ``_ascend_pt``. The
+rank id comes from ``profiler_info_{rank}.json``, then ``profiler_info.json``'s ``rank_id``, then a number in the
+folder name, then the first free id; all but the first two leave a warning. What we find but cannot load yet
+(raw ``PROF_*`` folders, MindSpore output) is reported as a warning, never silently skipped.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import jsonfile
+from . import jsonfile, readers
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MAX_DEPTH = 5
@@ -129,8 +130,10 @@ def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path]]:
                     stack.append((child, depth + 1))
             elif entry.is_file() and entry.name.endswith(_TRACE_SUFFIXES) and depth <= 2:
                 loose.append(child)
+            elif entry.is_file() and depth <= 2 and readers.find_loose(child):
+                loose.append(child)
             elif entry.is_file() and entry.name.endswith(".db"):
-                disc.warn(None, _rel(child, disc.root), "db export: not supported yet")
+                disc.warn(None, _rel(child, disc.root), "not loaded: a database of a kind not supported yet")
     rank_dirs.sort()
     return rank_dirs, sorted(loose)
 
@@ -161,12 +164,16 @@ def _read_rank_dir(folder: Path, disc: Discovery) -> RankSource:
         kind = _NAME_TO_KIND.get(entry.name)
         if kind and entry.is_file():
             src.files[kind] = entry
+        elif readers.claims(entry.name):
+            continue  # the reader of that format says below what it takes
         elif entry.name.endswith(".db"):
-            disc.warn(None, _rel(entry, disc.root), "db export: not supported yet" +
-                      (" (the text export beside it was loaded)" if "trace_view" in src.files or any(
-                          (out / n).exists() for n in _NAME_TO_KIND) else ""))
+            disc.warn(None, _rel(entry, disc.root), "not loaded: a database of a kind not supported yet")
         elif entry.name not in _IGNORED_NAMES:
             disc.warn(None, _rel(entry, disc.root), "not loaded: file type not supported yet")
+    found = readers.find(out, dict(src.files))  # a rank with text-export files is read from those
+    src.files.update(found.files)
+    for path, note in found.notes:
+        disc.warn(None, _rel(path, disc.root), note)
     return src
 
 
@@ -222,16 +229,24 @@ def discover(path: str | os.PathLike) -> Discovery:
     if root.is_file():
         if root.name.endswith(_TRACE_SUFFIXES) and _looks_like_trace(root):
             sources = [RankSource(folder=root.parent, files={"trace_view": root}, loose_trace=True)]
+        elif kinds := readers.find_loose(root):
+            sources = [RankSource(folder=root.parent, files=kinds)]
         else:
             disc.warn(None, root.name, "not a profiling folder, archive or trace file")
             return disc
     else:
         rank_dirs, loose = _walk(root, disc)
         sources = [_read_rank_dir(d, disc) for d in rank_dirs]
+        for f in loose if rank_dirs else []:
+            if not f.name.endswith(_TRACE_SUFFIXES):
+                disc.warn(None, _rel(f, disc.root), "not loaded: a profiler database beside rank folders is not "
+                          "supported yet (open it on its own)")
         if not rank_dirs:
             for f in loose:
-                if _looks_like_trace(f):
-                    src = RankSource(folder=f.parent, files={"trace_view": f}, loose_trace=True)
+                kinds = {"trace_view": f} if f.name.endswith(_TRACE_SUFFIXES) and _looks_like_trace(f) \
+                    else readers.find_loose(f)
+                if kinds:
+                    src = RankSource(folder=f.parent, files=kinds, loose_trace="trace_view" in kinds)
                     m = _FOLDER_RANK.search(f.name)
                     if m:
                         src.rank, src.rank_source = int(m.group(1)), "folder_name"

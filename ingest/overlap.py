@@ -76,7 +76,12 @@ def derive(cur, prefix: str) -> int:
     if cur.execute(HAS_OVERLAP.format(p=prefix)).fetchone()[0]:
         return 0
     cols = cur.execute(INTERVALS.format(p=prefix, compute=str(COMPUTE_TASK_TYPES))).fetchnumpy()
-    what, ts, end = cols["what"], cols["ts_ns"].astype(np.int64), cols["end_ns"].astype(np.int64)
+    return append_lanes(cur, prefix, cols["what"], cols["ts_ns"].astype(np.int64), cols["end_ns"].astype(np.int64))
+
+
+def append_lanes(cur, prefix: str, what: np.ndarray, ts: np.ndarray, end: np.ndarray) -> int:
+    """Append the lane computed from device intervals (``what``: 0 compute task, 1 communication op, 2 other
+    device task) to ``{prefix}ev_t``; return the number of slices added (0 when there are no device tasks)."""
     hw = what != 1
     if not hw.any():
         return 0

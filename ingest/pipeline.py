@@ -9,7 +9,8 @@ derived there; as soon as a rank's slices are nested, a writer appends its track
 tables (in rank order, while its flows are still being derived and other files load), then its flows, counters
 and steps. CSV and JSON tables are assembled while traces still load (with one rank, CSVs are typed straight into
 the file). A broken input file becomes a row in ``warnings`` (naming the file and what is wrong) and the rest of
-the run still loads.
+the run still loads. Files of other formats than the text export (the db export) are staged by their reader in
+``ingest.readers`` into the same staging tables; one that yields a timeline is written like a trace.
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ from pathlib import Path
 
 import duckdb
 
-from . import SCHEMA_VERSION, archive, commfiles, csvfiles, jsonfile, lod, overlap, sqlfuncs, trace, tracefile
+from . import SCHEMA_VERSION, archive, commfiles, csvfiles, jsonfile, lod, overlap, readers, sqlfuncs, trace, tracefile
 from .discover import RankSource, discover
 from .schema import CORE_DDL, EMPTY_TABLES
+
+
+# file kinds that yield a timeline (appended by the trace writer in rank order)
+TIMELINE_KINDS = frozenset({"trace_view"}) | readers.TIMELINE_KINDS
 
 
 class NoProfilingData(Exception):
@@ -84,7 +89,7 @@ def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: P
     try:
         _stage(con, res, kind, path, root, work, progress, split_read)
     finally:
-        if kind == "trace_view":
+        if kind in TIMELINE_KINDS:
             res.nested.set()  # whatever happened, never keep the writer waiting
 
 
@@ -135,6 +140,22 @@ def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, 
             rows = commfiles.matrix_rows(path, rank)
             res.comm.setdefault("comm_matrix", []).extend(rows)
             entry["rows"] = len(rows)
+        elif kind in readers.KINDS:
+            def nested():
+                res.nest_ok = True
+                res.nested.set()
+
+            got = readers.stage(readers.Job(
+                cur=cur, prefix=p, csv_prefix=res.csv_prefix, rank=rank, display=display, workdir=work / f"r{res.idx}",
+                on_progress=lambda f: progress.file_progress(rank, display, int(f * size)), on_nested=nested),
+                kind, path)
+            res.has_trace = res.has_trace or got.timeline
+            res.overlap_source = got.overlap_source or res.overlap_source
+            res.tables.extend(got.tables)
+            for name, rows in got.comm.items():
+                res.comm.setdefault(name, []).extend(rows)
+            entry["rows"], entry["status"] = got.rows, got.status
+            warnings.extend(got.warnings)
     except (tracefile.TraceFileError, duckdb.Error, ValueError, OSError, UnicodeError) as exc:
         entry["status"] = "failed"
         warnings.append(f"not loaded: {_message(exc)}")
@@ -145,7 +166,7 @@ def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, 
         cur.close()
     entry["seconds"] = round(time.perf_counter() - t0, 3)
     with res.lock:
-        if kind == "trace_view":
+        if kind in TIMELINE_KINDS:
             res.trace_entry = entry
         res.files.append(entry)
         res.warnings.extend((display, w) for w in warnings)
@@ -377,15 +398,16 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
             split_read = sum(1 for t in tasks if t[1] == "trace_view") < max(1, workers)
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 stage = {pool.submit(_stage_file, con, *t, disc.root, work, progress, split_read): t for t in tasks}
+                # (a db export makes CSV-shaped tables too: the assembly also waits for it)
                 others = [f for f, t in stage.items() if t[1] != "trace_view"]
-                traces = {t[0].idx: f for f, t in stage.items() if t[1] == "trace_view"}
+                traces = {t[0].idx: f for f, t in stage.items() if t[1] in TIMELINE_KINDS}
                 # the CSV/JSON tables are assembled as soon as they are staged, while traces still load
                 assembled = pool.submit(_assemble_files, con, results, others, work)
                 _write_traces(con, results, traces)
                 for fut in [assembled, *stage]:
                     fut.result()
             for res in results:
-                res.files.sort(key=lambda f: (f["kind"] != "trace_view", f["file"]))
+                res.files.sort(key=lambda f: (f["kind"] not in TIMELINE_KINDS, f["file"]))
             progress.phase("assembling the timeline tables")
             summary = _assemble(con, results, disc.root, src_path, started, extra_warnings, progress)
             progress.phase("writing the file")

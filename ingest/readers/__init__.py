@@ -1,0 +1,107 @@
+"""Readers: one module per profiler export format, behind one small protocol.
+
+A reader knows the files its format writes in a rank's output folder (``find``) and stages each of them
+(``stage``) into the staging tables the text export fills, so that every derivation and view downstream is reused
+unchanged:
+
+* the trace events ``{prefix}ev_t`` (Chrome-trace shaped rows), then derived by ``ingest.trace.TraceLoad.derive``
+  into tracks, nested slices, flows, counters and steps;
+* the tables the CSV files give (``kernels``, ``memory_record`` …, made at ``Job.csv_prefix``), listed in
+  ``Staged.tables``;
+* communication rows in the shape of ``ingest.commfiles.COLUMNS``, in ``Staged.comm``.
+
+A file kind in ``TIMELINE_KINDS`` yields a timeline: the pipeline schedules it like ``trace_view.json`` (its
+writer waits for ``Job.on_nested``). The text export is still read by ``ingest.pipeline`` itself; it can move
+behind this protocol later without changing the protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Protocol
+
+
+@dataclass
+class Job:
+    """Where and how one file of one rank is staged."""
+
+    cur: object  # a DuckDB cursor of the run's connection (staging database attached as ``stage``)
+    prefix: str  # staging table prefix of the rank, e.g. ``stage._r0_``
+    csv_prefix: str  # where CSV-shaped tables go: the rank's staging prefix, or ``main.`` for a single rank
+    rank: int
+    display: str  # the file's name as shown in warnings
+    workdir: Path  # scratch folder of the rank
+    on_progress: Callable[[float], None] = lambda fraction: None
+    on_nested: Callable[[], None] = lambda: None  # call once the timeline's tracks and slices are final
+
+
+@dataclass
+class Staged:
+    """What staging one file produced."""
+
+    rows: int | None = None  # source rows (or events) read
+    status: str = "loaded"  # loaded | partial
+    warnings: list[str] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)  # CSV-shaped tables made at ``Job.csv_prefix``
+    comm: dict[str, list[dict]] = field(default_factory=dict)
+    timeline: bool = False  # staged a timeline that the pipeline's writer appends
+    overlap_source: str | None = None  # "trace" (the profiler's own lane) or "derived"
+
+
+@dataclass
+class Found:
+    """A reader's files in one output folder, and what it noticed there (warnings)."""
+
+    files: dict[str, Path] = field(default_factory=dict)
+    notes: list[tuple[Path, str]] = field(default_factory=list)
+
+
+class Reader(Protocol):
+    name: str
+    kinds: tuple[str, ...]  # the file kinds it stages
+    timeline_kinds: tuple[str, ...]  # those of them that yield a timeline
+
+    def claims(self, filename: str) -> bool:
+        """Whether a file of this name belongs to this format (so discovery does not report it as unknown)."""
+
+    def find(self, out_dir: Path, text_files: Mapping[str, Path]) -> Found:
+        """This format's files of one rank's output folder; ``text_files`` are the text-export files found there."""
+
+    def find_loose(self, path: Path) -> dict[str, Path]:
+        """The kinds of a file found outside any rank folder (or opened on its own), or {} when not ours."""
+
+    def stage(self, job: Job, kind: str, path: Path) -> Staged:
+        """Stage one file; raises ValueError/OSError (with a plain message) when nothing of it is usable."""
+
+
+from . import dbexport  # noqa: E402  (the registry needs the protocol above)
+
+READERS: tuple[Reader, ...] = (dbexport.READER,)
+KINDS: dict[str, Reader] = {kind: reader for reader in READERS for kind in reader.kinds}
+TIMELINE_KINDS: frozenset[str] = frozenset(k for reader in READERS for k in reader.timeline_kinds)
+
+
+def claims(filename: str) -> bool:
+    return any(reader.claims(filename) for reader in READERS)
+
+
+def find(out_dir: Path, text_files: Mapping[str, Path]) -> Found:
+    found = Found()
+    for reader in READERS:
+        got = reader.find(out_dir, text_files)
+        found.files.update(got.files)
+        found.notes.extend(got.notes)
+    return found
+
+
+def find_loose(path: Path) -> dict[str, Path]:
+    for reader in READERS:
+        kinds = reader.find_loose(path)
+        if kinds:
+            return kinds
+    return {}
+
+
+def stage(job: Job, kind: str, path: Path) -> Staged:
+    return KINDS[kind].stage(job, kind, path)

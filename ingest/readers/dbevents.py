@@ -1,0 +1,354 @@
+"""Synthesise the trace-event staging table ``{p}ev_t`` from the staged db-export tables (``{p}d_*``).
+
+The events are the ones the text export's trace_view.json would hold, so ``ingest.trace`` derives tracks,
+nesting, flows, counters and steps unchanged:
+
+    Python            PYTORCH_API (raw OS pid, one thread per globalTid; cat cpu_op / enqueue / dequeue /
+                      python_function), args from the row, Call stack from PYTORCH_CALLCHAINS
+    Python GC         GC_RECORD
+    CANN              CANN_API, named ``<Level>@<name>`` (AscendCL@…, Node@…) as the text export does
+    Ascend Hardware   TASK, one thread per stream; named by COMPUTE_TASK_INFO.name, else by the task type
+    HCCL              per group: a thread of COMMUNICATION_OP, then one per plane of COMMUNICATION_TASK_INFO tasks
+    Overlap Analysis  OVERLAP_ANALYSIS when the db has it (else the reader derives one)
+    MsprofTx          MSTX_EVENTS
+    counters          NPU MEM, HBM, LLC, Acc PMU, Stars Soc Info, AI Core Freq
+
+Device lanes use the profiler's pid packing, ``(pid << 10) | (sort_index << 5) | device`` (FORMATS.md §3.3),
+with the sort indexes of the samples' CANN version. Flows (``bp: e``), keyed by connection id:
+
+    HostToDevice      CANN_API -> each task with its connectionId (a communication task's flow goes to its
+                      COMMUNICATION_OP, as in the text export)
+    async_npu         torch op -> CONNECTION_IDS -> the same tasks
+    async_task_queue  Enqueue -> Dequeue sharing a connection id
+    fwdbwd            a connection id shared by torch ops and no task: the earliest op -> the later ones
+
+Each lane is built in a table ``{p}lane_<name>`` (event columns plus ``tname``/``tsort`` for thread metadata,
+``conn`` and ``role`` for the flows), copied into ``{p}ev_t`` with its metadata events, and kept until the flows
+are made. Rows without a start or end time are not events: ``build`` counts them per table.
+"""
+
+from __future__ import annotations
+
+MASK = 4294967295
+SEP = "';' || chr(13) || chr(10)"  # torch_npu's list separator inside one arg
+
+# process -> (sort index, label: "CPU" or "NPU" + device) as in the samples (CANN 8.0)
+PROCESSES = {
+    "Python": (0, "CPU"), "Python GC": (1, "CPU"), "CANN": (7, "CPU"), "Ascend Hardware": (13, "NPU"),
+    "AI Core Freq": (14, "NPU"), "HCCL": (15, "NPU"), "HBM": (17, "NPU"), "LLC": (18, "NPU"),
+    "NPU MEM": (19, "NPU"), "Stars Soc Info": (20, "NPU"), "Acc PMU": (21, "NPU"), "Overlap Analysis": (23, "NPU"),
+    "MsprofTx": (24, "CPU"),
+}
+OVERLAP_NAMES = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
+API_LEVEL_PREFIX = {"acl": "AscendCL", "runtime": "Runtime", "node": "Node", "model": "Model", "hccl": "Hccl"}
+
+
+def pack(pid_sql: str, process: str, device_sql: str) -> str:
+    return f"((CAST({pid_sql} AS BIGINT) << 10) | ({PROCESSES[process][0]} << 5) | (CAST({device_sql} AS BIGINT) & 31))"
+
+
+class Json(str):
+    """SQL that is already a JSON value (``json_args`` does not wrap it in ``to_json``)."""
+
+
+def json_args(pairs: list[tuple[str, str]]) -> str:
+    """A JSON object of the pairs (key, SQL value) whose value is not NULL (the text export omits absent args)."""
+    entries = ", ".join(f"struct_pack(k := '{k}', v := {v if isinstance(v, Json) else f'to_json({v})'})"
+                        for k, v in pairs)
+    return f"to_json(map_from_entries(list_filter([{entries}], lambda x: x.v IS NOT NULL)))"
+
+
+def _num(sql: str) -> Json:
+    """A DOUBLE that holds a whole number, as a JSON integer (``4097000``, not ``4097000.0``)."""
+    return Json(f"CASE WHEN {sql} = floor({sql}) AND abs({sql}) < 9e18 THEN to_json(CAST({sql} AS BIGINT)) "
+                f"ELSE to_json({sql}) END")
+
+
+def _str(alias: str, id_sql: str) -> str:
+    return f"LEFT JOIN {{p}}d_string_ids {alias} ON {alias}.id = {id_sql}"
+
+
+LANE_COLUMNS = ("ph VARCHAR, name VARCHAR, cat VARCHAR, pid BIGINT, tid BIGINT, ts_ns BIGINT, dur_ns BIGINT, "
+                "args JSON, tname VARCHAR, tsort BIGINT, conn BIGINT, role VARCHAR")
+
+PYTHON = f"""
+WITH api AS (
+    SELECT rowid AS rid, *, TRY_CAST(start_t AS BIGINT) AS ts, TRY_CAST(end_t AS BIGINT) AS te
+    FROM {{p}}d_pytorch_api),
+cs AS (
+    SELECT c.id, string_agg(s.value, {SEP} ORDER BY c.stack_depth) AS stack
+    FROM {{p}}d_pytorch_callchains c {_str('s', 'c.stack')} GROUP BY c.id),
+q AS (SELECT id, min(connection_id) AS cid FROM {{p}}d_connection_ids GROUP BY id),
+r AS (
+    SELECT a.*, n.value AS name_s, dims.value AS dims, types.value AS types, cs.stack,
+           coalesce(a.global_tid >> 32, {{host_pid}}) AS os_pid, coalesce(a.global_tid & {MASK}, 0) AS os_tid,
+           CASE WHEN a.type = 50002 THEN CASE WHEN starts_with(coalesce(n.value, ''), 'Dequeue') THEN 'dequeue'
+                                              ELSE 'enqueue' END
+                WHEN a.type = 50003 THEN 'trace' WHEN a.type = 50004 THEN 'mstx' ELSE 'op' END AS role
+    FROM api a {_str('n', 'a.name')} {_str('dims', 'a.{dims}')} {_str('types', 'a.{types}')}
+    LEFT JOIN cs ON cs.id = a.callchain_id
+    WHERE a.ts IS NOT NULL AND a.te IS NOT NULL)
+SELECT 'X' AS ph, name_s AS name,
+       CASE role WHEN 'op' THEN 'cpu_op' WHEN 'trace' THEN 'python_function' ELSE role END AS cat,
+       os_pid AS pid, os_tid AS tid, ts AS ts_ns, te - ts AS dur_ns,
+       CASE WHEN role IN ('enqueue', 'dequeue') THEN {json_args([('connection_id', 'q.cid')])}
+            WHEN role IN ('op', 'mstx') THEN {json_args([('Sequence number', 'sequence_number'),
+                                                          ('Fwd thread id', 'fwd_thread_id'),
+                                                          ('Input Dims', 'dims'), ('Input type', 'types'),
+                                                          ('Call stack', 'stack')])} END AS args,
+       'Thread ' || os_tid AS tname,
+       -- the task-queue consumer (dequeue) thread sorts last, as in the text export
+       CASE WHEN bool_or(role = 'dequeue') OVER (PARTITION BY os_pid, os_tid)
+            THEN max(os_tid) OVER (PARTITION BY os_pid) + 1 ELSE os_tid END AS tsort,
+       r.connection_id AS conn, role
+FROM r LEFT JOIN q ON q.id = r.connection_id AND r.role IN ('enqueue', 'dequeue')
+ORDER BY ts, te DESC, rid
+"""
+
+PYTHON_GC = f"""
+SELECT 'X' AS ph, 'GC' AS name, 'GC' AS cat,
+       {pack(f'coalesce(global_tid >> 32, {{host_pid}})', 'Python GC', '{dev}')} AS pid,
+       coalesce(global_tid & {MASK}, 0) AS tid, start_ns AS ts_ns, end_ns - start_ns AS dur_ns, NULL AS args,
+       'Python GC' AS tname, NULL AS tsort, NULL AS conn, 'gc' AS role
+FROM {{p}}d_gc_record WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL
+ORDER BY start_ns, end_ns DESC, rowid
+"""
+
+_LEVEL = ("CASE e.name " + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in API_LEVEL_PREFIX.items())
+          + " ELSE coalesce(e.name, CAST(a.type AS VARCHAR), 'API') END")
+CANN = f"""
+SELECT 'X' AS ph, {_LEVEL} || '@' || coalesce(n.value, '') AS name, NULL AS cat,
+       {pack(f'coalesce(a.global_tid >> 32, {{host_pid}})', 'CANN', '{dev}')} AS pid,
+       coalesce(a.global_tid & {MASK}, 0) AS tid, a.start_ns AS ts_ns, a.end_ns - a.start_ns AS dur_ns,
+       {json_args([('Thread Id', f'a.global_tid & {MASK}'), ('level', 'e.name'), ('id', 'n.value'),
+                   ('connection_id', 'a.connection_id')])} AS args,
+       'Thread ' || coalesce(a.global_tid & {MASK}, 0) AS tname, coalesce(a.global_tid & {MASK}, 0) AS tsort,
+       a.connection_id AS conn, 'api' AS role
+FROM {{p}}d_cann_api a LEFT JOIN {{p}}d_enum_api_type e ON e.id = a.type {_str('n', 'a.name')}
+WHERE a.start_ns IS NOT NULL AND a.end_ns IS NOT NULL
+ORDER BY a.start_ns, a.end_ns DESC, a.rowid
+"""
+
+HARDWARE = f"""
+WITH ci AS (SELECT * FROM {{p}}d_compute_task_info
+            QUALIFY row_number() OVER (PARTITION BY global_task_id ORDER BY rowid) = 1),
+comm AS (SELECT DISTINCT global_task_id FROM {{p}}d_communication_task_info)
+SELECT 'X' AS ph, coalesce(cn.value, tt.value, 'Task') AS name, NULL AS cat,
+       {pack('coalesce(t.global_pid, {host_pid})', 'Ascend Hardware', 'coalesce(t.device_id, {dev})')} AS pid,
+       coalesce(t.stream_id, 0) AS tid, t.start_ns AS ts_ns, t.end_ns - t.start_ns AS dur_ns,
+       {json_args([('Model Id', 't.model_id'), ('Task Type', 'tt.value'), ('Stream Id', 't.stream_id'),
+                   ('Task Id', 't.task_id'), ('Subtask Id', 't.context_id'), ('connection_id', 't.connection_id'),
+                   ('Accelerator Core', 'ct.value')])} AS args,
+       'Stream ' || coalesce(t.stream_id, 0) AS tname, coalesce(t.stream_id, 0) AS tsort, t.connection_id AS conn,
+       CASE WHEN ci.global_task_id IS NOT NULL THEN 'compute' WHEN comm.global_task_id IS NOT NULL THEN 'comm'
+            ELSE 'task' END AS role
+FROM {{p}}d_task t LEFT JOIN ci USING (global_task_id) LEFT JOIN comm USING (global_task_id)
+{_str('tt', 't.task_type')} {_str('cn', 'ci.name')} {_str('ct', 'ci.task_type')}
+WHERE t.start_ns IS NOT NULL AND t.end_ns IS NOT NULL
+ORDER BY t.start_ns, t.end_ns DESC, t.rowid
+"""
+
+# thread layout per device, as msprof writes it: each group's op thread, then one thread per plane
+COMM_GROUPS = """
+CREATE OR REPLACE TABLE {p}comm_groups AS
+WITH members AS (
+    SELECT coalesce(o.device_id, {dev}) AS device, o.group_name AS gid, o.start_ns AS ts, -1 AS plane
+    FROM {p}d_communication_op o
+    UNION ALL
+    SELECT coalesce(t.device_id, {dev}), c.group_name, t.start_ns, coalesce(c.plane_id, 0)
+    FROM {p}d_communication_task_info c JOIN {p}d_task t USING (global_task_id)),
+g AS (SELECT device, gid, min(ts) AS first_ts, max(plane) AS max_plane FROM members GROUP BY device, gid)
+SELECT device, gid, coalesce(sum(2 + max_plane) OVER (PARTITION BY device ORDER BY first_ts NULLS LAST, gid
+                                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS base
+FROM g
+"""
+
+COMMUNICATION = f"""
+SELECT 'X' AS ph, n.value AS name, NULL AS cat,
+       {pack('{host_pid}', 'HCCL', 'g.device')} AS pid, g.base AS tid, o.start_ns AS ts_ns,
+       o.end_ns - o.start_ns AS dur_ns,
+       {json_args([('connection_id', 'o.connection_id'), ('data_type', 'dt.name'), ('alg_type', 'alg.value'),
+                   ('count', _num('o.count')), ('relay', 'o.relay'), ('retry', 'o.retry')])}
+           AS args,
+       'Group ' || coalesce(gn.value, CAST(o.group_name AS VARCHAR), '') || ' Communication' AS tname,
+       g.base AS tsort, o.connection_id AS conn, 'op' AS role
+FROM {{p}}d_communication_op o
+JOIN {{p}}comm_groups g ON g.device = coalesce(o.device_id, {{dev}}) AND g.gid IS NOT DISTINCT FROM o.group_name
+LEFT JOIN {{p}}d_enum_data_type dt ON dt.id = o.data_type {_str('n', 'o.op_name')} {_str('alg', 'o.alg_type')}
+{_str('gn', 'o.group_name')}
+WHERE o.start_ns IS NOT NULL AND o.end_ns IS NOT NULL
+UNION ALL
+SELECT 'X', ty.value, NULL, {pack('{host_pid}', 'HCCL', 'g.device')}, g.base + 1 + coalesce(c.plane_id, 0),
+       t.start_ns, t.end_ns - t.start_ns,
+       {json_args([('notify_id', 'c.notify_id'), ('stream id', 't.stream_id'), ('task id', 't.task_id'),
+                   ('context id', 't.context_id'), ('task type', 'ty.value'), ('src rank', 'c.src_rank'),
+                   ('dst rank', 'c.dst_rank'), ('transport type', 'tr.name'), ('size(Byte)', _num('c.size')),
+                   ('data type', 'dt.name'), ('link type', 'lk.name'), ('rdma type', 'rd.name'),
+                   ('bandwidth(GB/s)', 'c.bandwidth'), ('model id', 't.model_id'), ('op name', 'opn.value')])},
+       'Plane ' || coalesce(c.plane_id, 0), g.base + 1 + coalesce(c.plane_id, 0), t.connection_id, 'plane'
+FROM {{p}}d_communication_task_info c JOIN {{p}}d_task t USING (global_task_id)
+JOIN {{p}}comm_groups g ON g.device = coalesce(t.device_id, {{dev}}) AND g.gid IS NOT DISTINCT FROM c.group_name
+LEFT JOIN {{p}}d_enum_data_type dt ON dt.id = c.data_type LEFT JOIN {{p}}d_enum_link_type lk ON lk.id = c.link_type
+LEFT JOIN {{p}}d_enum_transport_type tr ON tr.id = c.transport_type
+LEFT JOIN {{p}}d_enum_rdma_type rd ON rd.id = c.rdma_type
+{_str('ty', 'c.task_type')} {_str('opn', 'c.name')}
+WHERE t.start_ns IS NOT NULL AND t.end_ns IS NOT NULL
+ORDER BY ts_ns, dur_ns DESC
+"""
+
+OVERLAP = f"""
+SELECT 'X' AS ph, list_extract({OVERLAP_NAMES}, type + 1) AS name, NULL AS cat,
+       {pack('{host_pid}', 'Overlap Analysis', 'coalesce(device_id, {dev})')} AS pid, type AS tid,
+       start_ns AS ts_ns, end_ns - start_ns AS dur_ns, NULL AS args,
+       list_extract({OVERLAP_NAMES}, type + 1) AS tname, type AS tsort, NULL AS conn, 'overlap' AS role
+FROM {{p}}d_overlap_analysis
+WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND type BETWEEN 0 AND 3
+ORDER BY start_ns, end_ns DESC, rowid
+"""
+
+MSTX = f"""
+SELECT 'X' AS ph, coalesce(m.value, 'mstx') AS name, 'mstx' AS cat,
+       {pack(f'coalesce(x.global_tid >> 32, {{host_pid}})', 'MsprofTx', '{dev}')} AS pid,
+       coalesce(x.global_tid & {MASK}, 0) AS tid, x.start_ns AS ts_ns,
+       coalesce(x.end_ns, x.start_ns) - x.start_ns AS dur_ns,
+       {json_args([('event type', 'et.name'), ('range id', 'x.range_id'), ('category', 'cat.value'),
+                   ('domain', 'dom.value'), ('connection_id', 'x.connection_id')])} AS args,
+       'Thread ' || coalesce(x.global_tid & {MASK}, 0) AS tname, coalesce(x.global_tid & {MASK}, 0) AS tsort,
+       x.connection_id AS conn, 'mstx' AS role
+FROM {{p}}d_mstx_events x LEFT JOIN {{p}}d_enum_mstx_event_type et ON et.id = x.event_type
+{_str('m', 'x.message')} {_str('cat', 'x.category')} {_str('dom', 'x.domain_id')}
+WHERE x.start_ns IS NOT NULL
+ORDER BY x.start_ns, x.rowid
+"""
+
+
+def _counter(process: str, parts: list[tuple[str, str, str]], table: str) -> str:
+    """C events of one counter process: per source row, each (name SQL, series key SQL, value SQL)."""
+    pid = pack("{host_pid}", process, "coalesce(device_id, {dev})")
+    selects = [f"""SELECT 'C' AS ph, {name} AS name, NULL AS cat, {pid} AS pid, 0 AS tid, timestamp_ns AS ts_ns,
+                          NULL AS dur_ns, json_object({key}, {value}) AS args, NULL AS tname, NULL AS tsort,
+                          NULL AS conn, 'counter' AS role
+                   FROM {table} WHERE timestamp_ns IS NOT NULL"""
+               for name, key, value in parts]
+    return "\nUNION ALL\n".join(selects)
+
+
+def _cap(sql: str) -> str:
+    return f"(upper(left({sql}, 1)) || lower(substr({sql}, 2)))"
+
+
+NPU_MEM_ROWS = ("(SELECT n.*, CASE lower(s.value) WHEN 'app' THEN 'APP' WHEN 'device' THEN 'Device' "
+                "ELSE coalesce(s.value, CAST(n.type AS VARCHAR)) END AS kind "
+                "FROM {p}d_npu_mem n LEFT JOIN {p}d_string_ids s ON s.id = n.type)")
+HBM_ROWS = ("(SELECT h.*, coalesce(" + _cap("s.value") + ", CAST(h.type AS VARCHAR)) AS dir "
+            "FROM {p}d_hbm h LEFT JOIN {p}d_string_ids s ON s.id = h.type)")
+LLC_ROWS = ("(SELECT l.*, coalesce(" + _cap("s.value") + ", CAST(l.mode AS VARCHAR)) AS dir "
+            "FROM {p}d_llc l LEFT JOIN {p}d_string_ids s ON s.id = l.mode)")
+
+# (process, SQL of its C events): values stay in the db's units (named in the series key) except NPU MEM's bytes,
+# given in KB as the text export does
+COUNTERS = [
+    ("NPU MEM", _counter("NPU MEM", [("kind || '/DDR'", "'KB'", "ddr / 1024"), ("kind || '/HBM'", "'KB'", "hbm / 1024"),
+                                     ("kind || '/Memory'", "'KB'", "(ddr + hbm) / 1024")], NPU_MEM_ROWS)),
+    ("HBM", _counter("HBM", [("'HBM ' || hbm_id || '/' || dir", "dir || '(B/s)'", "bandwidth")], HBM_ROWS)),
+    ("LLC", _counter("LLC", [("'LLC ' || llc_id || ' ' || dir || '/Hit Rate'", "'Hit Rate(%)'", "hit_rate"),
+                             ("'LLC ' || llc_id || ' ' || dir || '/Throughput'", "'Throughput(B/s)'", "throughput")],
+                     LLC_ROWS)),
+    ("Acc PMU", _counter("Acc PMU", [(f"'{n}'", "'value'", f"{c}, 'acc_id', acc_id")
+                                     for n, c in (("read_bandwidth", "read_bw_level"),
+                                                  ("write_band_width", "write_bw_level"),
+                                                  ("read_ost", "read_ost_level"), ("write_ost", "write_ost_level"))],
+                         "{p}d_acc_pmu")),
+    ("Stars Soc Info", _counter("Stars Soc Info",
+                                [("'L2 Buffer Bw Level'", "'L2 Buffer Bw Level'", "l2_buffer_bw_level"),
+                                 ("'Mata Bw Level'", "'Mata Bw Level'", "mata_bw_level")], "{p}d_soc_bandwidth_level")),
+    ("AI Core Freq", _counter("AI Core Freq", [("'AI Core Freq'", "'MHz'", "freq")], "{p}d_aicore_freq")),
+]
+
+# slice lanes: (lane table, process, SQL)
+LANES = [("python", "Python", PYTHON), ("gc", "Python GC", PYTHON_GC), ("cann", "CANN", CANN),
+         ("hw", "Ascend Hardware", HARDWARE), ("comm", "HCCL", COMMUNICATION), ("mstx", "MsprofTx", MSTX)]
+
+META = """
+INSERT INTO {p}ev_t BY NAME
+WITH procs AS (SELECT DISTINCT pid FROM {lane}),
+threads AS (SELECT pid, tid, any_value(tname) AS tname, any_value(tsort) AS tsort FROM {lane} GROUP BY pid, tid)
+SELECT 'M' AS ph, 'process_name' AS name, pid, 0 AS tid, json_object('name', '{process}') AS args FROM procs
+UNION ALL
+SELECT 'M', 'process_labels', pid, 0, json_object('labels', {label}) FROM procs
+UNION ALL
+SELECT 'M', 'process_sort_index', pid, 0, json_object('sort_index', {sort}) FROM procs
+UNION ALL
+SELECT 'M', 'thread_name', pid, tid, json_object('name', tname) FROM threads WHERE tname IS NOT NULL
+UNION ALL
+SELECT 'M', 'thread_sort_index', pid, tid, json_object('sort_index', tsort) FROM threads WHERE tsort IS NOT NULL
+"""
+
+TARGETS = """
+CREATE OR REPLACE TABLE {p}flow_targets AS
+SELECT conn AS cid, pid, tid, ts_ns FROM {p}lane_hw WHERE role <> 'comm' AND conn IS NOT NULL
+UNION ALL
+SELECT conn, pid, tid, ts_ns FROM {p}lane_comm WHERE role = 'op' AND conn IS NOT NULL
+"""
+
+# torch ops (and their mstx marks) with each connection id of their CONNECTION_IDS group
+OP_LINKS = """
+CREATE OR REPLACE TABLE {p}op_links AS
+SELECT o.pid, o.tid, o.ts_ns, o.role, c.connection_id AS cid
+FROM {p}lane_python o JOIN {p}d_connection_ids c ON c.id = o.conn
+WHERE c.connection_id IS NOT NULL
+"""
+
+FLOWS = """
+INSERT INTO {p}ev_t BY NAME
+WITH apis AS (SELECT DISTINCT conn AS cid FROM {p}lane_cann WHERE conn IS NOT NULL),
+tgt AS (SELECT DISTINCT cid FROM {p}flow_targets),
+ops AS (SELECT * FROM {p}op_links WHERE role IN ('op', 'mstx')),
+fb AS (SELECT *, row_number() OVER (PARTITION BY cid ORDER BY ts_ns, pid, tid) AS k,
+              count(*) OVER (PARTITION BY cid) AS n
+       FROM ops WHERE cid NOT IN (SELECT cid FROM tgt)),
+ends AS (
+    SELECT 's' AS ph, 'HostToDevice' AS cat, 'HostToDevice' || conn AS name, pid, tid, ts_ns, conn AS cid
+    FROM {p}lane_cann WHERE conn IN (SELECT cid FROM tgt)
+    UNION ALL
+    SELECT 'f', 'HostToDevice', 'HostToDevice' || cid, pid, tid, ts_ns, cid
+    FROM {p}flow_targets WHERE cid IN (SELECT cid FROM apis)
+    UNION ALL
+    SELECT 's', 'async_npu', 'torch_to_npu', pid, tid, ts_ns, cid FROM ops WHERE cid IN (SELECT cid FROM tgt)
+    UNION ALL
+    SELECT 'f', 'async_npu', 'torch_to_npu', pid, tid, ts_ns, cid
+    FROM {p}flow_targets WHERE cid IN (SELECT cid FROM ops)
+    UNION ALL
+    SELECT CASE WHEN role = 'enqueue' THEN 's' ELSE 'f' END, 'async_task_queue', 'enqueue_to_dequeue', pid, tid,
+           ts_ns, cid
+    FROM {p}op_links WHERE role IN ('enqueue', 'dequeue')
+    UNION ALL
+    SELECT CASE WHEN k = 1 THEN 's' ELSE 'f' END, 'fwdbwd', 'fwdbwd', pid, tid, ts_ns, cid FROM fb WHERE n > 1)
+SELECT ph, name, cat, pid, tid, ts_ns, CAST(cid AS VARCHAR) AS flow_key, 'e' AS bp FROM ends
+ORDER BY cat, cid, ph DESC, ts_ns
+"""
+
+# connection ids of torch ops that lead nowhere in the db (no task, no other op)
+LONELY_OPS = """
+SELECT count(DISTINCT cid) FROM {p}op_links o
+WHERE role IN ('op', 'mstx') AND cid NOT IN (SELECT cid FROM {p}flow_targets)
+  AND cid IN (SELECT cid FROM {p}op_links WHERE role IN ('op', 'mstx') GROUP BY cid HAVING count(*) = 1)
+"""
+
+# rows that are not events: no start (or no end) time
+UNUSABLE = {
+    "PYTORCH_API": "SELECT count(*) FROM {p}d_pytorch_api WHERE TRY_CAST(start_t AS BIGINT) IS NULL "
+                   "OR TRY_CAST(end_t AS BIGINT) IS NULL",
+    "GC_RECORD": "SELECT count(*) FROM {p}d_gc_record WHERE start_ns IS NULL OR end_ns IS NULL",
+    "CANN_API": "SELECT count(*) FROM {p}d_cann_api WHERE start_ns IS NULL OR end_ns IS NULL",
+    "TASK": "SELECT count(*) FROM {p}d_task WHERE start_ns IS NULL OR end_ns IS NULL",
+    "COMMUNICATION_OP": "SELECT count(*) FROM {p}d_communication_op WHERE start_ns IS NULL OR end_ns IS NULL",
+    "OVERLAP_ANALYSIS": "SELECT count(*) FROM {p}d_overlap_analysis WHERE start_ns IS NULL OR end_ns IS NULL "
+                        "OR type IS NULL OR type NOT BETWEEN 0 AND 3",
+    "MSTX_EVENTS": "SELECT count(*) FROM {p}d_mstx_events WHERE start_ns IS NULL",
+}
+UNMATCHED = {
+    # a communication task (or a plane) needs its TASK row for its times
+    "COMMUNICATION_TASK_INFO": "SELECT count(*) FROM {p}d_communication_task_info c "
+                               "WHERE NOT EXISTS (SELECT 1 FROM {p}d_task t WHERE t.global_task_id = c.global_task_id)",
+}

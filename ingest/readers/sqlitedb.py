@@ -1,0 +1,185 @@
+"""Copy tables of an SQLite file into DuckDB staging tables, by column name, in batches.
+
+DuckDB's own SQLite scanner is an extension that would be downloaded at run time, so SQLite is read with
+Python's ``sqlite3`` (read-only, immutable: nothing is written beside the file) and each batch reaches DuckDB as an
+Arrow table. Columns are read by name: a spec lists, per staged column, its type and the source names it may have
+(schemas differ across versions); a missing column is staged as NULL, a missing table as an empty table, and a
+value of the wrong type as NULL — each counted, so the caller can say so.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+BATCH_ROWS = 65536
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_ARROW = {"BIGINT": pa.int64(), "DOUBLE": pa.float64(), "VARCHAR": pa.string()}
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str  # staged column name
+    type: str  # BIGINT | DOUBLE | VARCHAR
+    sources: tuple[str, ...]  # source column names, first match wins
+    optional: bool = False  # only some versions have it: its absence is not reported
+
+
+@dataclass
+class Copied:
+    table: str  # source table
+    rows: int = 0
+    present: bool = True
+    missing: list[str] = field(default_factory=list)  # required spec columns the table does not have
+    bad: dict[str, int] = field(default_factory=dict)  # column -> values of the wrong type, read as NULL
+
+
+def is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A read-only connection that writes nothing beside the file (no -shm/-wal, as even a read-only connection
+    to a WAL database would make); raises ValueError when the file is not a readable SQLite database."""
+    if not is_sqlite(path):
+        raise ValueError("not an SQLite database")
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        raise ValueError(f"the SQLite database cannot be read: {exc}") from exc
+    return con
+
+
+def sidecar_notes(path: Path) -> list[str]:
+    """A non-empty write-ahead log beside the database holds changes not merged into it: they are not read."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        size = wal.stat().st_size
+    except OSError:
+        return []
+    return [f"{wal.name} ({size} bytes) holds changes not yet merged into the database: not read (opening the "
+            "database once with SQLite, where it may be written, merges them)"] if size else []
+
+
+def tables(con: sqlite3.Connection) -> dict[str, str]:
+    """Table names, keyed by upper-case name (table names are matched without regard to case)."""
+    rows = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {name.upper(): name for (name,) in rows}
+
+
+def row_count(con: sqlite3.Connection, table: str) -> int:
+    return con.execute(f"SELECT count(*) FROM {_ident(table)}").fetchone()[0]
+
+
+def columns(con: sqlite3.Connection, table: str) -> dict[str, str]:
+    """Column names, keyed by lower-case name."""
+    return {r[1].lower(): r[1] for r in con.execute(f"PRAGMA table_info({_ident(table)})").fetchall()}
+
+
+def copy(con: sqlite3.Connection, present: dict[str, str], table: str, cur, dest: str,
+         spec: tuple[Col, ...]) -> Copied:
+    """Create DuckDB table ``dest`` with the ``spec`` columns and fill it from SQLite table ``table`` (in rowid
+    order, which is the order the profiler wrote)."""
+    ddl = ", ".join(f'"{c.name}" {c.type}' for c in spec)
+    cur.execute(f"CREATE OR REPLACE TABLE {dest} ({ddl})")
+    real = present.get(table.upper())
+    if real is None:
+        return Copied(table=table, present=False)
+    have = columns(con, real)
+    result = Copied(table=table)
+    exprs = []
+    for c in spec:
+        src = next((have[s.lower()] for s in c.sources if s.lower() in have), None)
+        if src is None:
+            if not c.optional:
+                result.missing.append(c.name)
+            exprs.append("NULL")
+        elif c.type == "VARCHAR":
+            exprs.append(f"CAST({_ident(src)} AS TEXT)")  # TEXT columns may hold numbers (PYTORCH_API.startNs)
+        else:
+            exprs.append(_ident(src))
+    try:
+        rows = con.execute(f"SELECT {', '.join(exprs)} FROM {_ident(real)}")
+        while batch := rows.fetchmany(BATCH_ROWS):
+            arrays = [_array(c, values, result) for c, values in zip(spec, zip(*batch))]
+            cur.register("_sqlite_batch", pa.Table.from_arrays(arrays, names=[c.name for c in spec]))
+            try:
+                cur.execute(f"INSERT INTO {dest} SELECT * FROM _sqlite_batch")
+            finally:
+                cur.unregister("_sqlite_batch")
+            result.rows += len(batch)
+    except sqlite3.Error as exc:
+        raise ValueError(f"table {table} cannot be read: {exc}") from exc
+    return result
+
+
+def _array(col: Col, values: tuple, result: Copied) -> pa.Array:
+    typ = _ARROW[col.type]
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
+    # a column of mixed storage classes (SQLite types per value): convert one by one, NULL where impossible
+    convert = {"BIGINT": _to_int, "DOUBLE": _to_float, "VARCHAR": str}[col.type]
+    out = []
+    for v in values:
+        try:
+            out.append(None if v is None else convert(v))
+        except (TypeError, ValueError, OverflowError):
+            out.append(None)
+        if v is not None and out[-1] is None:
+            result.bad[col.name] = result.bad.get(col.name, 0) + 1
+    return pa.array(out, type=typ)
+
+
+def _to_int(v) -> int | None:
+    if isinstance(v, float):
+        if not v.is_integer():
+            raise ValueError(v)
+        v = int(v)
+    elif isinstance(v, (str, bytes)):
+        v = int(v)
+    if not -(1 << 63) <= v < (1 << 63):
+        raise OverflowError(v)
+    return v
+
+
+def _to_float(v) -> float:
+    if isinstance(v, bytes):
+        raise TypeError(v)
+    return float(v)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def read_rows(con: sqlite3.Connection, present: dict[str, str], table: str,
+              spec: tuple[Col, ...]) -> tuple[list[dict], Copied]:
+    """A small table as dicts of its raw values (by staged name; NULL for a missing column)."""
+    real = present.get(table.upper())
+    if real is None:
+        return [], Copied(table=table, present=False)
+    have = columns(con, real)
+    result = Copied(table=table)
+    exprs = []
+    for c in spec:
+        src = next((have[s.lower()] for s in c.sources if s.lower() in have), None)
+        if src is None and not c.optional:
+            result.missing.append(c.name)
+        exprs.append("NULL" if src is None else _ident(src))
+    try:
+        rows = con.execute(f"SELECT {', '.join(exprs)} FROM {_ident(real)}").fetchall()
+    except sqlite3.Error as exc:
+        raise ValueError(f"table {table} cannot be read: {exc}") from exc
+    result.rows = len(rows)
+    return [dict(zip((c.name for c in spec), r)) for r in rows], result
