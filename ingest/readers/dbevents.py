@@ -7,7 +7,8 @@ nesting, flows, counters and steps unchanged:
                       python_function), args from the row, Call stack from PYTORCH_CALLCHAINS
     Python GC         GC_RECORD
     CANN              CANN_API, named ``<Level>@<name>`` (AscendCL@…, Node@…) as the text export does
-    Ascend Hardware   TASK, one thread per stream; named by COMPUTE_TASK_INFO.name, else by the task type
+    Ascend Hardware   TASK, one thread per stream; named by COMPUTE_TASK_INFO.name, else by the task type (the
+                      parent row of an FFTS+ task is left out: its subtasks are there, as in the text export)
     HCCL              per group: a thread of COMMUNICATION_OP, then one per plane of COMMUNICATION_TASK_INFO tasks
     Overlap Analysis  OVERLAP_ANALYSIS when the db has it (else the reader derives one)
     MsprofTx          MSTX_EVENTS
@@ -129,10 +130,21 @@ WHERE a.start_ns IS NOT NULL AND a.end_ns IS NOT NULL
 ORDER BY a.start_ns, a.end_ns DESC, a.rowid
 """
 
+# an FFTS+ task is written twice: the parent (no context id) and its subtasks (same stream and task id, a context
+# id each, within the parent's span). The text export shows the subtasks only; so does this lane.
+FFTS_PARENTS = f"""
+SELECT t.global_task_id FROM {{p}}d_task t
+WHERE t.context_id = {MASK} AND EXISTS (
+    SELECT 1 FROM {{p}}d_task s
+    WHERE s.stream_id = t.stream_id AND s.task_id = t.task_id AND s.device_id IS NOT DISTINCT FROM t.device_id
+      AND s.context_id <> {MASK} AND s.start_ns BETWEEN t.start_ns AND t.end_ns)
+"""
+
 HARDWARE = f"""
 WITH ci AS (SELECT * FROM {{p}}d_compute_task_info
             QUALIFY row_number() OVER (PARTITION BY global_task_id ORDER BY rowid) = 1),
-comm AS (SELECT DISTINCT global_task_id FROM {{p}}d_communication_task_info)
+comm AS (SELECT DISTINCT global_task_id FROM {{p}}d_communication_task_info),
+parents AS ({FFTS_PARENTS})
 SELECT 'X' AS ph, coalesce(cn.value, tt.value, 'Task') AS name, NULL AS cat,
        {pack('coalesce(t.global_pid, {host_pid})', 'Ascend Hardware', 'coalesce(t.device_id, {dev})')} AS pid,
        coalesce(t.stream_id, 0) AS tid, t.start_ns AS ts_ns, t.end_ns - t.start_ns AS dur_ns,
@@ -145,6 +157,7 @@ SELECT 'X' AS ph, coalesce(cn.value, tt.value, 'Task') AS name, NULL AS cat,
 FROM {{p}}d_task t LEFT JOIN ci USING (global_task_id) LEFT JOIN comm USING (global_task_id)
 {_str('tt', 't.task_type')} {_str('cn', 'ci.name')} {_str('ct', 'ci.task_type')}
 WHERE t.start_ns IS NOT NULL AND t.end_ns IS NOT NULL
+  AND (t.global_task_id IS NULL OR t.global_task_id NOT IN (SELECT global_task_id FROM parents))
 ORDER BY t.start_ns, t.end_ns DESC, t.rowid
 """
 

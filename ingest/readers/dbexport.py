@@ -194,6 +194,9 @@ def _events(job: Job) -> tuple[list[str], bool]:
               "skipped" for process, n in far.items()]
     for sql in (dbevents.TARGETS, dbevents.OP_LINKS, dbevents.FLOWS):
         cur.execute(sql.format(p=p))
+    parents = cur.execute(f"SELECT count(*) FROM ({dbevents.FFTS_PARENTS.format(p=p)})").fetchone()[0]
+    if parents:
+        notes.append(f"{parents} FFTS+ parent tasks of TASK not drawn: their subtasks are (as in the text export)")
     lonely = cur.execute(dbevents.LONELY_OPS.format(p=p)).fetchone()[0]
     if lonely:
         notes.append(f"{lonely} connection ids of torch ops (CONNECTION_IDS) lead to no task or other op in the db: "
