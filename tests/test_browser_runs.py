@@ -38,11 +38,10 @@ def row(page, name: str):
     return page.locator("#runs-body tr", has=page.locator(".run-name-link", has_text=name))
 
 
-def test_upload_the_samples_watch_them_ingest_and_open(server, zips, strict_page, artifacts_dir):
+def test_upload_the_samples_watch_them_ingest_and_open(server, zips, page, artifacts_dir):
     from playwright.sync_api import expect
 
     base, store = server
-    page = strict_page
     page.goto(f"{base}/")
     expect(page.locator("#runs-hint")).to_be_visible()
     page.set_input_files("#upload-input", [zips["level1"], zips["level0"], zips["st4"]])

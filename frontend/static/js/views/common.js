@@ -2,10 +2,11 @@
 // (sort, filter, page and CSV export all happen on the server), dark plotly defaults and timeline links.
 
 import { apiGet, isAbort, queryString } from "/static/js/common/api.js";
+import { plotText } from "/static/js/common/escape.js";
 import { formatCount, formatDuration } from "/static/js/common/format.js";
 import { currentRank, page } from "/static/js/common/nav.js";
 
-export { apiGet, formatCount, formatDuration, currentRank, page, queryString };
+export { apiGet, formatCount, formatDuration, currentRank, page, plotText, queryString };
 
 export const runId = page.run_id;
 export const apiBase = `/api/runs/${encodeURIComponent(runId)}`;
@@ -154,6 +155,23 @@ export function baseLayout(extra = {}) {
 
 export const PLOT_CONFIG = { displaylogo: false, responsive: true,
   modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d", "toggleSpikelines"] };
+
+/** [min, max] of the finite values of some arrays, padded by 1% (a lone value by ±0.5), or null without any: the
+ * x range of a time chart is set from its data, because plotly's autorange also reaches for shapes and arrows. */
+export function dataRange(arrays) {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const a of arrays) {
+    for (const v of a || []) {
+      if (v === null || !Number.isFinite(v)) continue;
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+  }
+  if (lo > hi) return null;
+  const pad = hi > lo ? (hi - lo) * 0.01 : Math.max(Math.abs(lo) * 0.01, 0.5);
+  return [lo - pad, hi + pad];
+}
 
 function hasPoints(t) {
   const v = t.values || t.y || t.z || [];

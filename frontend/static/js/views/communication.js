@@ -4,8 +4,8 @@
 // Filters: step, group, op (top bar) and the rank selector ("All ranks" allowed) for the bandwidth and op table.
 
 import {
-  $, apiBase, apiGet, baseLayout, clear, csvUrl, currentRank, DataTable, el, field, fixed, ms, num, plot, select,
-  timelineLink,
+  $, apiBase, apiGet, baseLayout, clear, csvUrl, currentRank, DataTable, el, field, fixed, ms, num, plot, plotText,
+  select, timelineLink,
 } from "./common.js";
 import { colorFor } from "/static/js/common/colors.js";
 import { onRankChange } from "/static/js/common/nav.js";
@@ -73,7 +73,7 @@ async function loadGantt() {
   plot($("#comm-gantt"), [{
     type: "bar", orientation: "h", base: ops.map((o) => o.t_ns / 1e6), x: ops.map((o) => Math.max(o.elapse_time_ns / 1e6, 1e-4)),
     y: ops.map((o) => `Rank ${o.rank}`), marker: { color: ops.map((o) => opColor(o.op_name)) },
-    customdata: ops.map((o) => [o.op_name, o.elapse_time_ns / 1e6]),
+    customdata: ops.map((o) => [plotText(o.op_name), o.elapse_time_ns / 1e6]),
     hovertemplate: "%{customdata[0]}<br>start %{base:,.3f} ms · %{customdata[1]:,.3f} ms<extra>%{y}</extra>",
   }], baseLayout({ margin: { l: 70, r: 20, t: 10, b: 40 }, showlegend: false, bargap: 0.25,
     xaxis: { title: { text: "Time(ms)" } },
@@ -140,16 +140,16 @@ async function loadBandwidth() {
       el("td", { class: "num" }, ms(r.transit_time_ns, 4)), el("td", { class: "num" }, num(r.bandwidth_gbps, 4)),
       el("td", { class: "num" }, fixed(r.large_packet_ratio))))))));
   const withBw = rows.filter((r) => r.bandwidth_gbps);
-  plot($("#comm-bw-chart"), [{ type: "bar", x: withBw.map((r) => r.transport), y: withBw.map((r) => r.bandwidth_gbps),
+  plot($("#comm-bw-chart"), [{ type: "bar", x: withBw.map((r) => plotText(r.transport)), y: withBw.map((r) => r.bandwidth_gbps),
     marker: { color: "#3f7fd8" }, hovertemplate: "%{x}: %{y:,.3f} GB/s<extra></extra>" }],
   baseLayout({ margin: { l: 60, r: 10, t: 10, b: 30 }, showlegend: false, yaxis: { title: { text: "GB/s" } } }));
   const dist = data.size_distribution;
   const transports = [...new Set(dist.map((d) => d.transport))];
   plot($("#comm-size-chart"), transports.map((tr, i) => {
     const ds = dist.filter((d) => d.transport === tr);
-    return { type: "bar", name: tr, x: ds.map((d) => `${num(d.package_size_mb, 4)} MB`), y: ds.map((d) => d.count),
+    return { type: "bar", name: plotText(tr), x: ds.map((d) => `${num(d.package_size_mb, 4)} MB`), y: ds.map((d) => d.count),
       customdata: ds.map((d) => d.total_duration_ns / 1e6), marker: { color: ["#3f7fd8", "#2f9e6e", "#7a52d6", "#e0643a", "#35b0b5"][i % 5] },
-      hovertemplate: `${tr} %{x}: %{y} packets, %{customdata:,.3f} ms<extra></extra>` };
+      hovertemplate: "%{fullData.name} %{x}: %{y} packets, %{customdata:,.3f} ms<extra></extra>" };
   }), baseLayout({ barmode: "group", margin: { l: 60, r: 10, t: 40, b: 70 }, xaxis: { title: { text: "Packet size" }, type: "category" },
     yaxis: { title: { text: "Count" } } }));
   const links = clear($("#comm-links"));
@@ -238,11 +238,11 @@ async function loadMatrix() {
     const [x, y] = [idx.get(c.src_rank), idx.get(c.dst_rank)];
     let v = c[state.metric];
     if (state.metric === "transit_time_ns") v = v / 1e6;
-    if (state.metric === "transport_type") { text[y][x] = v; v = transportCodes.indexOf(v); }
+    if (state.metric === "transport_type") { text[y][x] = plotText(v); v = transportCodes.indexOf(v); }
     else text[y][x] = num(v, 4);
     z[y][x] = v;
-    hover[y][x] = `${c.src_rank} → ${c.dst_rank}<br>${c.transport_type}<br>${num(c.bandwidth_gbps, 4)} GB/s<br>` +
-      `${num(c.transit_size_mb, 4)} MB in ${num(c.transit_time_ns / 1e6, 4)} ms` + (c.op_name ? `<br>${c.op_name}` : "");
+    hover[y][x] = `${c.src_rank} → ${c.dst_rank}<br>${plotText(c.transport_type)}<br>${num(c.bandwidth_gbps, 4)} GB/s<br>` +
+      `${num(c.transit_size_mb, 4)} MB in ${num(c.transit_time_ns / 1e6, 4)} ms` + (c.op_name ? `<br>${plotText(c.op_name)}` : "");
   }
   const categorical = state.metric === "transport_type";
   const metricLabel = METRICS.find((m) => m.value === state.metric).label;

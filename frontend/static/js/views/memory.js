@@ -3,8 +3,8 @@
 // Clicking the chart picks an instant: the table then lists the allocations live at that time.
 
 import {
-  $, absNs, apiBase, apiGet, baseLayout, CHART_COLORS, clear, csvUrl, currentRank, DataTable, el, field, markRanks,
-  ms, num, plot, relMs, relNs, runId, showRank, timelineLink,
+  $, absNs, apiBase, apiGet, baseLayout, CHART_COLORS, clear, csvUrl, currentRank, DataTable, dataRange, el, field,
+  markRanks, ms, num, plot, plotText, relMs, relNs, runId, showRank, timelineLink,
 } from "./common.js";
 import { onRankChange } from "/static/js/common/nav.js";
 
@@ -50,8 +50,16 @@ function warnings(ov) {
   for (const w of ov.warnings || []) host.append(el("div", { class: "v-note warn" }, `${w.file}: ${w.message}`));
 }
 
+// Buckets of about one pixel: the server keeps first, last, min and max per bucket (M4), so the SVG lines look the
+// same as the full data while staying small enough to draw as SVG (WebGL traces need eval, which the CSP forbids).
+function pointBudget(node, series = 1) {
+  const width = Math.max(200, Math.round(node.clientWidth || 1200));
+  return Math.min(50_000, Math.max(16, 4 * width * Math.max(1, series)));
+}
+
 async function loadCurves() {
-  const params = { rank: state.rank ?? undefined, max_points: 4000 };
+  const node = $("#mem-chart");
+  const params = { rank: state.rank ?? undefined, max_points: pointBudget(node, overview?.components?.length) };
   if (state.window) { params.start_ns = state.window[0]; params.end_ns = state.window[1]; }
   const data = await apiGet(`${apiBase}/memory/curves`, params);
   const hasPTAGE = data.series.some((s) => s.component === "PTA+GE");
@@ -59,33 +67,35 @@ async function loadCurves() {
     const main = s.component === "PTA+GE" || s.component === "APP" || (!hasPTAGE && s.component === "PTA");
     return {
       // few points (tiny or edited files) get markers too, or a lone point would not show
-      type: "scattergl", mode: s.t_ns.length < 50 ? "lines+markers" : "lines", name: `${s.component} ${MEASURE_LABEL[s.measure]}`,
+      type: "scatter", mode: s.t_ns.length < 50 ? "lines+markers" : "lines",
+      name: plotText(`${s.component} ${MEASURE_LABEL[s.measure]}`),
       x: s.t_ns.map((t) => t / 1e6), y: s.mb, line: { shape: "hv", width: 1.6, color: COMPONENT_COLOR[s.component] || CHART_COLORS[0],
         dash: MEASURE_DASH[s.measure] },
       visible: main ? true : "legendonly",
-      hovertemplate: `${s.component} ${MEASURE_LABEL[s.measure]}: %{y:,.2f} MB<br>%{x:,.3f} ms<extra></extra>`,
+      hovertemplate: "%{fullData.name}: %{y:,.2f} MB<br>%{x:,.3f} ms<extra></extra>",
     };
   });
   const shapes = [];
-  if (state.at !== null) {
-    const x = relNs(state.at, state.origin) / 1e6;
-    shapes.push({ type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1, line: { color: "#f2b84b", width: 1, dash: "dot" } });
+  const atX = state.at === null ? null : relNs(state.at, state.origin) / 1e6;
+  if (Number.isFinite(atX)) {
+    shapes.push({ type: "line", x0: atX, x1: atX, yref: "paper", y0: 0, y1: 1, line: { color: "#f2b84b", width: 1, dash: "dot" } });
   }
   const peak = overview?.peak_allocation;
   const annotations = [];
-  const xs = traces.flatMap((t) => [t.x[0], t.x[t.x.length - 1]]).filter((x) => x !== undefined);
+  const range = state.window ? state.window.map((a) => relNs(a, state.origin) / 1e6) : dataRange(traces.map((t) => t.x));
   const peakX = peak && peak.allocation_time_ns ? relNs(peak.allocation_time_ns, state.origin) / 1e6 : null;
-  // the peak of operator_memory is marked only where the curves are (clock mismatches happen in edited files)
-  if (peakX !== null && xs.length && peakX >= Math.min(...xs) && peakX <= Math.max(...xs)) {
-    annotations.push({ x: peakX, y: peak.allocation_total_allocated_mb,
+  const peakY = peak ? peak.allocation_total_allocated_mb : null;
+  // the peak of operator_memory is marked only where the curves are (clock mismatches happen in edited files); a
+  // shape or arrow at a non-finite position makes plotly draw "MNaN" paths
+  if (Number.isFinite(peakX) && Number.isFinite(peakY) && range && peakX >= range[0] && peakX <= range[1]) {
+    annotations.push({ x: peakX, y: peakY,
       text: "peak", showarrow: true, arrowhead: 2, arrowcolor: "#f06a6a", font: { color: "#f06a6a", size: 11 }, ax: 0, ay: -28 });
   }
-  const node = $("#mem-chart");
   await plot(node, traces, baseLayout({
     margin: { l: 70, r: 20, t: 40, b: 45 }, shapes, annotations, hovermode: "x unified", dragmode: "zoom",
-    xaxis: { title: { text: "Time (ms)" }, ...(state.window ? { range: state.window.map((a) => relNs(a, state.origin) / 1e6) } : {}) },
+    xaxis: { title: { text: "Time (ms)" }, ...(range ? { range, autorange: false } : {}) },
     yaxis: { title: { text: "Memory Usage (MB)" }, rangemode: "tozero" },
-  }));
+  }), { doubleClick: "autosize" }); // the layout range is the zoomed window: a double click must leave it
   node.dataset.downsampled = String(data.downsampled);
   const noteText = data.downsampled
     ? `down-sampled on the server: ${num(data.points, 0)} of ${num(data.source_points, 0)} points (first, last, min and max per bucket)`
@@ -99,9 +109,10 @@ async function loadCurves() {
     });
     node.on("plotly_relayout", (ev) => {
       if (ev["xaxis.autorange"]) { if (state.window) { state.window = null; loadCurves(); refreshTable(); } return; }
-      const a = ev["xaxis.range[0]"], b = ev["xaxis.range[1]"];
-      if (a === undefined || b === undefined) return;
-      state.window = [absNs(Math.max(0, a) * 1e6, state.origin), absNs(b * 1e6, state.origin)];
+      const [a, b] = ev["xaxis.range"] || [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
+      if (!Number.isFinite(a) || !Number.isFinite(b)) return;
+      // records before the run's time zero (APP samples often are) are data too: the window may start below 0
+      state.window = [absNs(a * 1e6, state.origin), absNs(b * 1e6, state.origin)];
       loadCurves();
       if (state.onlyWindow) refreshTable();
     });
@@ -109,17 +120,21 @@ async function loadCurves() {
 }
 
 async function loadModules() {
-  const data = await apiGet(`${apiBase}/memory/modules`, { rank: state.rank ?? undefined, max_points: 3000 });
   const node = $("#mem-modules");
+  const data = await apiGet(`${apiBase}/memory/modules`, { rank: state.rank ?? undefined, max_points: pointBudget(node, 4) });
   $("#mem-modules-note").textContent = data.series.length
     ? `npu_module_mem.csv · ${data.series.length} of ${data.modules} modules that reserve memory` +
       (data.downsampled ? ` · down-sampled: ${num(data.points, 0)} of ${num(data.source_points, 0)} points` : "")
     : "npu_module_mem.csv · no data for this rank";
-  await plot(node, data.series.map((s, i) => ({
-    type: "scattergl", mode: "lines", name: s.component, x: s.t_ns.map((t) => t / 1e6), y: s.mb,
+  const traces = data.series.map((s, i) => ({
+    type: "scatter", mode: s.t_ns.length < 50 ? "lines+markers" : "lines", name: plotText(s.component),
+    x: s.t_ns.map((t) => t / 1e6), y: s.mb,
     line: { shape: "hv", width: 1.4, color: CHART_COLORS[i % CHART_COLORS.length] },
-    hovertemplate: `${s.component}: %{y:,.2f} MB<br>%{x:,.3f} ms<extra></extra>`,
-  })), baseLayout({ margin: { l: 70, r: 20, t: 30, b: 40 }, xaxis: { title: { text: "Time (ms)" } },
+    hovertemplate: "%{fullData.name}: %{y:,.2f} MB<br>%{x:,.3f} ms<extra></extra>",
+  }));
+  const range = dataRange(traces.map((t) => t.x));
+  await plot(node, traces, baseLayout({ margin: { l: 70, r: 20, t: 30, b: 40 },
+    xaxis: { title: { text: "Time (ms)" }, ...(range ? { range, autorange: false } : {}) },
     yaxis: { title: { text: "Reserved (MB)" }, rangemode: "tozero" } }));
 }
 

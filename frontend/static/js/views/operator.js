@@ -3,7 +3,7 @@
 
 import {
   $, apiBase, apiGet, baseLayout, CHART_COLORS, clear, csvUrl, currentRank, DataTable, el, field, markRanks, num, pct, plot,
-  select, showRank, timelineLink, us,
+  plotText, select, showRank, timelineLink, us,
 } from "./common.js";
 import { onRankChange } from "/static/js/common/nav.js";
 
@@ -49,10 +49,11 @@ function startLabel(absNs) {
   return `${((Number(BigInt(absNs) - BigInt(origin))) / 1e6).toFixed(3)} ms`;
 }
 
+/** labels: [text, isOther] pairs, so that a kernel type named "Other" keeps its own colour. */
 function pie(node, labels, values, title) {
   const traces = [{
-    type: "pie", labels, values, hole: 0.35, sort: false, direction: "clockwise",
-    marker: { colors: labels.map((l, i) => (l === "Other" ? "#5d6673" : CHART_COLORS[i % CHART_COLORS.length])),
+    type: "pie", labels: labels.map(([l]) => plotText(l)), values, hole: 0.35, sort: false, direction: "clockwise",
+    marker: { colors: labels.map(([, other], i) => (other ? "#5d6673" : CHART_COLORS[i % CHART_COLORS.length])),
       line: { color: "#1b1d22", width: 1 } },
     textinfo: "percent", textposition: "inside", insidetextorientation: "horizontal",
     hovertemplate: "%{label}<br>%{value:,.3f} μs<br>%{percent}<extra></extra>",
@@ -66,20 +67,21 @@ function pie(node, labels, values, title) {
 
 function renderCharts(ov) {
   const types = ov.types.rows;
-  const labels = types.map((t) => t.type);
+  const labels = types.map((t) => [t.type, false]);
   const values = types.map((t) => t.total_ns / 1e3);
-  if (ov.types.other_ns > 0) { labels.push("Other"); values.push(ov.types.other_ns / 1e3); }
+  if (ov.types.other_ns > 0) { labels.push(["Other", true]); values.push(ov.types.other_ns / 1e3); }
   pie($("#op-type-pie"), labels, values);
-  pie($("#op-core-pie"), ov.cores.map((c) => c.accelerator_core), ov.cores.map((c) => c.total_ns / 1e3));
+  pie($("#op-core-pie"), ov.cores.map((c) => [c.accelerator_core, false]), ov.cores.map((c) => c.total_ns / 1e3));
   const rows = [...ov.top.rows].reverse();
   const shown = ov.top.keys.filter((k) => k !== "type" || state.group_by === "type");
   const label = (r) => shown.map((k) => r[k] ?? "N/A").join(" · ");
-  const names = rows.map((r) => shorten(label(r), 60));
+  // shortened before escaping, so that no entity is cut in half
+  const names = rows.map((r) => plotText(shorten(label(r), 60)));
   $("#op-top-title").textContent = `Top ${ov.top.rows.length} by total time — ${GROUPS.find((g) => g.value === state.group_by).label}`;
   plot($("#op-top-bar"), [{
     type: "bar", orientation: "h", y: names, x: rows.map((r) => r.total_ns / 1e3),
     marker: { color: rows.map((r, i) => CHART_COLORS[(rows.length - 1 - i) % CHART_COLORS.length]) },
-    customdata: rows.map((r) => [r.count, pct(r.share, 2), label(r)]),
+    customdata: rows.map((r) => [r.count, pct(r.share, 2), plotText(label(r))]),
     hovertemplate: "%{customdata[2]}<br>%{x:,.3f} μs · %{customdata[0]} kernels · %{customdata[1]}<extra></extra>",
   }], baseLayout({ margin: { l: 260, r: 20, t: 10, b: 40 }, showlegend: false,
     xaxis: { title: { text: "Total Time(μs)" } }, yaxis: { automargin: true, tickfont: { size: 11 } } }));
