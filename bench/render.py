@@ -24,7 +24,8 @@ from bench.query import percentile, prepare_store
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync"]
-READY = "window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
+# a function, not a bare expression: Playwright would eval that, which the page's CSP blocks
+READY = "() => window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
 
 
 def serve(data: Path):
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            page = browser.new_page(viewport={"width": 1600, "height": 1000}, bypass_csp=True)
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
             page.goto(f"{base}/runs/{run_id}/timeline")
             page.wait_for_function(READY, timeout=120_000)
             page.evaluate("window.__timeline.showAllLanes && window.__timeline.showAllLanes()")

@@ -180,36 +180,29 @@ def browser():
         b.close()
 
 
-def _page(browser, *, bypass_csp: bool):
-    context = browser.new_context(viewport=VIEWPORT, bypass_csp=bypass_csp)
+@pytest.fixture()
+def page(browser):
+    """A fresh page (1600×1000) under the server's real Content-Security-Policy; console errors (a CSP violation is
+    one) and page errors fail the test at teardown.
+
+    Wait with locators, or ``wait_for_function`` given a *function* ("() => …", "(arg) => …"): Playwright calls a
+    function through the DevTools protocol, but runs a bare expression string through eval in the page, which the
+    policy blocks. ``evaluate`` works either way."""
+    context = browser.new_context(viewport=VIEWPORT)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(f"page error: {e}"))
     pg.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     pg.set_default_timeout(10_000)
-    return context, pg, errors
-
-
-@pytest.fixture()
-def page(browser):
-    """A fresh page (1600×1000); console errors and page errors fail the test at teardown.
-
-    It bypasses the Content-Security-Policy because Playwright evaluates ``wait_for_function`` strings with eval;
-    ``strict_page`` keeps the policy (tests/test_security.py opens every page under it)."""
-    context, pg, errors = _page(browser, bypass_csp=True)
     yield pg
     context.close()
     assert not errors, errors
 
 
 @pytest.fixture()
-def strict_page(browser):
-    """Like ``page`` but under the server's Content-Security-Policy: a violation is a console error, so it fails the
-    test. Wait with locators here, not ``wait_for_function`` (which the policy blocks)."""
-    context, pg, errors = _page(browser, bypass_csp=False)
-    yield pg
-    context.close()
-    assert not errors, errors
+def strict_page(page):
+    """The same as ``page`` (every page now runs under the real policy); kept for tests written against it."""
+    return page
 
 
 @pytest.fixture(scope="session")

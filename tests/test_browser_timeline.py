@@ -11,7 +11,8 @@ from tests.conftest import needs_samples
 
 pytestmark = [needs_samples, pytest.mark.browser]
 
-READY = "window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
+# waits are functions, never bare expressions: the page runs under the real CSP, which blocks the eval those need
+READY = "() => window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
 
 
 def api(live_server, path, **params):
@@ -176,7 +177,7 @@ def test_flow_category_toggle_draws_flows_in_view(page, live_server):
     open_timeline(page, live_server, "level1")
     page.click("#tl-flows-btn")
     page.check('#tl-flows-pop input[data-cat="HostToDevice"]')
-    page.wait_for_function("window.__timeline.arrows.some(a => a.cat === 'HostToDevice')")
+    page.wait_for_function("() => window.__timeline.arrows.some(a => a.cat === 'HostToDevice')")
     assert all(a["cat"] == "HostToDevice" for a in page.evaluate("window.__timeline.arrows"))
 
 
@@ -243,7 +244,7 @@ def test_screenshot(page, live_server, artifacts_dir):
     start = int(flows["origin_ns"]) + flows["src_ts_ns"][i] - 300_000
     query = f"?rank=0&slice={flows['src_slice_id'][i]}&start_ns={start}&end_ns={start + 1_200_000}"
     open_timeline(page, live_server, "level1", query)
-    page.wait_for_function("window.__timeline.arrows.length > 0")
+    page.wait_for_function("() => window.__timeline.arrows.length > 0")
     settle(page)
     page.screenshot(path=str(artifacts_dir / "timeline.png"))
 
@@ -294,10 +295,10 @@ def test_mouse_and_range_keys(page, live_server):
 def test_rank_filter_and_pins(page, live_server):
     open_timeline(page, live_server, "level1")
     page.select_option("#rank-select", "1")
-    page.wait_for_function("window.__timeline.lanes().every(l => l.rank === 1)")
+    page.wait_for_function("() => window.__timeline.lanes().every(l => l.rank === 1)")
     assert "rank=1" in page.url
     page.select_option("#rank-select", "")
-    page.wait_for_function("window.__timeline.lanes().some(l => l.rank === 0)")
+    page.wait_for_function("() => window.__timeline.lanes().some(l => l.rank === 0)")
     for rank in (0, 1):
         page.locator(f'#tl-labels .tl-lane.lane-group[data-kind="overlap"][data-rank="{rank}"] .pin').click()
     pinned = [lane["title"] for lane in lane_titles(page) if lane["pinned"]]

