@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import serving
 
-pytestmark = pytest.mark.browser
+ROOT = Path(__file__).resolve().parents[1]
 
 LINK = '<a href="https://example.invalid/x">click</a>'
 IMAGE = "<img src=x onerror=alert(1)>"
@@ -62,6 +63,14 @@ def hostile_run(root: Path) -> Path:
                     bw[TRANSPORT] = bw.pop("SDMA")
         comm.write_text(json.dumps(data))
     return run
+
+
+def test_no_script_writes_markup():
+    """The escaping rests on this: DOM is built from text nodes (plotly gets escaped strings), never from HTML."""
+    for script in (ROOT / "frontend" / "static" / "js").rglob("*.js"):
+        code = re.sub(r"//.*", "", script.read_text())
+        assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|createContextualFragment",
+                             code), script.name
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +124,7 @@ def assert_nothing_live(page):
         "(els) => els.map((e) => e.outerHTML)")
 
 
+@pytest.mark.browser
 def test_operator_page(page, hostile):
     open_view(page, hostile, "operator")
     for node in ("op-type-pie", "op-top-bar"):
@@ -131,6 +141,7 @@ def test_operator_page(page, hostile):
     assert_nothing_live(page)
 
 
+@pytest.mark.browser
 def test_memory_page(page, hostile):
     open_view(page, hostile, "memory")
     for node in ("mem-chart", "mem-modules"):
@@ -143,6 +154,7 @@ def test_memory_page(page, hostile):
     assert_nothing_live(page)
 
 
+@pytest.mark.browser
 def test_summary_page(page, hostile):
     open_view(page, hostile, "summary")
     wait_plot(page, "sum-chart")
@@ -150,6 +162,7 @@ def test_summary_page(page, hostile):
     assert_nothing_live(page)
 
 
+@pytest.mark.browser
 def test_communication_page(page, hostile):
     open_view(page, hostile, "communication")
     for node in ("comm-gantt", "comm-bw-chart"):
