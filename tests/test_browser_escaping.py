@@ -24,7 +24,7 @@ NOTHING_LIVE = "a[href^='https://example.invalid'], img"  # our own links may ca
 
 
 def rewrite_csv(path: Path, column: str, value, where=lambda row: True):
-    """Set ``column`` to ``value(row)`` (or ``value``) in the rows ``where`` selects; the rest stays byte-equal."""
+    """Set ``column`` to ``value`` in the rows ``where`` selects; every other cell keeps its value."""
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
     col = rows[0].index(column)
