@@ -79,7 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        return _command(build_parser().parse_args(argv))
+    except KeyboardInterrupt:  # Ctrl+C (uvicorn re-raises it once it has shut down): one line, no traceback
+        print("stopped", file=sys.stderr)
+        return 130
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "ingest":
         from ingest import cli as ingest_cli  # noqa: PLC0415
 
@@ -92,10 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn  # noqa: PLC0415 - keeps `ascendscope ingest` light
-
-    from server.app import create_app  # noqa: PLC0415
-    from server.runs import IngestQueue, RunStore  # noqa: PLC0415
+    from server.runs import IngestQueue, RunStore  # noqa: PLC0415 - keeps `ascendscope ingest` light
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -114,6 +118,16 @@ def serve(args: argparse.Namespace) -> int:
     store.sweep()
     queue = IngestQueue(store, workers=settings.ingest_workers, retries=settings.ingest_retries)
     queue.start(resume=True)
+    try:
+        return _serve_runs(args, settings, store, queue, paths)
+    finally:  # also on Ctrl+C while starting: a run being ingested is queued again, not left "ingesting"
+        queue.stop()
+
+
+def _serve_runs(args: argparse.Namespace, settings, store, queue, paths: list[Path]) -> int:
+    import uvicorn  # noqa: PLC0415
+
+    from server.app import create_app  # noqa: PLC0415
 
     if not paths and not store.list():
         sample = bundled_sample_path()
@@ -152,10 +166,7 @@ def serve(args: argparse.Namespace) -> int:
             webbrowser.open(url)
 
     threading.Thread(target=announce, name="ascendscope-announce", daemon=True).start()
-    try:
-        server.run()
-    finally:
-        queue.stop()
+    server.run()
     return 0 if server.started else 1
 
 

@@ -8,10 +8,15 @@ run share the open file. A connection is reopened when the file changes (a re-in
 turns into a ``query_timeout`` API error instead of a hung request.
 
 :class:`RunInfo` caches what every timeline request needs from small tables (origin, tracks, LOD levels).
+
+A file DuckDB cannot read (0 bytes, truncated, a failed checksum, not a run database) raises
+:class:`DamagedDatabase` — when it is opened, when its run's tables are first read, or from :func:`query` — so
+the caller can mark the run failed and answer 409 instead of 500. A missing file raises ``FileNotFoundError``.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -33,6 +38,25 @@ LOD_LEVELS_SQL = "SELECT level, bucket_ns FROM lod_levels ORDER BY level"
 
 class QueryTimeout(Exception):
     pass
+
+
+class DamagedDatabase(Exception):
+    """The run's database file cannot be read; the message says what DuckDB found."""
+
+
+# what DuckDB says when the bytes of the file are wrong (short reads of a truncated file, failed checksums)
+_DAMAGE_RE = re.compile(r"Could not read enough bytes|not a valid DuckDB database file|Corrupt database file")
+
+
+def damage(exc: BaseException) -> DamagedDatabase | None:
+    """The DamagedDatabase an error from DuckDB means, or None if it is not about the file itself."""
+    if isinstance(exc, duckdb.Error) and _DAMAGE_RE.search(str(exc)):
+        return DamagedDatabase(_first_line(exc))
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
 
 
 @dataclass
@@ -79,7 +103,10 @@ class RunInfo:
 class _Entry:
     def __init__(self, path: Path, mtime_ns: int):
         self.path, self.mtime_ns = path, mtime_ns
-        self.conn = duckdb.connect(str(path), read_only=True)
+        try:
+            self.conn = duckdb.connect(str(path), read_only=True)
+        except duckdb.Error as exc:
+            raise DamagedDatabase(_first_line(exc)) from exc
         self.info: RunInfo | None = None
         self.info_lock = threading.Lock()
 
@@ -125,6 +152,9 @@ class Databases:
                     cur = entry.conn.cursor()
                     try:
                         entry.info = RunInfo.load(cur)
+                    except duckdb.Error as exc:  # unreadable pages, or not a run database at all
+                        self.forget(run_id)
+                        raise DamagedDatabase(_first_line(exc)) from exc
                     finally:
                         cur.close()
         return entry.info
@@ -148,7 +178,8 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
 
     ``fetch``: ``"all"`` (list of tuples), ``"one"`` (a tuple or None), ``"columns"`` (dict of column name to
     list, the shape the timeline answers in) or ``"arrays"`` (dict of column name to numpy array, for large
-    answers serialised by ``FastJSONResponse`` without a Python list). Raises :class:`QueryTimeout`.
+    answers serialised by ``FastJSONResponse`` without a Python list). Raises :class:`QueryTimeout`, or
+    :class:`DamagedDatabase` when the file cannot be read.
     """
     timer = threading.Timer(timeout_s, cur.interrupt)
     timer.daemon = True
@@ -166,6 +197,11 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
         return cur.fetchall()
     except duckdb.InterruptException as exc:
         raise QueryTimeout(f"query took longer than {timeout_s:g} s") from exc
+    except duckdb.Error as exc:
+        damaged = damage(exc)
+        if damaged is None:
+            raise
+        raise damaged from exc
     finally:
         timer.cancel()
 

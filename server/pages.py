@@ -16,6 +16,7 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import TemplateNotFound
 
 from server.redact import public_run
+from server.db import DamagedDatabase
 from server.runs import RunNotFound
 from server.security import CSP_WITH_PLOTLY
 
@@ -72,12 +73,18 @@ def _context(request: Request, run, view: str) -> dict:
         try:
             info = databases.info(run.id, store.db_path(run.id))
             ranks = info.ranks
+        except (DamagedDatabase, FileNotFoundError) as exc:  # the page says the run failed, and why
+            try:
+                run = store.mark_damaged(run.id, str(exc) if isinstance(exc, DamagedDatabase) else "the file is missing")
+            except RunNotFound:
+                pass
         except Exception:  # a broken database still gets a page; the API reports the error
             ranks = []
     run_json = None
     if run is not None:
         run = public_run(request, run, request.app.state.store.data_dir)
         run_json = {k: v for k, v in run.to_json().items() if k not in ("summary", "source_fingerprint", "worker_pid")}
+        run_json["warning_count"] = (run.summary or {}).get("warning_count") or 0
     settings = request.app.state.settings
     page = {"view": view, "run_id": run.id if run else None, "run": run_json, "ranks": ranks,
             "read_only": settings.read_only, "max_upload_bytes": settings.max_upload_mb * 1_000_000}
@@ -91,6 +98,7 @@ def _context(request: Request, run, view: str) -> dict:
         "page_json": json.dumps(page).replace("</", "<\\/"),
         "placeholder": None,
         "read_only": settings.read_only,
+        "warning_count": run_json["warning_count"] if run_json and run.status == "ready" else 0,
     }
 
 

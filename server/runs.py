@@ -3,7 +3,9 @@
 ``run.json`` is the run's record (id, name, source, status, progress, error, created, size, …) and is the only
 state: it is rewritten atomically (temp file + rename), so a restarted server sees every queued, interrupted,
 finished or failed run as it was, and the queued ones are the ingest queue. Status moves
-``queued → ingesting → ready | failed``.
+``queued → ingesting → ready | failed``; a failed run can be queued again (:meth:`RunStore.reset_for_retry`), and a
+ready run whose database turns out unreadable becomes failed (:meth:`RunStore.mark_damaged`). What each attempt
+did, and why one failed, is in the run's ``ingest.log``.
 
 A run comes from a path on the server (``ascendscope serve PATH``: ``source`` is that path, never written to) or
 from an upload (``origin == "upload"``: the archive is extracted into ``<run>/source/`` and ``source`` is the
@@ -13,7 +15,9 @@ and renamed into place only once it is valid, so a refused upload leaves nothing
 Run ids are strict (``[a-z0-9][a-z0-9-]*``, at most 64 characters): any other id is "not found" before a path
 is ever built from it, so no id reaches outside the runs folder.
 
-Ingestion never runs in the web process: see :mod:`server.worker` (``IngestQueue`` is re-exported here).
+Ingestion never runs in the web process: see :mod:`server.worker` (``IngestQueue`` is re-exported here). A worker
+holds the run's ingest lock (``.ingest.lock``, a ``flock``) for its whole life, so the lock is free exactly when no
+live process is ingesting the run: only then may anyone remove its scratch files or start another worker on it.
 """
 
 from __future__ import annotations
@@ -42,10 +46,12 @@ RUN_FILE = "run.json"
 DB_FILE = "run.duckdb"
 LOG_FILE = "ingest.log"
 SOURCE_DIR = "source"  # an upload's extracted archive, removed once the run is ready
-WORK_DIR = "work"  # the worker's scratch folder (spill files), removed after every attempt
+WORK_DIR = "work"  # the worker's scratch folder (spill files) is WORK_DIR-<pid>, removed after every attempt
 STAGING_PREFIX = ".upload-"
 LOCK_FILE = ".run.lock"  # the web process and a worker both rewrite run.json: read-modify-write under a flock
+INGEST_LOCK_FILE = ".ingest.lock"  # held by the run's live worker (its pid is written in it, for people)
 MAX_NAME_CHARS = 200
+MAX_LOG_BYTES = 64 << 10  # the tail of ingest.log the API hands out
 
 
 @dataclass
@@ -66,7 +72,7 @@ class Run:
     rank_count: int | None = None
     attempts: int = 0
     worker_pid: int | None = None
-    upload: dict | None = None  # filename, bytes, members, nested archives
+    upload: dict | None = None  # filename, bytes, sha256, members, nested archives
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -74,6 +80,14 @@ class Run:
 
 class RunNotFound(KeyError):
     pass
+
+
+class DuplicateUpload(Exception):
+    """The uploaded bytes are those of an existing run (``run``)."""
+
+    def __init__(self, run: Run):
+        super().__init__(run.id)
+        self.run = run
 
 
 class RunStore:
@@ -128,14 +142,26 @@ class RunStore:
         return path
 
     def commit_staging(self, staging: Path, name: str, source: str, **fields) -> Run:
-        """Turn a staging folder into a queued run: write its run.json, then rename it to the new id."""
+        """Turn a staging folder into a queued run: write its run.json, then rename it to the new id. An upload
+        whose ``sha256`` matches a run that is not failed raises :class:`DuplicateUpload` (staging is left)."""
+        sha256 = (fields.get("upload") or {}).get("sha256")
         with self._lock:
+            existing = self.find_upload(sha256) if sha256 else None
+            if existing is not None:
+                raise DuplicateUpload(existing)
             run_id = self._new_id(name)
             run = Run(id=run_id, name=clean_name(name), source=source, **fields)
             run.size = folder_bytes(staging)
             self._write(run, folder=staging)
             os.rename(staging, self.runs_dir / run_id)
         return run
+
+    def find_upload(self, sha256: str) -> Run | None:
+        """The run (not failed) made from an upload of exactly these bytes, if there is one."""
+        for run in self.list():
+            if run.origin == "upload" and run.status != "failed" and (run.upload or {}).get("sha256") == sha256:
+                return run
+        return None
 
     def get(self, run_id: str) -> Run:
         path = self.run_dir(run_id) / RUN_FILE
@@ -195,12 +221,113 @@ class RunStore:
         """Runs a restart must finish: queued ones and those whose ingestion was interrupted, oldest first."""
         return sorted((r for r in self.list() if r.status in ("queued", "ingesting")), key=lambda r: r.created)
 
-    def clean_partial(self, run_id: str) -> None:
-        """Remove what an interrupted ingest may have left: temp databases and the worker's scratch folder."""
+    def clean_partial(self, run_id: str) -> bool:
+        """Remove what an interrupted ingest left, unless a live process holds the run's ingest lock (then its
+        files are in use and nothing is touched). True if the run was free."""
+        fd = self.hold_ingest_lock(run_id)
+        if fd is None:
+            return False
+        try:
+            self.remove_scratch(run_id)
+        finally:
+            os.close(fd)
+        return True
+
+    def remove_scratch(self, run_id: str) -> None:
+        """Temp databases and scratch folders of earlier attempts; the caller holds the run's ingest lock."""
         run_dir = self.run_dir(run_id)
         for leftover in run_dir.glob(f"{DB_FILE}.tmp-*"):
             leftover.unlink(missing_ok=True)
-        shutil.rmtree(run_dir / WORK_DIR, ignore_errors=True)
+        for scratch in run_dir.glob(f"{WORK_DIR}*"):
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def hold_ingest_lock(self, run_id: str) -> int | None:
+        """Take the run's ingest lock without waiting: the open fd (the lock lasts until it is closed or this
+        process dies), or None if a live process holds it. Raises RunNotFound if the run's folder is gone."""
+        try:
+            fd = os.open(self.run_dir(run_id) / INGEST_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except (FileNotFoundError, NotADirectoryError):
+            raise RunNotFound(run_id) from None
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+        return fd
+
+    def ingest_lock_free(self, run_id: str) -> bool:
+        """True if no live process is ingesting the run right now."""
+        fd = self.hold_ingest_lock(run_id)
+        if fd is not None:
+            os.close(fd)
+        return fd is not None
+
+    def append_log(self, run_id: str, text: str) -> None:
+        """One line in the run's ingest.log, from the web process (what happened to a worker that cannot say)."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        try:
+            with open(self.run_dir(run_id) / LOG_FILE, "a", encoding="utf-8") as out:
+                out.write(f"{stamp} {text}\n")
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+
+    def log_tail(self, run_id: str, max_bytes: int = MAX_LOG_BYTES) -> tuple[str, int]:
+        """The last ``max_bytes`` of the run's ingest.log, from a line start, and the log's whole size."""
+        path = self.run_dir(run_id) / LOG_FILE
+        try:
+            with open(path, "rb") as src:
+                size = os.fstat(src.fileno()).st_size
+                src.seek(max(0, size - max_bytes))
+                data = src.read(max_bytes)
+        except FileNotFoundError:
+            return "", 0
+        if size > max_bytes and b"\n" in data:
+            data = data[data.index(b"\n") + 1:]
+        return data.decode("utf-8", "replace"), size
+
+    def log_hint(self, run_id: str) -> str:
+        """Where the details of a failure are, for an error message."""
+        return f"its ingest log has the details (Log on the runs page, or {self.run_dir(run_id) / LOG_FILE})"
+
+    def mark_damaged(self, run_id: str, reason: str) -> Run:
+        """A ready run whose database cannot be read becomes failed, saying why and how to get it back."""
+        reason = reason.replace(str(self.db_path(run_id)), DB_FILE)  # no server path in what clients see
+        with self._record_lock(run_id):
+            run = self.get(run_id)
+            if run.status != "ready":  # someone got here first, or it is being re-ingested
+                return run
+            if run.origin == "upload" and not (self.run_dir(run_id) / SOURCE_DIR).is_dir():
+                remedy = "the uploaded files were removed once it was ready: upload the archive again"
+            else:
+                remedy = "Retry (on the runs page) ingests it again from its source"
+            run.status, run.finished, run.progress = "failed", time.time(), None
+            run.error = f"the database file is damaged: {reason}"[:1500] + f" — {remedy}"
+            self._write(run)
+        self.append_log(run_id, run.error)
+        return run
+
+    def retry_problem(self, run: Run) -> str | None:
+        """Why a failed run cannot be ingested again (its source is gone), or None."""
+        if run.origin == "upload":
+            if not (self.run_dir(run.id) / SOURCE_DIR).is_dir():
+                return "the uploaded files were removed once the run was ready: upload the archive again"
+        elif not Path(run.source).exists():
+            return "its source no longer exists on the server"
+        return None
+
+    def reset_for_retry(self, run_id: str) -> Run:
+        """A failed run back to ``queued`` with a fresh attempt count; its old database is removed."""
+        with self._record_lock(run_id):
+            run = self.get(run_id)
+            self.db_path(run_id).unlink(missing_ok=True)
+            run.status, run.error, run.attempts, run.finished = "queued", None, 0, None
+            run.progress = {"phase": "queued", "text": "queued again (retry)", "percent": 0.0}
+            if run.origin == "path" and Path(run.source).exists():  # what is ingested now
+                run.source_fingerprint = source_fingerprint(Path(run.source))
+            self._write(run)
+        self.append_log(run_id, "retry requested: queued again")
+        return run
 
     def sweep(self) -> None:
         """At startup: remove half-received uploads and half-deleted runs left by a previous process."""

@@ -9,10 +9,14 @@ rename), so the run appears complete and ``queued``, and the ingest queue picks 
 Any refusal is an :class:`ApiError` (4xx) raised after the staging folder is removed: a refused or interrupted
 upload leaves no run, no run folder and no temp file. The client's file name is only ever displayed, never used
 to build a path.
+
+The file's SHA-256 is computed as it streams in: bytes identical to an upload that made a run (not a failed one)
+are not extracted again, and the answer is that run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 from pathlib import Path
@@ -25,7 +29,7 @@ from starlette.requests import ClientDisconnect, Request
 from ingest import archive
 from ingest.discover import discover
 from server.api import ApiError
-from server.runs import SOURCE_DIR, Run, RunStore
+from server.runs import SOURCE_DIR, DuplicateUpload, Run, RunStore
 from server.settings import Settings
 
 UPLOAD_FILE = "upload.bin"
@@ -63,6 +67,7 @@ class _Body:
         self.fields: dict[str, bytearray] = {}
         self.files_seen = 0
         self.ended = False
+        self.sha256 = hashlib.sha256()
         self._header_field = bytearray()
         self._header_value = bytearray()
         self._headers: dict[str, bytes] = {}
@@ -107,7 +112,9 @@ class _Body:
             if self.file_bytes > self.max_file_bytes:
                 raise ApiError(413, "upload_too_large",
                                f"the upload is larger than the limit of {self.max_file_bytes / MB:.0f} MB")
-            self.out.write(data[start:end])
+            chunk = data[start:end]
+            self.out.write(chunk)
+            self.sha256.update(chunk)
         elif self._target is not None:
             field = self.fields[self._target]
             field += data[start:end]
@@ -127,8 +134,9 @@ class _Body:
             self.out.close()
 
 
-async def receive_upload(request: Request, store: RunStore, settings: Settings) -> Run:
-    """Stream, check and extract the uploaded archive; return the new queued run (or raise a 4xx ApiError)."""
+async def receive_upload(request: Request, store: RunStore, settings: Settings) -> tuple[Run, bool]:
+    """Stream, check and extract the uploaded archive; return the new queued run and False, or the existing run
+    of identical bytes and True (or raise a 4xx ApiError)."""
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     boundary = options.get(b"boundary")
     if content_type != b"multipart/form-data" or not boundary:
@@ -166,16 +174,23 @@ async def receive_upload(request: Request, store: RunStore, settings: Settings) 
             raise ApiError(400, "upload_interrupted", "the upload ended before the multipart body was complete")
         name = bytes(body.fields.get("name", b"")).decode("utf-8", "replace").strip()
         filename = Path(body.filename.replace("\\", "/")).name or "upload"
-        run = await run_in_threadpool(_check_and_commit, store, staging, filename, name, body.file_bytes,
-                                      archive_limits(settings))
+        sha256 = body.sha256.hexdigest()
+        existing = await run_in_threadpool(store.find_upload, sha256)
+        if existing is not None:
+            return existing, True
+        try:
+            run = await run_in_threadpool(_check_and_commit, store, staging, filename, name, body.file_bytes,
+                                          sha256, archive_limits(settings))
+        except DuplicateUpload as dup:  # the same bytes were committed while these were being extracted
+            return dup.run, True
         committed = True
-        return run
+        return run, False
     finally:
         if not committed:
             await run_in_threadpool(shutil.rmtree, staging, True)
 
 
-def _check_and_commit(store: RunStore, staging: Path, filename: str, name: str, nbytes: int,
+def _check_and_commit(store: RunStore, staging: Path, filename: str, name: str, nbytes: int, sha256: str,
                       limits: archive.Limits) -> Run:
     upload = staging / UPLOAD_FILE
     started = time.perf_counter()
@@ -191,7 +206,7 @@ def _check_and_commit(store: RunStore, staging: Path, filename: str, name: str, 
         raise ApiError(422, "no_profiling_data",
                        f"{filename}: no profiling data found (expected *_ascend_pt folders with "
                        f"ASCEND_PROFILER_OUTPUT)" + (f" — {seen}" if seen else ""))
-    info = {"filename": filename, "bytes": nbytes, "members": unpacked.members,
+    info = {"filename": filename, "bytes": nbytes, "sha256": sha256, "members": unpacked.members,
             "extracted_bytes": unpacked.bytes_written, "nested": unpacked.nested,
             "ranks_found": len(found.ranks), "check_seconds": round(time.perf_counter() - started, 3)}
     return store.commit_staging(staging, name or archive.strip_archive_suffix(filename) or "upload", filename,

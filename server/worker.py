@@ -10,7 +10,15 @@ The queue is persistent: it is the runs whose run.json says ``queued`` (or ``ing
 restart), re-read by :meth:`IngestQueue.start`. A worker that dies without recording an outcome (SIGKILL, a
 crash) leaves no database: its temp files are removed and the run is queued again, up to ``retries`` times,
 then marked failed with the reason. A failure the pipeline reports (bad input) is not retried: it would fail
-the same way.
+the same way. A run that loads nothing a view can show (no slices, counters or table rows: a db export, say)
+fails too, listing the warnings. The reason of every failure is in the run's ingest.log.
+
+A worker dies with its server: it holds the read end of a pipe whose write end only the server has, and a
+watchdog thread kills the worker when that pipe reports end of file (the server exited, even by SIGKILL). Parent
+death signals would not do: a forkserver worker's parent is the fork server, which outlives the web process for
+as long as any worker it forked runs. The worker also holds the run's ingest lock (``RunStore.hold_ingest_lock``)
+for its life, and the queue starts a worker on a run only once that lock is free, so a restarted server never
+ingests a run beside a live worker of its predecessor, nor removes that worker's files.
 """
 
 from __future__ import annotations
@@ -37,6 +45,10 @@ TICK_S = 1.0  # … and at least this often (elapsed time, ETA) while the worker
 READ_SHARE_PCT = 90.0  # reading the files is this share of the estimated percentage, the phases after it the rest
 PHASE_STEP_PCT = 2.0
 WORKER_PRELOAD = ["server.worker", "ingest.pipeline"]  # imported once by the fork server, not per worker
+LOCK_POLL_S = 0.2  # how often the queue looks whether another process's worker let go of a run
+BUSY_EXIT = 75  # a worker's exit code when another live process holds the run's ingest lock
+MAX_LISTED_WARNINGS = 8  # warnings quoted in the error of a run that loaded nothing
+MAX_LOGGED_WARNINGS = 1000  # warnings written to ingest.log
 
 
 class IngestQueue:
@@ -66,8 +78,10 @@ class IngestQueue:
             self._threads.append(thread)
         if resume:
             for run in self.store.pending():
-                if run.status == "ingesting":
-                    self.store.clean_partial(run.id)
+                # a run whose lock a live process holds (a killed server's worker not gone yet, another server)
+                # is queued as it is: the queue waits for the lock, then looks at the run again
+                if run.status == "ingesting" and self.store.clean_partial(run.id):
+                    self.store.append_log(run.id, "the ingest was interrupted (the server stopped)")
                     if run.attempts > self.retries:
                         self.store.set_status(run.id, "failed", finished=time.time(), progress=None, worker_pid=None,
                                               error=f"ingestion was interrupted {run.attempts} times")
@@ -110,10 +124,13 @@ class IngestQueue:
         for proc in procs:
             if proc.is_alive():
                 proc.terminate()
-        for proc in procs:
-            proc.join(timeout_s)
+        # each thread joins its own worker: a second join here would race it for the exit status
+        deadline = time.monotonic() + timeout_s
         for thread in self._threads:
-            thread.join(timeout_s)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
 
     def wait_idle(self, timeout_s: float = 120.0) -> bool:
         """True once no run is queued or ingesting (for the CLI and tests)."""
@@ -160,25 +177,37 @@ class IngestQueue:
     def _run_one(self, ctx, run_id: str) -> bool:
         """Ingest one run in a worker process; True if it must be queued again (its worker died)."""
         try:
+            if not self._wait_for_lock(run_id):
+                return False
             run = self.store.get(run_id)
         except RunNotFound:
             return False
         if run.status not in ("queued", "ingesting"):
+            if run.status == "ready" and self.on_ready is not None:  # another process finished it meanwhile
+                self.on_ready(run_id)
             return False
-        self.store.clean_partial(run_id)
         run = self.store.update(run_id, attempts=run.attempts + 1)
-        proc = ctx.Process(target=ingest_worker, args=(str(self.store.data_dir), run_id),
+        lifeline, server_end = ctx.Pipe(duplex=False)  # the worker gets the read end; only we hold the write end
+        proc = ctx.Process(target=ingest_worker, args=(str(self.store.data_dir), run_id, lifeline),
                            name=f"ascendscope-ingest-{run_id}", daemon=True)
-        with self._lock:
-            if run_id in self._cancelled:
-                return False
-            proc.start()
-            self._procs[run_id] = proc
-        proc.join()
+        try:
+            with self._lock:
+                if run_id in self._cancelled:
+                    return False
+                proc.start()
+                self._procs[run_id] = proc
+            lifeline.close()  # the worker has its own copy now
+            proc.join()
+        finally:
+            lifeline.close()
+            server_end.close()
         with self._lock:
             self._procs.pop(run_id, None)
             if run_id in self._cancelled:
                 return False
+        if proc.exitcode == BUSY_EXIT:  # another process took the run between our look and the worker's
+            self.store.update(run_id, attempts=run.attempts - 1)
+            return True
         try:
             run = self.store.get(run_id)
         except RunNotFound:
@@ -191,6 +220,7 @@ class IngestQueue:
             return False
         # the worker died without recording an outcome: no database was renamed into place
         self.store.clean_partial(run_id)
+        self.store.append_log(run_id, f"the ingest worker (pid {proc.pid}) {exit_reason(proc.exitcode)}")
         if self._stopping.is_set():
             self.store.set_status(run_id, "queued", attempts=max(0, run.attempts - 1), worker_pid=None,
                                   progress=_note("interrupted by a shutdown; resumes when the server starts"))
@@ -206,8 +236,23 @@ class IngestQueue:
         log.error("ingest worker of run %s %s; giving up", run_id, reason)
         self.store.set_status(run_id, "failed", finished=time.time(), progress=None, worker_pid=None,
                               error=f"the ingest worker {reason} (attempt {run.attempts} of {tries}); "
-                                    f"see {LOG_FILE} in the run's folder")
+                                    f"{self.store.log_hint(run_id)}")
         return False
+
+    def _wait_for_lock(self, run_id: str) -> bool:
+        """Wait while a live process holds the run's ingest lock; False if the queue stops or the run is
+        cancelled meanwhile."""
+        noted = False
+        while not self.store.ingest_lock_free(run_id):
+            if not noted:
+                log.warning("run %s is being ingested by another live process; waiting for it", run_id)
+                noted = True
+            with self._lock:
+                if run_id in self._cancelled:
+                    return False
+            if self._stopping.wait(LOCK_POLL_S):
+                return False
+        return True
 
 
 def worker_context():
@@ -233,27 +278,46 @@ def _note(text: str) -> dict:
     return {"phase": "queued", "text": text, "percent": 0.0}
 
 
-def ingest_worker(data_dir: str, run_id: str) -> None:
-    """Worker process body: ingest one run, reporting progress and the outcome in its run.json."""
+def ingest_worker(data_dir: str, run_id: str, lifeline=None) -> None:
+    """Worker process body: ingest one run, reporting progress and the outcome in its run.json.
+
+    ``lifeline`` is the read end of a pipe the server holds open; the worker kills itself when it closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the server decides
+    if lifeline is not None:
+        _die_with_server(lifeline)
     store = RunStore(data_dir)
+    try:
+        lock = store.hold_ingest_lock(run_id)
+        if lock is None:
+            raise SystemExit(BUSY_EXIT)
+        os.ftruncate(lock, 0)
+        os.write(lock, f"{os.getpid()}\n".encode())  # who holds it, for a person looking at the folder
+        run = store.get(run_id)
+    except RunNotFound:  # deleted before the worker got to it
+        return
+    if run.status not in ("queued", "ingesting"):
+        return
+    store.remove_scratch(run_id)  # what an earlier attempt left; no live process uses it (we hold the lock)
     run_dir = store.run_dir(run_id)
     handler = logging.FileHandler(run_dir / LOG_FILE, encoding="utf-8")
     logging.basicConfig(level=logging.INFO, handlers=[handler],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    work = run_dir / WORK_DIR
+    work = run_dir / f"{WORK_DIR}-{os.getpid()}"
     work.mkdir(exist_ok=True)
     tempfile.tempdir = str(work)  # the pipeline's scratch files (spill, extracted archives) stay in the run's folder
     run = store.set_status(run_id, "ingesting", started=time.time(), worker_pid=os.getpid(),
                            progress={"phase": "starting", "text": "starting", "percent": 0.0})
     source = store.source_path(run)
+    wlog = logging.getLogger("ascendscope.ingest")
+    wlog.info("ingesting %s (attempt %d, worker pid %d)", run.source, run.attempts, os.getpid())
     progress = RunProgress(store, run_id)
     try:
         from ingest.pipeline import ingest_path  # noqa: PLC0415 - the web process never imports the pipeline
 
         summary = ingest_path(source, store.db_path(run_id), progress=progress)
-    except BaseException as exc:  # record every failure, including KeyboardInterrupt in the worker
+    except BaseException as exc:  # record every failure, even one that is not an Exception
         progress.close()
-        logging.getLogger("ascendscope.ingest").error("ingest failed:\n%s", traceback.format_exc())
+        wlog.error("ingest failed:\n%s", traceback.format_exc())
         message = f"{type(exc).__name__}: {exc}".strip()
         if run.origin == "upload":  # the client knows its file by name, not by our folder
             message = message.replace(str(source), run.source)
@@ -263,11 +327,53 @@ def ingest_worker(data_dir: str, run_id: str) -> None:
         return
     progress.close()
     shutil.rmtree(work, ignore_errors=True)
-    store.set_status(run_id, "ready", finished=time.time(), progress=None, summary=_brief_summary(summary),
+    warnings = summary.get("warnings") or []
+    for w in warnings[:MAX_LOGGED_WARNINGS]:
+        wlog.warning("%s: %s", w.get("file"), w.get("message"))
+    if len(warnings) > MAX_LOGGED_WARNINGS:
+        wlog.warning("… and %d more warnings (all of them are in the run's warnings table)",
+                     len(warnings) - MAX_LOGGED_WARNINGS)
+    empty = nothing_loaded(summary)
+    if empty is not None:  # every view would be blank: not a ready run
+        store.db_path(run_id).unlink(missing_ok=True)
+        wlog.error("%s", empty)
+        store.set_status(run_id, "failed", error=empty, finished=time.time(), progress=None,
+                         summary=_brief_summary(summary), worker_pid=None)
+        return
+    brief = _brief_summary(summary)
+    wlog.info("ready: %d rank(s), %d warning(s), %.1f s", len(summary.get("ranks") or []),
+              brief["warning_count"], summary.get("seconds") or 0)
+    store.set_status(run_id, "ready", finished=time.time(), progress=None, summary=brief,
                      rank_count=len(summary.get("ranks") or []), worker_pid=None)
     if run.origin == "upload":  # the database holds everything the views read
         shutil.rmtree(run_dir / SOURCE_DIR, ignore_errors=True)
         store.update(run_id, size=folder_bytes(run_dir))
+
+
+def _die_with_server(lifeline) -> None:
+    """Kill this process when the server's end of ``lifeline`` closes (the server exited, however it died)."""
+
+    def watch() -> None:
+        try:
+            lifeline.recv_bytes()
+        except (EOFError, OSError):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup here: the next attempt removes what is left
+
+    threading.Thread(target=watch, name="server-watchdog", daemon=True).start()
+
+
+def nothing_loaded(summary: dict) -> str | None:
+    """The error of a run in which no view has anything to show (None if something was loaded)."""
+    slices = sum((summary.get("slices_per_kind") or {}).values())
+    rows = sum((summary.get("tables") or {}).values()) + int(summary.get("counters") or 0)
+    if slices or rows:
+        return None
+    warnings = summary.get("warnings") or []
+    listed = "; ".join(f"{w.get('file')}: {w.get('message')}" for w in warnings[:MAX_LISTED_WARNINGS])
+    more = f" (+{len(warnings) - MAX_LISTED_WARNINGS} more)" if len(warnings) > MAX_LISTED_WARNINGS else ""
+    return (f"nothing to show: no timeline slices, counters or table rows were loaded from "
+            f"{len(summary.get('ranks') or [])} rank folder(s)" + (f" — {listed}{more}" if listed else ""))[:2000]
 
 
 class RunProgress:

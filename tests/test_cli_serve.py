@@ -19,14 +19,16 @@ pytestmark = needs_samples
 LEVEL1 = PYTORCH_TEXT / "level1"
 
 
-def start_serve(data_dir: Path, *paths: Path) -> tuple[subprocess.Popen, str]:
+def start_serve(data_dir: Path, *paths: Path, new_session: bool = False) -> tuple[subprocess.Popen, str]:
+    """``ascendscope serve`` in a subprocess (in a process group of its own with ``new_session``, as a shell runs
+    a command: a terminal's Ctrl+C then reaches it, its fork server and its workers, and nothing else)."""
     port = free_port()
     env = {**os.environ, "ASCENDSCOPE_DATA_DIR": str(data_dir / "ignored-by-flag")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "server.cli", "serve", *map(str, paths), "--no-browser", "--port", str(port),
          "--data-dir", str(data_dir), "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        cwd=Path(__file__).resolve().parents[1])
+        cwd=Path(__file__).resolve().parents[1], start_new_session=new_session)
     return proc, f"http://127.0.0.1:{port}"
 
 

@@ -29,7 +29,7 @@ SAMPLES = {  # name -> (folder, ranks)
     "level0": (PYTORCH_TEXT / "level0", 2),
     "st4": (REAL_SAMPLES / "msinsight_st_4rank_2025q4", 4),
 }
-RUN_FILES = {"run.json", "run.duckdb", "ingest.log", ".run.lock"}
+RUN_FILES = {"run.json", "run.duckdb", "ingest.log", ".run.lock", ".ingest.lock"}
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +80,27 @@ def test_real_samples_upload_concurrently_and_open(server):
         assert {p.name for p in store.run_dir(run_id).iterdir()} <= RUN_FILES
     summary = httpx.get(f"{base}/api/runs/{answers['level1'].json()['id']}/summary").json()
     assert summary["base"]["source_path"] == "uploaded level1.zip"
+
+
+def test_the_same_bytes_again_answer_the_existing_run(server):
+    base, store, _ = server
+    data = zip_folder(SAMPLES["level0"][0])
+    first = post(base, "twice.zip", data)
+    assert first.status_code == 202, first.text
+    folders = set(os.listdir(store.runs_dir))
+    again = post(base, "twice (copy).zip", data, name="another name")  # maybe still queued: no matter
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    assert again.json()["id"] == first.json()["id"] and again.json()["name"] == "twice"
+    assert again.headers["location"] == f"/api/runs/{first.json()['id']}"
+    assert wait_done(base, first.json()["id"])["status"] == "ready"
+    after_ready = post(base, "twice.zip", data)
+    assert after_ready.status_code == 200 and after_ready.json()["id"] == first.json()["id"]
+    assert after_ready.json()["status"] == "ready"
+    names = [r["name"] for r in httpx.get(f"{base}/api/runs").json()["runs"]]
+    assert names.count("twice") == 1 and "another name" not in names
+    assert set(os.listdir(store.runs_dir)) == folders  # no second run, no staging folder left
+    other = post(base, "twice.zip", data + b"\0")  # other bytes (a zip tolerates trailing data): a new run
+    assert other.status_code == 202 and other.json()["id"] != first.json()["id"]
 
 
 def test_an_archive_inside_the_archive_is_extracted_once(server):

@@ -17,7 +17,7 @@ from tests.conftest import PYTORCH_TEXT, needs_samples
 
 pytestmark = needs_samples
 OPS_PER_STEP = 6000  # a generated rank whose trace takes a few seconds to ingest: time to kill the worker
-LEFTOVER_OK = {"run.json", "ingest.log", ".run.lock"}
+LEFTOVER_OK = {"run.json", "ingest.log", ".run.lock", ".ingest.lock"}
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +168,27 @@ def test_interrupted_too_often_fails(tmp_path):
         assert queue.wait_idle(10)
     failed = store.get(run.id)
     assert failed.status == "failed" and "interrupted 2 times" in failed.error
+
+
+def test_a_run_another_live_process_holds_is_left_alone_until_it_lets_go(tmp_path):
+    """A killed server's worker still running (or another server's) holds the run's ingest lock: the queue neither
+    removes its files nor starts a second worker on the run; it ingests the run once the lock is free."""
+    from server.runs import RunStore
+
+    store = RunStore(tmp_path)
+    run = store.create_run_from_path(PYTORCH_TEXT / "level1")
+    store.set_status(run.id, "ingesting", worker_pid=2**22 + 1, attempts=1)
+    run_dir = store.run_dir(run.id)
+    scratch, temp_db = run_dir / "work-4194305", run_dir / "run.duckdb.tmp-4194305-1"
+    scratch.mkdir()
+    temp_db.write_bytes(b"half a database")
+    held = store.hold_ingest_lock(run.id)  # as the live worker does
+    with running_queue(store) as queue:
+        assert not queue.wait_idle(1.5)
+        assert queue.active() == {} and scratch.is_dir() and temp_db.exists()
+        assert store.get(run.id).attempts == 1
+        os.close(held)  # the other worker is gone
+        assert queue.wait_idle(120)
+    done = store.get(run.id)
+    assert done.status == "ready" and done.attempts == 2
+    assert {p.name for p in run_dir.iterdir()} <= LEFTOVER_OK | {"run.duckdb"}

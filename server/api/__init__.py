@@ -4,7 +4,8 @@ A router module exposes ``router`` (an ``APIRouter``) and is listed in ``server.
 declare what they need in their signature:
 
 * ``run: RunDep``          the run record (404 ``run_not_found``)
-* ``db: RunDbDep``         a cursor + cached :class:`server.db.RunInfo` of a *ready* run (409 ``run_not_ready``)
+* ``db: RunDbDep``         a cursor + cached :class:`server.db.RunInfo` of a *ready* run (409 ``run_not_ready``;
+                           409 ``run_damaged`` when its file cannot be read, which marks the run failed)
 * ``settings: SettingsDep``
 * ``_: WritableDep``          refuses (403 ``read_only``) when the server shares its runs read-only
 
@@ -29,7 +30,7 @@ from fastapi import Depends, Path, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
-from server.db import Databases, RunInfo, query
+from server.db import DamagedDatabase, Databases, RunInfo, query
 from server.runs import Run, RunNotFound, RunStore
 from server.settings import Settings
 
@@ -147,22 +148,42 @@ class RunDb:
         return [dict(zip(names, r)) for r in rows]
 
 
-def open_run_db(run: Run, path, databases: Databases) -> tuple[RunInfo, duckdb.DuckDBPyConnection]:
-    """The run's cached RunInfo and a fresh cursor on its database (the caller closes it); 500 if unreadable."""
+def open_run_db(run: Run, store: RunStore, databases: Databases) -> tuple[RunInfo, duckdb.DuckDBPyConnection]:
+    """The run's cached RunInfo and a fresh cursor on its database (the caller closes it). A damaged or missing
+    file marks the run failed and answers 409 ``run_damaged``; a run deleted meanwhile answers 404."""
+    path = store.db_path(run.id)
     try:
         return databases.info(run.id, path), databases.cursor(run.id, path)
+    except DamagedDatabase as exc:
+        raise run_damaged(store, run, str(exc)) from exc
+    except FileNotFoundError as exc:
+        try:
+            store.get(run.id)
+        except RunNotFound:
+            raise ApiError(404, "run_not_found", f"no run with id {run.id!r}") from None
+        raise run_damaged(store, run, "the file is missing") from exc
     except (OSError, duckdb.Error) as exc:
         log.error("cannot open the database of run %s: %s", run.id, exc)  # names server paths: log only
         raise ApiError(500, "database_unavailable",
                        f"the database of run {run.id!r} cannot be opened (the server log has the reason)") from exc
 
 
+def run_damaged(store: RunStore, run: Run, reason: str) -> ApiError:
+    """Mark the run failed (its database cannot be read) and say so: 409 ``run_damaged``."""
+    marked = store.mark_damaged(run.id, reason)
+    return ApiError(409, "run_damaged", marked.error or f"the database file is damaged: {reason}",
+                    run_status=marked.status)
+
+
 def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> Iterator[RunDb]:
     if run.status != "ready":
         raise ApiError(409, "run_not_ready", f"run {run.id!r} is {run.status}", run_status=run.status)
-    info, cur = open_run_db(run, store.db_path(run.id), get_databases(request))
+    info, cur = open_run_db(run, store, get_databases(request))
     try:
         yield RunDb(run=run, cur=cur, info=info, settings=settings)
+    except DamagedDatabase as exc:  # found by a query of this request
+        get_databases(request).forget(run.id)
+        raise run_damaged(store, run, str(exc)) from exc
     finally:
         cur.close()
 

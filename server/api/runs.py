@@ -1,4 +1,9 @@
-"""``/api/runs``: list, upload, rename and delete runs; one run's status, progress, ranks, time range, warnings."""
+"""``/api/runs``: list, upload, rename, delete and retry runs; one run's status, progress, ranks, time range,
+warnings and ingest log.
+
+Uploading bytes identical to those of an existing run (not failed) makes no second run: the answer is 200 with that
+run and ``"duplicate": true``. A ready run whose database file cannot be read is marked failed when it is found
+(409 ``run_damaged``); ``POST /api/runs/{id}/retry`` queues a failed run again."""
 
 from __future__ import annotations
 
@@ -10,15 +15,16 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from server.api import (ApiError, FastJSONResponse, RunDep, SettingsDep, StoreDep, WritableDep, fast_json,
-                        get_databases, ns_str, open_run_db)
-from server.db import query
+                        get_databases, ns_str, open_run_db, run_damaged)
+from server.db import DamagedDatabase, query
 from server.redact import public_run, source_label
-from server.runs import Run, RunNotFound, clean_name
+from server.runs import Run, RunNotFound, RunStore, clean_name
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
 MAX_RUNS = 1000
 MAX_WARNINGS = 200
+MIN_DB_BYTES = 3 * 4096  # DuckDB's file header and its two database headers: anything shorter is damaged
 
 RANK_COLUMNS = ("rank", "device_id", "folder", "rank_source", "profiler_level", "torch_npu_version",
                 "cann_version", "has_trace", "overlap_source", "start_ns", "end_ns")
@@ -60,7 +66,22 @@ def run_summary(run: Run) -> dict:
     data = run.to_json()
     for key in HIDDEN_FIELDS:
         data.pop(key, None)
+    data["warning_count"] = (run.summary or {}).get("warning_count")
     return data
+
+
+def _checked(store: RunStore, run: Run) -> Run:
+    """A ready run whose database is missing or too short to be one is marked failed (cheap: one stat)."""
+    if run.status != "ready":
+        return run
+    try:
+        try:
+            size = store.db_path(run.id).stat().st_size
+        except FileNotFoundError:
+            return store.mark_damaged(run.id, "the file is missing")
+        return store.mark_damaged(run.id, f"it is {size} bytes long") if size < MIN_DB_BYTES else run
+    except RunNotFound:  # deleted while the list was read
+        return run
 
 
 @router.get("")
@@ -68,7 +89,7 @@ def run_summary(run: Run) -> dict:
 def list_runs(store: StoreDep, request: Request) -> FastJSONResponse:
     """Every run in the data dir, newest first: id, name, ranks, status, progress, error, created, size on disk."""
     runs = store.list()
-    return {"runs": [run_summary(public_run(request, r, store.data_dir)) for r in runs[:MAX_RUNS]],
+    return {"runs": [run_summary(public_run(request, _checked(store, r), store.data_dir)) for r in runs[:MAX_RUNS]],
             "count": len(runs), "truncated": len(runs) > MAX_RUNS}
 
 
@@ -81,11 +102,49 @@ async def upload_run(request: Request, store: StoreDep, settings: SettingsDep, _
     """
     from server.uploads import receive_upload  # noqa: PLC0415 - keeps the archive code off the read path
 
-    run = await receive_upload(request, store, settings)
+    run, duplicate = await receive_upload(request, store, settings)
+    headers = {"Location": f"/api/runs/{run.id}"}
+    if duplicate:  # the same bytes again: the existing run, not a second copy of it
+        return FastJSONResponse(run_summary(run) | {"duplicate": True}, status_code=200, headers=headers)
     queue = request.app.state.ingest_queue
     if queue is not None:
         queue.enqueue(run.id)
-    return FastJSONResponse(run_summary(run), status_code=202, headers={"Location": f"/api/runs/{run.id}"})
+    return FastJSONResponse(run_summary(run), status_code=202, headers=headers)
+
+
+@router.post("/{run_id}/retry", status_code=202, responses={
+    403: {"description": "read-only dashboard"},
+    409: {"description": "the run is not failed, its source is gone, or this server does not ingest"}})
+def retry_run(run: RunDep, store: StoreDep, request: Request, _: WritableDep) -> FastJSONResponse:
+    """Ingest a failed run again (202, ``status: queued``); follow it with ``GET /api/runs/{id}``."""
+    if run.status != "failed":
+        raise ApiError(409, "run_not_failed", f"run {run.id!r} is {run.status}: only a failed run is retried",
+                       run_status=run.status)
+    queue = request.app.state.ingest_queue
+    if queue is None:
+        raise ApiError(409, "no_ingest", "this server does not ingest runs")
+    problem = store.retry_problem(run)
+    if problem:
+        raise ApiError(409, "source_gone", f"run {run.id!r} cannot be ingested again: {problem}")
+    get_databases(request).forget(run.id)
+    try:
+        run = store.reset_for_retry(run.id)
+    except RunNotFound:
+        raise ApiError(404, "run_not_found", f"no run with id {run.id!r}") from None
+    queue.enqueue(run.id)
+    return FastJSONResponse(run_summary(public_run(request, run, store.data_dir)), status_code=202)
+
+
+@router.get("/{run_id}/log")
+@fast_json
+def run_log(run: RunDep, store: StoreDep, request: Request) -> FastJSONResponse:
+    """The end of the run's ingest log (at most 64 KB, from a line start): what each attempt did and why one
+    failed. ``size`` is the whole log's, ``truncated`` says the start was left out."""
+    from server.redact import scrub  # noqa: PLC0415
+
+    text, size = store.log_tail(run.id)
+    return {"id": run.id, "text": scrub(text, request, run, store.data_dir), "size": size,
+            "truncated": size > len(text.encode())}
 
 
 @router.patch("/{run_id}")
@@ -127,14 +186,14 @@ def get_run(run: RunDep, store: StoreDep, settings: SettingsDep, request: Reques
     """
     data = run_summary(public_run(request, run, store.data_dir))
     if run.status == "ready":
-        data |= _ready_details(run, store.db_path(run.id), get_databases(request), settings.query_timeout_s)
+        data |= _ready_details(run, store, get_databases(request), settings.query_timeout_s)
         if "source_path" in data["meta"]:
             data["meta"]["source_path"] = source_label(request, run, data["meta"]["source_path"])
     return data
 
 
-def _ready_details(run: Run, path, databases, timeout_s: float) -> dict:
-    info, cur = open_run_db(run, path, databases)
+def _ready_details(run: Run, store: RunStore, databases, timeout_s: float) -> dict:
+    info, cur = open_run_db(run, store, databases)
     try:
         ranks = [dict(zip(RANK_COLUMNS, r)) for r in query(cur, RANKS_SQL, timeout_s=timeout_s)]
         for r in ranks:
@@ -145,6 +204,9 @@ def _ready_details(run: Run, path, databases, timeout_s: float) -> dict:
         meta = dict(query(cur, META_SQL, timeout_s=timeout_s))
         kinds = {k: {"tracks": n, "slices": int(s or 0)}
                  for k, n, s in query(cur, TRACK_KINDS_SQL, timeout_s=timeout_s)}
+    except DamagedDatabase as exc:
+        databases.forget(run.id)
+        raise run_damaged(store, run, str(exc)) from exc
     finally:
         cur.close()
     return {
