@@ -10,8 +10,8 @@ The queue is persistent: it is the runs whose run.json says ``queued`` (or ``ing
 restart), re-read by :meth:`IngestQueue.start`. A worker that dies without recording an outcome (SIGKILL, a
 crash) leaves no database: its temp files are removed and the run is queued again, up to ``retries`` times,
 then marked failed with the reason. A failure the pipeline reports (bad input) is not retried: it would fail
-the same way. A run that loads nothing a view can show (no slices, counters or table rows: a db export, say)
-fails too, listing the warnings. The reason of every failure is in the run's ingest.log.
+the same way. A run that loads nothing a view can show (no slices, counters or table rows) fails too, listing
+the warnings. The reason of every failure is in the run's ingest.log.
 
 A worker dies with its server: it holds the read end of a pipe whose write end only the server has, and a
 watchdog thread kills the worker when that pipe reports end of file (the server exited, even by SIGKILL). Parent

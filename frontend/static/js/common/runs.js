@@ -1,6 +1,8 @@
 // The runs page: one row per run (name, ranks, status with live ingest progress, size on disk, created, source)
-// with open / rename / delete, refreshed every second while any run is queued or ingesting (every 10 s otherwise,
-// for runs others add); and the upload zone (upload.js). A read-only dashboard has no upload zone and no actions.
+// with open / rename / delete / retry (a failed run), refreshed every second while any run is queued or ingesting
+// (every 10 s otherwise, for runs others add); and the upload zone (upload.js). A run's ingest warnings and its
+// ingest log unfold under its status, and stay unfolded across refreshes. A read-only dashboard has no upload zone
+// and no actions.
 
 import { apiGet, apiSend } from "./api.js";
 import { formatBytes } from "./format.js";
@@ -16,6 +18,8 @@ const readOnly = Boolean(page.read_only);
 const columns = readOnly ? 6 : 7;
 let editing = null; // id of the run being renamed: the table is not redrawn under the user's typing
 let timer = null;
+const unfolded = new Map(); // "warnings:<id>" / "log:<id>" -> the panel's content once loaded (null while loading)
+const refusals = new Map(); // run id -> why the server refused a retry (shown until the next try)
 
 function make(tag, cls, text) {
   const node = document.createElement(tag);
@@ -41,13 +45,68 @@ function button(label, cls, onClick) {
 
 function statusCell(run) {
   const box = make("div", "run-status");
-  box.append(make("span", `status status-${run.status}`, run.status));
+  const head = make("div", "run-status-head");
+  head.append(make("span", `status status-${run.status}`, run.status));
+  box.append(head);
   if (run.status === "queued" || run.status === "ingesting") {
     box.append(progressBar(run.progress));
     box.append(make("div", "run-progress muted", progressText(run.progress)));
   }
   if (run.error) box.append(make("div", "run-error", run.error));
+  if (refusals.has(run.id)) box.append(make("div", "run-error", refusals.get(run.id)));
+  if (run.status === "ready" && run.warning_count) {
+    head.append(foldButton(box, "warnings", run, `${run.warning_count} warning${run.warning_count === 1 ? "" : "s"}`,
+      "warn-badge", loadWarnings));
+  }
+  if (run.status === "failed") head.append(foldButton(box, "log", run, "Log", "", loadLog));
   return box;
+}
+
+/** A button that unfolds a panel under the status (its content fetched once, kept across table refreshes). */
+function foldButton(box, kind, run, label, cls, load) {
+  const key = `${kind}:${run.id}`;
+  const b = button(label, `fold ${cls}`, async () => {
+    if (unfolded.has(key)) {
+      unfolded.delete(key);
+      refresh();
+      return;
+    }
+    unfolded.set(key, null);
+    refresh();
+    let content;
+    try {
+      content = await load(run.id);
+    } catch (err) {
+      content = make("div", "run-error", err.message);
+    }
+    if (unfolded.has(key)) {
+      unfolded.set(key, content);
+      refresh();
+    }
+  });
+  b.setAttribute("aria-expanded", String(unfolded.has(key)));
+  b.dataset.fold = kind;
+  if (unfolded.has(key)) box.append(unfolded.get(key) || make("div", "muted", "loading…"));
+  return b;
+}
+
+async function loadWarnings(id) {
+  const run = await apiGet(`/api/runs/${encodeURIComponent(id)}`);
+  const list = make("ul", "run-warnings");
+  for (const w of (run.warnings && run.warnings.items) || []) {
+    const where = w.rank === null || w.rank === undefined ? w.file : `rank ${w.rank} · ${w.file}`;
+    const li = make("li", null, ` ${w.message}`);
+    li.prepend(make("span", "warn-file", where));
+    list.append(li);
+  }
+  if (run.warnings && run.warnings.truncated) list.append(make("li", "muted", `… ${run.warnings.count} in all`));
+  return list;
+}
+
+async function loadLog(id) {
+  const log = await apiGet(`/api/runs/${encodeURIComponent(id)}/log`);
+  const text = log.text || "(the ingest log is empty)";
+  return make("pre", "run-log", log.truncated ? `… (the last ${formatBytes(text.length)})\n${text}` : text);
 }
 
 function nameCell(run) {
@@ -113,6 +172,20 @@ function confirmDelete(actions, run) {
   actions.replaceChildren(ask);
 }
 
+function retry(run) {
+  return button("Retry", "primary", async (e) => {
+    e.target.disabled = true;
+    refusals.delete(run.id);
+    try {
+      await apiSend("POST", `/api/runs/${encodeURIComponent(run.id)}/retry`);
+      unfolded.delete(`log:${run.id}`);
+    } catch (err) {
+      refusals.set(run.id, `Retry refused: ${err.message}`);
+    }
+    refresh();
+  });
+}
+
 function actionsCell(tr, run) {
   const actions = make("div", "run-actions");
   if (run.status === "ready") {
@@ -120,6 +193,7 @@ function actionsCell(tr, run) {
     open.href = `/runs/${encodeURIComponent(run.id)}/timeline`;
     actions.append(open);
   }
+  if (run.status === "failed") actions.append(retry(run));
   actions.append(button("Rename", "", () => startRename(tr, run)));
   actions.append(button("Delete", "", () => confirmDelete(actions, run)));
   return actions;

@@ -1,12 +1,16 @@
 // Uploading zipped runs: a drop zone (the whole page accepts a drop) and a file picker. Each file gets a card that
 // follows it through the upload (XHR upload progress, MB/s), the server's check of the archive, the queue and the
 // ingest (polling GET /api/runs/{id}: phase, %, MB/s, ETA), then links to the run or shows the server's refusal.
+// Bytes the server already has as a run (200, duplicate) follow that run instead, and the card says so. A file
+// uploaded on its own opens its run's timeline when the run is ready, unless other uploads are still under way.
 
 import { apiGet } from "./api.js";
 import { formatBytes, formatSeconds } from "./format.js";
 import { progressBar, progressText } from "./progress.js";
 
 const POLL_MS = 500;
+const OPEN_DELAY_MS = 600; // the card shows "opening…" this long before the page moves on
+const ACTIVE = new Set(["uploading", "checking", "queued", "ingesting"]);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function make(tag, cls, text) {
@@ -31,6 +35,7 @@ class UploadCard {
     head.append(this.title, this.size, this.state, this.close);
     this.bar = progressBar(null);
     this.detail = make("div", "upload-detail");
+    this.note = ""; // said before the run's own state (a duplicate upload)
     this.root.append(head, this.bar, this.detail);
     list.prepend(this.root);
   }
@@ -62,15 +67,21 @@ class UploadCard {
       const open = make("a", "btn primary", "Open");
       open.href = `/runs/${encodeURIComponent(run.id)}/timeline`;
       const ranks = run.rank_count ? `${run.rank_count} rank${run.rank_count === 1 ? "" : "s"} · ` : "";
-      const line = make("span", null, `${ranks}${formatBytes(run.size)} on disk `);
+      const line = make("span", null, `${this.note}${ranks}${formatBytes(run.size)} on disk `);
       line.append(open);
       this.set("ready", "ready", line);
     } else if (run.status === "failed") {
       this.set("failed", "failed", make("span", "run-error", run.error || "ingestion failed"));
     } else {
       progressBar(run.progress, this.bar);
-      this.set(run.status, run.status, progressText(run.progress) || (run.status === "queued" ? "waiting for a worker" : ""));
+      this.set(run.status, run.status,
+        this.note + (progressText(run.progress) || (run.status === "queued" ? "waiting for a worker" : "")));
     }
+  }
+
+  /** The page is about to open the run: say so on the card. */
+  opening() {
+    this.detail.append(make("span", "upload-note", " · opening its timeline…"));
   }
 
   fail(message) {
@@ -97,6 +108,16 @@ export function initUploads({ maxBytes, onChange }) {
   document.getElementById("upload-limit").textContent = `Up to ${formatBytes(maxBytes)} per file. ` +
     "The archive is checked before anything is kept; ingestion then runs in the background.";
 
+  const cards = [];
+
+  /** Open the run if it was uploaded on its own and nothing else is under way on this page. */
+  function openIfAlone(card, run) {
+    const busy = cards.some((c) => c !== card && ACTIVE.has(c.root.dataset.state));
+    if (!card.alone || busy || document.querySelector(".rename-input")) return;
+    card.opening();
+    setTimeout(() => location.assign(`/runs/${encodeURIComponent(run.id)}/timeline`), OPEN_DELAY_MS);
+  }
+
   async function follow(card, id) {
     for (;;) {
       await sleep(POLL_MS);
@@ -113,13 +134,16 @@ export function initUploads({ maxBytes, onChange }) {
       card.run(run);
       if (run.status === "ready" || run.status === "failed") {
         onChange();
+        if (run.status === "ready") openIfAlone(card, run);
         return;
       }
     }
   }
 
-  function upload(file) {
+  function upload(file, alone) {
     const card = new UploadCard(list, file);
+    card.alone = alone;
+    cards.push(card);
     if (file.size > maxBytes) {
       card.fail(`${file.name} is larger than the limit of ${formatBytes(maxBytes)}`);
       return;
@@ -137,10 +161,13 @@ export function initUploads({ maxBytes, onChange }) {
       card.set("checking", "checking", "checking and extracting the archive…");
     });
     xhr.addEventListener("load", () => {
-      if (xhr.status === 202 && xhr.response && xhr.response.id) {
-        card.run(xhr.response);
+      const answer = xhr.response;
+      if ((xhr.status === 202 || xhr.status === 200) && answer && answer.id) {
+        if (answer.duplicate) card.note = `the same file as the run “${answer.name}” uploaded before: `;
+        card.run(answer);
         onChange();
-        follow(card, xhr.response.id);
+        if (answer.status === "ready") openIfAlone(card, answer);
+        else if (answer.status !== "failed") follow(card, answer.id);
       } else {
         card.fail(errorMessage(xhr));
       }
@@ -152,8 +179,11 @@ export function initUploads({ maxBytes, onChange }) {
     xhr.send(form);
   }
 
+  const uploadAll = (files) => {
+    for (const file of files) upload(file, files.length === 1);
+  };
   input.addEventListener("change", () => {
-    for (const file of input.files) upload(file);
+    uploadAll([...input.files]);
     input.value = "";
   });
   let depth = 0; // dragenter/dragleave fire for every child element crossed
@@ -175,6 +205,6 @@ export function initUploads({ maxBytes, onChange }) {
     e.preventDefault();
     depth = 0;
     zone.classList.remove("dragging");
-    for (const file of e.dataTransfer.files) upload(file);
+    uploadAll([...e.dataTransfer.files]);
   });
 }
