@@ -18,6 +18,7 @@ import shutil
 import statistics
 import sys
 import time
+from itertools import islice
 from pathlib import Path
 
 from bench.synth import build
@@ -46,6 +47,30 @@ def prepare_store(cache: Path, slices: int) -> tuple[Path, str]:
     return data, run.id
 
 
+def walk(rnd: random.Random, tracks: list[dict], t0: int, t1: int, visible_tracks: int):
+    """Endless views ``(start_ns, end_ns, visible track ids)`` of a user pressing W/A/S/D over [t0, t1)."""
+    start, end = t0, t1
+    while True:
+        move = rnd.choice("WWSSAADD0")
+        span = end - start
+        if move == "W":
+            focus = start + rnd.random() * span
+            span = max(1_000, int(span * 0.5))
+            start = int(focus - span / 2)
+        elif move == "S":
+            span = min(t1 - t0, span * 2)
+            start = int(start + (end - start) / 2 - span / 2)
+        elif move in "AD":
+            start += int((-1 if move == "A" else 1) * span * 0.3)
+        else:  # a jump somewhere at a random zoom, as a search hit or a link would do
+            span = int((t1 - t0) / 4 ** rnd.randint(0, 9))
+            start = t0 + int(rnd.random() * max(1, (t1 - t0) - span))
+        start = max(t0, min(start, t1 - span))
+        end = start + span
+        first = rnd.randrange(0, max(1, len(tracks) - visible_tracks + 1))
+        yield start, end, [t["track_id"] for t in tracks[first:first + visible_tracks]]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="ascendscope bench query", description=__doc__.split("\n\n")[0])
     ap.add_argument("--slices", type=int, default=10_000_000)
@@ -67,28 +92,9 @@ def main(argv=None) -> int:
     meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
     tracks = [t for t in meta["tracks"] if t["slice_count"]]
     t0, t1 = int(meta["start_ns"]), int(meta["end_ns"])
-    rnd = random.Random(args.seed)
-    start, end = t0, t1
     per_request, per_view, rows, lod_hits, answers = [], [], 0, 0, 0
-    for _ in range(args.views):
-        move = rnd.choice("WWSSAADD0")
-        span = end - start
-        if move == "W":
-            focus = start + rnd.random() * span
-            span = max(1_000, int(span * 0.5))
-            start = int(focus - span / 2)
-        elif move == "S":
-            span = min(t1 - t0, span * 2)
-            start = int(start + (end - start) / 2 - span / 2)
-        elif move in "AD":
-            start += int((-1 if move == "A" else 1) * span * 0.3)
-        else:  # a jump somewhere at a random zoom, as a search hit or a link would do
-            span = int((t1 - t0) / 4 ** rnd.randint(0, 9))
-            start = t0 + int(rnd.random() * max(1, (t1 - t0) - span))
-        start = max(t0, min(start, t1 - span))
-        end = start + span
-        first = rnd.randrange(0, max(1, len(tracks) - args.visible_tracks + 1))
-        visible = [t["track_id"] for t in tracks[first:first + args.visible_tracks]]
+    for start, end, visible in islice(walk(random.Random(args.seed), tracks, t0, t1, args.visible_tracks),
+                                      args.views):
         view_t = time.perf_counter()
         for i in range(0, len(visible), args.tracks_per_request):
             chunk = visible[i:i + args.tracks_per_request]
