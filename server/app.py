@@ -34,6 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from server import pages
 from server.api import ApiError, FastJSONResponse
 from server.db import Databases, QueryTimeout
+from server.querypool import QueryPool
 from server.runs import IngestQueue, RunStore
 from server.security import SecurityMiddleware
 from server.settings import Settings
@@ -79,6 +80,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     settings = settings or Settings.from_env()
     store = store or RunStore(settings.data_dir)
     databases = Databases(settings.max_open_databases)
+    query_pool = QueryPool(settings.query_slots, settings.query_cache_mb * 10**6)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -90,6 +92,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
                   description="JSON API of the ascendscope dashboard. Absolute times are epoch ns as decimal "
                               "strings; times inside timeline responses are ns relative to `origin_ns`.")
     app.state.settings, app.state.store, app.state.databases = settings, store, databases
+    app.state.query_pool = query_pool
     app.state.ingest_queue = ingest_queue
     if ingest_queue is not None and ingest_queue.on_ready is None:
         ingest_queue.on_ready = databases.forget

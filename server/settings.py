@@ -28,6 +28,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("host", "127.0.0.1", "interface to listen on"),
     Setting("port", 8000, "TCP port to listen on"),
     Setting("query_timeout_s", 10.0, "a database query running longer than this is interrupted"),
+    Setting("query_slots", 0, "database queries run at once (0: one per core); the others wait their turn"),
+    Setting("query_cache_mb", 64, "MB of recent timeline answers kept to answer other requests (0: none)"),
     Setting("max_slices_per_track", 50_000, "row cap for one track in one slices response"),
     Setting("max_tracks_per_request", 400, "track_id values accepted in one slices request"),
     Setting("max_flows", 5_000, "row cap for a flows response"),
@@ -61,6 +63,8 @@ class Settings:
     host: str = _DEFAULT["host"]
     port: int = _DEFAULT["port"]
     query_timeout_s: float = _DEFAULT["query_timeout_s"]
+    query_slots: int = _DEFAULT["query_slots"]
+    query_cache_mb: int = _DEFAULT["query_cache_mb"]
     max_slices_per_track: int = _DEFAULT["max_slices_per_track"]
     max_tracks_per_request: int = _DEFAULT["max_tracks_per_request"]
     max_flows: int = _DEFAULT["max_flows"]

@@ -5,7 +5,9 @@ declare what they need in their signature:
 
 * ``run: RunDep``          the run record (404 ``run_not_found``)
 * ``db: RunDbDep``         a cursor + cached :class:`server.db.RunInfo` of a *ready* run (409 ``run_not_ready``;
-                           409 ``run_damaged`` when its file cannot be read, which marks the run failed)
+                           409 ``run_damaged`` when its file cannot be read, which marks the run failed); its
+                           queries take a slot of the server's :class:`server.querypool.QueryPool`, and
+                           ``db.shared`` computes an answer once for concurrent requests and caches it
 * ``settings: SettingsDep``
 * ``_: WritableDep``          refuses (403 ``read_only``) when the server shares its runs read-only
 
@@ -21,7 +23,8 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Annotated, Any, Iterator
+from pathlib import Path as FilePath
+from typing import Annotated, Any, Callable, Hashable, Iterator
 
 import duckdb
 import numpy as np
@@ -31,6 +34,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
 from server.db import DamagedDatabase, Databases, RunInfo, query
+from server.querypool import QueryPool
 from server.runs import Run, RunNotFound, RunStore
 from server.settings import Settings
 
@@ -85,11 +89,12 @@ def fast_json(handler):
     return wrapper
 
 
-def get_settings(request: Request) -> Settings:
+# async: FastAPI runs a plain-def dependency on the thread pool, a hop that costs more than reading an attribute
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_store(request: Request) -> RunStore:
+async def get_store(request: Request) -> RunStore:
     return request.app.state.store
 
 
@@ -123,24 +128,45 @@ WritableDep = Annotated[None, Depends(require_writable)]
 
 @dataclass
 class RunDb:
-    """A cursor on a ready run's database (closed after the request), its cached info and the query deadline."""
+    """A cursor on a ready run's database (closed after the request), its cached info and the query deadline.
+    Every query runs in a slot of ``pool``; ``file_id`` names the database file's version (None: unknown, so
+    nothing is cached)."""
 
     run: Run
     cur: duckdb.DuckDBPyConnection
     info: RunInfo
     settings: Settings
+    pool: QueryPool
+    file_id: tuple | None = None
+
+    def _query(self, sql: str, params, fetch: str):
+        with self.pool.slot(self.settings.query_timeout_s):
+            return query(self.cur, sql, params, timeout_s=self.settings.query_timeout_s, fetch=fetch)
 
     def rows(self, sql: str, params: list | tuple = ()) -> list[tuple]:
-        return query(self.cur, sql, params, timeout_s=self.settings.query_timeout_s)
+        return self._query(sql, params, "all")
 
     def one(self, sql: str, params: list | tuple = ()) -> tuple | None:
-        return query(self.cur, sql, params, timeout_s=self.settings.query_timeout_s, fetch="one")
+        return self._query(sql, params, "one")
 
     def columns(self, sql: str, params: list | tuple = ()) -> dict[str, list]:
-        return query(self.cur, sql, params, timeout_s=self.settings.query_timeout_s, fetch="columns")
+        return self._query(sql, params, "columns")
 
     def arrays(self, sql: str, params: list | tuple = ()) -> dict[str, np.ndarray]:
-        return query(self.cur, sql, params, timeout_s=self.settings.query_timeout_s, fetch="arrays")
+        return self._query(sql, params, "arrays")
+
+    def shared(self, kind: str, params: tuple, items: list[Hashable], compute: Callable[[list], dict]) -> dict:
+        """item → ``compute(items)[item]``, computed once for concurrent requests of the same (kind, params, item)
+        on this file and cached (see :class:`QueryPool`); what it returns is shared: do not mutate it."""
+        timeout_s = self.settings.query_timeout_s
+        if self.file_id is None:
+            with self.pool.slot(timeout_s):
+                return compute(list(items))
+        base = (self.run.id, self.file_id, kind, params)
+        answers = self.pool.shared([base + (i,) for i in items],
+                                   lambda keys: {base + (i,): a for i, a in compute([k[-1] for k in keys]).items()},
+                                   timeout_s=timeout_s)
+        return {key[-1]: answer for key, answer in answers.items()}
 
     def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]:
         rows = self.rows(sql, params)
@@ -178,9 +204,11 @@ def run_damaged(store: RunStore, run: Run, reason: str) -> ApiError:
 def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> Iterator[RunDb]:
     if run.status != "ready":
         raise ApiError(409, "run_not_ready", f"run {run.id!r} is {run.status}", run_status=run.status)
-    info, cur = open_run_db(run, store, get_databases(request))
+    file_id = _file_id(store.db_path(run.id))  # before opening: a file replaced meanwhile is then cached under its
+    info, cur = open_run_db(run, store, get_databases(request))  # old identity, never served under its new one
     try:
-        yield RunDb(run=run, cur=cur, info=info, settings=settings)
+        yield RunDb(run=run, cur=cur, info=info, settings=settings, pool=request.app.state.query_pool,
+                    file_id=file_id)
     except DamagedDatabase as exc:  # found by a query of this request
         get_databases(request).forget(run.id)
         raise run_damaged(store, run, str(exc)) from exc
@@ -189,6 +217,14 @@ def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Req
 
 
 RunDbDep = Annotated[RunDb, Depends(get_run_db)]
+
+
+def _file_id(path: FilePath) -> tuple | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def ns_str(value: int | None) -> str | None:

@@ -104,16 +104,26 @@ def slices(run_id: RunId, db: RunDbDep, track_id: TrackIds, start_ns: StartNs = 
     if len(track_id) > db.settings.max_tracks_per_request:
         raise ApiError(400, "too_many_tracks", f"at most {db.settings.max_tracks_per_request} track_id values")
     start, end = _window(db, start_ns, end_ns)
-    tracks = [_track(db, tid) for tid in dict.fromkeys(track_id)]
-    answers = _viewport_slices(db, tracks, start, end, width_px)
-    out, name_columns = [], []
-    for track in tracks:
-        flags, cols = answers[track.track_id]
-        name_columns.append(cols.pop("name"))
-        out.append({"track_id": track.track_id, **flags, **cols, "count": len(cols["slice_id"])})
-    names = _intern(name_columns, out)
+    tracks = {tid: _track(db, tid) for tid in dict.fromkeys(track_id)}
+    # per track, so that users who see some of the same tracks at the same window share the work
+    answers = db.shared("slices", (start, end, width_px), list(tracks),
+                        lambda ids: _factorized(_viewport_slices(db, [tracks[i] for i in ids], start, end, width_px)))
+    out = [{"track_id": tid, **answers[tid][0], **answers[tid][1], "count": len(answers[tid][1]["slice_id"])}
+           for tid in tracks]
+    names = _intern([answers[tid][2] for tid in tracks], out)
     return {"origin_ns": ns_str(db.info.origin_ns), "start_ns": ns_str(start), "end_ns": ns_str(end),
             "width_px": width_px, "names": names, "tracks": out}
+
+
+def _factorized(answers: dict[int, tuple[dict, dict]]) -> dict[int, tuple[dict, dict, tuple]]:
+    """(flags, columns) → (flags, columns but name, (name codes, distinct names)): the costly part of interning
+    names is done once per answer (then cached), so a response only merges the short lists of distinct names."""
+    out = {}
+    for tid, (flags, cols) in answers.items():
+        codes, uniques = pd.factorize(np.asarray(cols["name"], dtype=object), use_na_sentinel=False)
+        out[tid] = (flags, {k: v for k, v in cols.items() if k != "name"},
+                    (codes, [None if isinstance(u, float) else u for u in uniques.tolist()]))
+    return out
 
 
 def _viewport_slices(db: RunDb, tracks: list, start: int, end: int, width_px: int) -> dict[int, tuple[dict, dict]]:
@@ -200,17 +210,14 @@ def _estimate_rows(track, start: int, end: int) -> float:
     return track.slice_count * max(0, overlap) / max(1, hi - lo)
 
 
-def _intern(name_columns: list, entries: list[dict]) -> list[str]:
-    """One names table for the response; each entry gets ``name_id`` (indexes into it)."""
-    if not name_columns:
-        return []
-    codes, uniques = pd.factorize(np.concatenate([np.asarray(c, dtype=object) for c in name_columns]),
-                                  use_na_sentinel=False)
-    at = 0
-    for entry, col in zip(entries, name_columns):
-        entry["name_id"] = codes[at:at + len(col)]
-        at += len(col)
-    return [None if isinstance(u, float) else u for u in uniques.tolist()]
+def _intern(parts: list[tuple[np.ndarray, list]], entries: list[dict]) -> list[str]:
+    """One names table for the response from each entry's (codes, distinct names); each entry gets ``name_id``
+    (indexes into it)."""
+    index: dict = {}
+    for entry, (codes, uniques) in zip(entries, parts):
+        remap = np.fromiter((index.setdefault(u, len(index)) for u in uniques), dtype=np.int64, count=len(uniques))
+        entry["name_id"] = remap[codes] if len(codes) else codes
+    return list(index)
 
 
 LOD_COARSER_OK = 4  # a level-0 bucket may span up to this many target widths (2 px) instead of exact rows

@@ -1,0 +1,170 @@
+"""Bounded, coalescing database work, shared by every request of one server.
+
+Contract:
+
+* :meth:`QueryPool.slot`: at most ``slots`` threads do database work at once, whatever the number of request
+  threads (Starlette runs sync handlers on up to 40): more concurrent DuckDB queries than cores only thrash them
+  and the GIL. A thread that already holds a slot takes no second one, so nested use cannot deadlock. Waiting for
+  a slot is bounded: after ``timeout_s`` it raises :class:`~server.db.QueryTimeout` (the server is too busy). A
+  slot is always given back, whether the work returned, raised or was interrupted by its deadline.
+* :meth:`QueryPool.shared`: answers by key. A key asked for by several requests at the same time is computed
+  once (single flight), inside a slot; every waiter gets its answer, or its exception. Answers are then kept in
+  an LRU cache bounded in bytes; errors are never cached. A key must name everything its answer depends on (the
+  run, the identity of its database file, the parameters), and callers must not mutate what they get back: the
+  same objects go to every request.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections import Counter, OrderedDict, deque
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from typing import Callable, Hashable, Iterator
+
+import numpy as np
+
+from server.db import QueryTimeout
+
+
+class QueryPool:
+    def __init__(self, slots: int = 0, cache_bytes: int = 64 * 10**6):
+        """``slots`` 0 means one per core."""
+        self.slots = slots if slots > 0 else max(1, os.cpu_count() or 1)
+        self.cache_bytes = cache_bytes
+        self._free_slots = self.slots
+        self._queue: deque[threading.Lock] = deque()  # threads waiting for a slot, first come first served
+        self._mine = threading.local()
+        self._lock = threading.Lock()
+        self._flights: dict[Hashable, Future] = {}
+        self._cache: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
+        self._cached_bytes = 0
+        self.running = 0  # threads inside a slot now, and the most ever (tests and benchmarks read them)
+        self.peak = 0
+        self.counts: Counter = Counter()  # computed / coalesced / hit keys
+
+    @contextmanager
+    def slot(self, timeout_s: float) -> Iterator[None]:
+        if getattr(self._mine, "held", False):
+            yield
+            return
+        if not self._acquire(timeout_s):
+            raise QueryTimeout(f"the server is busy: no database slot became free within {timeout_s:g} s")
+        self._mine.held = True
+        try:
+            yield
+        finally:
+            self._mine.held = False
+            self._release()
+
+    def _acquire(self, timeout_s: float) -> bool:
+        with self._lock:
+            if self._free_slots and not self._queue:
+                self._free_slots -= 1
+                self._started()
+                return True
+            ticket = threading.Lock()
+            ticket.acquire()
+            self._queue.append(ticket)
+        if ticket.acquire(timeout=timeout_s):
+            return True
+        with self._lock:
+            if ticket in self._queue:
+                self._queue.remove(ticket)
+                return False
+        return True  # handed a slot just as the wait timed out
+
+    def _release(self) -> None:
+        # the slot goes straight to the longest waiter: a thread arriving meanwhile cannot take it first, so under
+        # load requests are served in arrival order and none waits far longer than the others
+        with self._lock:
+            self.running -= 1
+            if self._queue:
+                self._started()
+                self._queue.popleft().release()
+            else:
+                self._free_slots += 1
+
+    def _started(self) -> None:
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+
+    def shared(self, keys: list[Hashable], compute: Callable[[list[Hashable]], dict], *, timeout_s: float) -> dict:
+        """key → answer for every key: from the cache, from a computation in flight, or from
+        ``compute(missing keys)`` (which returns a dict holding each of them) run in a slot."""
+        answers, todo, waits = {}, [], {}
+        with self._lock:
+            for key in dict.fromkeys(keys):
+                if key in self._cache:
+                    self._cache.move_to_end(key)
+                    answers[key] = self._cache[key][0]
+                    self.counts["hit"] += 1
+                elif key in self._flights:
+                    waits[key] = self._flights[key]
+                    self.counts["coalesced"] += 1
+                else:
+                    self._flights[key] = Future()
+                    todo.append(key)
+        if todo:
+            answers.update(self._compute(todo, compute, timeout_s))
+        for key, flight in waits.items():
+            try:
+                answers[key] = flight.result(timeout=timeout_s)
+            except FutureTimeout:
+                raise QueryTimeout(f"no answer within {timeout_s:g} s (the same query, asked for by another "
+                                   f"request, is still running)") from None
+        return answers
+
+    def _compute(self, todo: list, compute: Callable, timeout_s: float) -> dict:
+        try:
+            with self.slot(timeout_s):
+                done = compute(todo)
+                missing = [k for k in todo if k not in done]
+                if missing:
+                    raise RuntimeError(f"compute() left out {len(missing)} of the keys it was given")
+        except BaseException as exc:
+            self._settle(todo, error=exc)
+            raise
+        self._settle(todo, done=done)
+        return {k: done[k] for k in todo}
+
+    def _settle(self, keys: list, *, done: dict | None = None, error: BaseException | None = None) -> None:
+        with self._lock:
+            flights = [self._flights.pop(k) for k in keys]
+            if done is not None:
+                self.counts["computed"] += len(keys)
+                for key in keys:
+                    self._remember(key, done[key])
+        for key, flight in zip(keys, flights):
+            if error is not None:
+                flight.set_exception(error)
+            else:
+                flight.set_result(done[key])
+
+    def _remember(self, key: Hashable, value: object) -> None:
+        size = approx_bytes(value)
+        if size > self.cache_bytes // 4:  # one huge answer would push out everything else
+            return
+        self._cache[key] = (value, size)
+        self._cached_bytes += size
+        while self._cached_bytes > self.cache_bytes:
+            _, (_, old) = self._cache.popitem(last=False)
+            self._cached_bytes -= old
+
+    def cached_bytes(self) -> int:
+        return self._cached_bytes
+
+
+def approx_bytes(value: object) -> int:
+    """Rough memory of an answer: numpy buffers, plus a Python object's size for each element of object arrays,
+    lists and dicts."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes + (64 * value.size if value.dtype == object else 0)
+    if isinstance(value, dict):
+        return 64 + sum(approx_bytes(k) + approx_bytes(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return 56 + sum(approx_bytes(v) for v in value)
+    return sys.getsizeof(value)
