@@ -1,17 +1,18 @@
 """Find every rank and its files under a path.
 
 A path may be one ``*_ascend_pt`` folder, a folder holding several (one per rank, nested a few levels deep), an
-archive of either (extracted by ``ingest.archive``), or loose Chrome-trace JSON files or profiler databases. A
-rank's text-export files are found here; those of other formats (the db export) by ``ingest.readers``. A rank
-folder is one that holds ``ASCEND_PROFILER_OUTPUT`` (whatever its name) or whose name ends in ``_ascend_pt``. The
-rank id comes from ``profiler_info_{rank}.json``, then ``profiler_info.json``'s ``rank_id``, then a number in the
-folder name, then the first free id; all but the first two leave a warning. What we find but cannot load yet
-(raw ``PROF_*`` folders, MindSpore output) is reported as a warning, never silently skipped.
+archive of either (extracted by ``ingest.archive``), or loose Chrome-trace JSON files or profiler databases. The
+files of each format are found by its reader in ``ingest.readers``. A rank folder is one that holds
+``ASCEND_PROFILER_OUTPUT`` (whatever its name) or whose name ends in ``_ascend_pt``; its ``PROF_*`` folder is the
+raw data the output was made from, and is not read. The rank id comes from
+``profiler_info_{rank}.json``, then ``profiler_info.json``'s ``rank_id``, then a number in the folder name, then
+the first free id; all but the first two leave a warning. A reader may also claim a folder of its own layout and
+give its ranks. What we find but cannot load yet (raw ``PROF_*`` folders, MindSpore output) is reported as a
+warning, never silently skipped.
 """
 
 from __future__ import annotations
 
-import codecs
 import os
 import re
 from dataclasses import dataclass, field
@@ -22,22 +23,6 @@ from . import jsonfile, readers
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MAX_DEPTH = 5
 
-# file kind -> accepted names inside ASCEND_PROFILER_OUTPUT
-FILE_KINDS = {
-    "trace_view": ("trace_view.json", "trace_view.json.gz"),
-    "kernel_details": ("kernel_details.csv",),
-    "operator_details": ("operator_details.csv",),
-    "op_statistic": ("op_statistic.csv",),
-    "api_statistic": ("api_statistic.csv",),
-    "step_trace_time": ("step_trace_time.csv",),
-    "memory_record": ("memory_record.csv",),
-    "operator_memory": ("operator_memory.csv",),
-    "npu_module_mem": ("npu_module_mem.csv",),
-    "l2_cache": ("l2_cache.csv",),
-    "communication": ("communication.json",),
-    "communication_matrix": ("communication_matrix.json",),
-}
-_NAME_TO_KIND = {name: kind for kind, names in FILE_KINDS.items() for name in names}
 _IGNORED_NAMES = {"analyse.done"}
 _PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+$")
 _INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
@@ -54,7 +39,7 @@ class RankSource:
     profiler_info: dict | None = None
     profiler_info_path: Path | None = None
     metadata_path: Path | None = None
-    loose_trace: bool = False
+    device_id: int | None = None  # when the format names it (msprof's device_N folders)
 
 
 @dataclass
@@ -79,25 +64,11 @@ def _is_rank_dir(path: Path) -> bool:
     return (path / OUTPUT_DIR).is_dir() or path.name.endswith("_ascend_pt")
 
 
-def _looks_like_trace(path: Path) -> bool:
-    """Sniff a loose JSON file: a Chrome trace is an array of events or an object with traceEvents."""
-    import gzip
-
-    try:
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rb") as fh:
-            head = fh.read(1 << 20)
-    except (OSError, EOFError):
-        return False
-    stripped = head.removeprefix(codecs.BOM_UTF8).lstrip()
-    if stripped.startswith(b"["):
-        return b'"ph"' in head
-    return stripped.startswith(b"{") and b'"traceEvents"' in head
-
-
-def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path]]:
+def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path], list[RankSource]]:
+    """Rank folders, loose files, and the ranks of folders in a reader's own layout (msprof ``PROF_*``)."""
     rank_dirs: list[Path] = []
     loose: list[Path] = []
+    own: list[RankSource] = []
     stack = [(root, 0)]
     while stack:
         path, depth = stack.pop()
@@ -105,6 +76,14 @@ def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path]]:
             rank_dirs.append(path)
             continue
         name = path.name
+        found = readers.find_ranks(path)
+        if found is not None:
+            for f in found:
+                for note_path, note in f.notes:
+                    disc.warn(f.rank, _rel(note_path, disc.root), note)
+                own.append(RankSource(folder=f.folder, files=f.files, rank=f.rank, rank_source=f.rank_source,
+                                      device_id=f.device_id))
+            continue
         if _PROF_DIR.match(name):
             disc.warn(None, _rel(path, disc.root), "raw msprof PROF_* folder: not supported yet (export it with "
                       "torch_npu's text export and load the *_ascend_pt folder)")
@@ -135,7 +114,8 @@ def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path]]:
             elif entry.is_file() and entry.name.endswith(".db"):
                 disc.warn(None, _rel(child, disc.root), "not loaded: a database of a kind not supported yet")
     rank_dirs.sort()
-    return rank_dirs, sorted(loose)
+    own.sort(key=lambda s: s.folder)
+    return rank_dirs, sorted(loose), own
 
 
 def _read_rank_dir(folder: Path, disc: Discovery) -> RankSource:
@@ -161,16 +141,13 @@ def _read_rank_dir(folder: Path, disc: Discovery) -> RankSource:
                   "(run torch_npu's offline analysis first)")
         return src
     for entry in sorted(out.iterdir()):
-        kind = _NAME_TO_KIND.get(entry.name)
-        if kind and entry.is_file():
-            src.files[kind] = entry
-        elif readers.claims(entry.name):
+        if readers.claims(entry.name):
             continue  # the reader of that format says below what it takes
         elif entry.name.endswith(".db"):
             disc.warn(None, _rel(entry, disc.root), "not loaded: a database of a kind not supported yet")
         elif entry.name not in _IGNORED_NAMES:
             disc.warn(None, _rel(entry, disc.root), "not loaded: file type not supported yet")
-    found = readers.find(out, dict(src.files))  # a rank with text-export files is read from those
+    found = readers.find(out)  # a rank with text-export files is read from those
     src.files.update(found.files)
     for path, note in found.notes:
         disc.warn(None, _rel(path, disc.root), note)
@@ -227,26 +204,23 @@ def discover(path: str | os.PathLike) -> Discovery:
     root = Path(path)
     disc = Discovery(root=root if root.is_dir() else root.parent)
     if root.is_file():
-        if root.name.endswith(_TRACE_SUFFIXES) and _looks_like_trace(root):
-            sources = [RankSource(folder=root.parent, files={"trace_view": root}, loose_trace=True)]
-        elif kinds := readers.find_loose(root):
+        if kinds := readers.find_loose(root):
             sources = [RankSource(folder=root.parent, files=kinds)]
         else:
             disc.warn(None, root.name, "not a profiling folder, archive or trace file")
             return disc
     else:
-        rank_dirs, loose = _walk(root, disc)
-        sources = [_read_rank_dir(d, disc) for d in rank_dirs]
-        for f in loose if rank_dirs else []:
+        rank_dirs, loose, own = _walk(root, disc)
+        sources = [_read_rank_dir(d, disc) for d in rank_dirs] + own
+        for f in loose if rank_dirs or own else []:
             if not f.name.endswith(_TRACE_SUFFIXES):
                 disc.warn(None, _rel(f, disc.root), "not loaded: a profiler database beside rank folders is not "
                           "supported yet (open it on its own)")
-        if not rank_dirs:
+        if not rank_dirs and not own:
             for f in loose:
-                kinds = {"trace_view": f} if f.name.endswith(_TRACE_SUFFIXES) and _looks_like_trace(f) \
-                    else readers.find_loose(f)
+                kinds = readers.find_loose(f)
                 if kinds:
-                    src = RankSource(folder=f.parent, files=kinds, loose_trace="trace_view" in kinds)
+                    src = RankSource(folder=f.parent, files=kinds)
                     m = _FOLDER_RANK.search(f.name)
                     if m:
                         src.rank, src.rank_source = int(m.group(1)), "folder_name"

@@ -9,8 +9,9 @@ derived there; as soon as a rank's slices are nested, a writer appends its track
 tables (in rank order, while its flows are still being derived and other files load), then its flows, counters
 and steps. CSV and JSON tables are assembled while traces still load (with one rank, CSVs are typed straight into
 the file). A broken input file becomes a row in ``warnings`` (naming the file and what is wrong) and the rest of
-the run still loads. Files of other formats than the text export (the db export) are staged by their reader in
-``ingest.readers`` into the same staging tables; one that yields a timeline is written like a trace.
+the run still loads. Every file is staged by the reader of its format (``ingest.readers``: the text export, the
+db export, msprof output, Chrome traces) into the same staging tables; one that yields a timeline is written like
+a trace.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .schema import CORE_DDL, EMPTY_TABLES
 
 
 # file kinds that yield a timeline (appended by the trace writer in rank order)
-TIMELINE_KINDS = frozenset({"trace_view"}) | readers.TIMELINE_KINDS
+TIMELINE_KINDS = readers.TIMELINE_KINDS
 
 
 class NoProfilingData(Exception):
@@ -97,9 +98,11 @@ def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, 
            split_read: bool) -> None:
     cur = con.cursor()
     sqlfuncs.install(cur)
-    rank, p = res.src.rank, res.prefix
+    rank = res.src.rank
     display = _display(path, root)
-    size = path.stat().st_size
+    if (group := readers.label(kind, path)) is not None:
+        display = f"{display}/{group}"
+    size = readers.size(kind, path)
     progress.file_start(rank, display, size)
     t0 = time.perf_counter()
     entry = {"rank": rank, "file": display, "kind": kind, "size_bytes": size, "rows": None, "status": "loaded"}
@@ -107,55 +110,22 @@ def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, 
     try:
         if size == 0:
             raise tracefile.TraceFileError("empty file")
-        if kind == "trace_view":
-            def nested():
-                res.nest_ok = True
-                res.nested.set()
 
-            tl = trace.TraceLoad(cur, p, path, work / f"r{res.idx}", display,
-                                 on_progress=lambda f: progress.file_progress(rank, display, int(f * size)),
-                                 on_nested=nested, split_read=split_read)
-            tl.read()
-            added = overlap.derive(cur, p)
-            res.overlap_source = "derived" if added else "trace"
-            stats = tl.derive()
-            res.has_trace = True  # its tables stay staged until _write_traces appends them in rank order
-            entry["rows"], entry["status"] = stats["events"], tl.status
-            warnings.extend(tl.warnings)
-            if added:
-                warnings.append(f"no Overlap Analysis lane in the trace: derived one from the device tasks "
-                                f"({added} slices)")
-        elif kind in csvfiles.TABLES:
-            cl = csvfiles.CsvLoad(cur, p, kind, path, rank, display, work, out_prefix=res.csv_prefix)
-            entry["rows"] = cl.load()
-            entry["status"] = cl.status
-            res.tables.append(cl.table)
-            warnings.extend(cl.warnings)
-        elif kind == "communication":
-            ops, bws, dists = commfiles.communication_rows(path, rank)
-            for name, rows in (("comm_ops", ops), ("comm_bandwidth", bws), ("comm_size_distribution", dists)):
-                res.comm.setdefault(name, []).extend(rows)
-            entry["rows"] = len(ops)
-        elif kind == "communication_matrix":
-            rows = commfiles.matrix_rows(path, rank)
-            res.comm.setdefault("comm_matrix", []).extend(rows)
-            entry["rows"] = len(rows)
-        elif kind in readers.KINDS:
-            def nested():
-                res.nest_ok = True
-                res.nested.set()
+        def nested():
+            res.nest_ok = True
+            res.nested.set()
 
-            got = readers.stage(readers.Job(
-                cur=cur, prefix=p, csv_prefix=res.csv_prefix, rank=rank, display=display, workdir=work / f"r{res.idx}",
-                on_progress=lambda f: progress.file_progress(rank, display, int(f * size)), on_nested=nested),
-                kind, path)
-            res.has_trace = res.has_trace or got.timeline
-            res.overlap_source = got.overlap_source or res.overlap_source
-            res.tables.extend(got.tables)
-            for name, rows in got.comm.items():
-                res.comm.setdefault(name, []).extend(rows)
-            entry["rows"], entry["status"] = got.rows, got.status
-            warnings.extend(got.warnings)
+        got = readers.stage(readers.Job(
+            cur=cur, prefix=res.prefix, csv_prefix=res.csv_prefix, rank=rank, display=display,
+            workdir=work / f"r{res.idx}", on_progress=lambda f: progress.file_progress(rank, display, int(f * size)),
+            on_nested=nested, split_read=split_read), kind, path)
+        res.has_trace = res.has_trace or got.timeline
+        res.overlap_source = got.overlap_source or res.overlap_source
+        res.tables.extend(got.tables)
+        for name, rows in got.comm.items():
+            res.comm.setdefault(name, []).extend(rows)
+        entry["rows"], entry["status"] = got.rows, got.status
+        warnings.extend(got.warnings)
     except (tracefile.TraceFileError, duckdb.Error, ValueError, OSError, UnicodeError) as exc:
         entry["status"] = "failed"
         warnings.append(f"not loaded: {_message(exc)}")
@@ -282,7 +252,8 @@ def _assemble_files(con, results: list[RankResult], staged: list, work: Path) ->
 def _assemble(con, results: list[RankResult], root: Path, src_path: Path, started: float,
               extra_warnings: list[tuple], progress: Progress) -> dict:
     # runs without a memory CSV: the trace's process labels ("NPU 3") may name the device
-    devices = {res.idx: res.device_id if res.device_id is not None else res.trace_device_id for res in results}
+    devices = {res.idx: next((d for d in (res.device_id, res.trace_device_id, res.src.device_id) if d is not None),
+                             None) for res in results}
     con.execute("DETACH stage")  # staging is done: give its memory to the level-of-detail build
     progress.phase("building the level-of-detail tables")
     lod.build(con)
@@ -376,7 +347,7 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
             detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:5])
             raise NoProfilingData(f"{src_path}: no profiling data found (expected *_ascend_pt folders with "
                                   f"ASCEND_PROFILER_OUTPUT)" + (f" — {detail}" if detail else ""), disc.warnings)
-        total = sum(p.stat().st_size for r in disc.ranks for p in r.files.values())
+        total = sum(readers.size(kind, p) for r in disc.ranks for kind, p in r.files.items())
         progress.begin(total, len(disc.ranks))
         con = duckdb.connect(str(tmp))
         try:
@@ -393,13 +364,13 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
                 res.csv_prefix = "main." if len(results) == 1 else res.prefix
             # one task per file, biggest first, so a rank's trace and CSVs (and other ranks) load side by side
             tasks = sorted(((res, kind, path) for res in results for kind, path in res.src.files.items()),
-                           key=lambda t: -t[2].stat().st_size)
+                           key=lambda t: -readers.size(t[1], t[2]))
             # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in halves
-            split_read = sum(1 for t in tasks if t[1] == "trace_view") < max(1, workers)
+            split_read = sum(1 for t in tasks if t[1] in TIMELINE_KINDS) < max(1, workers)
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 stage = {pool.submit(_stage_file, con, *t, disc.root, work, progress, split_read): t for t in tasks}
                 # (a db export makes CSV-shaped tables too: the assembly also waits for it)
-                others = [f for f, t in stage.items() if t[1] != "trace_view"]
+                others = [f for f, t in stage.items() if t[1] not in readers.TIMELINE_ONLY]
                 traces = {t[0].idx: f for f, t in stage.items() if t[1] in TIMELINE_KINDS}
                 # the CSV/JSON tables are assembled as soon as they are staged, while traces still load
                 assembled = pool.submit(_assemble_files, con, results, others, work)

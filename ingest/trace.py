@@ -111,6 +111,7 @@ named AS (
                 WHEN p.process_name = 'Ascend Hardware' THEN 'hardware'
                 WHEN p.process_name IN ('HCCL', 'Communication') THEN 'communication'
                 WHEN p.process_name = 'Overlap Analysis' THEN 'overlap'
+                {extra_kinds}
                 ELSE 'other' END AS kind
     FROM keys k LEFT JOIN procs p USING (pid) LEFT JOIN threads t ON t.pid = k.pid AND t.tid = k.tid
                                                                     AND k.counter_name IS NULL)
@@ -305,6 +306,8 @@ class TraceLoad:
     """Loads one trace into ``{prefix}`` staging tables; ``warnings`` collects what was not loaded as-is."""
 
     READ_SHARE = 0.6  # of a trace's load time, roughly, goes to reading the JSON; the rest to derivations
+    UNDERSTOOD_KEYS = frozenset({"displayTimeUnit"})  # top-level keys beside traceEvents that are used
+    EXTRA_KINDS = ""  # more "WHEN <condition> THEN '<kind>'" rules for lanes no Ascend process name matches
 
     def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, path: Path, workdir: Path, display: str,
                  on_progress=None, on_nested=None, split_read: bool = False):
@@ -317,6 +320,7 @@ class TraceLoad:
         self.split_read = split_read
         self.array_start: int | None = None  # where the original file's event array begins, once read()
         self.skipped: list[int] = []  # original indices of the events removed from the file DuckDB reads
+        self.extra: dict = {}  # the top-level keys beside traceEvents, once read()
 
     def _read_with_progress(self, path: Path | list[Path]) -> None:
         try:
@@ -348,12 +352,13 @@ class TraceLoad:
             self.cur.execute("SET enable_progress_bar = false")
 
     def sql(self, template: str, params=None):
-        return self.cur.execute(template.format(p=self.p, kinds=_kinds_literal()), params or [])
+        return self.cur.execute(template.format(p=self.p, kinds=_kinds_literal(), extra_kinds=self.EXTRA_KINDS.format(p=self.p)),
+                                params or [])
 
     def read(self) -> None:
         """Read the events, repairing what can be repaired; raises TraceFileError when nothing is usable."""
         try:
-            prepared = tracefile.prepare(self.path, self.workdir)
+            prepared = tracefile.prepare(self.path, self.workdir, understood=self.UNDERSTOOD_KEYS)
         except tracefile.TraceFileError as exc:
             if "truncated" not in str(exc):
                 raise
@@ -369,6 +374,7 @@ class TraceLoad:
                                                array_start=max(start, 0))
         self.warnings.extend(prepared.notes)
         self.array_start = prepared.array_start
+        self.extra = prepared.extra
         path = prepared.path
         if self.split_read and self.status == "loaded" and self._read_halves(path):
             return
@@ -380,7 +386,8 @@ class TraceLoad:
             except duckdb.Error as exc:
                 msg = _clean_duckdb_message(str(exc), path, self.display)
                 if "UTF-8" in msg or "unicode" in msg.lower():
-                    prepared = tracefile.prepare(self.path, self.workdir, fix_utf8=True)
+                    prepared = tracefile.prepare(self.path, self.workdir, fix_utf8=True,
+                                                 understood=self.UNDERSTOOD_KEYS)
                     self.warnings.extend(n for n in prepared.notes if "UTF-8" in n)
                     self.status = "partial" if self.status == "partial" else "loaded"
                     path = prepared.path

@@ -13,7 +13,7 @@ hand us is rewritten, in one streaming pass, into such an array in the work fold
 A well-formed torch_npu ``trace_view.json`` needs none of this and is read in place.
 
 ``event_offsets`` finds where given events begin in the original file, so a warning about a skipped event can
-name its byte offset.
+name its byte offset. ``looks_like_trace`` sniffs whether a JSON file is a trace at all.
 """
 
 from __future__ import annotations
@@ -44,6 +44,21 @@ class PreparedTrace:
     path: Path
     notes: list[str] = field(default_factory=list)
     array_start: int = 0  # offset of the event array's '[' in the original (uncompressed) data
+    extra: dict = field(default_factory=dict)  # the object form's other top-level keys
+
+
+def looks_like_trace(path: Path) -> bool:
+    """Sniff a JSON file: a Chrome trace is an array of events or an object with traceEvents."""
+    try:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as fh:
+            head = fh.read(1 << 20)
+    except (OSError, EOFError):
+        return False
+    stripped = head.removeprefix(BOM).lstrip()
+    if stripped.startswith(b"["):
+        return b'"ph"' in head
+    return stripped.startswith(b"{") and b'"traceEvents"' in head
 
 
 def _first_last(path: Path) -> tuple[bytes, bytes, int]:
@@ -173,8 +188,12 @@ def _strip_trailing_comma(tail: bytes) -> bool:
     return re.search(rb",\s*\]\s*$", tail) is not None
 
 
-def prepare(path: Path, workdir: Path, *, fix_utf8: bool = False) -> PreparedTrace:
-    """Return a path DuckDB can read as a JSON array (the original file when it already is one)."""
+def prepare(path: Path, workdir: Path, *, fix_utf8: bool = False,
+            understood: frozenset[str] = frozenset({"displayTimeUnit"})) -> PreparedTrace:
+    """Return a path DuckDB can read as a JSON array (the original file when it already is one).
+
+    ``understood``: top-level keys beside traceEvents that the caller uses (the others are named as not loaded);
+    ``displayTimeUnit`` is a viewer hint: ts is µs regardless."""
     workdir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     src = path
@@ -188,10 +207,11 @@ def prepare(path: Path, workdir: Path, *, fix_utf8: bool = False) -> PreparedTra
     first = body.lstrip()[:1]
     start, end, closing = 0, size, b""
     array_start = head.find(b"[")
+    extra: dict = {}
     if first == b"{":
         start, end, extra = _find_array_bounds(src, size, head, notes)
         array_start = start
-        skipped = sorted(k for k in extra if k != "displayTimeUnit")  # a viewer hint: ts is µs regardless
+        skipped = sorted(k for k in extra if k not in understood)
         if skipped:
             notes.append("top-level keys beside traceEvents not loaded: " + ", ".join(skipped))
     elif first != b"[":
@@ -208,14 +228,14 @@ def prepare(path: Path, workdir: Path, *, fix_utf8: bool = False) -> PreparedTra
     if quote_ts:
         notes.append("numeric ts values read as exact decimal text")
     if src is path and start == 0 and end == size and not quote_ts and not fix_utf8 and not closing:
-        return PreparedTrace(path=path, notes=notes, array_start=array_start)
+        return PreparedTrace(path=path, notes=notes, array_start=array_start, extra=extra)
     dst = workdir / (path.name + ".array.json")
     bad = _copy_range(src, dst, start, end, quote_ts, fix_utf8, closing)
     if src is not path:
         src.unlink(missing_ok=True)
     if bad is not None:
         notes.append(f"bytes that are not UTF-8 (first at byte {bad}) replaced with U+FFFD")
-    return PreparedTrace(path=dst, notes=notes, array_start=array_start)
+    return PreparedTrace(path=dst, notes=notes, array_start=array_start, extra=extra)
 
 
 def event_offsets(path: Path, indices: list[int], array_start: int = 0) -> dict[int, int]:

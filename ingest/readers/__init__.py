@@ -1,6 +1,7 @@
 """Readers: one module per profiler export format, behind one small protocol.
 
-A reader knows the files its format writes in a rank's output folder (``find``) and stages each of them
+A reader knows the files its format writes (``find`` in a rank's output folder, ``find_loose`` for a file opened
+on its own, ``find_ranks`` for a folder of its own layout such as msprof's ``PROF_*``) and stages each of them
 (``stage``) into the staging tables the text export fills, so that every derivation and view downstream is reused
 unchanged:
 
@@ -11,8 +12,10 @@ unchanged:
 * communication rows in the shape of ``ingest.commfiles.COLUMNS``, in ``Staged.comm``.
 
 A file kind in ``TIMELINE_KINDS`` yields a timeline: the pipeline schedules it like ``trace_view.json`` (its
-writer waits for ``Job.on_nested``). The text export is still read by ``ingest.pipeline`` itself; it can move
-behind this protocol later without changing the protocol.
+writer waits for ``Job.on_nested``). A kind may stand for a group of files read as one (msprof writes a timeline
+in per-iteration or sliced files): its path is then their folder, ``parts`` lists the files and ``label`` names
+the group. The registry's order matters: the text export first (a rank with text-export files is read from those),
+then the db export and plain Chrome traces.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Job:
     workdir: Path  # scratch folder of the rank
     on_progress: Callable[[float], None] = lambda fraction: None
     on_nested: Callable[[], None] = lambda: None  # call once the timeline's tracks and slices are final
+    split_read: bool = False  # a big JSON trace may be read as two halves on two cores
 
 
 @dataclass
@@ -57,13 +61,27 @@ class Found:
     notes: list[tuple[Path, str]] = field(default_factory=list)
 
 
+@dataclass
+class FoundRank:
+    """One rank found in a folder of a reader's own layout (not an ``ASCEND_PROFILER_OUTPUT`` rank folder)."""
+
+    folder: Path
+    files: dict[str, Path] = field(default_factory=dict)
+    rank: int | None = None
+    rank_source: str = "fallback"
+    device_id: int | None = None
+    notes: list[tuple[Path, str]] = field(default_factory=list)
+
+
 class Reader(Protocol):
     name: str
     kinds: tuple[str, ...]  # the file kinds it stages
     timeline_kinds: tuple[str, ...]  # those of them that yield a timeline
+    timeline_only: tuple[str, ...]  # those of them that yield nothing else (no CSV-shaped or communication rows)
 
     def claims(self, filename: str) -> bool:
-        """Whether a file of this name belongs to this format (so discovery does not report it as unknown)."""
+        """Whether a file of this name in ASCEND_PROFILER_OUTPUT belongs to this format (so discovery does not
+        report it as unknown)."""
 
     def find(self, out_dir: Path, text_files: Mapping[str, Path]) -> Found:
         """This format's files of one rank's output folder; ``text_files`` are the text-export files found there."""
@@ -71,25 +89,30 @@ class Reader(Protocol):
     def find_loose(self, path: Path) -> dict[str, Path]:
         """The kinds of a file found outside any rank folder (or opened on its own), or {} when not ours."""
 
+    def find_ranks(self, folder: Path) -> list[FoundRank] | None:
+        """The ranks of a folder laid out in this format (discovery then does not look inside), or None."""
+
     def stage(self, job: Job, kind: str, path: Path) -> Staged:
         """Stage one file; raises ValueError/OSError (with a plain message) when nothing of it is usable."""
 
 
-from . import dbexport  # noqa: E402  (the registry needs the protocol above)
+from . import chrome, dbexport, text  # noqa: E402  (the registry needs the protocol above)
 
-READERS: tuple[Reader, ...] = (dbexport.READER,)
+READERS: tuple[Reader, ...] = (text.READER, dbexport.READER, chrome.READER)
 KINDS: dict[str, Reader] = {kind: reader for reader in READERS for kind in reader.kinds}
 TIMELINE_KINDS: frozenset[str] = frozenset(k for reader in READERS for k in reader.timeline_kinds)
+TIMELINE_ONLY: frozenset[str] = frozenset(k for reader in READERS for k in reader.timeline_only)
 
 
 def claims(filename: str) -> bool:
     return any(reader.claims(filename) for reader in READERS)
 
 
-def find(out_dir: Path, text_files: Mapping[str, Path]) -> Found:
+def find(out_dir: Path) -> Found:
+    """Every reader's files in a rank's output folder (each told what the readers before it took)."""
     found = Found()
     for reader in READERS:
-        got = reader.find(out_dir, text_files)
+        got = reader.find(out_dir, dict(found.files))
         found.files.update(got.files)
         found.notes.extend(got.notes)
     return found
@@ -101,6 +124,30 @@ def find_loose(path: Path) -> dict[str, Path]:
         if kinds:
             return kinds
     return {}
+
+
+def find_ranks(folder: Path) -> list[FoundRank] | None:
+    for reader in READERS:
+        ranks = reader.find_ranks(folder)
+        if ranks is not None:
+            return ranks
+    return None
+
+
+def parts(kind: str, path: Path) -> list[Path]:
+    """The files a kind's path stands for (itself, or the files of its group)."""
+    reader = KINDS.get(kind)
+    return reader.parts(kind, path) if reader is not None and hasattr(reader, "parts") else [path]
+
+
+def label(kind: str, path: Path) -> str | None:
+    """How to name a group of files after its folder (e.g. ``msprof_*.json``), or None for a single file."""
+    reader = KINDS.get(kind)
+    return reader.label(kind, path) if reader is not None and hasattr(reader, "label") else None
+
+
+def size(kind: str, path: Path) -> int:
+    return sum(p.stat().st_size for p in parts(kind, path))
 
 
 def stage(job: Job, kind: str, path: Path) -> Staged:

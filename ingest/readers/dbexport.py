@@ -36,6 +36,7 @@ class DbExportReader:
     name = "db export"
     kinds = ("db_export", "analysis_db")
     timeline_kinds = ("db_export",)
+    timeline_only = ()
 
     def claims(self, filename: str) -> bool:
         db = SQLITE_SIDECAR.sub("", filename)  # the journal files SQLite keeps beside a database belong to it
@@ -62,6 +63,9 @@ class DbExportReader:
         if (PROFILER_DB.match(path.name) or MSPROF_DB.match(path.name)) and sqlitedb.is_sqlite(path):
             return {"db_export": path}
         return {}
+
+    def find_ranks(self, folder: Path) -> None:
+        return None
 
     def stage(self, job: Job, kind: str, path: Path) -> Staged:
         con = sqlitedb.connect(path)

@@ -1,0 +1,93 @@
+"""Reader of torch_npu's text export: the files of ``ASCEND_PROFILER_OUTPUT`` (FORMATS.md §3–5).
+
+``trace_view.json`` is read and derived by ``ingest.trace`` (an Overlap Analysis lane is computed by
+``ingest.overlap`` when the trace has none), each CSV by ``ingest.csvfiles`` into its typed table, and
+``communication.json`` / ``communication_matrix.json`` by ``ingest.commfiles`` into communication rows. A
+``trace_view.json`` opened on its own (outside a rank folder) is read the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from .. import commfiles, csvfiles, overlap, trace, tracefile
+from . import Found, Job, Staged
+
+# file kind -> accepted names inside ASCEND_PROFILER_OUTPUT
+FILE_KINDS = {
+    "trace_view": ("trace_view.json", "trace_view.json.gz"),
+    "kernel_details": ("kernel_details.csv",),
+    "operator_details": ("operator_details.csv",),
+    "op_statistic": ("op_statistic.csv",),
+    "api_statistic": ("api_statistic.csv",),
+    "step_trace_time": ("step_trace_time.csv",),
+    "memory_record": ("memory_record.csv",),
+    "operator_memory": ("operator_memory.csv",),
+    "npu_module_mem": ("npu_module_mem.csv",),
+    "l2_cache": ("l2_cache.csv",),
+    "communication": ("communication.json",),
+    "communication_matrix": ("communication_matrix.json",),
+}
+NAME_TO_KIND = {name: kind for kind, names in FILE_KINDS.items() for name in names}
+
+
+class TextExportReader:
+    name = "text export"
+    kinds = tuple(FILE_KINDS)
+    timeline_kinds = ("trace_view",)
+    timeline_only = ("trace_view",)
+
+    def claims(self, filename: str) -> bool:
+        return filename in NAME_TO_KIND
+
+    def find(self, out_dir: Path, text_files: Mapping[str, Path]) -> Found:
+        found = Found()
+        for entry in sorted(out_dir.iterdir()):
+            kind = NAME_TO_KIND.get(entry.name)
+            if kind and entry.is_file():
+                found.files[kind] = entry
+        return found
+
+    def find_loose(self, path: Path) -> dict[str, Path]:
+        if path.name in FILE_KINDS["trace_view"] and tracefile.looks_like_trace(path):
+            return {"trace_view": path}
+        return {}
+
+    def find_ranks(self, folder: Path) -> None:
+        return None
+
+    def stage(self, job: Job, kind: str, path: Path) -> Staged:
+        if kind == "trace_view":
+            return _stage_trace(job, path)
+        if kind in csvfiles.TABLES:
+            job.workdir.mkdir(parents=True, exist_ok=True)
+            cl = csvfiles.CsvLoad(job.cur, job.prefix, kind, path, job.rank, job.display, job.workdir,
+                                  out_prefix=job.csv_prefix)
+            rows = cl.load()
+            return Staged(rows=rows, status=cl.status, warnings=cl.warnings, tables=[cl.table])
+        if kind == "communication":
+            ops, bws, dists = commfiles.communication_rows(path, job.rank)
+            return Staged(rows=len(ops), comm={"comm_ops": ops, "comm_bandwidth": bws,
+                                               "comm_size_distribution": dists})
+        if kind == "communication_matrix":
+            rows = commfiles.matrix_rows(path, job.rank)
+            return Staged(rows=len(rows), comm={"comm_matrix": rows})
+        raise ValueError(f"not a text-export file kind: {kind}")
+
+
+READER = TextExportReader()
+
+
+def _stage_trace(job: Job, path: Path) -> Staged:
+    tl = trace.TraceLoad(job.cur, job.prefix, path, job.workdir, job.display, on_progress=job.on_progress,
+                         on_nested=job.on_nested, split_read=job.split_read)
+    tl.read()
+    added = overlap.derive(job.cur, job.prefix)
+    stats = tl.derive()
+    staged = Staged(rows=stats["events"], status=tl.status, warnings=list(tl.warnings), timeline=True,
+                    overlap_source="derived" if added else "trace")
+    if added:
+        staged.warnings.append(f"no Overlap Analysis lane in the trace: derived one from the device tasks "
+                               f"({added} slices)")
+    return staged
