@@ -352,8 +352,8 @@ class TraceLoad:
             self.cur.execute("SET enable_progress_bar = false")
 
     def sql(self, template: str, params=None):
-        return self.cur.execute(template.format(p=self.p, kinds=_kinds_literal(), extra_kinds=self.EXTRA_KINDS.format(p=self.p)),
-                                params or [])
+        sql = template.format(p=self.p, kinds=_kinds_literal(), extra_kinds=self.EXTRA_KINDS.format(p=self.p))
+        return self.cur.execute(sql, params or [])
 
     def read(self) -> None:
         """Read the events, repairing what can be repaired; raises TraceFileError when nothing is usable."""
