@@ -50,6 +50,7 @@ API_MODULES = (
     "memory",
     "summary",
     "communication",
+    "systemview",
 )
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "frontend" / "static"

@@ -21,9 +21,10 @@ from server.api import (
     INT64_MAX, INT64_MIN, ApiError, FastJSONResponse, Int64, RunDb, RunDbDep, fast_json, ns_str,
 )
 from server.api.timeline_sql import (
-    CHILDREN_SQL, COUNTER_COUNT_SQL, COUNTER_EDGES_SQL, COUNTER_EXACT_SQL, COUNTER_LOD_SQL, COUNTER_SERIES_SQL,
-    DENSITY_MARGIN, FLOW_CATEGORIES_SQL, FLOWS_IN_RANGE_SQL, KERNEL_SQL, RANGE_STATS_SQL, RANGE_TOTALS_SQL,
-    SEARCH_AFTER_SQL, SEARCH_BEFORE_SQL, SEARCH_COUNT_SQL, SLICE_BRIEF_SQL, SLICE_FLOWS_SQL, SLICE_SQL,
+    ALIGN_MATCH_SQL, ALIGN_NEAREST_SQL, ALIGN_OCCURRENCE_SQL, CHILDREN_SQL, COUNTER_COUNT_SQL, COUNTER_EDGES_SQL,
+    COUNTER_EXACT_SQL, COUNTER_LOD_SQL, COUNTER_SERIES_SQL, DENSITY_MARGIN, FLOW_CATEGORIES_SQL, FLOWS_IN_RANGE_SQL,
+    KERNEL_SQL, RANGE_INSTANCES_SQL, RANGE_STATS_SQL, RANGE_TOTALS_SQL, SEARCH_AFTER_SQL, SEARCH_BEFORE_SQL,
+    SEARCH_COUNT_SQL, SLICE_BRIEF_SQL, SLICE_FLOWS_SQL, SLICE_SQL,
     SLICES_EXACT_BATCH_SQL, SLICES_EXACT_SQL, SLICES_LOD_COUNT_SQL, SLICES_LOD_SQL, SLICES_PER_PX,
 )
 
@@ -411,29 +412,101 @@ def search(run_id: RunId, db: RunDbDep,
             "prev_before": cursor(0) if n and has_before else None}
 
 
-@router.get("/range_stats")
-@fast_json
-def range_stats(run_id: RunId, db: RunDbDep, start_ns: StartNs = None, end_ns: EndNs = None,
-                track_id: Annotated[list[Int64], Query(description="limit to these tracks (all when absent)")] = []
-                ) -> FastJSONResponse:  # noqa: B006
-    """Per slice name over the slices overlapping [start_ns, end_ns) (all tracks, or the given ones): count,
-    total, avg, min and max wall duration in ns, longest total first; ``totals`` over all of them."""
+OffsetRanks = Annotated[list[Int64], Query(description="ranks drawn shifted (the timeline's per-rank offsets); "
+                                                        "pairs with offset_ns")]
+OffsetNs = Annotated[list[Int64], Query(description="each offset_rank's shift in ns (drawn time = raw + shift)")]
+
+
+def _range_params(db: RunDb, start_ns, end_ns, track_id: list[int], offset_rank: list[int],
+                  offset_ns: list[int]) -> dict:
+    """Bound parameters of the range queries: the window in drawn time, the tracks, the per-rank shifts, and raw
+    start bounds that let the zone maps prune."""
     start, end = _window(db, start_ns, end_ns)
+    if len(offset_rank) != len(offset_ns):
+        raise ApiError(400, "invalid_parameter", "give one offset_ns per offset_rank")
+    shifts = dict(zip(offset_rank, offset_ns))
     tracks = list(dict.fromkeys(track_id))
     for tid in tracks:
         _track(db, tid)
     pool = [db.info.tracks[t] for t in tracks] if tracks else list(db.info.tracks.values())
-    lo = start - max((t.max_dur_ns for t in pool), default=0)
+    longest = max((t.max_dur_ns for t in pool), default=0)
+    lo_shift, hi_shift = min([0, *shifts.values()]), max([0, *shifts.values()])
+    clamp = lambda v: max(INT64_MIN, min(INT64_MAX, v))  # noqa: E731
+    return {"tracks": tracks, "start": start, "end": end, "offset_ranks": list(shifts),
+            "offset_ns": list(shifts.values()),
+            "lo": clamp(start - longest - hi_shift), "hi": clamp(end - lo_shift),
+            "kids_hi": clamp(end - lo_shift + longest)}
+
+
+@router.get("/range_stats")
+@fast_json
+def range_stats(run_id: RunId, db: RunDbDep, start_ns: StartNs = None, end_ns: EndNs = None,
+                track_id: Annotated[list[Int64], Query(description="limit to these tracks (all when absent)")] = [],
+                offset_rank: OffsetRanks = [], offset_ns: OffsetNs = []) -> FastJSONResponse:  # noqa: B006
+    """Per slice name over the slices overlapping [start_ns, end_ns) (all tracks, or the given ones): count,
+    total, avg, min and max wall duration and self time (wall minus the part its children cover, never below 0)
+    in ns, longest total first; ``totals`` over all of them."""
+    params = _range_params(db, start_ns, end_ns, track_id, offset_rank, offset_ns)
     cap = db.settings.max_range_stat_names
-    params = {"tracks": tracks, "lo": lo, "start": start, "end": end}
     rows = db.columns(RANGE_STATS_SQL, params | {"limit": cap + 1})
-    count, total_ns, names = db.one(RANGE_TOTALS_SQL, params)
+    all_self = rows.pop("all_self_ns")
+    count, total_ns, names = db.one(RANGE_TOTALS_SQL, {k: v for k, v in params.items() if k != "kids_hi"})
     truncated = len(rows["name"]) > cap
     if truncated:
         rows = {k: v[:cap] for k, v in rows.items()}
-    return {"origin_ns": ns_str(db.info.origin_ns), "start_ns": ns_str(start), "end_ns": ns_str(end),
-            "track_ids": tracks, "totals": {"count": count, "total_ns": int(total_ns), "names": names},
+    return {"origin_ns": ns_str(db.info.origin_ns), "start_ns": ns_str(params["start"]),
+            "end_ns": ns_str(params["end"]), "track_ids": params["tracks"],
+            "totals": {"count": count, "total_ns": int(total_ns), "names": names,
+                       "self_ns": int(all_self[0]) if all_self else 0},
             "truncated": truncated, **rows}
+
+
+@router.get("/range_instances")
+@fast_json
+def range_instances(run_id: RunId, db: RunDbDep,
+                    name: Annotated[str, Query(max_length=20_000, description="slice name, exact")],
+                    start_ns: StartNs = None, end_ns: EndNs = None,
+                    track_id: Annotated[list[Int64], Query(description="limit to these tracks")] = [],
+                    offset_rank: OffsetRanks = [], offset_ns: OffsetNs = [],
+                    offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
+                    limit: Annotated[int, Query(ge=1, le=500)] = 100) -> FastJSONResponse:  # noqa: B006
+    """The slices named ``name`` among those range_stats counts, in time order: ``ts_ns`` (drawn, relative to
+    ``origin_ns``), duration, depth and self time; ``total`` of them, one page at a time."""
+    params = _range_params(db, start_ns, end_ns, track_id, offset_rank, offset_ns)
+    cols = db.columns(RANGE_INSTANCES_SQL, params | {"name": name, "origin": db.info.origin_ns, "limit": limit,
+                                                     "offset": offset})
+    totals = cols.pop("total")
+    total = int(totals[0]) if totals else 0
+    return {"origin_ns": ns_str(db.info.origin_ns), "name": name, "total": total, "offset": offset,
+            "limit": limit, "truncated": offset + len(cols["slice_id"]) < total, **cols}
+
+
+@router.get("/align")
+@fast_json
+def align(run_id: RunId, db: RunDbDep, slice_id: Annotated[Int64, Query(description="the slice to align")],
+          rank: Annotated[Int64, Query(description="the reference rank")]) -> FastJSONResponse:
+    """The slice on ``rank`` that matches ``slice_id`` (same name, lanes of the same kind, same occurrence in
+    time order; the nearest in time when ``rank`` has fewer), and ``shift_ns``: its start minus the slice's, the
+    offset that draws the slice where the match is."""
+    rows = db.dicts(SLICE_SQL, {"id": slice_id})
+    if not rows:
+        raise ApiError(404, "slice_not_found", f"no slice with id {slice_id}")
+    s = rows[0]
+    kind = db.info.tracks[s["track_id"]].kind
+    k = db.one(ALIGN_OCCURRENCE_SQL, {"rank": s["rank"], "kind": kind, "name": s["name"], "ts": s["ts_ns"],
+                                      "id": s["slice_id"]})[0]
+    match = db.dicts(ALIGN_MATCH_SQL, {"rank": rank, "kind": kind, "name": s["name"], "k": k})
+    how = "occurrence"
+    if not match:
+        match = db.dicts(ALIGN_NEAREST_SQL, {"rank": rank, "kind": kind, "name": s["name"], "ts": s["ts_ns"]})
+        how = "nearest"
+    if not match:
+        raise ApiError(404, "no_match", f"rank {rank} has no {kind} slice named {s['name'][:200]!r}")
+    m, origin = match[0], db.info.origin_ns
+    return {"origin_ns": ns_str(origin), "slice_id": s["slice_id"], "rank": s["rank"], "occurrence": k, "how": how,
+            "match": {"slice_id": m["slice_id"], "track_id": m["track_id"], "rank": m["rank"], "name": m["name"],
+                      "ts_ns": m["ts_ns"] - origin, "dur_ns": m["dur_ns"], "depth": m["depth"]},
+            "shift_ns": int(m["ts_ns"]) - int(s["ts_ns"])}
 
 
 def _cursor(text: str) -> tuple[int, int]:

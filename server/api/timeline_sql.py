@@ -131,19 +131,67 @@ FROM slices
 WHERE contains(lower(name), $q) AND (ts_ns < $ts OR (ts_ns = $ts AND slice_id < $id))
 ORDER BY ts_ns DESC, slice_id DESC LIMIT $limit
 """
-RANGE_STATS_SQL = """
+# Range statistics. $offset_ranks/$offset_ns shift ranks whose clocks differ (the timeline's per-rank offsets):
+# a slice counts when its shifted interval overlaps the window; $lo/$hi bound its raw start for the zone maps.
+RANGE_SCOPE_CTE = """
+WITH o AS (SELECT unnest($offset_ranks) AS rank, unnest($offset_ns) AS off),
+s AS (
+  SELECT s.slice_id, s.track_id, s.ts_ns, s.dur_ns, s.depth, s.name, s.ts_ns + coalesce(o.off, 0) AS shown_ns
+  FROM slices s LEFT JOIN o ON o.rank = s.rank
+  WHERE (len($tracks) = 0 OR list_contains($tracks, s.track_id)) AND s.ts_ns >= $lo AND s.ts_ns < $hi
+    AND s.ts_ns + coalesce(o.off, 0) < $end
+    AND (s.ts_ns + coalesce(o.off, 0) + s.dur_ns > $start OR s.ts_ns + coalesce(o.off, 0) >= $start)
+),
+kids AS (  -- the part of each slice its children cover (children start inside their parent: raw start < $kids_hi)
+  SELECT c.parent_id, sum(least(c.ts_ns + c.dur_ns, p.ts_ns + p.dur_ns) - greatest(c.ts_ns, p.ts_ns)) AS covered
+  FROM slices c JOIN s p ON p.slice_id = c.parent_id
+  WHERE c.ts_ns >= $lo AND c.ts_ns < $kids_hi AND c.ts_ns + c.dur_ns > p.ts_ns AND c.ts_ns < p.ts_ns + p.dur_ns
+  GROUP BY c.parent_id
+),
+r AS (
+  SELECT s.*, CAST(greatest(s.dur_ns - coalesce(kids.covered, 0), 0) AS BIGINT) AS self_ns
+  FROM s LEFT JOIN kids ON kids.parent_id = s.slice_id
+)"""
+RANGE_STATS_SQL = RANGE_SCOPE_CTE + """
 SELECT name, count(*) AS count, CAST(sum(dur_ns) AS BIGINT) AS total_ns, avg(dur_ns) AS avg_ns,
-       min(dur_ns) AS min_ns, max(dur_ns) AS max_ns
-FROM slices
-WHERE (len($tracks) = 0 OR list_contains($tracks, track_id))
-  AND ts_ns >= $lo AND ts_ns < $end AND (ts_ns + dur_ns > $start OR ts_ns >= $start)
+       min(dur_ns) AS min_ns, max(dur_ns) AS max_ns, CAST(sum(self_ns) AS BIGINT) AS self_ns,
+       CAST(sum(sum(self_ns)) OVER () AS BIGINT) AS all_self_ns
+FROM r
 GROUP BY name
 ORDER BY total_ns DESC, name
 LIMIT $limit
 """
 RANGE_TOTALS_SQL = """
-SELECT count(*) AS count, CAST(coalesce(sum(dur_ns), 0) AS BIGINT) AS total_ns, count(DISTINCT name) AS names
-FROM slices
-WHERE (len($tracks) = 0 OR list_contains($tracks, track_id))
-  AND ts_ns >= $lo AND ts_ns < $end AND (ts_ns + dur_ns > $start OR ts_ns >= $start)
+WITH o AS (SELECT unnest($offset_ranks) AS rank, unnest($offset_ns) AS off)
+SELECT count(*) AS count, CAST(coalesce(sum(s.dur_ns), 0) AS BIGINT) AS total_ns, count(DISTINCT s.name) AS names
+FROM slices s LEFT JOIN o ON o.rank = s.rank
+WHERE (len($tracks) = 0 OR list_contains($tracks, s.track_id)) AND s.ts_ns >= $lo AND s.ts_ns < $hi
+  AND s.ts_ns + coalesce(o.off, 0) < $end
+  AND (s.ts_ns + coalesce(o.off, 0) + s.dur_ns > $start OR s.ts_ns + coalesce(o.off, 0) >= $start)
+"""
+# the slices of one name in the range, in (shifted) time order, with their self time
+RANGE_INSTANCES_SQL = RANGE_SCOPE_CTE + """
+SELECT slice_id, track_id, shown_ns - $origin AS ts_ns, dur_ns, depth, self_ns, count(*) OVER () AS total
+FROM r WHERE name = $name
+ORDER BY shown_ns, slice_id
+LIMIT $limit OFFSET $offset
+"""
+# "align on this slice": the slice's occurrence among the same-named slices of its rank's lanes of its kind, and
+# the slice at that occurrence (or, when there are fewer, the nearest in time) on another rank
+ALIGN_OCCURRENCE_SQL = """
+SELECT count(*) FROM slices s JOIN tracks t ON t.track_id = s.track_id
+WHERE s.rank = $rank AND t.kind = $kind AND s.name = $name
+  AND (s.ts_ns < $ts OR (s.ts_ns = $ts AND s.slice_id < $id))
+"""
+ALIGN_MATCH_SQL = """
+SELECT s.slice_id, s.track_id, s.rank, s.ts_ns, s.dur_ns, s.depth, s.name
+FROM slices s JOIN tracks t ON t.track_id = s.track_id
+WHERE s.rank = $rank AND t.kind = $kind AND s.name = $name
+ORDER BY s.ts_ns, s.slice_id LIMIT 1 OFFSET $k
+"""
+ALIGN_NEAREST_SQL = """
+SELECT s.slice_id, s.track_id, s.rank, s.ts_ns, s.dur_ns, s.depth, s.name
+FROM slices s JOIN tracks t ON t.track_id = s.track_id
+WHERE s.rank = $rank AND t.kind = $kind AND s.name = $name
+ORDER BY abs(s.ts_ns - $ts), s.slice_id LIMIT 1
 """
