@@ -27,6 +27,7 @@ from server.api.timeline_sql import (
     SEARCH_COUNT_SQL, SLICE_BRIEF_SQL, SLICE_FLOWS_SQL, SLICE_SQL,
     SLICES_EXACT_BATCH_SQL, SLICES_EXACT_SQL, SLICES_LOD_COUNT_SQL, SLICES_LOD_SQL, SLICES_PER_PX,
 )
+from server.queries import sources
 
 router = APIRouter(prefix="/api/runs/{run_id}/timeline", tags=["timeline"])
 
@@ -85,6 +86,8 @@ def tracks(run_id: RunId, db: RunDbDep) -> FastJSONResponse:
         "tracks": out,
         "flow_categories": [{"cat": c, "count": n} for c, n in db.rows(FLOW_CATEGORIES_SQL)],
         "lod_levels": [{"level": lv, "bucket_ns": b} for lv, b in db.info.lod_levels],
+        # ranks without a timeline, and the file or table that would have given them one
+        "empty_sources": sources.explain(db, "timeline")["trace"],
     }
 
 
