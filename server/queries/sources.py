@@ -77,13 +77,13 @@ MODULES = Feed("module memory", _count("npu_module_mem"), "npu_module_mem", "npu
                ("NPU_MODULE_MEM",))
 STEP_TRACE = Feed("step times", _count("step_trace"), "step_trace_time", "step_trace_time.csv", "analysis_db",
                   ("StepTraceTime",))
-OVERLAP = Feed("an Overlap Analysis lane", _count("tracks", "WHERE kind = 'overlap'"), "trace_view",
+OVERLAP = Feed("Overlap Analysis lane", _count("tracks", "WHERE kind = 'overlap'"), "trace_view",
                "trace_view.json", "db_export", ("TASK",))
 COMM_OPS = Feed("communication ops", _count("comm_ops"), "communication", "communication.json", "analysis_db",
                 ("CommAnalyzerTime",))
 COMM_MATRIX = Feed("communication matrix links", _count("comm_matrix"), "communication_matrix",
                    "communication_matrix.json", "analysis_db", ("CommAnalyzerMatrix",))
-TRACE = Feed("a timeline", _count("tracks"), "trace_view", "trace_view.json", "db_export",
+TRACE = Feed("timeline", _count("tracks"), "trace_view", "trace_view.json", "db_export",
              ("PYTORCH_API", "CANN_API", "TASK"))
 
 # view -> section -> the feeds that fill it (a rank is listed when none of them gave it rows)

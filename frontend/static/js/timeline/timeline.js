@@ -1,18 +1,26 @@
-// The timeline controller: owns the state (view, lanes, selection, range, flows), schedules redraws (one per
-// animation frame), keeps the URL and the #timeline data-* attributes current, and exposes window.__timeline.
+// The timeline controller: owns the state (view, lanes, selection, range, flows, markers, per-rank offsets, pinned
+// and hidden lanes), schedules redraws (one per animation frame), keeps the URL and the #timeline data-*
+// attributes current, and exposes window.__timeline.
+//
+// Times are drawn times: a rank with an offset has its slices, flows and selection drawn at raw time + offset;
+// requests to the server carry raw times (the range statistics carry the offsets).
 
 import { apiGet, isAbort } from "../common/api.js";
 import { colorFor } from "../common/colors.js";
-import { formatCount, formatDuration } from "../common/format.js";
+import { formatCount, formatDuration, formatExact } from "../common/format.js";
 import { currentRank, onRankChange } from "../common/nav.js";
 import { DataStore } from "./data.js";
+import { ContextMenu } from "./contextmenu.js";
 import { buildFlowPicker } from "./flowpicker.js";
 import { DEPTH_PX, FOLDED_ROWS, HEADER_PX, MORE_PX, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
 import { buildTree, indexTree, layout, renderLabels, shownDepths, stickLabel } from "./lanes.js";
+import { MarkerBar } from "./markerbar.js";
+import { Offsets, parseOffset } from "./offsets.js";
 import { Panel } from "./panel.js";
 import { Renderer, arrowDistance } from "./render.js";
 import { Search } from "./search.js";
 import { Viewport } from "./viewport.js";
+import { sourceNote } from "../views/common.js";
 
 const MAX_PINNED_FRACTION = 0.5;
 const PREFETCH_PX = 200;
@@ -21,6 +29,10 @@ const SCROLLBAR_PX = 12;
 const MIN_REVEAL_PX = 40;          // a slice we jump to is zoomed to at least this width
 const MIN_REVEAL_SPAN_NS = 2000;
 const MAX_SAVED_UNFOLDS = 2000;    // bounds what one run keeps in localStorage
+const MAX_SAVED_LANES = 500;       // pinned or hidden lanes kept per run
+const COMM_SUFFIX = /(_\d+)+$/;     // "hcom_allReduce__586_0_1" is an "hcom_allReduce_" (as the server groups)
+const SYSTEM_VIEW_PAGE = { overlap: "overall", python: "python", cann: "cann", hardware: "hardware",
+  communication: "communication" };
 
 export class Timeline {
   constructor(root) {
@@ -42,6 +54,8 @@ export class Timeline {
     this.hoverX = null;
     this.selectedLaneId = null;
     this.pinnedOrder = [];
+    this.hidden = new Set();
+    this.offsets = new Offsets(this.runId);
     this.enabledCats = new Set();
     this.arrows = [];
     this.frame = 0;
@@ -57,22 +71,42 @@ export class Timeline {
     this.runStart = Number(BigInt(tr.start_ns) - this.origin);
     this.viewport = new Viewport(this.runStart, Number(BigInt(tr.end_ns) - this.origin));
     this.tracks = new Map(tr.tracks.map((t) => [t.track_id, t]));
+    this.ranks = tr.ranks;
+    this.offsets.load(location.search);
+    this.updateBounds();
     if (!tr.tracks.length) {  // a run without trace_view.json: say so instead of an empty canvas
       this.$("tl-notrace").hidden = false;
+      this.$("tl-notrace").append(sourceNote(tr.empty_sources, { id: "tl-notrace-why" }) || "");
       this.root.dataset.noTrace = "true";
     }
     this.tree = buildTree(tr.tracks);
     ({ byId: this.byId, byTrack: this.byTrack } = indexTree(this.tree));
     this.loadFolds();
+    this.loadLanes();
     this.flowCategories = tr.flow_categories;
-    this.data = new DataStore(this.runId, this.origin, () => this.requestDraw(), (n) => this.setPending(n));
+    this.data = new DataStore(this.runId, this.origin, () => this.requestDraw(), (n) => this.setPending(n),
+      (trackId) => this.offTrack(trackId));
     this.renderer = new Renderer(this.canvas, this.overlay, this.$("tl-ruler"));
-    this.panel = new Panel(this.$("tl-panel"), { jump: (id) => this.select(id, { reveal: true }),
-      toggle: () => this.togglePanel() });
+    this.panel = new Panel(this.$("tl-panel"), {
+      jump: (id) => this.select(id, { reveal: true }),
+      toggle: () => this.togglePanel(),
+      instances: (name, offset, limit) => this.rangeInstances(name, offset, limit),
+      systemView: {
+        runId: this.runId,
+        jump: (id) => this.select(id, { reveal: true }),
+        rawWindow: (rank, scope) => (scope ? { start_ns: this.abs(scope.start - this.offRank(rank)),
+          end_ns: this.abs(scope.end - this.offRank(rank)) } : {}),
+        describeScope: (scope) => `${formatDuration(scope.end - scope.start)} from ${formatExact(scope.start - this.runStart)}`,
+      },
+    });
     this.search = new Search(this.runId, this.origin, {
-      onHit: (hit) => this.select(hit.slice_id, { reveal: true, hint: hit }),
+      onHit: (hit) => this.select(hit.slice_id, { reveal: true,
+        hint: { ...hit, ts_ns: hit.ts_ns + this.offTrack(hit.track_id) } }),
       onChange: () => this.renderSearch(),
     });
+    this.markers = new MarkerBar(this);
+    this.markers.bindList(this.$("tl-markers-btn"), this.$("tl-markers-pop"));
+    this.menu = new ContextMenu(this.root);
     this.rankFilter = currentRank();
     onRankChange((rank) => { this.rankFilter = rank; this.relayout(); });
     buildFlowPicker(this.$("tl-flows-btn"), this.$("tl-flows-pop"), this.flowCategories, (cats) => {
@@ -106,10 +140,11 @@ export class Timeline {
   }
 
   relayout() {
-    this.layout = layout(this.tree, this.rankFilter, this.pinnedOrder, this.byId);
+    this.layout = layout(this.tree, this.rankFilter, this.pinnedOrder, this.byId, this.hidden);
     this.pinnedH = Math.min(this.layout.pinnedHeight, Math.floor((this.H || 400) * MAX_PINNED_FRACTION));
     const handlers = { toggle: (n) => this.toggleNode(n), fold: (n) => this.toggleFold(n),
-      pin: (n) => this.togglePin(n), select: (n) => this.selectLane(n) };
+      pin: (n) => this.togglePin(n), select: (n) => this.selectLane(n), offsetOf: (rank) => this.offRank(rank),
+      editOffset: (n, chip) => this.editOffset(n.rank, chip) };
     const pinnedBox = this.$("tl-labels-pinned");
     pinnedBox.style.height = `${this.pinnedH}px`;
     renderLabels(pinnedBox, this.layout.pinned, handlers, this.selectedLaneId);
@@ -141,7 +176,23 @@ export class Timeline {
       this._vsBound = true;
     }
     this.setScroll(this.scrollY);
-    this.$("tl-corner").textContent = `${this.tracks.size} tracks · ${this.tree.length} rank${this.tree.length === 1 ? "" : "s"}`;
+    this.renderCorner();
+  }
+
+  renderCorner() {
+    const corner = this.$("tl-corner");
+    const text = `${this.tracks.size} tracks · ${this.tree.length} rank${this.tree.length === 1 ? "" : "s"}`;
+    if (!this.hidden.size) {
+      corner.textContent = text;
+      return;
+    }
+    const show = document.createElement("button");
+    show.className = "tl-link";
+    show.id = "tl-show-hidden";
+    show.textContent = `${this.hidden.size} hidden · show`;
+    show.title = "Show every hidden lane again";
+    show.addEventListener("click", () => this.showHidden());
+    corner.replaceChildren(`${text} · `, show);
   }
 
   maxScroll() {
@@ -206,11 +257,152 @@ export class Timeline {
     }
   }
 
-  togglePin(node) {
-    node.pinned = !node.pinned;
-    this.pinnedOrder = node.pinned ? [...this.pinnedOrder, node.id] : this.pinnedOrder.filter((id) => id !== node.id);
+  togglePin(node, on = !node.pinned) {
+    if (node.pinned === on) return;
+    node.pinned = on;
+    this.pinnedOrder = on ? [...this.pinnedOrder, node.id] : this.pinnedOrder.filter((id) => id !== node.id);
+    this.saveLanes();
     this.relayout();
   }
+
+  /** The lanes of every rank that match `node` (same kind of process, same lane name): for side-by-side compare. */
+  sameLaneOnEveryRank(node) {
+    const out = [];
+    const match = (n) => n.type === node.type && n.title === node.title && n.kind === node.kind
+      && (node.type !== "track" || (n.parent.title === node.parent.title && n.parent.kind === node.parent.kind));
+    for (const r of this.tree) {
+      for (const g of r.children) {
+        if (match(g)) out.push(g);
+        for (const t of g.children) if (match(t)) out.push(t);
+      }
+    }
+    return out;
+  }
+
+  pinOnEveryRank(node) {
+    const all = this.sameLaneOnEveryRank(node);
+    const on = !all.every((n) => n.pinned);
+    for (const n of all) {
+      if (n.pinned === on) continue;
+      n.pinned = on;
+      this.pinnedOrder = on ? [...this.pinnedOrder, n.id] : this.pinnedOrder.filter((id) => id !== n.id);
+    }
+    this.saveLanes();
+    this.relayout();
+  }
+
+  hideLane(node) {
+    if (node.pinned) this.togglePin(node, false);
+    this.hidden.add(node.id);
+    if (this.selectedLaneId === node.id) this.selectedLaneId = null;
+    this.saveLanes();
+    this.relayout();
+  }
+
+  showHidden() {
+    this.hidden.clear();
+    this.saveLanes();
+    this.relayout();
+  }
+
+  get lanesKey() { return `ascendscope.timeline.lanes.${this.runId}`; }
+
+  loadLanes() {
+    let saved = null;
+    try {
+      saved = JSON.parse(localStorage.getItem(this.lanesKey) || "null");
+    } catch {
+      saved = null;  // storage off or a stale value: nothing pinned or hidden
+    }
+    if (!saved || typeof saved !== "object") return;
+    const known = (ids) => (Array.isArray(ids) ? ids.filter((id) => this.byId.has(id)) : []);
+    this.pinnedOrder = [...new Set(known(saved.pinned))];
+    for (const id of this.pinnedOrder) this.byId.get(id).pinned = true;
+    this.hidden = new Set(known(saved.hidden));
+  }
+
+  saveLanes() {
+    const value = { pinned: this.pinnedOrder.slice(0, MAX_SAVED_LANES), hidden: [...this.hidden].slice(0, MAX_SAVED_LANES) };
+    try {
+      if (value.pinned.length || value.hidden.length) localStorage.setItem(this.lanesKey, JSON.stringify(value));
+      else localStorage.removeItem(this.lanesKey);
+    } catch {
+      // storage off or full: pins and hidden lanes last for this page
+    }
+  }
+
+  // ---- per-rank offsets ----------------------------------------------------------------------------------------
+  offRank(rank) { return this.offsets.get(rank); }
+
+  offTrack(trackId) {
+    const t = this.tracks.get(trackId);
+    return t ? this.offsets.get(t.rank) : 0;
+  }
+
+  /** The view may pan as far as any shifted rank reaches. */
+  updateBounds() {
+    const [lo, hi] = this.offsets.extent();
+    if (this.viewport) this.viewport.setBounds(this.baseStart + lo, this.baseEnd + hi);
+  }
+
+  setOffset(rank, ns) {
+    if (!this.offsets.set(rank, ns)) return;
+    this.offsetsChanged();
+  }
+
+  clearOffsets() {
+    if (this.offsets.clear()) this.offsetsChanged();
+  }
+
+  offsetsChanged() {
+    this.updateBounds();
+    if (this.selection && this.selection.raw_ts_ns !== undefined) {
+      this.selection = { ...this.selection, ts_ns: this.selection.raw_ts_ns + this.offTrack(this.selection.track_id) };
+    }
+    this.relayout();
+    this.requestDraw();
+    this.scheduleUrl();
+    this.root.dataset.offsets = this.offsets.toString();
+    if (this.range) this.loadRangeStats(false);
+    if (this.panel.current === "sysview") this.panel.systemView.refresh();
+  }
+
+  /** An inline editor over a rank's offset chip: "1.5ms", "-200us", "1500" (ns); Enter applies, Esc cancels. */
+  editOffset(rank, chip) {
+    const input = document.createElement("input");
+    input.className = "tl-offset-input";
+    input.value = this.offRank(rank) ? String(this.offRank(rank)) : "";
+    input.placeholder = "e.g. -1.5ms";
+    input.title = "Offset of this rank: ns, or with a unit (us, ms, s); empty for none";
+    chip.replaceWith(input);
+    input.focus();
+    let done = false;
+    const finish = (apply) => {
+      if (done) return;
+      done = true;
+      const ns = input.value.trim() === "" ? 0 : parseOffset(input.value);
+      if (apply && ns !== null) this.setOffset(rank, ns);
+      this.relayout();
+    };
+    input.addEventListener("keydown", (e) => {
+      e.stopPropagation();
+      if (e.key === "Enter") finish(true);
+      else if (e.key === "Escape") finish(false);
+    });
+    input.addEventListener("blur", () => finish(true));
+    input.addEventListener("click", (e) => e.stopPropagation());
+  }
+
+  /** Shift the slice's rank so that the slice starts where its match on the reference rank starts. */
+  async alignOn(hit, refRank) {
+    const r = await apiGet(`/api/runs/${encodeURIComponent(this.runId)}/timeline/align`,
+      { slice_id: hit.slice_id, rank: refRank });
+    const rank = this.tracks.get(hit.track_id).rank;
+    this.setOffset(rank, this.offRank(refRank) + r.shift_ns);
+    return r;
+  }
+
+  get referenceRank() { return this.ranks.length ? this.ranks[0] : null; }
 
   selectLane(node) {
     this.selectedLaneId = this.selectedLaneId === node.id ? null : node.id;
@@ -310,7 +502,7 @@ export class Timeline {
     const hidden = own && depth >= shownDepths(row.node);
     const y = this.rowTop(row) + (hidden ? TRACK_PAD_PX + FOLDED_ROWS * DEPTH_PX + MORE_PX / 2
       : own ? TRACK_PAD_PX + depth * DEPTH_PX + SLICE_PX / 2 : row.h / 2);
-    return { x: (ts - this.viewport.start) * k, y };
+    return { x: (ts + this.offTrack(trackId) - this.viewport.start) * k, y };
   }
 
   arrowAt(x, y) {
@@ -336,8 +528,9 @@ export class Timeline {
       this.select(target, { reveal: true });
       return;
     }
-    const t = end === "src" ? a.src_ts_ns : a.dst_ts_ns;
-    if (t !== null && t !== undefined) this.setView(t - this.viewport.span / 2, t + this.viewport.span / 2);
+    const raw = end === "src" ? a.src_ts_ns : a.dst_ts_ns;
+    const t = raw === null || raw === undefined ? null : raw + this.offTrack(end === "src" ? a.src_track_id : a.dst_track_id);
+    if (t !== null) this.setView(t - this.viewport.span / 2, t + this.viewport.span / 2);
   }
 
   // ---- view -------------------------------------------------------------------------------------------------
@@ -390,7 +583,8 @@ export class Timeline {
       return;
     }
     if (token !== this._detailToken) return;
-    this.selection = d;
+    const shown = { ...d, raw_ts_ns: d.ts_ns, ts_ns: d.ts_ns + this.offTrack(d.track_id) };
+    this.selection = shown;
     this.selectedFlows = d.flows.map((f) => ({
       flow_id: f.flow_id, cat: f.cat, src_track_id: f.src_track_id, src_ts_ns: f.src_ts_ns, src_slice_id: f.src_slice_id,
       src_depth: f.direction === "out" ? d.depth : f.other.depth ?? null,
@@ -398,7 +592,7 @@ export class Timeline {
       dst_depth: f.direction === "in" ? d.depth : f.other.depth ?? null,
     }));
     this.panel.showDetail(d, this.laneTitle(d.track_id));
-    if (reveal && (!hint || zoom)) this.reveal(d, zoom, reveal === "lanes");
+    if (reveal && (!hint || zoom)) this.reveal(shown, zoom, reveal === "lanes");
     this.requestDraw();
   }
 
@@ -485,22 +679,61 @@ export class Timeline {
     this.requestDraw();
   }
 
-  async loadRangeStats() {
+  /** Parameters of the range queries: the range (drawn time), the rank filter's tracks, the ranks' offsets. */
+  rangeParams(range) {
+    const trackIds = this.rankFilter === null ? [] : [...this.tracks.values()]
+      .filter((t) => t.rank === this.rankFilter && t.kind !== "counter").map((t) => t.track_id);
+    const offs = this.offsets.entries();
+    return { start_ns: this.abs(range.start), end_ns: this.abs(range.end), track_id: trackIds,
+      offset_rank: offs.map(([r]) => r), offset_ns: offs.map(([, v]) => v) };
+  }
+
+  async loadRangeStats(showPage = true) {
     if (this._rangeCtl) this._rangeCtl.abort();
     const ctl = new AbortController();
     this._rangeCtl = ctl;
     const range = { ...this.range };
-    this.panel.show("range");
+    if (showPage) this.panel.show("range");
     this.panel.showRange(null, range, true);
-    const trackIds = this.rankFilter === null ? [] : [...this.tracks.values()]
-      .filter((t) => t.rank === this.rankFilter && t.kind !== "counter").map((t) => t.track_id);
     try {
       const r = await apiGet(`/api/runs/${encodeURIComponent(this.runId)}/timeline/range_stats`,
-        { start_ns: this.abs(range.start), end_ns: this.abs(range.end), track_id: trackIds }, { signal: ctl.signal });
+        this.rangeParams(range), { signal: ctl.signal });
       if (this._rangeCtl === ctl) this.panel.showRange(r, range, false);
     } catch (err) {
       if (!isAbort(err)) this.panel.showError(err.message);
     }
+  }
+
+  rangeInstances(name, offset, limit) {
+    if (!this.range) return Promise.reject(new Error("no range selected"));
+    return apiGet(`/api/runs/${encodeURIComponent(this.runId)}/timeline/range_instances`,
+      { ...this.rangeParams(this.range), name, offset, limit });
+  }
+
+  /** Send the selected range to System View (for `rank`, or the lane's, or the first shown). */
+  timeRangeAnalysis(rank = null) {
+    if (!this.range) return;
+    const sv = this.panel.systemView;
+    sv.setScope({ ...this.range });
+    sv.setRank(rank ?? this.rankFilter ?? sv.rank);
+    this.panel.show("sysview");
+  }
+
+  /** System View on the row a slice belongs to (its rank, its lane's page, its name). */
+  showInSystemView(hit) {
+    const track = this.tracks.get(hit.track_id);
+    const page = track && SYSTEM_VIEW_PAGE[track.kind];
+    if (!page) return;
+    let key = hit.name;
+    if (page === "overall") key = `overlap:${encodeURIComponent(hit.name)}`;
+    else if (page === "communication") key = hit.name.replace(COMM_SUFFIX, "");
+    this.panel.show("sysview");
+    this.panel.systemView.showRow(track.rank, page, key, page === "communication" ? key : hit.name);
+  }
+
+  canShowInSystemView(hit) {
+    const track = hit && this.tracks.get(hit.track_id);
+    return !!(track && SYSTEM_VIEW_PAGE[track.kind]);
   }
 
   zoomToRange() {
@@ -557,6 +790,7 @@ export class Timeline {
       url.searchParams.set("end_ns", this.abs(this.viewport.end));
       if (this.selection) url.searchParams.set("slice", String(this.selection.slice_id));
       else url.searchParams.delete("slice");
+      this.offsets.toUrl(url);
       history.replaceState(history.state, "", url.pathname + url.search + url.hash);
     }, URL_DELAY_MS);
   }
@@ -611,9 +845,16 @@ export class Timeline {
       view: this.viewport, runStart: this.runStart, layout: this.layout, scrollY: this.scrollY, pinnedH: this.pinnedH,
       data: this.data, selection: this.selection && this.selection.track_id !== undefined ? this.selection : null,
       selectedFlows: this.selectedFlows, selectedLaneId: this.selectedLaneId, range: this.range, rubber: this.rubber,
-      categoryFlows: this.enabledCats.size ? this.data.flows(this.viewport, this.W, [...this.enabledCats]) : null,
+      categoryFlows: this.enabledCats.size ? this.data.flows(this.flowWindow(), this.W, [...this.enabledCats]) : null,
+      markers: this.markers ? this.markers.list : [],
       sliceBox: (...a) => this.sliceBox(...a), flowPoint: (...a) => this.flowPoint(...a), colorFor,
     };
+  }
+
+  /** The raw window whose flows can land in view: the view widened by the ranks' offsets. */
+  flowWindow() {
+    const [lo, hi] = this.offsets.extent();
+    return { start: this.viewport.start - hi, end: this.viewport.end - lo };
   }
 
   setPending(n) {

@@ -113,6 +113,30 @@ export function note(text, cls = "v-note") {
   return el("div", { class: cls }, text);
 }
 
+/**
+ * Why a section has no rows, as the server says it (server/queries/sources.py): `section` is one entry of an
+ * answer's `empty_sources` ({label, sources, ranks: [{rank, message}], more}). Returns null when no rank is listed
+ * (the section has rows), else a note: "No <label> for rank N", one line per rank naming the file or table, and the
+ * sources that feed the section in either export.
+ */
+export function sourceNote(section, attrs = {}) {
+  if (!section || !section.ranks?.length) return null;
+  const ranks = section.ranks.map((r) => r.rank).filter((r) => r !== null && r !== undefined);
+  const named = ranks.length && ranks.length <= 8 && !section.more;
+  const who = named ? ` for rank${ranks.length > 1 ? "s" : ""} ${ranks.join(", ")}` : ranks.length ? " for some ranks" : "";
+  return el("div", { class: "v-source-note", ...attrs },
+    el("div", { class: "v-source-head" }, `No ${section.label}${who}:`),
+    el("ul", {}, section.ranks.map((r) => el("li", { dataset: { rank: r.rank ?? "", reason: r.reason } }, r.message)),
+      section.more ? el("li", { class: "v-note" }, `and ${section.more} more ranks`) : null),
+    el("div", { class: "v-source-feeds" }, `Read from: ${section.sources.join(" · ")}`));
+}
+
+/** The first rank's reason of a section, as one line (table placeholders, chart notes), or `fallback`. */
+export function sourceLine(section, fallback) {
+  const first = section?.ranks?.[0];
+  return first ? `No ${section.label}: ${first.message}` : fallback;
+}
+
 export function errorBox(err) {
   return el("div", { class: "v-error" }, `Could not load: ${err.message || err}`);
 }
@@ -198,6 +222,7 @@ export function plot(node, traces, layout, config = {}) {
  *   columns: [{key, label, sort?: "apiName", num?: true, render?: (row) => string|Node, title?}],
  *   load: (params) => Promise<{rows, total, offset, limit, truncated}>,   // params: {sort, order, q, offset, limit}
  *   csv: (params) => url | null, filter: "placeholder" | null, pageSize, sort, order,
+ *   empty?: string | (answer) => string | Node,   // what a page without rows says
  *   rowClass?: (row) => string, details?: (row) => Node (an expandable row), onRows?: (page) => void, id?: string })
  * Sorting, filtering and paging are server requests; the CSV link carries the same filter.
  */
@@ -274,7 +299,9 @@ export class DataTable {
       }));
     const body = el("tbody");
     if (!data.rows.length) {
-      body.append(el("tr", {}, el("td", { colspan: columns.length + 1, class: "empty" }, this.opts.empty || "No rows")));
+      // `empty` may be a function of the answer: a table without rows can then say which file would have fed it
+      const empty = typeof this.opts.empty === "function" ? this.opts.empty(data) : this.opts.empty;
+      body.append(el("tr", {}, el("td", { colspan: columns.length + 1, class: "empty" }, empty || "No rows")));
     }
     data.rows.forEach((row, i) => {
       const key = this.opts.rowKey ? this.opts.rowKey(row) : String(data.offset + i);
