@@ -59,15 +59,15 @@ def _split_key(op_key: str) -> tuple[str, str | None]:
     return (name, group) if sep else (op_key, None)
 
 
-def _load(path: Path) -> dict:
-    data = jsonfile.load(path)
+def _load(path: Path | dict) -> dict:
+    data = jsonfile.load(path) if isinstance(path, Path) else path
     if not isinstance(data, dict):
         raise ValueError("expected a JSON object keyed by step")
     return data
 
 
-def communication_rows(path: Path, rank: int) -> tuple[list[dict], list[dict], list[dict]]:
-    """Rows for comm_ops, comm_bandwidth and comm_size_distribution."""
+def communication_rows(path: Path | dict, rank: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """Rows for comm_ops, comm_bandwidth and comm_size_distribution, from the file or its parsed content."""
     ops, bws, dists = [], [], []
     for step, by_type in _load(path).items():
         if not isinstance(by_type, dict):
@@ -114,7 +114,7 @@ def communication_rows(path: Path, rank: int) -> tuple[list[dict], list[dict], l
     return ops, bws, dists
 
 
-def matrix_rows(path: Path, rank: int) -> list[dict]:
+def matrix_rows(path: Path | dict, rank: int) -> list[dict]:
     rows = []
     for step, by_type in _load(path).items():
         if not isinstance(by_type, dict):

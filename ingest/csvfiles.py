@@ -70,8 +70,9 @@ def snake(text: str) -> str:
     return text or "column"
 
 
-def column_plan(table: str, headers: list[str]) -> list[tuple[str, str, str]]:
-    """For each source header: (source header, target column, SQL expression over the text cell ``{c}``)."""
+def column_plan(table: str, headers: list[str], renames: dict[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """For each source header: (source header, target column, SQL expression over the text cell ``{c}``).
+    ``renames`` maps target columns of another producer's file onto this table's (msprof's op_summary)."""
     plan = []
     used: set[str] = {"rank", "src_row"}
     for h in headers:
@@ -90,6 +91,7 @@ def column_plan(table: str, headers: list[str]) -> list[tuple[str, str, str]]:
                 target, expr = base, "{c}"
             else:
                 target, expr = base, None  # decided from the data
+        target = (renames or {}).get(target, target)
         target = TABLE_RENAMES.get(table, {}).get(target, RENAMES.get(target, target))
         n, unique = 2, target
         while unique in used:
@@ -109,8 +111,9 @@ def _quote_text(text: str) -> str:
 
 class CsvLoad:
     def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, kind: str, path: Path, rank: int,
-                 display: str, workdir: Path, out_prefix: str | None = None):
-        """Typed rows go to ``{out_prefix}{table}`` (default ``{prefix}{table}``); scratch tables use ``prefix``."""
+                 display: str, workdir: Path, out_prefix: str | None = None, renames: dict[str, str] | None = None):
+        """Typed rows go to ``{out_prefix}{table}`` (default ``{prefix}{table}``); scratch tables use ``prefix``;
+        ``renames``: see ``column_plan``."""
         self.cur, self.p, self.kind, self.path, self.rank = cur, prefix, kind, path, rank
         self.out = f"{out_prefix if out_prefix is not None else prefix}{TABLES[kind]}"
         self.display, self.workdir = display, workdir
@@ -119,6 +122,7 @@ class CsvLoad:
         self.status = "loaded"
         self.rows = 0
         self.may_hold_exponents = True
+        self.renames = renames
 
     def _check_width(self) -> None:
         """Refuse a file whose header line has more than MAX_COLUMNS columns (before reading the rest)."""
@@ -168,7 +172,7 @@ class CsvLoad:
             raise ValueError("the CSV's layout could not be read (an unterminated quote, or rows with differing "
                              "columns?)" + (f": {detail[0].strip()}" if detail else "")) from exc
         headers = [r[0] for r in described][1:]
-        plan = column_plan(self.table, headers)
+        plan = column_plan(self.table, headers, self.renames)
         undecided = [(h, t) for h, t, e in plan if e is None]
         if undecided:  # types decided from the data: keep the text cells for the passes over them
             self.cur.execute(f"CREATE OR REPLACE TABLE {raw} AS SELECT * FROM {self._reader(src, rej)}")

@@ -1,14 +1,15 @@
 """Find every rank and its files under a path.
 
 A path may be one ``*_ascend_pt`` folder, a folder holding several (one per rank, nested a few levels deep), an
-archive of either (extracted by ``ingest.archive``), or loose Chrome-trace JSON files or profiler databases. The
-files of each format are found by its reader in ``ingest.readers``. A rank folder is one that holds
-``ASCEND_PROFILER_OUTPUT`` (whatever its name) or whose name ends in ``_ascend_pt``; its ``PROF_*`` folder is the
-raw data the output was made from, and is not read. The rank id comes from
-``profiler_info_{rank}.json``, then ``profiler_info.json``'s ``rank_id``, then a number in the folder name, then
-the first free id; all but the first two leave a warning. A reader may also claim a folder of its own layout and
-give its ranks. What we find but cannot load yet (raw ``PROF_*`` folders, MindSpore output) is reported as a
-warning, never silently skipped.
+archive of either (extracted by ``ingest.archive``), msprof ``PROF_*`` folders, or loose Chrome-trace JSON files or
+profiler databases. The files of each format are found by its reader in ``ingest.readers``. A rank folder is one
+that holds ``ASCEND_PROFILER_OUTPUT`` (whatever its name) or whose name ends in ``_ascend_pt``; its ``PROF_*``
+folder is the raw data the output was made from, and is not read (unless the rank has no ASCEND_PROFILER_OUTPUT
+and msprof exported that folder). The rank id comes from ``profiler_info_{rank}.json``, then
+``profiler_info.json``'s ``rank_id``, then a number in the folder name, then the first free id; all but the first
+two leave a warning. A reader may also claim a folder of its own layout and give its ranks: a ``PROF_*`` folder
+gives one rank per device (``ingest.readers.msprof`` says where its id comes from). What we find but cannot load
+yet (MindSpore output) is reported as a warning, never silently skipped.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MAX_DEPTH = 5
 
 _IGNORED_NAMES = {"analyse.done"}
-_PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+$")
 _INFO_FILE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
 _FOLDER_RANK = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".json.gz")
@@ -84,10 +84,6 @@ def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path], list[Ran
                 own.append(RankSource(folder=f.folder, files=f.files, rank=f.rank, rank_source=f.rank_source,
                                       device_id=f.device_id))
             continue
-        if _PROF_DIR.match(name):
-            disc.warn(None, _rel(path, disc.root), "raw msprof PROF_* folder: not supported yet (export it with "
-                      "torch_npu's text export and load the *_ascend_pt folder)")
-            continue
         if name.endswith("_ascend_ms"):
             disc.warn(None, _rel(path, disc.root), "MindSpore profiling folder: not supported yet")
             continue
@@ -137,6 +133,8 @@ def _read_rank_dir(folder: Path, disc: Discovery) -> RankSource:
             src.metadata_path = entry
     out = folder / OUTPUT_DIR
     if not out.is_dir():
+        if _read_raw_output(folder, src, disc):
+            return src
         disc.warn(None, _rel(folder, disc.root), f"no {OUTPUT_DIR} folder: the profiling data was not parsed "
                   "(run torch_npu's offline analysis first)")
         return src
@@ -152,6 +150,24 @@ def _read_rank_dir(folder: Path, disc: Discovery) -> RankSource:
     for path, note in found.notes:
         disc.warn(None, _rel(path, disc.root), note)
     return src
+
+
+def _read_raw_output(folder: Path, src: RankSource, disc: Discovery) -> bool:
+    """A rank folder without ASCEND_PROFILER_OUTPUT whose one raw ``PROF_*`` folder was exported by msprof: read
+    that output for the rank (the CANN lanes, without torch_npu's Python ones)."""
+    found = []
+    for child in sorted(folder.iterdir()):
+        if child.is_dir() and not child.is_symlink():
+            found += [f for f in readers.find_ranks(child) or [] if f.files]
+    if len(found) != 1:
+        return False
+    src.files, src.device_id = dict(found[0].files), found[0].device_id
+    for path, note in found[0].notes:
+        disc.warn(None, _rel(path, disc.root), note)
+    disc.warn(None, _rel(folder, disc.root), f"no {OUTPUT_DIR} folder: read the msprof output of "
+              f"{_rel(found[0].folder, disc.root)} instead (no Python lanes: run torch_npu's offline analysis for "
+              "them)")
+    return True
 
 
 def _assign_ranks(sources: list[RankSource], disc: Discovery) -> list[RankSource]:

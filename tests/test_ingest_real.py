@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 from ingest.csvfiles import TABLES
-from ingest.pipeline import NoProfilingData, ingest_path
+from ingest.pipeline import ingest_path
 from tests.ingest_helpers import PYTORCH_TEXT, REAL, csv_rows, expected_trace
 
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_samples is not beside the checkout")
@@ -164,14 +164,6 @@ def test_gpu_kineto_traces_load_as_generic_traces(tmp_path):
         n_x = sum(1 for e in events if e.get("ph") == "X")
         assert con.execute("SELECT count(*) FROM slices WHERE rank = ?", [rank]).fetchone()[0] == n_x
     con.close()
-
-
-def test_raw_prof_folder_is_reported_not_crashed(tmp_path):
-    with pytest.raises(NoProfilingData) as err:
-        ingest_path(REAL / "mindinsight_msprof_2dev_2023", tmp_path / "x.duckdb")
-    assert "no profiling data" in str(err.value)
-    assert any("PROF_" in f and "not supported" in m for _, f, m in err.value.warnings)
-    assert not (tmp_path / "x.duckdb").exists()
 
 
 def test_no_two_overlapping_slices_share_a_row(level_db):

@@ -15,7 +15,7 @@ A file kind in ``TIMELINE_KINDS`` yields a timeline: the pipeline schedules it l
 writer waits for ``Job.on_nested``). A kind may stand for a group of files read as one (msprof writes a timeline
 in per-iteration or sliced files): its path is then their folder, ``parts`` lists the files and ``label`` names
 the group. The registry's order matters: the text export first (a rank with text-export files is read from those),
-then the db export and plain Chrome traces.
+then the db export, msprof output and plain Chrome traces.
 """
 
 from __future__ import annotations
@@ -96,9 +96,9 @@ class Reader(Protocol):
         """Stage one file; raises ValueError/OSError (with a plain message) when nothing of it is usable."""
 
 
-from . import chrome, dbexport, text  # noqa: E402  (the registry needs the protocol above)
+from . import chrome, dbexport, msprof, text  # noqa: E402  (the registry needs the protocol above)
 
-READERS: tuple[Reader, ...] = (text.READER, dbexport.READER, chrome.READER)
+READERS: tuple[Reader, ...] = (text.READER, dbexport.READER, msprof.READER, chrome.READER)
 KINDS: dict[str, Reader] = {kind: reader for reader in READERS for kind in reader.kinds}
 TIMELINE_KINDS: frozenset[str] = frozenset(k for reader in READERS for k in reader.timeline_kinds)
 TIMELINE_ONLY: frozenset[str] = frozenset(k for reader in READERS for k in reader.timeline_only)
