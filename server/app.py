@@ -50,6 +50,7 @@ API_MODULES = (
     "memory",
     "summary",
     "communication",
+    "advice",
     "systemview",
 )
 

@@ -30,6 +30,7 @@ VIEWS = (
     ("memory", "Memory"),
     ("summary", "Summary"),
     ("communication", "Communication"),
+    ("advice", "Advice"),
 )
 VIEW_NAMES = tuple(v for v, _ in VIEWS)
 PLOTLY_VIEWS = ("operator", "memory", "summary", "communication")  # their templates load /vendor/plotly.min.js
