@@ -24,6 +24,8 @@ from pathlib import Path
 
 import duckdb
 
+from server.deadlines import DEADLINES
+
 TRACKS_SQL = """
 SELECT track_id, rank, pid, tid, process_name, thread_name, kind, label, process_sort_index, thread_sort_index,
        sort_index, counter_name, slice_count, max_depth, max_dur_ns, min_ts_ns, max_end_ns, derived
@@ -181,9 +183,7 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
     answers serialised by ``FastJSONResponse`` without a Python list). Raises :class:`QueryTimeout`, or
     :class:`DamagedDatabase` when the file cannot be read.
     """
-    timer = threading.Timer(timeout_s, cur.interrupt)
-    timer.daemon = True
-    timer.start()
+    cancel = DEADLINES.call_later(timeout_s, cur.interrupt)
     try:
         cur.execute(sql, params if isinstance(params, dict) else list(params))
         if fetch == "one":
@@ -203,7 +203,7 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
             raise
         raise damaged from exc
     finally:
-        timer.cancel()
+        cancel()
 
 
 def _plain(array):
