@@ -16,6 +16,7 @@ from server.api.viewparams import (
     DEFAULT_LIMIT, FilterQ, LimitQ, OffsetQ, OrderQ, SortQ, csv_response, guard, origin_ns, page,
 )
 from server.queries import communication as cq
+from server.queries import sources
 
 router = APIRouter(prefix="/api/runs/{run_id}/communication", tags=["communication"])
 
@@ -29,8 +30,10 @@ CommTypeQ = Annotated[Literal["collective", "p2p"] | None, Query(description="co
 
 @router.get("")
 def communication_overview(db: RunDbDep, step: StepKeyQ = None, group: GroupQ = None, op: OpQ = None) -> dict:
-    """Steps, groups, op names and matrix keys to filter on; per-rank totals, slow ranks and slow links."""
+    """Steps, groups, op names and matrix keys to filter on; per-rank totals, slow ranks and slow links; for the
+    ranks without ops or matrix links, the file or table that would have fed them (``empty_sources``)."""
     out = cq.overview(db, step, group)
+    out["empty_sources"] = sources.explain(db, "communication")
     out["totals"] = cq.rank_totals(db, step, group, op)
     out["slow_links"] = cq.slow_links(db, step, group)
     return out

@@ -1,5 +1,6 @@
-"""``/api/runs/{id}/memory/…``: memory curves per component (down-sampled on the server above ``max_points``),
-reserved memory per CANN module, and the operator allocations (filter by name, window or instant; CSV twin).
+"""``/api/runs/{id}/memory/…``: memory curves per Group By (overall / stream / component; down-sampled on the server
+above ``max_points``), reserved memory per CANN module, and the operator allocations (filter by name, window or
+instant; CSV twin). The overview says, for a section without rows, which file or table would have fed it.
 
 Curve times are ``t_ns`` relative to ``origin_ns`` (a decimal string): the run's time zero, or for a run without a
 trace the earliest memory record. Query times (``start_ns``, ``end_ns``, ``at_ns``) are absolute epoch ns.
@@ -7,7 +8,7 @@ trace the earliest memory record. Query times (``start_ns``, ``end_ns``, ``at_ns
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
@@ -17,11 +18,15 @@ from server.api.viewparams import (
     pick_rank,
 )
 from server.queries import memory as mq
+from server.queries import sources
 
 router = APIRouter(prefix="/api/runs/{run_id}/memory", tags=["memory"])
 
 ORIGIN_SQL = "SELECT min(timestamp_ns) FROM memory_record"
 MaxPointsQ = Annotated[int, Query(ge=16, le=mq.MAX_MAX_POINTS, description="down-sample above this many points")]
+GroupQ = Annotated[Literal["overall", "stream", "component"],
+                   Query(description="overall (allocator totals), stream (operator allocations per stream) or "
+                                     "component (reserved per component and CANN module)")]
 
 
 def _rank(db, rank: int | None, field: str = "records") -> tuple[int | None, list[dict]]:
@@ -31,29 +36,38 @@ def _rank(db, rank: int | None, field: str = "records") -> tuple[int | None, lis
 
 @router.get("")
 def memory_overview(db: RunDbDep, rank: RankQ = None) -> dict:
-    """Ranks with memory data; for one rank its components, peaks, the peak allocation and load warnings."""
+    """Ranks with memory data; for one rank its components, peaks, the peak allocation and load warnings, which
+    Group By choices it has data for (``groups``), and for each section without rows the file or table that would
+    have fed it (``empty_sources``)."""
     rank, ranks = _rank(db, rank)
     if rank is None:
         rank, _ = _rank(db, None, "allocations")
     out = {"ranks": ranks, "rank": rank, "origin_ns": str(origin_ns(db, ORIGIN_SQL))}
     if rank is None:
-        return out | {"components": [], "peak_allocation": None, "warnings": [], "has_trace": False}
+        why = sources.explain(db, "memory")
+        unavailable = {"available": False, "reason": "no rank of this run has memory data"}
+        return out | {"components": [], "peak_allocation": None, "warnings": [], "has_trace": False,
+                      "empty_sources": why, "groups": {g: unavailable for g in mq.GROUPS}}
     return out | mq.overview(db, rank)
 
 
 @router.get("/curves")
 def memory_curves(db: RunDbDep, rank: RankQ = None, start_ns: AbsNsQ = None, end_ns: AbsNsQ = None,
-                  max_points: MaxPointsQ = mq.DEFAULT_MAX_POINTS) -> dict:
-    """Total Allocated / Reserved / Active per component over time; ``downsampled`` says when rows were
-    thinned (first, last, min and max per bucket are kept), ``source_points`` how many there were. Each series'
-    ``peak`` (its maximum and the earliest time it is reached) is exact either way. A client asks for about four
-    points per pixel of its chart."""
+                  max_points: MaxPointsQ = mq.DEFAULT_MAX_POINTS, group: GroupQ = "overall") -> dict:
+    """The series of one Group By over time, each with its legend ``name``: ``overall`` Total Allocated /
+    Reserved / Active per memory_record component; ``stream`` per stream the operator allocations (operator_memory)
+    not yet released (allocated) or returned to the allocator (active); ``component`` reserved per memory_record
+    component and CANN module. ``downsampled`` says when rows were thinned (first, last, min and max per bucket
+    are kept), ``source_points`` how many there were. Each series' ``peak`` (its maximum and the earliest time it
+    is reached) is exact either way. A client asks for about four points per pixel of its chart."""
     rank, _ = _rank(db, rank)
+    if rank is None and group != "overall":
+        rank, _ = _rank(db, None, "allocations" if group == "stream" else "modules")
     origin = origin_ns(db, ORIGIN_SQL)
     if rank is None:
-        return {"rank": None, "origin_ns": str(origin), "series": [], "source_points": 0, "points": 0,
-                "downsampled": False}
-    return guard(mq.curves, db, rank, origin, start_ns, end_ns, max_points)
+        return {"rank": None, "group": group, "origin_ns": str(origin), "series": [], "source_points": 0,
+                "points": 0, "downsampled": False}
+    return guard(mq.curves, db, rank, origin, start_ns, end_ns, max_points, group)
 
 
 @router.get("/modules")

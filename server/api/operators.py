@@ -13,7 +13,7 @@ from server.api import RunDbDep
 from server.api.viewparams import (
     DEFAULT_LIMIT, FilterQ, LimitQ, OffsetQ, OrderQ, RankQ, SortQ, StepQ, csv_response, guard, page, pick_rank,
 )
-from server.queries import links, operators as oq
+from server.queries import links, operators as oq, sources
 
 router = APIRouter(prefix="/api/runs/{run_id}/operators", tags=["operators"])
 
@@ -32,9 +32,12 @@ def _rank(db, rank: int | None, field: str = "kernels") -> tuple[int | None, lis
 @router.get("")
 def operators_overview(db: RunDbDep, rank: RankQ = None, group_by: GroupByQ = "type", kind: KindQ = "all",
                        step: StepQ = None, top_n: Annotated[int, Query(ge=1, le=100)] = 15) -> dict:
-    """Kernel totals of a rank, its accelerator-core split, the top-N groups and types (for the charts)."""
+    """Kernel totals of a rank, its accelerator-core split, the top-N groups and types (for the charts); for the
+    kernels and the torch ops, when the rank has none, the file or table that would have fed them
+    (``empty_sources``)."""
     rank, ranks = _rank(db, rank)
-    out = {"ranks": ranks, "rank": rank, "has_trace": rank in links.trace_ranks(db)}
+    out = {"ranks": ranks, "rank": rank, "has_trace": rank in links.trace_ranks(db),
+           "empty_sources": sources.explain(db, "operator", rank)}
     if rank is None:
         return out | {"kernel_count": 0, "total_ns": 0, "cores": [], "types": {"rows": [], "other_ns": 0},
                       "top": {"rows": [], "other_ns": 0, "keys": []}, "steps": []}

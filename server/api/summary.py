@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from server.api import RunDbDep
 from server.api.viewparams import RankQ, csv_response
 from server.queries import Csv, csv_text
+from server.queries import sources
 from server.queries import summary as sq
 from server.redact import source_label
 
@@ -25,8 +26,10 @@ CSV_COLUMNS = ("rank", "step", "source") + sq.CATEGORIES + ("e2e_ns", "computing
 @router.get("")
 def run_summary(db: RunDbDep, request: Request, source: SourceQ = "auto", rank: RankQ = None) -> dict:
     """Base info, breakdown rows per (rank, step) with ratios, findings, top operators of ``rank`` (default: the
-    first rank with kernels), per-rank accelerator-core split, rank metadata and parallel groups."""
+    first rank with kernels), per-rank accelerator-core split, rank metadata and parallel groups; ``empty_sources``
+    names, per rank without a breakdown or kernels, the file or table that would have fed them."""
     result = sq.summary(db, source, rank)
+    result["empty_sources"] = _sources(db, source, result["top_operators"]["rank"])
     # an upload's database names the server folder it was extracted to (since removed): show the file name
     result["base"]["source_path"] = source_label(request, db.run, result["base"]["source_path"])
     return result
@@ -38,3 +41,13 @@ def run_summary_csv(db: RunDbDep, source: SourceQ = "auto"):
     rows = sq.breakdown(db, source)
     result: Csv = csv_text(CSV_COLUMNS, ([r.get(c) for c in CSV_COLUMNS] for r in rows))
     return csv_response(result, f"{db.run.id}_step_breakdown.csv")
+
+
+BREAKDOWN_SECTIONS = {"auto": "breakdown", "step_trace": "breakdown_step_trace", "overlap": "breakdown_overlap"}
+
+
+def _sources(db, source: str, top_rank: int | None) -> dict:
+    section = BREAKDOWN_SECTIONS[source]
+    breakdown = sources.explain(db, "summary", sections=(section,))[section]
+    top = sources.explain(db, "summary", top_rank, sections=("top_operators",))["top_operators"]
+    return {"breakdown": breakdown, "top_operators": top}

@@ -8,6 +8,12 @@ any one may be kept: the drawn step line is the same. (Deterministic tie-breakin
 is reached (memory often plateaus at its peak), and that row is always kept. The naive equivalent is the plain
 ``SELECT … FROM memory_record WHERE rank = ? ORDER BY timestamp_ns``; a test checks the two agree on every kept row
 and on the extremes. Times in curves are ``t_ns`` relative to the ``origin_ns`` the caller passes (the run's).
+
+The curves come in three Group By choices, like MindStudio Insight's: ``overall`` (memory_record's allocator totals
+per component), ``stream`` (per stream, the blocks of operator_memory allocated and not yet released: the totals of
+memory_record are the whole allocator's whatever the stream) and ``component`` (what each component and CANN module
+reserves). Each is a *source* query of the same row shape, down-sampled by the same M4 SQL. The overview says which
+choices have data for a rank, and when one has none, which file or table would have fed it (``empty_sources``).
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from __future__ import annotations
 from server.queries import (
     MAX_CSV_ROWS, Page, QueryError, Where, col_or_null, csv_text, ns_str, order_by, paged, table_columns,
 )
-from server.queries import links
+from server.queries import links, sources
 
 DEFAULT_MAX_POINTS = 4_000
 MAX_MAX_POINTS = 50_000
 POINTS_PER_BUCKET = 4  # first / last / min / max: the usual count; coinciding rows make it smaller
 MAX_MODULE_SERIES = 24
 MEASURES = ("allocated", "reserved", "active")
+MEASURE_LABELS = {"allocated": "Allocated", "reserved": "Reserved", "active": "Active"}
 CURVE_METHOD = "m4: first, last, min and max per bucket and component, and each series' earliest peak"
 COMPONENT_ORDER = ("PTA+GE", "PTA", "GE", "APP", "WORKSPACE")
 
@@ -55,12 +62,12 @@ SELECT arg_max(src_row, allocation_total_allocated_mb), max(allocation_total_all
 FROM operator_memory WHERE rank = ?
 """
 
-# A bucket is ((ts - lo) * buckets) // span, in HUGEINT so that long runs cannot overflow.
-CURVE_SQL = """
+# The M4 pick over the rows ``(component, src_row, ts, allocated, reserved, active)`` of a group's {source}; its
+# parameters are the source's, then lo, hi (the window), lo, buckets, span. A bucket is ((ts - lo) * buckets) // span,
+# in HUGEINT so that long runs cannot overflow.
+M4_SQL = """
 WITH r AS (
-  SELECT component, src_row, timestamp_ns AS ts, total_allocated_mb AS allocated, total_reserved_mb AS reserved,
-         {active} AS active
-  FROM memory_record WHERE rank = ? AND timestamp_ns BETWEEN ? AND ?
+  SELECT * FROM ({source}) WHERE ts BETWEEN ? AND ?
 ), b AS (
   SELECT *, CAST(((ts - ?)::HUGEINT * ?) // ? AS BIGINT) AS bucket FROM r
 ), pick AS (
@@ -83,15 +90,60 @@ SELECT r.component, r.ts, r.allocated, r.reserved, r.active
 FROM r JOIN kept USING (component, src_row)
 ORDER BY r.component, r.ts, r.src_row
 """
-CURVE_ALL_SQL = """
-SELECT component, timestamp_ns AS ts, total_allocated_mb AS allocated, total_reserved_mb AS reserved,
-       {active} AS active
-FROM memory_record WHERE rank = ? AND timestamp_ns BETWEEN ? AND ?
-ORDER BY component, timestamp_ns, src_row
+ALL_SQL = """
+SELECT component, ts, allocated, reserved, active FROM ({source}) WHERE ts BETWEEN ? AND ?
+ORDER BY component, ts, src_row
 """
-CURVE_COUNT_SQL = "SELECT count(*), min(timestamp_ns), max(timestamp_ns) FROM memory_record WHERE rank = ?"
-COMPONENT_COUNT_SQL = "SELECT count(DISTINCT component) FROM memory_record WHERE rank = ?"
-CURVE_RANGE_COUNT_SQL = "SELECT count(*) FROM memory_record WHERE rank = ? AND timestamp_ns BETWEEN ? AND ?"
+SOURCE_COUNT_SQL = "SELECT count(*), min(ts), max(ts), count(DISTINCT component) FROM ({source})"
+SOURCE_RANGE_COUNT_SQL = "SELECT count(*) FROM ({source}) WHERE ts BETWEEN ? AND ?"
+
+# Group sources. Overall: the allocator totals as memory_record has them, per component.
+OVERALL_SOURCE = """
+SELECT component, src_row, timestamp_ns AS ts, total_allocated_mb AS allocated, total_reserved_mb AS reserved,
+       {active} AS active
+FROM memory_record WHERE rank = ?"""
+# Stream: memory_record's totals are the whole allocator's, whatever stream an event was on, so a stream's own
+# memory comes from operator_memory: per stream, the size of the blocks allocated and not yet released (allocated)
+# and not yet returned to the caching allocator (active), stepping at each allocation and release. Blocks
+# allocated before profiling started are not in the file. Rows without a stream (GE's) form their own group, with
+# no active measure (FORMATS.md 4.5: GE has no active/stream). One row per (stream, time): equal times net out.
+STREAM_SOURCE = """
+SELECT component, row_number() OVER w AS src_row, ts, sum(d_alloc) OVER w / 1024 AS allocated,
+       NULL::DOUBLE AS reserved, sum(d_active) OVER w / 1024 AS active
+FROM (
+  SELECT component, ts, sum(d_alloc) AS d_alloc, sum(d_active) AS d_active FROM (
+    SELECT coalesce({stream}, '') AS component, allocation_time_ns AS ts, size_kb AS d_alloc,
+           CASE WHEN {stream} IS NOT NULL AND {has_active} THEN size_kb END AS d_active
+    FROM operator_memory WHERE rank = ? AND allocation_time_ns IS NOT NULL
+    UNION ALL
+    SELECT coalesce({stream}, ''), release_time_ns, -size_kb, NULL
+    FROM operator_memory WHERE rank = ? AND allocation_time_ns IS NOT NULL AND release_time_ns IS NOT NULL
+    UNION ALL
+    SELECT {stream}, {active_release}, NULL, -size_kb
+    FROM operator_memory
+    WHERE rank = ? AND allocation_time_ns IS NOT NULL AND {stream} IS NOT NULL AND {active_release} IS NOT NULL
+  ) GROUP BY component, ts
+)
+WINDOW w AS (PARTITION BY component ORDER BY ts ROWS UNBOUNDED PRECEDING)"""
+# Component: what each component holds from the device (reserved): memory_record's components but PTA+GE (their
+# sum, shown in Overall) and the CANN modules of npu_module_mem that reserve anything (the largest ones).
+COMPONENT_SOURCE = """
+SELECT 'memory_record:' || coalesce(component, '') AS component, src_row, timestamp_ns AS ts,
+       NULL::DOUBLE AS allocated, total_reserved_mb AS reserved, NULL::DOUBLE AS active
+FROM memory_record WHERE rank = ? AND component IS DISTINCT FROM 'PTA+GE'
+UNION ALL
+SELECT 'npu_module_mem:' || component, src_row, timestamp_ns, NULL::DOUBLE, total_reserved_mb, NULL::DOUBLE
+FROM npu_module_mem WHERE rank = ? AND component IN (
+  SELECT component FROM npu_module_mem WHERE rank = ? GROUP BY component HAVING max(total_reserved_mb) > 0
+  ORDER BY max(total_reserved_mb) DESC, component LIMIT {max_modules})"""
+CURVE_SQL = M4_SQL.replace("{source}", OVERALL_SOURCE)
+CURVE_ALL_SQL = ALL_SQL.replace("{source}", OVERALL_SOURCE)
+GROUPS = ("overall", "stream", "component")
+STREAMS_SQL = """
+SELECT {stream} AS stream_ptr, count(*) AS allocations FROM operator_memory WHERE rank = ?
+GROUP BY ALL ORDER BY stream_ptr NULLS LAST LIMIT ?
+"""
+MAX_STREAMS = 64
 
 MODULE_SERIES_SQL = """
 SELECT component, max(total_reserved_mb) AS peak_mb, count(*) AS points
@@ -159,36 +211,78 @@ def overview(db, rank: int) -> dict:
     peak = None if src_row is None else {"src_row": int(src_row), "allocation_total_allocated_mb": peak_mb,
                                          "allocation_time_ns": ns_str(peak_ns), "name": peak_name}
     warnings = [{"file": f, "message": m} for f, m in db.rows(MEMORY_WARNINGS_SQL, [rank])]
+    why = sources.explain(db, "memory", rank)
     return {"rank": rank, "components": comps, "peak_allocation": peak, "warnings": warnings,
-            "has_trace": rank in links.trace_ranks(db)}
+            "has_trace": rank in links.trace_ranks(db), "empty_sources": why, "groups": groups(db, rank, comps, why)}
+
+
+def groups(db, rank: int, comps: list[dict], why: dict) -> dict:
+    """Which Group By choices have data for the rank, and why not (naming the file or table) when one has none."""
+    def reason(section: str) -> str | None:
+        listed = why[section]["ranks"]
+        return listed[0]["message"] if listed else None
+
+    streams: list[dict] = []
+    stream_reason = reason("allocations")
+    if stream_reason is None:
+        if "stream_ptr" in table_columns(db, "operator_memory"):
+            streams = db.dicts(STREAMS_SQL.format(stream="stream_ptr"), [rank, MAX_STREAMS + 1])
+        if not any(s["stream_ptr"] is not None for s in streams):
+            stream_reason = f"rank {rank}'s operator allocations have no Stream Ptr values"
+    modules_reason = reason("modules")
+    return {
+        "overall": {"available": bool(comps), "reason": reason("records")},
+        "stream": {"available": stream_reason is None, "reason": stream_reason,
+                   "streams": streams[:MAX_STREAMS], "streams_truncated": len(streams) > MAX_STREAMS},
+        "component": {"available": bool(comps) or modules_reason is None,
+                      "reason": None if comps or modules_reason is None
+                      else f"{reason('records')}; {modules_reason}"},
+    }
 
 
 def _buckets(max_points: int) -> int:
     return max(1, int(max_points) // POINTS_PER_BUCKET)
 
 
+def _source(db, group: str) -> tuple[str, int]:
+    """The SQL of a group's rows and how many times it binds the rank."""
+    if group == "overall":
+        return OVERALL_SOURCE.format(active=_active(db)), 1
+    if group == "stream":
+        cols = table_columns(db, "operator_memory")
+        has_active = "active_release_time_ns" in cols
+        return STREAM_SOURCE.format(stream="stream_ptr" if "stream_ptr" in cols else "NULL::VARCHAR",
+                                    has_active="TRUE" if has_active else "FALSE",
+                                    active_release="active_release_time_ns" if has_active else "NULL::BIGINT"), 3
+    if group == "component":
+        return COMPONENT_SOURCE.format(max_modules=MAX_MODULE_SERIES), 3
+    raise QueryError("bad_group", f"group must be one of: {', '.join(GROUPS)}")
+
+
 def curves(db, rank: int, origin_ns: int, start_ns: int | None = None, end_ns: int | None = None,
-           max_points: int = DEFAULT_MAX_POINTS) -> dict:
-    """Allocated / reserved / active per component over time, down-sampled above ``max_points`` rows."""
+           max_points: int = DEFAULT_MAX_POINTS, group: str = "overall") -> dict:
+    """The series of a Group By over time, down-sampled above ``max_points`` rows: ``overall`` allocated /
+    reserved / active per memory_record component; ``stream`` allocated / active per stream from the operator
+    allocations; ``component`` reserved per component and per CANN module."""
     max_points = max(16, min(int(max_points), MAX_MAX_POINTS))
-    total, lo_all, hi_all = db.rows(CURVE_COUNT_SQL, [rank])[0]
+    source, binds = _source(db, group)
+    total, lo_all, hi_all, n_comp = db.rows(SOURCE_COUNT_SQL.format(source=source), [rank] * binds)[0]
+    empty = {"rank": rank, "group": group, "origin_ns": ns_str(origin_ns), "series": [], "source_points": 0,
+             "points": 0, "downsampled": False}
     if not total:
-        return {"rank": rank, "origin_ns": ns_str(origin_ns), "series": [], "source_points": 0, "points": 0,
-                "downsampled": False}
+        return empty
     lo = int(start_ns) if start_ns is not None else int(lo_all)
     hi = int(end_ns) if end_ns is not None else int(hi_all)
     if hi < lo:
         raise QueryError("bad_range", "end_ns is before start_ns")
-    active = _active(db)
-    in_range = int(db.rows(CURVE_RANGE_COUNT_SQL, [rank, lo, hi])[0][0])
+    in_range = int(db.rows(SOURCE_RANGE_COUNT_SQL.format(source=source), [rank] * binds + [lo, hi])[0][0])
     downsampled = in_range > max_points
     if downsampled:
         # the budget is shared by the components: each gets max_points / components points (about)
-        n_comp = int(db.rows(COMPONENT_COUNT_SQL, [rank])[0][0]) or 1
-        rows = db.rows(CURVE_SQL.format(active=active),
-                       [rank, lo, hi, lo, _buckets(max_points // n_comp), hi - lo + 1])
+        buckets = _buckets(max_points // (int(n_comp) or 1))
+        rows = db.rows(M4_SQL.replace("{source}", source), [rank] * binds + [lo, hi, lo, buckets, hi - lo + 1])
     else:
-        rows = db.rows(CURVE_ALL_SQL.format(active=active), [rank, lo, hi])
+        rows = db.rows(ALL_SQL.replace("{source}", source), [rank] * binds + [lo, hi])
     by_comp: dict[str, dict[str, list]] = {}
     for comp, ts, a, r, act in rows:
         s = by_comp.setdefault(comp, {"t_ns": [], "allocated": [], "reserved": [], "active": []})
@@ -197,15 +291,45 @@ def curves(db, rank: int, origin_ns: int, start_ns: int | None = None, end_ns: i
         s["reserved"].append(r)
         s["active"].append(act)
     series = []
-    for comp in sorted(by_comp, key=lambda c: (COMPONENT_ORDER.index(c) if c in COMPONENT_ORDER else 99, c)):
-        s = by_comp[comp]
+    for key in sorted(by_comp, key=lambda k: _series_order(group, k, by_comp[k])):
+        s = by_comp[key]
         for m in MEASURES:
             if any(v is not None for v in s[m]):
-                series.append({"component": comp, "measure": m, "t_ns": s["t_ns"], "mb": s[m],
+                series.append({**_series_label(group, key, m), "measure": m, "t_ns": s["t_ns"], "mb": s[m],
                                "peak": _peak(s["t_ns"], s[m])})
-    return {"rank": rank, "origin_ns": ns_str(origin_ns), "start_ns": ns_str(lo), "end_ns": ns_str(hi),
-            "series": series, "source_points": in_range, "points": len(rows), "downsampled": downsampled,
-            "method": CURVE_METHOD if downsampled else None}
+    return empty | {"start_ns": ns_str(lo), "end_ns": ns_str(hi), "series": series, "source_points": in_range,
+                    "points": len(rows), "downsampled": downsampled,
+                    "method": CURVE_METHOD if downsampled else None}
+
+
+def _series_order(group: str, key: str, s: dict) -> tuple:
+    if group == "stream":
+        return (key == "", key)  # the rows without a stream last
+    if group == "component":
+        source, comp = key.split(":", 1)
+        if source == "memory_record":
+            return (0, _component_rank(comp), 0.0, comp)
+        return (1, 0, -max((v for v in s["reserved"] if v is not None), default=0.0), comp)  # largest modules first
+    return (_component_rank(key), 0.0, key)
+
+
+def _component_rank(comp: str) -> int:
+    return COMPONENT_ORDER.index(comp) if comp in COMPONENT_ORDER else len(COMPONENT_ORDER)
+
+
+def _series_label(group: str, key: str, measure: str) -> dict:
+    """``source`` (the table), ``component`` (its component, module or stream; null for rows without a stream)
+    and the legend ``name``."""
+    label = MEASURE_LABELS[measure]
+    if group == "stream":
+        stream = key or None
+        return {"source": "operator_memory", "component": stream,
+                "name": f"Stream {stream} {label}" if stream else f"No stream {label}"}
+    if group == "component":
+        source, comp = key.split(":", 1)
+        suffix = " (module)" if source == "npu_module_mem" else ""
+        return {"source": source, "component": comp, "name": f"{comp}{suffix} {label}"}
+    return {"source": "memory_record", "component": key, "name": f"{key} {label}"}
 
 
 def _peak(t_ns: list[int], mb: list) -> dict | None:

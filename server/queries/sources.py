@@ -119,6 +119,7 @@ def _name(path: str) -> str:
 
 
 def _clip(text: str) -> str:
+    text = text.removeprefix("not loaded: ")  # the message already says it was not loaded
     return text if len(text) <= MAX_WARNING_CHARS else text[: MAX_WARNING_CHARS - 1] + "…"
 
 
