@@ -111,7 +111,7 @@ def test_instances_are_the_slices_they_name(client, advice_runs, name, rank):
     assert seen
 
 
-# ---- host-bound steps and exposed communication: step_trace_time.csv ---------------------------------------------------
+# ---- host-bound steps and exposed communication: step_trace_time.csv -----------------------------------------------
 def step_trace(rank: int) -> list[tuple[int, dict]]:
     path = LEVEL1 / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
     with open(path, newline="") as fh:
@@ -146,7 +146,8 @@ def test_step_findings_equal_step_trace_time_csv(client, advice_runs, rank):
                                     [rank, step]).fetchone()
                 want = db.execute(
                     "SELECT s.slice_id FROM slices s JOIN tracks t USING (track_id) WHERE s.rank = ? AND "
-                    "t.kind = 'overlap' AND s.name = ? AND s.ts_ns >= ? AND s.ts_ns < ?", [rank, lane, lo, hi]).fetchall()
+                    "t.kind = 'overlap' AND s.name = ? AND s.ts_ns >= ? AND s.ts_ns < ?",
+                    [rank, lane, lo, hi]).fetchall()
                 assert not f["instances_truncated"]
                 assert sorted(i["slice_id"] for i in f["instances"]) == sorted(r[0] for r in want)
                 assert sum(i["dur_ns"] for i in f["instances"]) == part
@@ -193,7 +194,8 @@ def test_slow_link_equals_communication_matrix_json(client, advice_runs):
 
     source = advice_runs["crafted"][2]
     size = time_ms = 0.0
-    matrix = json.loads((source / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json").read_text())
+    matrix_path = source / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json"
+    matrix = json.loads(matrix_path.read_text())
     for step in matrix.values():
         for key, cells in step["collective"].items():
             if "-total@" in key and "1-0" in cells:
@@ -363,7 +365,8 @@ def plain_gaps(db, rank: int) -> dict[int, tuple]:
         for kind, track, a, b in host:
             if a < ts + dur and b > ts:
                 cover[(kind, track)] += min(ts + dur, b) - max(ts, a)
-        best = {k: max([v for (kk, _), v in cover.items() if kk == k], default=0) for k in ("sync", "device_wait", "cann")}
+        best = {k: max([v for (kind, _), v in cover.items() if kind == k], default=0)
+                for k in ("sync", "device_wait", "cann")}
         if best["sync"] > 0 or 2 * best["device_wait"] >= dur:
             cause = "waiting"
         elif not has_cann:

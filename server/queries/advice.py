@@ -1,13 +1,13 @@
 """Expert advice: findings over one rank of a run (plus the cross-rank ones), each with the numbers it rests on and
 the slices that show it on the timeline.
 
-Contract: :func:`advice` takes a runner (see ``server.queries``), the run id, a rank and the run's time origin, and
-returns ``{"rank", "ranks", "categories", "findings", "truncated", …}``. A finding is ``{id, category, severity
-(critical | warning | info), title, text (one paragraph, with its numbers), rank, step, metrics (the numbers),
-source (where they come from: table, src_row, lane), instances, instance_count, instances_truncated}``; an
-instance is ``{slice_id, rank, name, ts_ns (epoch ns, string), dur_ns, timeline_url, detail, …}``, its name and
-times those of the slice (``slice_id`` is null on a rank without a trace). Lists are capped: at most
-:data:`MAX_FINDINGS` findings and :data:`MAX_INSTANCES` instances each, with flags saying so.
+Contract: :func:`advice` takes a runner (see ``server.queries``), the run id and a rank, and returns ``{"rank",
+"ranks", "categories", "findings", "truncated", …}``. A finding is ``{id, category, severity (critical | warning
+| info), title, text (one paragraph, with its numbers), rank, step, metrics (the numbers), source (where they
+come from: table, src_row, lane), instances, instance_count, instances_truncated}``; an instance is ``{slice_id,
+rank, name, ts_ns (epoch ns, string), dur_ns, timeline_url, detail, …}``, its name and times those of the slice
+(``slice_id`` is null on a rank without a trace). Lists are capped: at most :data:`MAX_FINDINGS` findings and
+:data:`MAX_INSTANCES` instances each, with flags saying so.
 
 The checks (thresholds are the constants below):
 
@@ -26,8 +26,8 @@ The checks (thresholds are the constants below):
   ``trans_TransData``, ``Filter6_MemSet`` is ``Filter_MemSet``): candidates for one fused kernel.
 * **dispatch** — every Free gap of :data:`MIN_GAP_NS` or more, attributed by what the host was doing meanwhile:
   *waiting* (a host synchronize call overlaps it, or device wait tasks cover half of it), else *launch* (one CANN
-  thread is inside API calls for half of it: the launch itself is slow), else *queue* (CANN is idle: the task
-  queue had nothing to launch, the framework side was slow to enqueue). A rank without a CANN lane cannot tell
+  thread is inside API calls for half of it: the launch itself is slow), else *queue* (CANN is idle most of it: the
+  task queue had nothing to launch, the framework side was slow to enqueue). A rank without a CANN lane cannot tell
   launch from queue: its other gaps are *unattributed*.
 """
 
@@ -428,8 +428,10 @@ class Advisor:
             share = ratio(t["total_ns"], free_ns) or 0
             severity = "warning" if e2e and t["total_ns"] > GAP_WARNING_SHARE * e2e else "info"
             self.add("dispatch", cause, severity,
-                     f"Rank {self.rank}: {_count(t['count'], 'gap')}, {_ms(t['total_ns'])} — {GAP_CAUSE_TITLES[cause]}",
-                     f"Rank {self.rank}: {_count(t['count'], 'device gap')} of {_us(MIN_GAP_NS)} or more, {_ms(t['total_ns'])} "
+                     f"Rank {self.rank}: {_count(t['count'], 'gap')}, {_ms(t['total_ns'])} — "
+                     f"{GAP_CAUSE_TITLES[cause]}",
+                     f"Rank {self.rank}: {_count(t['count'], 'device gap')} of {_us(MIN_GAP_NS)} or more, "
+                     f"{_ms(t['total_ns'])} "
                      f"in all ({_pct(share)} of the rank's {_ms(free_ns)} of Free time), {GAP_CAUSE_WORDS[cause]}. "
                      f"{GAP_CAUSE_ADVICE[cause]}",
                      rank=self.rank, source={"table": "slices", "lane": "Overlap Analysis / Free",
@@ -456,8 +458,8 @@ class Advisor:
         self.add("aicpu", "all", "warning" if share >= AICPU_WARNING_SHARE else "info",
                  f"Rank {self.rank}: {_count(n, 'AI_CPU kernel')}, {_ms(total)}",
                  f"Rank {self.rank}: {_count(n, 'kernel')} ran on the AI CPU for {_ms(total)}, {_pct(share)} of the "
-                 f"{_ms(compute)} of computing kernels; the largest: {top}. AI CPU kernels are much slower than AI Core "
-                 "ones and break the pipeline: change the dtype or shape that sends the op to the AI CPU (often "
+                 f"{_ms(compute)} of computing kernels; the largest: {top}. AI CPU kernels are much slower than AI "
+                 "Core ones and break the pipeline: change the dtype or shape that sends the op to the AI CPU (often "
                  "int64 or dynamic shapes), or use an equivalent op that has an AI Core kernel.",
                  rank=self.rank, source={"table": "kernels", "file": "kernel_details.csv",
                                          "where": "Accelerator Core = AI_CPU"},
@@ -496,9 +498,9 @@ class Advisor:
             self.add("affinity_api", rid, "info",
                      f"Rank {self.rank}: {len(found):,}× {what} → {repl}",
                      f"Rank {self.rank}: {len(found):,} times the torch ops {pattern} run one after another "
-                     f"(top-level ops of one thread), {_ms(host_ns)} of host time from the first op's start to the last "
-                     f"op's end. Together they compute {what}; {repl} does it in one fused call: fewer launches and "
-                     "fewer round trips through device memory." + (
+                     f"(top-level ops of one thread), {_ms(host_ns)} of host time from the first op's start to the "
+                     f"last op's end. Together they compute {what}; {repl} does it in one fused call: fewer "
+                     "launches and fewer round trips through device memory." + (
                          " (Only the first candidates were searched.)" if truncated else ""),
                      rank=self.rank, source={"table": "slices", "lane": "Python", "rule": rid},
                      instances=inst, metrics={"count": len(found), "host_span_ns": host_ns, "rule": rid,
@@ -517,7 +519,8 @@ class Advisor:
                                   busy_ns=int(b), kernels=int(n), detail=f"{n} kernels, {_us(b)} busy in {_us(sp)}")
                     for fid, s, sp, b in zip(first_ids, starts, spans, busy_each)]
             self.add("fusible", _digest(names, n), "info",
-                     f"Rank {self.rank}: {occ:,}× a run of {n} small kernels ({names[0]} …)",
+                     f"Rank {self.rank}: {occ:,}× " + " → ".join(_short(x) for x in names[:4])
+                     + (" → …" if n > 4 else "") + f" ({n} small kernels)",
                      f"Rank {self.rank}: the same {n} kernels ({label}), each under {_us(SMALL_KERNEL_NS)}, run back "
                      f"to back on one stream {occ:,} times: {_ms(busy)} of kernel time spread over {_ms(span)}. Each "
                      "launch costs host time and leaves a gap on the device; one fused kernel (a fused torch_npu "
@@ -631,8 +634,8 @@ GAP_CAUSE_ADVICE = {
               "compilation such as aclopCompileAndExecute, workspace queries, memory copies) and keep ops on "
               "pre-compiled aclnn kernels with static shapes.",
     "queue": "CANN had nothing to launch: the framework side (Python, torch op dispatch, data loading) did not enqueue "
-             "work fast enough. Reduce Python overhead per op, enable the second-level task queue (TASK_QUEUE_ENABLE=2), "
-             "bind CPU cores (CPU_AFFINITY_CONF=1).",
+             "work fast enough. Reduce Python overhead per op, enable the second-level task queue "
+             "(TASK_QUEUE_ENABLE=2), bind CPU cores (CPU_AFFINITY_CONF=1).",
     "waiting": "The host blocked on the device (a synchronize call: .item(), .cpu(), printing a tensor) or the "
                "stream waited on an event, so nothing was queued ahead: remove synchronizations from the step or "
                "move them to its end.",
@@ -651,6 +654,11 @@ def _gap_detail(cause: str, host_name: str | None, cann_ns, dur_ns) -> str:
     if cause == "queue":
         return busy + (f" (in {host_name})" if host_name else "")
     return "no CANN lane"
+
+
+def _short(kernel: str) -> str:
+    """A kernel's op type, for titles: the last part of its name (``aclnnMuls_MulAiCore_Mul`` is ``Mul``)."""
+    return kernel.rsplit("_", 1)[-1] or kernel
 
 
 def _digest(names: list[str], n: int) -> str:

@@ -56,7 +56,8 @@ function renderCategories() {
   const nav = clear($("#adv-cats"));
   nav.append(el("div", { class: "adv-cats-head" }, "Expert Analysis"));
   for (const c of data.categories) {
-    const worst = findingsOf(c.id).reduce((w, f) => (w === null || rankOf(f.severity) < rankOf(w) ? f.severity : w), null);
+    const worst = findingsOf(c.id)
+      .reduce((w, f) => (w === null || rankOf(f.severity) < rankOf(w) ? f.severity : w), null);
     const item = el("button", {
       class: `adv-cat${c.id === state.category ? " active" : ""}${c.count ? "" : " empty"}`, type: "button",
       title: c.description, dataset: { category: c.id },
@@ -149,8 +150,9 @@ function buildTables() {
       const note = $("#adv-instances-note");
       if (note) note.remove();
       if (f && f.instances_truncated) {
+        const shown = f.instances.length.toLocaleString("en-US");
         $("#adv-instances").append(el("div", { class: "v-note", id: "adv-instances-note" },
-          `The first ${f.instances.length.toLocaleString("en-US")} of ${f.instance_count.toLocaleString("en-US")} instances, largest first.`));
+          `The first ${shown} of ${f.instance_count.toLocaleString("en-US")} instances, largest first.`));
       }
     },
     columns: [
