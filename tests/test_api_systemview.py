@@ -197,7 +197,8 @@ def test_api_summaries_with_self_time(client, run1, src, page, kind, ranged):
     got = {r["key"]: {k: r[k] for k in ("count", "total_ns", "min_ns", "max_ns", "self_ns")} for r in rows}
     assert got == want
     assert body["total"] == len(want) and body["self"] is True
-    assert body["totals"] == {"count": len(lane), "total_ns": sum(r["d"] for r in lane)}
+    assert body["totals"] == {"count": len(lane), "total_ns": sum(r["d"] for r in lane),
+                              "self_ns": sum(v["self_ns"] for v in want.values())}
     totals = [r["total_ns"] for r in rows]
     assert totals == sorted(totals, reverse=True)
     if page == "python":  # nesting is real here: self time is well below wall time

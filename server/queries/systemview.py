@@ -94,7 +94,7 @@ g AS (
 )
 SELECT key, count, CAST(total_ns AS BIGINT) AS total_ns, avg_ns, min_ns, max_ns, CAST(self_ns AS BIGINT) AS self_ns,
        task_types, count(*) OVER () AS rows, CAST(sum(count) OVER () AS BIGINT) AS all_count,
-       CAST(sum(total_ns) OVER () AS BIGINT) AS all_total_ns
+       CAST(sum(total_ns) OVER () AS BIGINT) AS all_total_ns, CAST(sum(self_ns) OVER () AS BIGINT) AS all_self_ns
 FROM g WHERE $q = '' OR contains(lower(key), $q)
 ORDER BY {order}, key
 LIMIT $limit OFFSET $offset
@@ -210,6 +210,8 @@ def grouped(db, page: str, rank: int, scope: Scope, group_by: str | None, q: str
     head = rows[0] if rows else next(iter(db.dicts(sql, params | {"limit": 1, "offset": 0})), None)
     total = int(head["rows"]) if head else 0
     totals = {"count": int(head["all_count"]) if head else 0, "total_ns": int(head["all_total_ns"]) if head else 0}
+    if page in SELF_PAGES:
+        totals["self_ns"] = int(head["all_self_ns"]) if head else 0
     out_rows = []
     for r in rows:
         item = {"key": r["key"], "name": r["key"], "count": int(r["count"]), "total_ns": int(r["total_ns"]),

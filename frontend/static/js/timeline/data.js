@@ -4,6 +4,9 @@
 // ensure() is called on every draw: tracks whose cached entry serves the view cost nothing; the others are batched
 // into one request (several track_id values). Requests for a key the view has left are aborted. Until fresh data
 // arrives, the newest entry that overlaps the view is drawn (no flicker while zooming).
+//
+// A rank drawn with a time offset (offsets.js) is fetched for the view shifted back by it, and its entries hold
+// drawn times (raw + offset); an entry made under another offset is never drawn.
 
 import { apiGet, isAbort } from "../common/api.js";
 import { colorFor } from "../common/colors.js";
@@ -13,11 +16,12 @@ const MAX_ENTRIES_PER_TRACK = 4;
 const MAX_TRACKS_PER_REQUEST = 4;  // small requests answer fast and load in parallel
 
 export class DataStore {
-  constructor(runId, originBig, onData, onStatus) {
+  constructor(runId, originBig, onData, onStatus, offsetOf = () => 0) {
     this.base = `/api/runs/${encodeURIComponent(runId)}/timeline`;
     this.origin = originBig;
     this.onData = onData;
     this.onStatus = onStatus || (() => {});
+    this.offsetOf = offsetOf;  // track_id → its rank's offset (ns)
     this.slices = new Map();    // track_id → [entry]
     this.counters = new Map();  // track_id → [entry]
     this.inflight = new Map();  // "kind|key" → {controller, tracks:Set}
@@ -32,24 +36,40 @@ export class DataStore {
 
   /** The entry to draw for a slice track now (may be stale), or null. */
   sliceEntry(trackId, view) {
-    return pick(this.slices.get(trackId), view);
+    return pick(this.slices.get(trackId), view, this.offsetOf(trackId));
   }
 
   counterEntry(trackId, view) {
-    return pick(this.counters.get(trackId), view);
+    return pick(this.counters.get(trackId), view, this.offsetOf(trackId));
   }
 
   /** Make sure the visible tracks have data for the view; returns the number of requests in flight. */
   ensure(view, widthPx, sliceTracks, counterTracks) {
-    const q = quantize(view.start, view.end, widthPx);
+    const groups = new Map();  // offset → {slices, counters}
+    const group = (off) => {
+      if (!groups.has(off)) groups.set(off, { slices: [], counters: [] });
+      return groups.get(off);
+    };
+    for (const id of sliceTracks) group(this.offsetOf(id)).slices.push(id);
+    for (const id of counterTracks) group(this.offsetOf(id)).counters.push(id);
+    const wanted = new Map();
+    for (const [off, g] of groups) {
+      const raw = { start: view.start - off, end: view.end - off };
+      const q = quantize(raw.start, raw.end, widthPx);
+      q.off = off;
+      q.key = `${off}@${q.key}`;
+      wanted.set(q.key, [q, raw, g]);
+    }
     for (const [k, req] of this.inflight) {
-      if (req.qkey !== q.key) {
+      if (!wanted.has(req.qkey)) {
         req.controller.abort();
         this.inflight.delete(k);
       }
     }
-    this._request("slices", q, view, sliceTracks, this.slices);
-    this._request("counters", q, view, counterTracks, this.counters);
+    for (const [q, raw, g] of wanted.values()) {
+      this._request("slices", q, raw, g.slices, this.slices);
+      this._request("counters", q, raw, g.counters, this.counters);
+    }
     this.onStatus(this.pendingCount());
     return this.inflight.size;
   }
@@ -63,7 +83,7 @@ export class DataStore {
     for (const req of this.inflight.values()) {
       if (req.kind === kind && req.qkey === q.key) for (const id of req.tracks) pending.add(id);
     }
-    const missing = trackIds.filter((id) => !pending.has(id) && !serves(store.get(id), q, view));
+    const missing = trackIds.filter((id) => !pending.has(id) && !serves(store.get(id), q, view, q.off));
     for (let i = 0; i < missing.length; i += MAX_TRACKS_PER_REQUEST) {
       const chunk = missing.slice(i, i + MAX_TRACKS_PER_REQUEST);
       const id = `${kind}|${q.key}|${this._seq = (this._seq || 0) + 1}`;
@@ -126,22 +146,22 @@ export class DataStore {
   }
 }
 
-/** Does entry list `entries` hold one that serves key q for this view? */
-function serves(entries, q, view) {
+/** Does entry list `entries` hold one that serves key q for this (raw, unshifted) view? */
+function serves(entries, q, view, off) {
   if (!entries) return false;
   for (const e of entries) {
-    if (e.qs > view.start || e.qe < view.end) continue;
+    if (e.off !== off || e.qs - off > view.start || e.qe - off < view.end) continue;
     // same resolution, or every slice of a window that holds the view (valid at any zoom inside it)
     if (e.bucket === q.bucket || e.exact) return true;
   }
   return false;
 }
 
-function pick(entries, view) {
+function pick(entries, view, off) {
   if (!entries || !entries.length) return null;
   let best = null;
   for (const e of entries) {
-    if (e.qe <= view.start || e.qs >= view.end) continue;
+    if (e.off !== off || e.qe <= view.start || e.qs >= view.end) continue;
     if (!best) best = e;
     const covers = e.qs <= view.start && e.qe >= view.end;
     const bestCovers = best.qs <= view.start && best.qe >= view.end;
@@ -160,7 +180,7 @@ function remember(store, trackId, entry) {
 
 function sliceEntryFrom(t, names, q) {
   const n = t.count;
-  const ts = Float64Array.from(t.ts_ns);
+  const ts = Float64Array.from(t.ts_ns, (v) => v + q.off);
   const dur = Float64Array.from(t.dur_ns);
   const depth = Int32Array.from(t.depth);
   const nameId = Int32Array.from(t.name_id);
@@ -172,18 +192,19 @@ function sliceEntryFrom(t, names, q) {
     lod: t.lod, bucketNs: t.bucket_ns, truncated: t.truncated,
     // exact & untruncated data is every slice of the window: valid for any zoom inside it
     exact: !t.lod && !t.truncated,
-    bucket: q.bucket, qs: q.qs, qe: q.qe, time: performance.now(),
+    bucket: q.bucket, qs: q.qs + q.off, qe: q.qe + q.off, off: q.off, time: performance.now(),
   };
 }
 
 function counterEntryFrom(t, q) {
+  const shift = (p) => (p ? { ...p, ts_ns: p.ts_ns + q.off } : null);
   const series = t.series.map((s) => ({
     name: s.series,
-    ts: Float64Array.from(s.ts_ns),
+    ts: Float64Array.from(s.ts_ns, (v) => v + q.off),
     value: Float64Array.from(s.value, (v) => (v === null ? NaN : v)),
-    before: s.before || null,
-    after: s.after || null,
+    before: shift(s.before),
+    after: shift(s.after),
   }));
-  return { series, lod: t.lod, bucket: q.bucket, qs: q.qs, qe: q.qe, exact: !t.lod && !t.truncated,
-    time: performance.now() };
+  return { series, lod: t.lod, bucket: q.bucket, qs: q.qs + q.off, qe: q.qe + q.off, off: q.off,
+    exact: !t.lod && !t.truncated, time: performance.now() };
 }

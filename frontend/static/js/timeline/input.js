@@ -1,10 +1,12 @@
 // Keyboard and mouse for the timeline (MindStudio Insight's keys): W/S zoom, A/D pan, ↑/↓ scroll lanes,
-// Backspace undo, Ctrl/Cmd+0 reset, Q panel, Shift+Z zoom to range, M range from slice, ? help; wheel zooms,
-// drag pans, Alt+drag zooms to the dragged range, drag on the ruler selects a range, click selects (on a folded
-// track's hidden-levels strip: unfolds it).
+// Backspace undo, Ctrl/Cmd+0 reset, Q panel, Shift+Z zoom to range, M range from slice, K marker, ? help; wheel
+// zooms, drag pans, Alt+drag zooms to the dragged range, drag on the ruler selects a range (or moves the marker
+// flag under the mouse; a click on a flag edits it), click selects (on a folded track's hidden-levels strip:
+// unfolds it), right-click opens the context menu (menu.js) on the lanes, their labels and the ruler.
 
 import { formatDuration, formatExact, formatValue } from "../common/format.js";
 import { FOLDED_ROWS } from "./geometry.js";
+import { timelineMenu } from "./menu.js";
 
 const ZOOM_IN = 0.8;
 const ZOOM_OUT = 1 / ZOOM_IN;
@@ -20,6 +22,7 @@ export function attachInput(tl) {
   let mouse = null;  // last canvas position while the pointer is over the canvas
   let drag = null;
   let rulerDrag = null;
+  let flagDrag = null;
   let hoverFrame = 0;
 
   const local = (e, el) => {
@@ -59,9 +62,15 @@ export function attachInput(tl) {
         case "Backspace": tl.undo(); break;
         case "KeyQ": tl.togglePanel(); break;
         case "KeyM": tl.rangeFromSelection(); break;
+        case "KeyK": {
+          const t = tl.hoverX !== null && tl.hoverX !== undefined ? tl.tOf(tl.hoverX) : (tl.viewport.start + tl.viewport.end) / 2;
+          tl.markers.addPoint(t);
+          break;
+        }
         case "Slash": search.focus(); search.select(); break;
         case "Escape":
           tl.toggleHelp(false);
+          tl.markers.closeEditor();
           tl.clearRange();
           tl.clearSelection();
           break;
@@ -123,6 +132,15 @@ export function attachInput(tl) {
       }
       return;
     }
+    if (flagDrag) {
+      const p = local(e, ruler);
+      if (Math.abs(p.x - flagDrag.x0) > CLICK_SLOP_PX) flagDrag.moved = true;
+      if (flagDrag.moved) {
+        const t = Math.round(tl.tOf(Math.min(Math.max(p.x, 0), tl.W)));
+        tl.markers.update(flagDrag.marker.id, { [flagDrag.edge]: t }, false);
+      }
+      return;
+    }
     if (rulerDrag) {
       const p = local(e, ruler);
       if (Math.abs(p.x - rulerDrag.x0) > CLICK_SLOP_PX) rulerDrag.moved = true;
@@ -149,6 +167,13 @@ export function attachInput(tl) {
       } else if (!d.moved) {
         click(p.x, p.y);
       }
+      return;
+    }
+    if (flagDrag) {
+      const f = flagDrag;
+      flagDrag = null;
+      if (f.moved) tl.markers.save();
+      else tl.markers.openEditor(f.marker, e.clientX);
       return;
     }
     if (rulerDrag) {
@@ -245,15 +270,48 @@ export function attachInput(tl) {
     tooltip.style.top = `${top}px`;
   }
 
-  // ---- ruler: drag selects a range, click clears it
+  // ---- ruler: drag selects a range, click clears it; a marker flag drags, a click on it edits it
   ruler.addEventListener("mousedown", (e) => {
     if (e.button !== 0) return;
     const p = local(e, ruler);
-    rulerDrag = { x0: p.x, t0: tl.tOf(p.x), moved: false };
+    const flag = tl.markers.flagAt(p.x);
+    if (flag) flagDrag = { ...flag, x0: p.x, moved: false };
+    else rulerDrag = { x0: p.x, t0: tl.tOf(p.x), moved: false };
     e.preventDefault();
   });
   ruler.addEventListener("mousemove", (e) => {
-    tl.hoverX = local(e, ruler).x;
+    const p = local(e, ruler);
+    tl.hoverX = p.x;
+    ruler.style.cursor = flagDrag || tl.markers.flagAt(p.x) ? "ew-resize" : "";
     tl.drawOverlayOnly();
+  });
+
+  ruler.addEventListener("mouseleave", () => {
+    tl.hoverX = null;
+    ruler.style.cursor = "";
+    tl.drawOverlayOnly();
+  });
+
+  // ---- right-click menu
+  const openMenu = (e, ctx) => {
+    e.preventDefault();
+    tl.hover = null;
+    tooltip.hidden = true;
+    tl.menu.show(e.clientX, e.clientY, timelineMenu(tl, ctx));
+  };
+  canvas.addEventListener("contextmenu", (e) => {
+    const p = local(e, canvas);
+    const hit = tl.hitTest(p.x, p.y);
+    const row = tl.rowAt(p.y);
+    openMenu(e, { t: tl.tOf(p.x), hit, node: row ? row.row.node : null });
+  });
+  ruler.addEventListener("contextmenu", (e) => openMenu(e, { t: tl.tOf(local(e, ruler).x), hit: null, node: null }));
+  tl.$("tl-labels").addEventListener("contextmenu", (e) => {
+    const label = e.target.closest(".tl-lane");
+    if (!label) return;
+    openMenu(e, { t: null, hit: null, node: tl.byId.get(label.dataset.laneId) || null });
+  });
+  tl.$("tl-range-mark").addEventListener("click", () => {
+    if (tl.range) tl.markers.addRegion(tl.range.start, tl.range.end);
   });
 }

@@ -1,10 +1,12 @@
 // The lane tree (rank → process → thread/stream/plane/counter), its layout into rows, and the label column.
 //
 // Nodes: {type: "rank"|"group"|"track", id, title, collapsed, pinned, children, track?}. layout() flattens the
-// expanded, rank-filtered tree into rows {node, y, h, level}; pinned nodes go to a separate list drawn at the top.
+// expanded, rank-filtered tree into rows {node, y, h, level}; pinned nodes go to a separate list drawn at the top
+// (whatever the rank filter: pinning is how ranks are compared), hidden nodes get no row at all.
 // A slice track deeper than FOLDED_ROWS + 1 levels is "deep": folded (its first levels only) until unfolded, so
 // torch op stacks 30–40 levels deep do not push the device lanes off the screen.
 
+import { formatDuration } from "../common/format.js";
 import { FOLDED_ROWS, HEADER_PX, INDENT_PX, LANE_HEAD_PX, trackDepths, trackHeight } from "./geometry.js";
 
 const KIND_TITLES = { python: "Python", cann: "CANN", hardware: "Ascend Hardware", communication: "Communication",
@@ -84,11 +86,12 @@ function nodeHeight(node) {
 }
 
 /**
- * Rows for the current state. rankFilter: null (all) or a rank. pinnedOrder: node ids in pin order.
- * Returns {scroll: rows, pinned: rows, scrollHeight, pinnedHeight, rowOfTrack: Map(track_id → row)}.
- * A track inside a collapsed parent maps to the visible ancestor's row (flows still have somewhere to land).
+ * Rows for the current state. rankFilter: null (all) or a rank. pinnedOrder: node ids in pin order. hidden: a
+ * Set of node ids not to show. Returns {scroll: rows, pinned: rows, scrollHeight, pinnedHeight,
+ * rowOfTrack: Map(track_id → row)}. A track inside a collapsed parent maps to the visible ancestor's row (flows
+ * still have somewhere to land); a hidden one maps to none.
  */
-export function layout(ranks, rankFilter, pinnedOrder, byId) {
+export function layout(ranks, rankFilter, pinnedOrder, byId, hidden = new Set()) {
   const scroll = [];
   const pinned = [];
   const rowOfTrack = new Map();
@@ -102,10 +105,10 @@ export function layout(ranks, rankFilter, pinnedOrder, byId) {
   }
   function mapTracks(node, row) {
     if (node.type === "track") rowOfTrack.set(node.track.track_id, row);
-    else for (const c of node.children) if (!pinnedSet.has(c.id)) mapTracks(c, row);
+    else for (const c of node.children) if (!pinnedSet.has(c.id) && !hidden.has(c.id)) mapTracks(c, row);
   }
   function walk(list, node, level, prefix, inPinned) {
-    if (!inPinned && pinnedSet.has(node.id)) return;
+    if ((!inPinned && pinnedSet.has(node.id)) || hidden.has(node.id)) return;
     const row = emit(list, node, level, list === pinned ? pY : y, prefix);
     if (list === pinned) pY += row.h;
     else y += row.h;
@@ -123,7 +126,7 @@ export function layout(ranks, rankFilter, pinnedOrder, byId) {
   let pY = 0;
   for (const id of pinnedOrder) {
     const node = byId.get(id);
-    if (!node || (rankFilter !== null && node.rank !== rankFilter)) continue;
+    if (!node) continue;
     walk(pinned, node, 0, `${node.rank}_`, true);
   }
   for (const r of ranks) {
@@ -134,8 +137,9 @@ export function layout(ranks, rankFilter, pinnedOrder, byId) {
 }
 
 /**
- * (Re)builds the label column for rows; handlers: {toggle(node), fold(node), pin(node), select(node)}. Each row
- * gets `el` (its label) and `head` (the line that stays in view while the lane does, see stickLabel).
+ * (Re)builds the label column for rows; handlers: {toggle(node), fold(node), pin(node), select(node),
+ * offsetOf(rank), editOffset(node, chip)}. Each row gets `el` (its label) and `head` (the line that stays in view
+ * while the lane does, see stickLabel). A rank's row carries its time offset (a chip to click and edit).
  */
 export function renderLabels(container, rows, handlers, selectedLaneId) {
   const frag = document.createDocumentFragment();
@@ -187,6 +191,16 @@ export function renderLabels(container, rows, handlers, selectedLaneId) {
       badge.className = "badge";
       badge.textContent = n.badge;
       head.appendChild(badge);
+    }
+    if (n.type === "rank" && handlers.offsetOf) {
+      const off = handlers.offsetOf(n.rank);
+      const chip = document.createElement("span");
+      chip.className = "offset" + (off ? " on" : "");
+      chip.textContent = off ? `${off > 0 ? "+" : "−"}${formatDuration(Math.abs(off))}` : "Offset";
+      chip.title = off ? `Rank ${n.rank} is drawn ${formatDuration(Math.abs(off))} ${off > 0 ? "later" : "earlier"}`
+        + " than recorded: click to change" : `Shift rank ${n.rank} in time (its clock differs from the others)`;
+      chip.addEventListener("click", (e) => { e.stopPropagation(); handlers.editOffset(n, chip); });
+      head.appendChild(chip);
     }
     if (n.type !== "rank") {
       const pin = document.createElement("span");

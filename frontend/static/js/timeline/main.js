@@ -1,5 +1,6 @@
 // Timeline page entry: builds the Timeline on #timeline, wires input, and exposes window.__timeline, a small
-// debug/automation surface (lane positions, drawn arrows, view, geometry) used by the browser tests.
+// debug/automation surface (lane positions, drawn arrows, view, geometry, markers, offsets, System View state)
+// used by the browser tests.
 
 import { DEPTH_PX, FOLDED_ROWS, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
 import { attachInput } from "./input.js";
@@ -60,6 +61,27 @@ if (root) {
       if (box && box.checked !== on) box.click();
     },
     redraw: () => tl.draw(),
+    /** Markers as stored: {id, name, color, start_ns, end_ns (null for a point)}, absolute ns strings. */
+    get markers() {
+      return tl.markers ? tl.markers.list.map((m) => ({ id: m.id, name: m.name, color: m.color,
+        start_ns: tl.abs(m.start), end_ns: m.end === null ? null : tl.abs(m.end) })) : [];
+    },
+    /** {rank: offset ns} of the ranks drawn shifted. */
+    get offsets() {
+      return Object.fromEntries(tl.offsets.entries());
+    },
+    get hidden() {
+      return [...tl.hidden];
+    },
+    get range() {
+      return tl.range ? { start_ns: tl.abs(tl.range.start), end_ns: tl.abs(tl.range.end) } : null;
+    },
+    setRange: (startAbs, endAbs) => tl.setRange(tl.rel(startAbs), tl.rel(endAbs)),
+    get systemView() {
+      const sv = tl.panel.systemView;
+      return { rank: sv.rank, page: sv.page, scope: sv.scope ? { start_ns: tl.abs(sv.scope.start),
+        end_ns: tl.abs(sv.scope.end) } : null, selected: sv.selected };
+    },
   };
   tl.init()
     .then(() => {

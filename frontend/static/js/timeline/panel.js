@@ -1,20 +1,15 @@
-// The bottom panel: Slice Detail, Range Stats and Find pages. Built with DOM nodes and textContent only
-// (slice names and args are user data). Links call back into the timeline (jump to a slice).
+// The bottom panel: Slice Detail, Range Stats (rangepage.js), System View (systemview.js) and Find pages. Built
+// with DOM nodes and textContent only (slice names and args are user data). Links call back into the timeline
+// (jump to a slice).
 
 import { flowColor } from "../common/colors.js";
 import { formatCount, formatDuration, formatExact } from "../common/format.js";
+import { el } from "./dom.js";
+import { RangePage } from "./rangepage.js";
+import { SystemView } from "./systemview.js";
 
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (k === "class") node.className = v;
-    else if (k === "dataset") Object.assign(node.dataset, v);
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v);
-  }
-  for (const c of children) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
-  return node;
-}
+const MIN_PANEL_PX = 120;
+const MAX_PANEL_FRACTION = 0.7;
 
 function kvTable(rows) {
   const table = el("table", { class: "kv" });
@@ -28,13 +23,55 @@ function kvTable(rows) {
 export class Panel {
   constructor(root, handlers) {
     this.root = root;
-    this.handlers = handlers; // {jump(sliceId), toggle()}
+    this.handlers = handlers; // {jump(sliceId), toggle(), instances(name, offset, limit), systemView: host}
     this.detail = root.querySelector("#tl-detail");
-    this.rangePage = root.querySelector("#tl-range");
+    this.range = new RangePage(root.querySelector("#tl-range"), handlers);
+    this.systemView = new SystemView(root.querySelector("#tl-sysview"), handlers.systemView);
     this.find = root.querySelector("#tl-find");
     this.tabs = [...root.querySelectorAll(".tl-panel-tab")];
     for (const t of this.tabs) t.addEventListener("click", () => this.show(t.dataset.tab));
     root.querySelector("#tl-panel-toggle").addEventListener("click", () => handlers.toggle());
+    this.bindResize(root.querySelector("#tl-panel-resize"));
+  }
+
+  /** Drag the panel's top edge to give it more or less of the page (remembered by the browser). */
+  bindResize(handle) {
+    const KEY = "ascendscope.timeline.panelHeight";
+    const apply = (px) => {
+      const max = Math.max(MIN_PANEL_PX, (this.root.parentElement.clientHeight || 800) * MAX_PANEL_FRACTION);
+      const h = Math.round(Math.max(MIN_PANEL_PX, Math.min(max, px)));
+      this.root.style.setProperty("--tl-panel-h", `${h}px`);
+      return h;
+    };
+    let saved = null;
+    try {
+      saved = Number(localStorage.getItem(KEY)) || null;
+    } catch {
+      saved = null;  // storage off: the default height
+    }
+    if (saved) apply(saved);
+    handle.addEventListener("mousedown", (e) => {
+      if (e.button !== 0 || this.collapsed) return;
+      e.preventDefault();
+      const y0 = e.clientY;
+      const h0 = this.root.offsetHeight;
+      let h = h0;
+      const move = (ev) => {
+        h = apply(h0 + y0 - ev.clientY);
+        this.handlers.resized();
+      };
+      const up = () => {
+        window.removeEventListener("mousemove", move);
+        window.removeEventListener("mouseup", up);
+        try {
+          localStorage.setItem(KEY, String(h));
+        } catch {
+          // storage off: the height lasts for this page
+        }
+      };
+      window.addEventListener("mousemove", move);
+      window.addEventListener("mouseup", up);
+    });
   }
 
   get collapsed() {
@@ -49,6 +86,12 @@ export class Panel {
     for (const t of this.tabs) t.classList.toggle("active", t.dataset.tab === tab);
     for (const page of this.root.querySelectorAll(".tl-panel-page")) page.hidden = page.dataset.page !== tab;
     if (this.collapsed) this.handlers.toggle();
+    if (tab === "sysview") this.systemView.ensure();
+  }
+
+  get current() {
+    const tab = this.tabs.find((t) => t.classList.contains("active"));
+    return tab ? tab.dataset.tab : null;
   }
 
   jumpLink(text, sliceId, title) {
@@ -143,38 +186,11 @@ export class Panel {
 
   /** Range Stats from GET …/timeline/range_stats. */
   showRange(r, range, pending) {
-    const head = el("div", { class: "tl-range-head" },
-      el("span", {}, "Range ", el("b", {}, formatExact(range.start)), " → ", el("b", {}, formatExact(range.end))),
-      el("span", {}, "Duration ", el("b", {}, formatDuration(range.end - range.start))));
-    if (pending) {
-      this.rangePage.replaceChildren(head, el("p", { class: "tl-empty" }, "Computing…"));
-      return;
-    }
-    head.append(el("span", {}, "Slices ", el("b", {}, formatCount(r.totals.count)), ` in ${formatCount(r.totals.names)} names`
-      + (r.truncated ? " (longest shown)" : "")));
-    const table = el("table", { class: "grid", id: "tl-range-table" });
-    table.append(el("thead", {}, el("tr", {}, ...["Name", "Occurrences", "Wall duration", "Average", "Max", "Min"]
-      .map((h, i) => el("th", i ? { class: "num" } : {}, h)))));
-    const body = el("tbody");
-    body.append(el("tr", { class: "totals" }, el("td", {}, "Totals"), el("td", { class: "num" }, formatCount(r.totals.count)),
-      el("td", { class: "num" }, formatDuration(r.totals.total_ns)), el("td"), el("td"), el("td")));
-    for (let i = 0; i < r.name.length; i++) {
-      const row = el("tr", { dataset: { name: r.name[i] } },
-        el("td", { class: "name", title: r.name[i] }, r.name[i]),
-        el("td", { class: "num" }, formatCount(r.count[i])),
-        el("td", { class: "num" }, formatDuration(r.total_ns[i])),
-        el("td", { class: "num" }, formatDuration(r.avg_ns[i])),
-        el("td", { class: "num" }, formatDuration(r.max_ns[i])),
-        el("td", { class: "num" }, formatDuration(r.min_ns[i])));
-      body.append(row);
-    }
-    table.append(body);
-    this.rangePage.replaceChildren(head, table);
+    this.range.show(r, range, pending);
   }
 
   clearRange() {
-    this.rangePage.replaceChildren(el("p", { class: "tl-empty" },
-      "Drag on the time ruler to select a range; its slices are summarised here."));
+    this.range.clear();
   }
 
   /** Find page: the loaded page of hits, the current one highlighted. */

@@ -4,6 +4,7 @@
 //
 // A folded track draws its hidden levels as one grey strip under the shown ones. An arrow whose other end is off
 // to the side is drawn as a short fading stub towards it, with a chevron to click (timeline.followArrow).
+// Markers are dashed lines down the lanes (a region also tints its span) and flags in the ruler's top strip.
 
 import { flowColor } from "../common/colors.js";
 import { formatDuration, formatTick, formatValue } from "../common/format.js";
@@ -29,6 +30,10 @@ const STUB_MIN_PX = 12;
 const STUB_MAX_SLOPE = 3;    // steepest lean of a stub (dy/dx)
 const STUB_FADE = [1, 0.55, 0.22];  // alpha of the stub's pieces, from the end in view outwards
 const CHEVRON_PX = 4;
+export const MARK_STRIP_PX = 15;  // the ruler's top strip: marker flags, region bands, the range's length
+const FLAG_W = 9;
+const FLAG_H = 8;
+const UI_FONT = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
 
 export class Renderer {
   constructor(canvas, overlay, ruler) {
@@ -72,6 +77,7 @@ export class Renderer {
     }
     this._selection(s);
     this._range(s);
+    this._markers(s);
     const arrows = this._flows(s);
     this.stats = { ...stats, ms: performance.now() - t0 };
     return arrows;
@@ -327,6 +333,35 @@ export class Renderer {
     ctx.restore();
   }
 
+  _markers(s) {
+    if (!s.markers || !s.markers.length) return;
+    const { ctx, W, H } = this;
+    const k = W / (s.view.end - s.view.start);
+    ctx.save();
+    ctx.setLineDash([5, 4]);
+    ctx.lineWidth = 1;
+    for (const m of s.markers) {
+      const xa = (m.start - s.view.start) * k;
+      const xb = m.end === null ? xa : (m.end - s.view.start) * k;
+      if (xb < -1 || xa > W + 1) continue;
+      if (m.end !== null) {
+        ctx.globalAlpha = 0.07;
+        ctx.fillStyle = m.color;
+        ctx.fillRect(Math.max(xa, 0), 0, Math.min(xb, W) - Math.max(xa, 0), H);
+      }
+      ctx.globalAlpha = 0.9;
+      ctx.strokeStyle = m.color;
+      ctx.beginPath();
+      for (const x of m.end === null ? [xa] : [xa, xb]) {
+        if (x < -1 || x > W + 1) continue;
+        ctx.moveTo(Math.round(x) + 0.5, 0);
+        ctx.lineTo(Math.round(x) + 0.5, H);
+      }
+      ctx.stroke();
+    }
+    ctx.restore();
+  }
+
   /** Arrows for the selected slice's flows and for the ticked categories; returns what was drawn. Curves and
    * stubs are batched per (category, emphasis) into a few paths each, so thousands of flows cost a few strokes. */
   _flows(s) {
@@ -348,8 +383,8 @@ export class Renderer {
         groups.set(key, g);
       }
       const arrow = { flow_id: f.flow_id, cat: f.cat, src_slice_id: f.src_slice_id, dst_slice_id: f.dst_slice_id,
-        src_ts_ns: f.src_ts_ns, dst_ts_ns: f.dst_ts_ns, x1: a.x, y1: a.y, x2: b.x, y2: b.y, selected: !!strong,
-        clip: null };
+        src_ts_ns: f.src_ts_ns, dst_ts_ns: f.dst_ts_ns, src_track_id: f.src_track_id, dst_track_id: f.dst_track_id,
+        x1: a.x, y1: a.y, x2: b.x, y2: b.y, selected: !!strong, clip: null };
       if (aIn && bIn) {
         const dx = Math.max(18, Math.abs(b.x - a.x) / 2);
         arrow.cx1 = a.x + dx;
@@ -450,6 +485,10 @@ export class Renderer {
     let rangeBox = null;
     let rangeLabel = "";
     const labelFont = "bold 11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
+    ctx.fillStyle = "#1e2126";
+    ctx.fillRect(0, 0, W, MARK_STRIP_PX);
+    ctx.fillStyle = "#30343b";
+    ctx.fillRect(0, MARK_STRIP_PX, W, 1);
     if (s.range) {
       const xa = (s.range.start - s.view.start) * k;
       const xb = (s.range.end - s.view.start) * k;
@@ -463,6 +502,7 @@ export class Renderer {
       const cx = Math.min(Math.max((xa + xb) / 2, tw / 2), W - tw / 2);
       rangeBox = [cx - tw / 2, cx + tw / 2];
     }
+    this._flags(s, k);
     ctx.strokeStyle = "#6b717c";
     ctx.fillStyle = "#aab0ba";
     ctx.font = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
@@ -475,17 +515,16 @@ export class Renderer {
       ctx.moveTo(x, H - 12);
       ctx.lineTo(x, H);
       const text = formatTick(t - s.runStart, step, magnitude);
-      if (rangeBox && x + 4 < rangeBox[1] && x + 4 + ctx.measureText(text).width > rangeBox[0]) continue;
-      ctx.fillText(text, x + 4, 4);
+      ctx.fillText(text, x + 4, MARK_STRIP_PX + 3);
     }
     ctx.stroke();
     if (rangeBox) {
       ctx.font = labelFont;
       ctx.fillStyle = "#2c4f8f";
-      ctx.fillRect(rangeBox[0], 3, rangeBox[1] - rangeBox[0], 16);
+      ctx.fillRect(rangeBox[0], 0, rangeBox[1] - rangeBox[0], MARK_STRIP_PX);
       ctx.fillStyle = "#fff";
       ctx.textAlign = "center";
-      ctx.fillText(rangeLabel, (rangeBox[0] + rangeBox[1]) / 2, 5);
+      ctx.fillText(rangeLabel, (rangeBox[0] + rangeBox[1]) / 2, 1.5);
     }
     if (hoverX !== null && hoverX !== undefined && hoverX >= 0 && hoverX <= W) {
       const t = s.view.start + hoverX / k;
@@ -499,6 +538,55 @@ export class Renderer {
       ctx.textAlign = "left";
       ctx.fillText(label, x + 5, H - 15);
     }
+  }
+
+  /** Marker flags in the ruler's top strip (a region: a band between two flags), each named where it fits. */
+  _flags(s, k) {
+    if (!s.markers || !s.markers.length) return;
+    const { rctx: ctx, RW: W, RH: H } = this;
+    const flags = [];
+    for (const m of s.markers) {
+      const xa = (m.start - s.view.start) * k;
+      const xb = m.end === null ? null : (m.end - s.view.start) * k;
+      if ((xb ?? xa) < -FLAG_W || xa > W + FLAG_W) continue;
+      if (xb !== null) {
+        ctx.globalAlpha = 0.3;
+        ctx.fillStyle = m.color;
+        ctx.fillRect(Math.max(xa, 0), 1, Math.min(xb, W) - Math.max(xa, 0), MARK_STRIP_PX - 2);
+        ctx.globalAlpha = 1;
+        flags.push({ x: xb, m, dir: -1 });
+      }
+      flags.push({ x: xa, m, dir: 1, label: true, end: xb });
+    }
+    flags.sort((a, b) => a.x - b.x);
+    ctx.font = UI_FONT;
+    ctx.textBaseline = "top";
+    ctx.textAlign = "left";
+    flags.forEach((f, i) => {
+      const x = Math.round(f.x) + 0.5;
+      ctx.strokeStyle = f.m.color;
+      ctx.fillStyle = f.m.color;
+      ctx.lineWidth = 1.5;
+      ctx.beginPath();
+      ctx.moveTo(x, 1);
+      ctx.lineTo(x, H);
+      ctx.stroke();
+      ctx.beginPath();  // a pennant pointing into the region (or right, for a point marker)
+      ctx.moveTo(x, 1);
+      ctx.lineTo(x + f.dir * FLAG_W, 1 + FLAG_H / 2);
+      ctx.lineTo(x, 1 + FLAG_H);
+      ctx.closePath();
+      ctx.fill();
+      if (!f.label) return;
+      const next = flags.slice(i + 1).find((g) => g.x > f.x + 1);
+      const room = Math.min(next ? next.x : W, f.end ?? W) - (x + FLAG_W + 3) - 4;
+      if (room < 24) return;
+      const name = f.m.name;
+      let text = name;
+      while (text.length > 1 && ctx.measureText(text).width > room) text = `${text.slice(0, -2)}…`;
+      ctx.fillStyle = "#e6e8ec";
+      ctx.fillText(text, x + FLAG_W + 3, 1.5);
+    });
   }
 
   /** Hover outline, cursor line and the Alt-drag rubber band. */

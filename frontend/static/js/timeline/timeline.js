@@ -69,7 +69,9 @@ export class Timeline {
     const tr = await apiGet(`${base}/timeline/tracks`);
     this.origin = BigInt(tr.origin_ns);
     this.runStart = Number(BigInt(tr.start_ns) - this.origin);
-    this.viewport = new Viewport(this.runStart, Number(BigInt(tr.end_ns) - this.origin));
+    this.baseStart = this.runStart;
+    this.baseEnd = Number(BigInt(tr.end_ns) - this.origin);
+    this.viewport = new Viewport(this.baseStart, this.baseEnd);
     this.tracks = new Map(tr.tracks.map((t) => [t.track_id, t]));
     this.ranks = tr.ranks;
     this.offsets.load(location.search);
@@ -88,12 +90,13 @@ export class Timeline {
       (trackId) => this.offTrack(trackId));
     this.renderer = new Renderer(this.canvas, this.overlay, this.$("tl-ruler"));
     this.panel = new Panel(this.$("tl-panel"), {
-      jump: (id) => this.select(id, { reveal: true }),
+      jump: (id) => this.select(id, { reveal: true, keepPanel: true }),
       toggle: () => this.togglePanel(),
+      resized: () => this.resize(),
       instances: (name, offset, limit) => this.rangeInstances(name, offset, limit),
       systemView: {
         runId: this.runId,
-        jump: (id) => this.select(id, { reveal: true }),
+        jump: (id) => this.select(id, { reveal: true, keepPanel: true }),
         rawWindow: (rank, scope) => (scope ? { start_ns: this.abs(scope.start - this.offRank(rank)),
           end_ns: this.abs(scope.end - this.offRank(rank)) } : {}),
         describeScope: (scope) => `${formatDuration(scope.end - scope.start)} from ${formatExact(scope.start - this.runStart)}`,
@@ -564,13 +567,14 @@ export class Timeline {
   }
 
   // ---- selection ---------------------------------------------------------------------------------------------
-  async select(sliceId, { reveal = false, zoom = false, hint = null } = {}) {
+  /** Select a slice (details in Slice Detail, unless keepPanel: a list in the panel jumped here, keep showing it). */
+  async select(sliceId, { reveal = false, zoom = false, hint = null, keepPanel = false } = {}) {
     const token = ++this._detailToken;
     if (hint) this.selection = { slice_id: sliceId, track_id: hint.track_id, ts_ns: hint.ts_ns, dur_ns: hint.dur_ns, depth: hint.depth };
     else if (!this.selection || this.selection.slice_id !== sliceId) this.selection = { slice_id: sliceId, pending: true };
     this.selectedFlows = [];
     this.root.dataset.selectedSliceId = String(sliceId);
-    this.panel.show("detail");
+    if (!keepPanel) this.panel.show("detail");
     this.panel.showLoading(sliceId);
     if (hint && reveal) this.reveal(this.selection, zoom, reveal === "lanes");
     this.requestDraw();
@@ -740,6 +744,48 @@ export class Timeline {
     if (this.range) this.setView(this.range.start, this.range.end);
   }
 
+  /** The view on a slice (a little margin each side), on a lane's extent, or on the whole run. */
+  fitToScreen(hit, node) {
+    if (hit) {
+      const pad = Math.max(hit.dur_ns * 0.05, 10);
+      this.setView(hit.ts_ns - pad, hit.ts_ns + hit.dur_ns + pad);
+      return;
+    }
+    const tracks = [];
+    const collect = (n) => (n.type === "track" ? tracks.push(n.track) : n.children.forEach(collect));
+    if (node) collect(node);
+    const spans = tracks.filter((t) => t.min_ts_ns !== null && t.max_end_ns !== null)
+      .map((t) => [t.min_ts_ns + this.offRank(t.rank), t.max_end_ns + this.offRank(t.rank)]);
+    if (!spans.length) { this.resetView(); return; }
+    const a = Math.min(...spans.map((x) => x[0]));
+    const b = Math.max(...spans.map((x) => x[1]));
+    const pad = (b - a) * 0.02;
+    this.setView(a - pad, b + pad);
+  }
+
+  /** Open the offset editor of a rank's header row (scrolled into view first). */
+  editRankOffset(rank) {
+    const row = this.layout.scroll.find((r) => r.node.id === `r${rank}`);
+    if (row) this.setScroll(row.y);
+    const chip = this.root.querySelector(`#tl-labels-inner .tl-lane.lane-rank[data-rank="${rank}"] .offset`);
+    if (chip) this.editOffset(rank, chip);
+  }
+
+  /** A short message in the status line (a failed action, say). */
+  flash(text) {
+    this._flash = { text, until: performance.now() + 4000 };
+    this.updateStatus();
+    setTimeout(() => this.updateStatus(), 4100);
+  }
+
+  /** The "keep as region marker" button sits at the selected range's right edge in the ruler. */
+  placeRangeButton() {
+    const btn = this.$("tl-range-mark");
+    const x = this.range ? this.xOf(this.range.end) : -1;
+    btn.hidden = !(this.range && x >= 0 && x <= this.W);
+    if (!btn.hidden) btn.style.left = `${this.$("tl-labels").offsetWidth + Math.min(x + 3, this.W - 20)}px`;
+  }
+
   rangeFromSelection() {
     const s = this.selection;
     if (!s || s.pending || s.ts_ns === undefined) return;
@@ -831,6 +877,7 @@ export class Timeline {
     this.root.dataset.viewStartNs = this.abs(v.start);
     this.root.dataset.viewEndNs = this.abs(v.end);
     this.$("tl-span").textContent = formatDuration(v.span);
+    this.placeRangeButton();
     this.updateStatus();
   }
 
@@ -838,6 +885,7 @@ export class Timeline {
     const state = this.drawState();
     this.renderer.drawRuler(state, this.hoverX);
     this.renderer.drawOverlay(state, this.hover);
+    this.placeRangeButton();
   }
 
   drawState() {
@@ -865,7 +913,8 @@ export class Timeline {
   updateStatus() {
     const st = this.renderer.stats;
     const el = this.$("tl-status");
-    const text = this.pending ? "loading…" : `${formatCount(st.slices)} slices drawn · ${st.ms.toFixed(1)} ms`;
+    const flash = this._flash && this._flash.until > performance.now() ? this._flash.text : null;
+    const text = flash || (this.pending ? "loading…" : `${formatCount(st.slices)} slices drawn · ${st.ms.toFixed(1)} ms`);
     if (el.textContent !== text) el.textContent = text;
   }
 }

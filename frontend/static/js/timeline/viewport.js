@@ -19,6 +19,12 @@ export class Viewport {
     return this.end - this.start;
   }
 
+  /** New limits (ranks drawn with an offset reach beyond the run); the view stays where it is. */
+  setBounds(runStart, runEnd) {
+    this.runStart = runStart;
+    this.runEnd = Math.max(runEnd, runStart + MIN_SPAN_NS);
+  }
+
   /**
    * Move to [start, end) clamped to the run. record: "push" adds an undo step, "coalesce" adds one only if the
    * same gesture did not add one in the last moment (wheel, drag, key repeat), "none" adds nothing.
