@@ -175,6 +175,23 @@ def test_show_in_system_view_from_a_slice(page, live_server):
     expect(page.locator(f'#sv-details tr.sv-slice[data-slice-id="{op["slice_id"]}"]')).to_be_visible()
 
 
+def test_show_in_system_view_from_an_overlap_slice(page, live_server):
+    """An Overlap Analysis slice opens Overall Metrics on its row (a name with parentheses: the row's key)."""
+    run = live_server.runs["level1"]
+    exposed = next(t for t in tracks_of(live_server, run) if t["rank"] == 0 and t["kind"] == "overlap"
+                   and t["thread_name"] == "Communication(Not Overlapped)")
+    overall = api(live_server, f"/api/runs/{run}/systemview/overall", rank=0)
+    row = next(c for r in overall["rows"] for c in r["children"] if c["name"] == "Not Overlapped")
+    longest = api(live_server, f"/api/runs/{run}/systemview/overall/slices", rank=0, key=row["key"])["rows"][0]
+    origin = int(api(live_server, f"/api/runs/{run}")["origin_ns"])
+    open_timeline(page, live_server)
+    x, y = slice_point(page, exposed["track_id"], origin + longest["ts_ns"], longest["dur_ns"], 0)
+    page.mouse.click(x, y, button="right")
+    menu_item(page, "system-view").click()
+    expect(page.locator("#sv-table tr.sv-row.current")).to_have_attribute("data-key", row["key"])
+    expect(page.locator(f'#sv-details tr.sv-slice[data-slice-id="{longest["slice_id"]}"]')).to_be_visible()
+
+
 # ---- the right-click menu ---------------------------------------------------------------------------------------------
 
 def test_context_menu_offers_the_view_actions_with_shortcuts(page, live_server):

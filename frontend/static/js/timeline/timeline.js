@@ -34,6 +34,11 @@ const COMM_SUFFIX = /(_\d+)+$/;     // "hcom_allReduce__586_0_1" is an "hcom_all
 const SYSTEM_VIEW_PAGE = { overlap: "overall", python: "python", cann: "cann", hardware: "hardware",
   communication: "communication" };
 
+/** A row key part as the server writes it (Python's quote(…, safe="")): encodeURIComponent plus !'()*. */
+function quote(text) {
+  return encodeURIComponent(text).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
 export class Timeline {
   constructor(root) {
     this.root = root;
@@ -729,7 +734,7 @@ export class Timeline {
     const page = track && SYSTEM_VIEW_PAGE[track.kind];
     if (!page) return;
     let key = hit.name;
-    if (page === "overall") key = `overlap:${encodeURIComponent(hit.name)}`;
+    if (page === "overall") key = `overlap:${quote(hit.name)}`;
     else if (page === "communication") key = hit.name.replace(COMM_SUFFIX, "");
     this.panel.show("sysview");
     this.panel.systemView.showRow(track.rank, page, key, page === "communication" ? key : hit.name);
