@@ -434,11 +434,15 @@ def _range_params(db: RunDb, start_ns, end_ns, track_id: list[int], offset_rank:
     pool = [db.info.tracks[t] for t in tracks] if tracks else list(db.info.tracks.values())
     longest = max((t.max_dur_ns for t in pool), default=0)
     lo_shift, hi_shift = min([0, *shifts.values()]), max([0, *shifts.values()])
-    clamp = lambda v: max(INT64_MIN, min(INT64_MAX, v))  # noqa: E731
     return {"tracks": tracks, "start": start, "end": end, "offset_ranks": list(shifts),
             "offset_ns": list(shifts.values()),
-            "lo": clamp(start - longest - hi_shift), "hi": clamp(end - lo_shift),
-            "kids_hi": clamp(end - lo_shift + longest)}
+            "lo": _int64(start - longest - hi_shift), "hi": _int64(end - lo_shift),
+            "kids_hi": _int64(end - lo_shift + longest)}
+
+
+def _int64(value: int) -> int:
+    """A raw bound clamped to BIGINT (a shift or a long slice may push it past either end)."""
+    return max(INT64_MIN, min(INT64_MAX, value))
 
 
 @router.get("/range_stats")

@@ -63,6 +63,7 @@ export function attachInput(tl) {
         case "KeyQ": tl.togglePanel(); break;
         case "KeyM": tl.rangeFromSelection(); break;
         case "KeyK": {
+          if (e.repeat) break;  // one marker per press, not a row of them while the key is held
           const t = tl.hoverX !== null && tl.hoverX !== undefined ? tl.tOf(tl.hoverX) : (tl.viewport.start + tl.viewport.end) / 2;
           tl.markers.addPoint(t);
           break;
