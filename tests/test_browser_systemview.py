@@ -296,6 +296,20 @@ def test_markers_add_drag_rename_region_and_persist(page, live_server):
         == ["Region 1"]
 
 
+def test_a_held_k_adds_one_marker(page, live_server):
+    open_timeline(page, live_server)
+    canvas = page.locator("#tl-canvas").bounding_box()
+    page.mouse.move(canvas["x"] + 200, canvas["y"] + 60)
+    page.keyboard.down("k")
+    page.keyboard.down("k")  # the key held: a keydown with repeat set
+    page.keyboard.down("k")
+    page.keyboard.up("k")
+    page.mouse.move(canvas["x"] + 400, canvas["y"] + 60)
+    page.keyboard.press("k")
+    marks = poll(page, "() => window.__timeline.markers.length >= 2 && window.__timeline.markers")
+    assert [m["name"] for m in marks] == ["Marker 1", "Marker 2"]
+
+
 # ---- pinned lanes, offsets --------------------------------------------------------------------------------------------
 
 def test_pin_a_lane_on_every_rank_stays_on_top(page, live_server):
