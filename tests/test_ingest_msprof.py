@@ -81,7 +81,8 @@ def test_older_layout_one_rank_per_device(older):
     for rank, timeline in _device_timelines():
         expected = _expected_device(timeline)
         files = con.execute("SELECT file, kind, rows, status FROM files WHERE rank = ?", [rank]).fetchall()
-        assert files == [(f"{timeline.relative_to(OLDER)}/*.json", "msprof_timeline", expected["events"], "loaded")]
+        assert files == [(f"{timeline.relative_to(OLDER)}/msprof_*.json", "msprof_timeline", expected["events"],
+                          "loaded")]
 
 
 @needs_older

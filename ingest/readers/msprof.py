@@ -81,8 +81,8 @@ class MsprofReader:
         return [path]
 
     def label(self, kind: str, path: Path) -> str | None:
-        if kind == "msprof_timeline" and path.name != OUTPUT:
-            return "*.json"
+        if kind == "msprof_timeline" and path.name != OUTPUT:  # the parts when an iteration has no msprof_* file
+            return "msprof_*.json" if all(p.name.startswith("msprof_") for p in self.parts(kind, path)) else "*.json"
         return GROUP_LABELS.get(kind)
 
     def stage(self, job: Job, kind: str, path: Path) -> Staged:
