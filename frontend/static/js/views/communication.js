@@ -5,7 +5,7 @@
 
 import {
   $, apiBase, apiGet, baseLayout, clear, csvUrl, currentRank, DataTable, el, field, fixed, ms, num, plot, plotText,
-  select, timelineLink,
+  select, sourceLine, sourceNote, timelineLink,
 } from "./common.js";
 import { colorFor } from "/static/js/common/colors.js";
 import { onRankChange } from "/static/js/common/nav.js";
@@ -183,6 +183,11 @@ function buildOps() {
   const params = () => ({ ...filt(), rank: state.rank ?? undefined });
   opsTable = new DataTable(host, {
     columns: OP_COLUMNS, pageSize: 20, sort: "start", order: "asc", id: "comm-ops-table", filter: "Filter by operator name…",
+    empty: () => {
+      const why = ov?.empty_sources?.ops;
+      const r = why?.ranks.find((x) => state.rank === null || x.rank === state.rank);
+      return r ? `No ${why.label}: ${r.message}` : "No ops for this filter";
+    },
     load: (p) => apiGet(`${apiBase}/communication/ops`, { ...params(), ...p }),
     csv: (p) => csvUrl(`${apiBase}/communication/ops.csv`, { ...params(), ...p }),
     onRows: (d) => { $("#comm-ops-note").textContent = `${state.rank === null ? "all ranks" : `rank ${state.rank}`} · sorted by start time by default`; },
@@ -223,7 +228,10 @@ function buildMatrixFilters() {
 async function loadMatrix() {
   buildMatrixFilters();
   const node = $("#comm-heatmap");
-  if (!state.matrixKey) { $("#comm-matrix-note").textContent = "no communication_matrix.json data"; return; }
+  if (!state.matrixKey) {
+    $("#comm-matrix-note").textContent = sourceLine(ov.empty_sources?.matrix, "no matrix data for this filter");
+    return;
+  }
   const [commType, opType, slot, group] = JSON.parse(state.matrixKey);
   const data = await apiGet(`${apiBase}/communication/matrix`, { step: state.step || undefined, group: group ?? undefined,
     op_type: opType, slot: slot ?? undefined, comm_type: commType });
@@ -260,10 +268,9 @@ async function loadMatrix() {
 async function reload() {
   ov = await apiGet(`${apiBase}/communication`, { ...filt(), op: state.op || undefined });
   buildFilters();
-  if (!ov.steps.length) {
-    clear($("#comm-trace-note")).append(el("div", { class: "v-note warn", id: "comm-empty" },
-      "This run has no communication.json: there is nothing to show here."));
-  }
+  // ranks without communication data (all of them, or some), and the file or table each lacks
+  const why = sourceNote(ov.empty_sources?.ops, { id: "comm-empty" });
+  if (why) $("#comm-trace-note").append(why);
   renderTotals(ov.totals);
   await Promise.all([loadGantt(), loadBandwidth()]);
   if (opsTable) opsTable.reset(); else buildOps();

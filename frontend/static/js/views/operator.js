@@ -3,7 +3,7 @@
 
 import {
   $, apiBase, apiGet, baseLayout, CHART_COLORS, clear, csvUrl, currentRank, DataTable, el, field, markRanks, num, pct, plot,
-  plotText, select, showRank, timelineLink, us,
+  plotText, select, showRank, sourceLine, sourceNote, timelineLink, us,
 } from "./common.js";
 import { onRankChange } from "/static/js/common/nav.js";
 
@@ -24,6 +24,8 @@ const state = { group_by: "type", kind: "computing", step: "", top_n: 15, rank: 
 let groupsTable = null;
 let torchTable = null;
 let origin = null;
+let torchWhy = null;  // why the selected rank has no torch ops (the overview's empty_sources.torch)
+let kernelsWhy = null;  // … and no kernels
 
 function common() {
   return { rank: state.rank ?? undefined, group_by: state.group_by, kind: state.kind,
@@ -153,6 +155,7 @@ function buildGroupsTable() {
   groupsTable = new DataTable(host, {
     columns: groupColumns(keys), pageSize: 20, sort: "total", order: "desc", id: "op-groups-table",
     filter: `Filter by ${KEY_LABELS[keys[0]].toLowerCase()}…`,
+    empty: () => sourceLine(kernelsWhy, "No kernels for this filter"),
     rowKey: (r) => r.group_key,
     load: (p) => apiGet(`${apiBase}/operators/groups`, { ...common(), ...p }),
     csv: (p) => csvUrl(`${apiBase}/operators/groups.csv`, { ...common(), ...p }),
@@ -196,7 +199,7 @@ function buildTorchTable() {
     clear(tableHost);
     torchTable = new DataTable(tableHost, {
       columns: cols(), pageSize: 15, sort: "device_self", order: "desc", id: "op-torch-table",
-      filter: "Filter by name…", empty: "No torch ops for this rank (operator_details.csv missing)",
+      filter: "Filter by name…", empty: () => sourceLine(torchWhy, "No torch ops for this filter"),
       load: (p) => apiGet(`${apiBase}/operators/torch`, { rank: state.rank ?? undefined, group_by: group, ...p }),
       csv: (p) => csvUrl(`${apiBase}/operators/torch.csv`, { rank: state.rank ?? undefined, group_by: group, ...p }),
     });
@@ -217,10 +220,13 @@ async function refresh(rebuildTable = false) {
   if (state.rank === null) { state.rank = ov.rank; showRank(ov.rank); }
   buildFilters(ov.steps || []);
   const summary = clear($("#op-summary"));
+  torchWhy = ov.empty_sources?.torch ?? null;
+  kernelsWhy = ov.empty_sources?.kernels ?? null;
   if (ov.rank === null || !ov.kernel_count) {
     const withData = ov.ranks.filter((r) => r.kernels).map((r) => r.rank);
-    summary.append(el("span", { class: "v-note warn" }, `No kernels (kernel_details.csv) for rank ${state.rank ?? "–"}.` +
-      (withData.length ? ` Ranks with kernels: ${withData.join(", ")}.` : "")));
+    summary.append(sourceNote(ov.empty_sources?.kernels, { id: "op-kernels-why" }) ||
+      el("span", { class: "v-note warn" }, `No kernels for rank ${state.rank ?? "–"} with this filter.`));
+    if (withData.length) summary.append(el("div", { class: "v-note" }, `Ranks with kernels: ${withData.join(", ")}.`));
   } else {
     summary.append("Rank ", el("b", {}, String(ov.rank)), ": ", el("b", {}, num(ov.kernel_count, 0)), " kernels, ",
       el("b", {}, `${us(ov.total_ns)} μs`), " of device time",
@@ -236,7 +242,8 @@ async function init() {
     const run = await apiGet(apiBase);
     origin = run.origin_ns;
   } catch { origin = null; }
-  onRankChange((rank) => { state.rank = rank; refresh(true); torchTable && buildTorchTable(); });
+  // the torch table waits for the overview: its empty text names the file the new rank lacks
+  onRankChange(async (rank) => { state.rank = rank; await refresh(true); if (torchTable) buildTorchTable(); });
   await refresh(true);
   buildTorchTable();
 }

@@ -3,7 +3,7 @@
 
 import {
   $, apiBase, apiGet, baseLayout, clear, csvUrl, currentRank, el, field, markRanks, ms, num, pct, plot, runId,
-  select, showRank, us,
+  select, showRank, sourceNote, us,
 } from "./common.js";
 import { onRankChange } from "/static/js/common/nav.js";
 
@@ -101,7 +101,7 @@ function renderAdvice() {
   const host = clear($("#sum-advice"));
   host.append(el("div", { class: "v-advice-head" }, "Advice"));
   if (!data.findings.length) {
-    host.append(el("div", { class: "v-note" }, data.breakdown.length ? "Nothing stands out: no step has more than 10% Free time or more than 20% exposed communication." : "No step breakdown: this run has neither step_trace_time.csv nor an Overlap Analysis lane."));
+    host.append(el("div", { class: "v-note" }, data.breakdown.length ? "Nothing stands out: no step has more than 10% Free time or more than 20% exposed communication." : "No step breakdown: see below which file each rank lacks."));
     return;
   }
   host.append(el("ul", { id: "sum-findings" }, data.findings.map((f) => el("li", { class: f.severity, dataset: { kind: f.kind } }, f.text))));
@@ -120,9 +120,11 @@ function renderTable() {
     el("td", { class: "num" }, pct(r.free_ratio)),
     el("td", {}, r.source === "step_trace" ? "step_trace_time.csv" : "Overlap Analysis"))));
   if (!data.breakdown.length) body.append(el("tr", {}, el("td", { colspan: 14, class: "empty" }, "No step breakdown for this run")));
+  // ranks without a breakdown, and the file (or lane) each lacks
+  const why = sourceNote(data.empty_sources?.breakdown, { id: "sum-breakdown-why" });
   const csv = el("a", { class: "btn v-csv", href: csvUrl(`${apiBase}/summary/breakdown.csv`, { source: state.source }), download: "" }, "Export CSV");
   host.append(el("div", { class: "v-table-bar" }, el("span", { class: "v-table-info" }, `${data.breakdown.length} rows`),
-    el("span", { class: "v-spacer" }), csv), el("div", { class: "v-table-wrap" }, el("table", { class: "grid v-table", id: "sum-breakdown" }, el("thead", {}, head), body)));
+    el("span", { class: "v-spacer" }), csv), el("div", { class: "v-table-wrap" }, el("table", { class: "grid v-table", id: "sum-breakdown" }, el("thead", {}, head), body)), why);
 }
 
 function simpleTable(cols, rows, id) {
@@ -136,8 +138,8 @@ function simpleTable(cols, rows, id) {
 
 function renderTop() {
   const top = data.top_operators;
-  $("#sum-top-note").textContent = top.rank === null ? "no kernel_details.csv" : `rank ${top.rank}, by device time`;
-  clear($("#sum-top")).append(simpleTable([
+  $("#sum-top-note").textContent = top.rank === null ? "no kernels in any rank" : `rank ${top.rank}, by device time`;
+  clear($("#sum-top")).append(sourceNote(data.empty_sources?.top_operators, { id: "sum-top-why" }), simpleTable([
     { key: "type", label: "Type" }, { key: "accelerator_core", label: "Accelerator Core" },
     { key: "count", label: "Count", num: true },
     { key: "total_ns", label: "Total Time(μs)", num: true, render: (r) => us(r.total_ns) },
