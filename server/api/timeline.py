@@ -1,5 +1,6 @@
 """``/api/runs/{id}/timeline/…``: tracks, viewport slices (exact or level-of-detail), counters, flows, one
-slice's details, name search and range statistics.
+slice's details, name search, range statistics (with self time, per-name instances and per-rank offsets) and the
+match of a slice on another rank (to align ranks whose clocks differ).
 
 Time: query parameters ``start_ns``/``end_ns`` are absolute epoch ns (integers in the query string). Epoch ns
 (~1.7e18) exceed 2**53, the exact range of a JSON number, so responses carry ``origin_ns`` (a decimal string) and

@@ -65,14 +65,14 @@ FROM s WHERE list_contains($names, name) GROUP BY name
 """
 # Ascend Hardware compute tasks by accelerator core and kernel type: kernel_details' row at the task's start
 # (the first one, as the slice detail does) names them; a task without one keeps its Task Type and name
-KERNEL_SPLIT_SQL = "WITH s AS (" + SCOPED + """),
-k AS (
+KERNEL_JOIN = """LEFT JOIN (
   SELECT start_ns, arg_min(accelerator_core, src_row) AS core, arg_min(type, src_row) AS type
   FROM kernels WHERE rank = $rank GROUP BY start_ns
-)
+) k ON k.start_ns = s.ts_ns"""
+KERNEL_SPLIT_SQL = "WITH s AS (" + SCOPED + """)
 SELECT coalesce(k.core, s.args->>'Task Type') AS core, coalesce(k.type, s.name) AS type, count(*) AS count,
        sum(s.d) AS total_ns, min(s.d) AS min_ns, max(s.d) AS max_ns
-FROM s LEFT JOIN k ON k.start_ns = s.ts_ns
+FROM s """ + KERNEL_JOIN + """
 WHERE list_contains($task_types, s.args->>'Task Type')
 GROUP BY ALL
 """
@@ -107,10 +107,6 @@ WHERE {where}
 ORDER BY {order}, s.slice_id
 LIMIT $limit OFFSET $offset
 """
-KERNEL_JOIN = """LEFT JOIN (
-  SELECT start_ns, arg_min(accelerator_core, src_row) AS core, arg_min(type, src_row) AS type
-  FROM kernels WHERE rank = $rank GROUP BY start_ns
-) k ON k.start_ns = s.ts_ns"""
 RANK_KINDS_SQL = "SELECT DISTINCT rank, kind FROM tracks WHERE kind <> 'counter' AND slice_count > 0 ORDER BY rank"
 
 
