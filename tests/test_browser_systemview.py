@@ -117,6 +117,13 @@ def test_system_view_overall_metrics_and_their_slices(page, live_server, name):
     expect(page.locator("#tl-sysview")).to_be_visible()  # the list stays up to click the next one
 
 
+def test_system_view_starts_on_the_rank_the_page_shows(page, live_server):
+    open_timeline(page, live_server, query="?rank=1")
+    open_system_view(page)
+    expect(page.locator("#sv-rank")).to_have_value("1")
+    assert page.evaluate("window.__timeline.systemView.rank") == 1
+
+
 def test_python_page_sorts_filters_and_lists_slices(page, live_server):
     run = live_server.runs["level1"]
     open_timeline(page, live_server)

@@ -4,7 +4,7 @@
 // (…/systemview/{page}/slices, paged); a click on a slice jumps to it on the timeline.
 //
 // host: {runId, rawWindow(rank, scope) → {start_ns, end_ns} absolute strings or {}, jump(sliceId),
-//        describeScope(scope) → text}
+//        describeScope(scope) → text, defaultRank() → the rank to start on or null}
 
 import { apiGet, isAbort } from "../common/api.js";
 import { formatCount, formatDuration, formatExact } from "../common/format.js";
@@ -84,7 +84,10 @@ export class SystemView {
         return;
       }
       this.rankSelect.replaceChildren(...this.ranks.map((r) => el("option", { value: String(r.rank) }, `Rank ${r.rank}`)));
-      if (this.rank === null && this.ranks.length) this.rank = this.ranks[0].rank;
+      if (this.rank === null && this.ranks.length) {
+        const wanted = this.host.defaultRank();  // the page's rank filter, when it names a rank with slices
+        this.rank = this.ranks.some((r) => r.rank === wanted) ? wanted : this.ranks[0].rank;
+      }
     }
     if (!this.ranks.length) {
       this.mainBody.replaceChildren(el("p", { class: "tl-empty" }, "This run has no slices to summarise."));

@@ -104,6 +104,7 @@ export class Timeline {
         jump: (id) => this.select(id, { reveal: true, keepPanel: true }),
         rawWindow: (rank, scope) => (scope ? { start_ns: this.abs(scope.start - this.offRank(rank)),
           end_ns: this.abs(scope.end - this.offRank(rank)) } : {}),
+        defaultRank: () => this.rankFilter,
         describeScope: (scope) => `${formatDuration(scope.end - scope.start)} from ${formatExact(scope.start - this.runStart)}`,
       },
     });
