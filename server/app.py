@@ -52,6 +52,7 @@ API_MODULES = (
     "communication",
     "advice",
     "systemview",
+    "compare",
 )
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "frontend" / "static"
