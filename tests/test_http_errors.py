@@ -47,6 +47,15 @@ def is_integer(param: dict) -> bool:
                for s in schema.get("anyOf", [schema]))
 
 
+def first_choice(param: dict) -> str:
+    """A valid value for a non-integer parameter: the first of its allowed values (enum), else any text."""
+    schema = param.get("schema", {})
+    for s in schema.get("anyOf", [schema]):
+        if s.get("enum"):
+            return str(s["enum"][0])
+    return "a"
+
+
 def integer_params(app):
     """(method, path template, the integer parameter, all the route's parameters) for every API route."""
     for path, operations in app.openapi()["paths"].items():
@@ -62,7 +71,7 @@ def request_with(method: str, path: str, target: dict, value: str, params: list[
     """The route called with ``target`` set to ``value`` and every other required parameter valid."""
     url, query = path.replace("{run_id}", run_id), {}
     for p in params:
-        given = value if p is target else valid.get(p["name"], "1" if is_integer(p) else "a")
+        given = value if p is target else valid.get(p["name"], "1" if is_integer(p) else first_choice(p))
         if p["in"] == "path" and p["name"] != "run_id":
             url = url.replace("{%s}" % p["name"], given)
         elif p["in"] == "query" and (p is target or p.get("required")):
@@ -85,7 +94,8 @@ def assert_error_shape(resp, status: int | None = None) -> dict:
 def test_every_integer_parameter_refuses_what_is_not_an_int64(app, client, runs):
     run = runs.ids["level1"]
     tracks = client.get(f"/api/runs/{run}/timeline/tracks").json()["tracks"]
-    valid = {"track_id": str(next(t["track_id"] for t in tracks if t["kind"] != "counter"))}
+    valid = {"track_id": str(next(t["track_id"] for t in tracks if t["kind"] != "counter")),
+             "a": run, "b": run}  # the two runs of a comparison
     seen = set()
     for method, path, param, params in integer_params(app):
         seen.add(param["name"])
