@@ -1,4 +1,4 @@
-"""HTML pages: the runs list and one page per run view (``/runs/{id}/{view}``).
+"""HTML pages: the runs list, one page per run view (``/runs/{id}/{view}``) and the Compare page (``/compare``).
 
 A view page is the template ``server/templates/<view>.html`` extending ``base.html`` (which carries the run tabs
 and the rank selector); adding a view's page means adding its template. A view whose template does not exist yet
@@ -41,6 +41,13 @@ router = APIRouter(include_in_schema=False)
 @router.get("/", response_class=HTMLResponse)
 def runs_page(request: Request):
     return templates.TemplateResponse(request, "runs.html", _context(request, None, "runs"))
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(request: Request):
+    """Two runs (or two ranks / steps) side by side; the sides are picked on the page (``?a=&b=&rank_a=…``)."""
+    return templates.TemplateResponse(request, "compare.html", _context(request, None, "compare"),
+                                      headers={"Content-Security-Policy": CSP_WITH_PLOTLY})
 
 
 @router.get("/runs/{run_id}")

@@ -368,3 +368,14 @@ def test_the_compare_page_is_served_under_the_chart_policy(client):
     assert 'src="/static/js/views/compare.js"' in r.text and "<script>" not in r.text
     page = client.get("/").text
     assert 'href="/compare"' in page
+
+
+def test_a_rank_without_a_trace_has_tables_but_no_lanes(client, ids):
+    body = get(client, "/api/compare/timeline", a=ids["level1"], b=ids["st4"])
+    b = body["b"]
+    assert not b["has_trace"] and b["lanes"] == [] and b["align_ns"] is None and b["align_on"] is None
+    assert body["a"]["lanes"] and (body["start_ns"], body["end_ns"]) == (0, body["a"]["step_end_ns"])
+    tables = compare(client, ids, "level1", "st4")
+    summary = get(client, f"/api/runs/{ids['st4']}/summary")
+    row = next(r for r in summary["breakdown"] if r["rank"] == tables["b"]["rank"] and r["step"] == tables["b"]["step"])
+    assert all(r["b"] == row[r["key"]] for r in tables["breakdown"]["rows"])
