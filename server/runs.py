@@ -128,12 +128,13 @@ class RunStore:
         if not src.exists():
             raise FileNotFoundError(f"no such file or folder: {src}")
         fingerprint = source_fingerprint(src)
+        existing = self.list()
         if reuse:
-            for run in self.list():
+            for run in existing:
                 if (run.origin == "path" and run.source == str(src) and run.source_fingerprint == fingerprint
                         and run.status != "failed"):
                     return run
-        return self.create_run(name or src.name or str(src), str(src), fingerprint=fingerprint)
+        return self.create_run(name or _path_name(src, existing), str(src), fingerprint=fingerprint)
 
     def new_staging_dir(self) -> Path:
         """A hidden folder to assemble an upload in (see :meth:`commit_staging`)."""
@@ -360,6 +361,14 @@ class RunStore:
         tmp = target.with_name(f".{RUN_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(run.to_json(), indent=2, default=str), encoding="utf-8")
         os.replace(tmp, target)
+
+
+def _path_name(src: Path, existing: list[Run]) -> str:
+    """The folder's name, or ``parent/name`` when a run of another source already has that name (``text/level1``
+    beside ``db/level1``), so that two runs in the list can be told apart."""
+    name = src.name or str(src)
+    taken = any(r.name == name and r.source != str(src) for r in existing)
+    return f"{src.parent.name}/{name}" if taken and src.parent.name else name
 
 
 def source_fingerprint(path: Path) -> str:

@@ -136,3 +136,16 @@ def test_bench_subcommand_reports_a_real_ingest(tmp_path):
     assert report["mb_per_s"] == pytest.approx(report["input_mb"] / report["wall_s"], rel=0.05)  # both rounded
     assert 50 < report["peak_rss_mb"] < 1500
     assert not list(tmp_path.glob("run_*/bench_*.duckdb"))  # the ingested files are removed
+
+
+def test_two_sources_of_one_name_get_names_that_tell_them_apart(tmp_path):
+    from server.runs import RunStore
+
+    for kind in ("text", "db"):
+        (tmp_path / "src" / kind / "level1").mkdir(parents=True)
+    store = RunStore(tmp_path / "data")
+    first = store.create_run_from_path(tmp_path / "src" / "text" / "level1")
+    second = store.create_run_from_path(tmp_path / "src" / "db" / "level1")
+    assert (first.name, second.name) == ("level1", "db/level1")
+    # the same source again is the same run, under its own name
+    assert store.create_run_from_path(tmp_path / "src" / "text" / "level1").id == first.id
