@@ -7,6 +7,15 @@ import {
 } from "./common.js";
 import { onRankChange } from "/static/js/common/nav.js";
 
+// "step 50", "steps 1–10" for a consecutive run, else the first few ids
+function stepList(steps) {
+  const ids = steps.map(Number);
+  if (ids.length === 1) return `step ${steps[0]}`;
+  const consecutive = ids.every((v, i) => i === 0 || v === ids[i - 1] + 1);
+  if (consecutive && ids.every(Number.isFinite)) return `steps ${steps[0]}–${steps[steps.length - 1]}`;
+  return `steps ${steps.slice(0, 8).join(", ")}${steps.length > 8 ? ", …" : ""}`;
+}
+
 const STACK = [
   ["computing_not_overlapped_ns", "Computing(Not Overlapped)", "#3f7fd8"],
   ["overlapped_ns", "Computing_Communication Overlapped", "#2f9e6e"],
@@ -32,7 +41,7 @@ function renderBase(b) {
   host.append(
     kv("Source", b.source_path, b.source_path),
     kv("Ranks", `${b.rank_count} (${b.ranks_with_trace} with a trace)`),
-    kv("Steps", b.steps.length ? b.steps.join(", ") : "none"),
+    kv("Steps", b.steps.length ? `${b.steps.length} (${stepList(b.steps)})` : "none"),
     kv("Profiling duration", b.duration_ns ? `${ms(b.duration_ns, 2)} ms` : "unknown (no trace)"),
     kv("Profiler level", b.profiler_levels.join(", ") || "–"),
     kv("torch_npu", b.torch_npu_versions.join(", ") || "not recorded"),
