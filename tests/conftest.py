@@ -223,12 +223,18 @@ VIEW_SAMPLES = {
 def view_runs(runs) -> dict[str, str]:
     """``{name: run_id}``: level1 from ``runs`` plus level2, st4 and fixtures ingested into the same store, so that
     ``client`` and ``live_server`` serve them too (the store is read from disk on every request)."""
+    return {"level1": runs.ids["level1"], **ingest_ready(runs.data_dir, VIEW_SAMPLES)}
+
+
+def ingest_ready(data_dir: Path, samples: dict[str, Path]) -> dict[str, str]:
+    """Ingest each ``{name: folder}`` into the store at ``data_dir`` as a ready run; ``{name: run_id}``. Skips the
+    test when a folder is missing."""
     from ingest.pipeline import ingest_path
     from server.runs import RunStore
 
-    store = RunStore(runs.data_dir)
-    ids = {"level1": runs.ids["level1"]}
-    for name, src in VIEW_SAMPLES.items():
+    store = RunStore(data_dir)
+    ids = {}
+    for name, src in samples.items():
         if not src.is_dir():
             pytest.skip(f"real sample {src} not found")
         run = store.create_run(name, str(src))

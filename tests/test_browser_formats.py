@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REAL_SAMPLES
+from tests.conftest import REAL_SAMPLES, ingest_ready
 
 pytestmark = pytest.mark.browser
 
@@ -25,19 +25,7 @@ LOAD_TIMEOUT_MS = 30_000
 @pytest.fixture(scope="module")
 def format_runs(runs) -> dict[str, str]:
     """``{format: run_id}`` in the store ``live_server`` serves (it reads the store on every request)."""
-    from ingest.pipeline import ingest_path
-    from server.runs import RunStore
-
-    store = RunStore(runs.data_dir)
-    ids = {}
-    for name, src in FORMATS.items():
-        if not src.is_dir():
-            pytest.skip(f"real sample {src} not found")
-        run = store.create_run(name, str(src))
-        summary = ingest_path(src, store.db_path(run.id))
-        store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
-        ids[name] = run.id
-    return ids
+    return ingest_ready(runs.data_dir, FORMATS)
 
 
 READY = "() => window.__timeline && (window.__timeline.ready || window.__timeline.error) && window.__timeline.pending() === 0"

@@ -8,32 +8,13 @@ polled from Python (the page runs under the real Content-Security-Policy)."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser_helpers import api, poll
 from tests.conftest import needs_samples
 
 pytestmark = [needs_samples, pytest.mark.browser]
-
-
-def api(live_server, path, **params):
-    resp = httpx.get(f"{live_server.base_url}{path}", params=params, timeout=10)
-    resp.raise_for_status()
-    return resp.json()
-
-
-def poll(page, expr, arg=None, timeout_s=10.0):
-    """The first truthy value of page.evaluate(expr, arg), polled from Python."""
-    waited = 0.0
-    while True:
-        value = page.evaluate(expr, arg)
-        if value:
-            return value
-        if waited > timeout_s:
-            raise AssertionError(f"still false after {timeout_s} s: {expr}")
-        page.wait_for_timeout(50)
-        waited += 0.05
 
 
 def settle(page):
