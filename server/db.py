@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import re
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import numpy as np
-import pyarrow as pa
 
 from server.deadlines import DEADLINES
 
@@ -48,10 +45,6 @@ class QueryTimeout(Exception):
 class DamagedDatabase(Exception):
     """The run's database file cannot be read; the message says what DuckDB found."""
 
-
-# Arrow from a cursor copies the result once more than from a relation, but it is still the cheapest way to a
-# dictionary-coded text column ("coded" answers measured ~1 ms less CPU than numpy + pandas.factorize)
-warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
 
 # what DuckDB says when the bytes of the file are wrong (short reads of a truncated file, failed checksums)
 _DAMAGE_RE = re.compile(r"Could not read enough bytes|not a valid DuckDB database file|Corrupt database file")
@@ -186,9 +179,8 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
     """Run ``sql`` with bound ``params`` and fetch its result under a deadline of ``timeout_s``.
 
     ``fetch``: ``"all"`` (list of tuples), ``"one"`` (a tuple or None), ``"columns"`` (dict of column name to
-    list, the shape the timeline answers in), ``"arrays"`` (dict of column name to numpy array, for large
-    answers serialised by ``FastJSONResponse`` without a Python list) or ``"coded"`` (as ``"arrays"``, but each
-    text column is a :class:`Coded`: no Python string per row). Raises :class:`QueryTimeout`, or
+    list, the shape the timeline answers in) or ``"arrays"`` (dict of column name to numpy array, for large
+    answers serialised by ``FastJSONResponse`` without a Python list). Raises :class:`QueryTimeout`, or
     :class:`DamagedDatabase` when the file cannot be read.
     """
     cancel = DEADLINES.call_later(timeout_s, cur.interrupt)
@@ -196,8 +188,6 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
         cur.execute(sql, params if isinstance(params, dict) else list(params))
         if fetch == "one":
             return cur.fetchone()
-        if fetch == "coded":
-            return _coded(cur.to_arrow_table())
         if fetch in ("columns", "arrays"):
             names = [d[0] for d in cur.description]
             arrays = cur.fetchnumpy()
@@ -214,33 +204,6 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
         raise damaged from exc
     finally:
         cancel()
-
-
-@dataclass(frozen=True)
-class Coded:
-    """A text column as ``values[codes[i]]``: each distinct value (None for NULL) once, in order of appearance."""
-
-    codes: np.ndarray
-    values: list
-
-    def __getitem__(self, rows: slice) -> "Coded":  # the rows of one track, cut as the other columns are
-        return Coded(self.codes[rows], self.values)
-
-    def __len__(self) -> int:
-        return len(self.codes)
-
-
-def _coded(table: pa.Table) -> dict:
-    out = {}
-    for name, col in zip(table.column_names, table.columns):
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_string_view(col.type):
-            enc = col.combine_chunks().dictionary_encode(null_encoding="encode")
-            out[name] = Coded(enc.indices.to_numpy(zero_copy_only=False), enc.dictionary.to_pylist())
-        elif col.null_count:
-            out[name] = col.to_pylist()
-        else:
-            out[name] = col.to_numpy()
-    return out
 
 
 def _plain(array):

@@ -155,9 +155,6 @@ class RunDb:
     def arrays(self, sql: str, params: list | tuple = ()) -> dict[str, np.ndarray]:
         return self._query(sql, params, "arrays")
 
-    def coded(self, sql: str, params: list | tuple = ()) -> dict:
-        return self._query(sql, params, "coded")
-
     def shared(self, kind: str, params: tuple, items: list[Hashable], compute: Callable[[list], dict]) -> dict:
         """item → ``compute(items)[item]``, computed once for concurrent requests of the same (kind, params, item)
         on this file and cached (see :class:`QueryPool`); what it returns is shared: do not mutate it."""

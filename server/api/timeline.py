@@ -15,6 +15,7 @@ import json
 from typing import Annotated
 
 import numpy as np
+import pandas as pd
 from fastapi import APIRouter, Path, Query
 
 from server.api import (
@@ -120,18 +121,13 @@ def slices(run_id: RunId, db: RunDbDep, track_id: TrackIds, start_ns: StartNs = 
 
 
 def _factorized(answers: dict[int, tuple[dict, dict]]) -> dict[int, tuple[dict, dict, tuple]]:
-    """(flags, columns) → (flags, columns but name, (name codes, distinct names)): names come from the database
-    already coded; each answer is recoded to only its own names in order of appearance (as if it had been
-    queried alone, so a cached answer equals a fresh one) and cached, so a response only merges short lists."""
+    """(flags, columns) → (flags, columns but name, (name codes, distinct names)): the costly part of interning
+    names is done once per answer (then cached), so a response only merges the short lists of distinct names."""
     out = {}
     for tid, (flags, cols) in answers.items():
-        name = cols["name"]
-        used, first, inverse = np.unique(name.codes, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        recode = np.empty_like(order)
-        recode[order] = np.arange(len(order))
+        codes, uniques = pd.factorize(np.asarray(cols["name"], dtype=object), use_na_sentinel=False)
         out[tid] = (flags, {k: v for k, v in cols.items() if k != "name"},
-                    (recode[inverse.reshape(-1)], [name.values[used[i]] for i in order]))
+                    (codes, [None if isinstance(u, float) else u for u in uniques.tolist()]))
     return out
 
 
@@ -159,25 +155,25 @@ def _viewport_slices(db: RunDb, tracks: list, start: int, end: int, width_px: in
         level, bucket_ns = lod
         ids = [t.track_id for t in dense]
         lo = start - max(t.max_dur_ns for t in dense)
-        cols = db.coded(SLICES_LOD_SQL, {"origin": origin, "level": level, "tracks": ids, "track_min": min(ids),
-                                         "track_max": max(ids), "bucket_lo": lo // bucket_ns,
-                                         "bucket_hi": (end - 1) // bucket_ns, "start": start, "end": end,
-                                         "limit": cap * len(ids) + 1})
+        cols = db.arrays(SLICES_LOD_SQL, {"origin": origin, "level": level, "tracks": ids, "track_min": min(ids),
+                                          "track_max": max(ids), "bucket_lo": lo // bucket_ns,
+                                          "bucket_hi": (end - 1) // bucket_ns, "start": start, "end": end,
+                                          "limit": cap * len(ids) + 1})
         answers.update(_split(cols, ids, cap, {"lod": True, "bucket_ns": bucket_ns, "level": level}))
     # sparse tracks whose longest slice is shorter than the window share one scan; the others go one by one
     batch = [t for t in sparse if t.max_dur_ns <= end - start]
     if len(batch) > 1:
         ids = [t.track_id for t in batch]
         los = [start - t.max_dur_ns for t in batch]
-        cols = db.coded(SLICES_EXACT_BATCH_SQL, {"origin": origin, "tracks": ids, "los": los, "track_min": min(ids),
-                                                 "track_max": max(ids), "lo_min": min(los), "start": start,
-                                                 "end": end, "limit": cap * len(ids) + 1})
+        cols = db.arrays(SLICES_EXACT_BATCH_SQL, {"origin": origin, "tracks": ids, "los": los, "track_min": min(ids),
+                                                  "track_max": max(ids), "lo_min": min(los), "start": start,
+                                                  "end": end, "limit": cap * len(ids) + 1})
         answers.update(_split(cols, ids, cap, {"lod": False, "bucket_ns": None}))
     for track in sparse:
         if track.track_id in answers:
             continue
         window = {"track": track.track_id, "lo": start - track.max_dur_ns, "end": end, "start": start}
-        cols = db.coded(SLICES_EXACT_SQL, window | {"origin": origin, "limit": cap + 1})
+        cols = db.arrays(SLICES_EXACT_SQL, window | {"origin": origin, "limit": cap + 1})
         answers[track.track_id] = ({"lod": False, "bucket_ns": None, "truncated": len(cols["slice_id"]) > cap},
                                    {k: v[:cap] for k, v in cols.items()})
     return answers
