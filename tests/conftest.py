@@ -139,16 +139,18 @@ def serving(app, port: int | None = None):
 
 
 @contextmanager
-def ingesting_server(data_dir: Path, **settings):
+def ingesting_server(data_dir: Path, *, start_queue: bool = True, **settings):
     """A live server over ``data_dir`` with its own ingest queue (uploads get ingested), as ``serve`` runs it.
-    Yields ``(base_url, store, queue)``."""
+    Yields ``(base_url, store, queue)``; with ``start_queue=False`` runs wait in the queue until ``queue.start()``."""
     from server.app import create_app
     from server.runs import IngestQueue, RunStore
     from server.settings import Settings
 
     config = Settings.from_env(environ={}, data_dir=str(data_dir), **settings)
     store = RunStore(config.data_dir)
-    queue = IngestQueue(store, workers=config.ingest_workers, retries=config.ingest_retries).start()
+    queue = IngestQueue(store, workers=config.ingest_workers, retries=config.ingest_retries)
+    if start_queue:
+        queue.start()
     try:
         with serving(create_app(config, store=store, ingest_queue=queue)) as base:
             yield base, store, queue

@@ -7,37 +7,17 @@ runs_failed_log_and_warnings.png."""
 from __future__ import annotations
 
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.archives import zip_folder
-from tests.conftest import PYTORCH_TEXT, needs_samples, serving
+from tests.conftest import PYTORCH_TEXT, ingesting_server as server, needs_samples
 
 pytestmark = [pytest.mark.browser, needs_samples]
 INGEST_TIMEOUT_MS = 90_000
 LEVEL0_WARNING = "bound to no slice"  # level0's two warnings: flows whose CANN lane is not exported
-
-
-@contextmanager
-def server(data_dir: Path, *, start_queue: bool = True):
-    """A live server with an ingest queue; with ``start_queue=False`` runs wait in it until ``queue.start()``."""
-    from server.app import create_app
-    from server.runs import IngestQueue, RunStore
-    from server.settings import Settings
-
-    settings = Settings.from_env(environ={}, data_dir=str(data_dir))
-    store = RunStore(settings.data_dir)
-    queue = IngestQueue(store)
-    if start_queue:
-        queue.start()
-    try:
-        with serving(create_app(settings, store=store, ingest_queue=queue)) as base:
-            yield base, store, queue
-    finally:
-        queue.stop()
 
 
 @pytest.fixture(scope="module")
