@@ -131,15 +131,20 @@ def _warning(db, file: str, tables: tuple[str, ...] = ()) -> str | None:
     return _clip(row[0][0]) if row else None
 
 
+def _unloaded(db, rank: int, label: str, file: str, status: str) -> tuple[str, str, str]:
+    """The reason for a file that failed to load or was skipped, with its warning."""
+    why = _warning(db, file)
+    verb = "failed to load" if status == "failed" else "was skipped"
+    return status, f"rank {rank}'s {label} {verb}" + (f": {why}" if why else ""), file
+
+
 def _text_reason(db, feed: Feed, rank: int, files: dict) -> tuple[str, str, str | None]:
     got = files.get(feed.text_kind)
     if got is None:
         return "missing", f"{feed.text_name} was not in rank {rank}'s output", None
     file, rows, status = got
     if status in ("failed", "skipped"):
-        why = _warning(db, file)
-        verb = "failed to load" if status == "failed" else "was skipped"
-        return status, f"rank {rank}'s {feed.text_name} {verb}" + (f": {why}" if why else ""), file
+        return _unloaded(db, rank, feed.text_name, file, status)
     if not rows:
         return "empty", f"rank {rank}'s {feed.text_name} was present but empty", file
     why = _warning(db, file)
@@ -158,9 +163,7 @@ def _db_reason(db, feed: Feed, rank: int, files: dict) -> tuple[str, str, str | 
         return "missing", f"{expected} ({feed.db_label}) was not in rank {rank}'s output", None
     file, _rows, status = got
     if status in ("failed", "skipped"):
-        why = _warning(db, file)
-        verb = "failed to load" if status == "failed" else "was skipped"
-        return status, f"rank {rank}'s {_name(file)} {verb}" + (f": {why}" if why else ""), file
+        return _unloaded(db, rank, _name(file), file, status)
     why = _warning(db, file, feed.db_tables)
     return ("no_table", f"rank {rank}'s {_name(file)} gave no {feed.db_label} rows (the table is absent or empty)"
             + (f": {why}" if why else ""), file)
