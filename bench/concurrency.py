@@ -32,7 +32,7 @@ from urllib.parse import urlencode
 
 import psutil
 
-from bench.query import percentile, prepare_store, walk
+from ascendscope.bench.query import percentile, prepare_store, walk
 
 QUICK = {"slices": 200_000, "clients": [1, 4], "seconds": 2.0}
 
@@ -70,7 +70,7 @@ def free_port() -> int:
 
 def start_server(data: Path, port: int) -> subprocess.Popen:
     env = dict(os.environ, ASCENDSCOPE_TOKEN="")
-    return subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--data-dir", str(data), "--host",
+    return subprocess.Popen([sys.executable, "-m", "ascendscope.server.cli", "serve", "--data-dir", str(data), "--host",
                              "127.0.0.1", "--port", str(port), "--no-browser", "--read-only", "--log-level",
                              "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from sample_data.generate import generate_run, ops_for_target_mb
+from ascendscope.sample_data.generate import generate_run, ops_for_target_mb
 
 
 def dir_bytes(path: Path) -> int:
@@ -39,7 +39,7 @@ def ensure_run(cache: Path, trace_mb: float, ranks: int, seed: int) -> tuple[Pat
 def run_ingest(src: Path, out: Path, workers: int, memory_limit: str) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "ingest", str(src), "--out", str(out), "--quiet",
+    proc = subprocess.run([sys.executable, "-m", "ascendscope.ingest", str(src), "--out", str(out), "--quiet",
                            "--workers", str(workers), "--memory-limit", memory_limit],
                           capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -80,7 +80,8 @@ def main(argv=None) -> int:
         results.append(res)
     best = min(results, key=lambda r: r["wall_s"])
     report = {
-        "ranks": 1 if args.trace_only else args.ranks, "trace_only": args.trace_only, "input_mb": round(total / 1e6, 1), "trace_mb": round(trace_bytes / 1e6, 1),
+        "ranks": 1 if args.trace_only else args.ranks, "trace_only": args.trace_only, "input_mb": round(total / 1e6, 1),
+            "trace_mb": round(trace_bytes / 1e6, 1),
         "events": events, "wall_s": round(best["wall_s"], 2),
         "mb_per_s": round(total / 1e6 / best["wall_s"], 1),
         "events_per_s": int(events / best["wall_s"]),

@@ -21,7 +21,7 @@ import time
 from itertools import islice
 from pathlib import Path
 
-from bench.synth import build
+from ascendscope.bench.synth import build
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -30,7 +30,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def prepare_store(cache: Path, slices: int) -> tuple[Path, str]:
-    from server.runs import RunStore  # noqa: PLC0415
+    from ascendscope.server.runs import RunStore
 
     data = cache / f"query_{slices}"
     db_cache = cache / f"synth_{slices}.duckdb"
@@ -82,10 +82,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=os.environ.get("ASCENDSCOPE_BENCH_CACHE", "bench/out"))
     args = ap.parse_args(argv)
 
-    from fastapi.testclient import TestClient  # noqa: PLC0415
+    from fastapi.testclient import TestClient
 
-    from server.app import create_app  # noqa: PLC0415
-    from server.settings import Settings  # noqa: PLC0415
+    from ascendscope.server.app import create_app
+    from ascendscope.server.settings import Settings
 
     data, run_id = prepare_store(Path(args.cache), args.slices)
     client = TestClient(create_app(Settings.from_env(data_dir=str(data))))

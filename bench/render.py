@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.query import percentile, prepare_store
+from ascendscope.bench.query import percentile, prepare_store
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -29,10 +29,10 @@ READY = "() => window.__timeline && window.__timeline.ready && window.__timeline
 
 
 def serve(data: Path):
-    import uvicorn  # noqa: PLC0415
+    import uvicorn
 
-    from server.app import create_app  # noqa: PLC0415
-    from server.settings import Settings  # noqa: PLC0415
+    from ascendscope.server.app import create_app
+    from ascendscope.server.settings import Settings
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default="bench/out")
     args = ap.parse_args(argv)
 
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    from playwright.sync_api import sync_playwright
 
     data, run_id = prepare_store(Path(args.cache), args.slices)
     server, base = serve(data)

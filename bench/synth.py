@@ -15,8 +15,8 @@ from pathlib import Path
 
 import duckdb
 
-from ingest import SCHEMA_VERSION, commfiles, lod
-from ingest.schema import CORE_DDL, EMPTY_TABLES
+from ascendscope.ingest import SCHEMA_VERSION, commfiles, lod
+from ascendscope.ingest.schema import CORE_DDL, EMPTY_TABLES
 
 ORIGIN_NS = 1_736_408_883_000_000_000
 # (kind, process_name, thread names, share of the rank's slices, nesting levels)

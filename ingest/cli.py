@@ -147,6 +147,7 @@ def _close(progress):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ingest", description="Ingest profiling data into DuckDB.")
+    parser = argparse.ArgumentParser(prog="python -m ascendscope.ingest",
+                                     description="Ingest profiling data into DuckDB.")
     add_arguments(parser)
     return run_ingest(parser.parse_args(argv))

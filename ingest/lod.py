@@ -4,7 +4,7 @@ Level ``L`` groups the slices of each (track, depth) into buckets of ``bucket_ns
 the count, the extent and the longest slice of each bucket (a "mipmap", as Perfetto does). Drawing the longest
 slice of every bucket at about two buckets per pixel looks like drawing all of them.
 
-It is equal to this naive SQL over ``slices`` (``tests/test_lod.py`` checks it on the real samples):
+It is equal to this naive SQL over ``slices`` (``tests/ingest/test_lod.py`` checks it on the real samples):
 
     SELECT track_id, depth, ts_ns // W AS bucket, count(*) AS slice_count,
            arg_max(slice_id, (dur_ns, -slice_id)) AS slice_id,        -- longest; ties: smallest id

@@ -1,6 +1,6 @@
 """Slice order, depth and parent, flow-end binding and flow pairing for one rank's trace, vectorised.
 
-Each computes one of the definitions below. ``tests/test_nesting.py`` restates them one slice (or end) at a time
+Each computes one of the definitions below. ``tests/ingest/test_nesting.py`` restates them one slice (or end) at a time
 and checks this module against that on the real traces, on edge cases and on random tracks.
 
 * order: slices of a track by ``(ts_ns, dur_ns DESC, seq)``; ``local_id`` numbers them 1.. across tracks in

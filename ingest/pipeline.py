@@ -24,7 +24,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import duckdb
@@ -32,7 +33,6 @@ import duckdb
 from . import SCHEMA_VERSION, archive, commfiles, csvfiles, jsonfile, lod, overlap, readers, sqlfuncs, trace, tracefile
 from .discover import RankSource, discover
 from .schema import CORE_DDL, EMPTY_TABLES
-
 
 # file kinds that yield a timeline (appended by the trace writer in rank order)
 TIMELINE_KINDS = readers.TIMELINE_KINDS
@@ -129,7 +129,7 @@ def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, 
     except (tracefile.TraceFileError, duckdb.Error, ValueError, OSError, UnicodeError) as exc:
         entry["status"] = "failed"
         warnings.append(f"not loaded: {_message(exc)}")
-    except Exception as exc:  # an unexpected bug must not take the other files down with it
+    except Exception as exc:  # noqa: BLE001 - an unexpected bug must not take the other files down with it
         entry["status"] = "failed"
         warnings.append(f"not loaded (internal error {type(exc).__name__}): {_message(exc)}")
     finally:
@@ -190,18 +190,17 @@ def _write_traces(con, results: list[RankResult], trace_tasks: dict) -> None:
                 continue
             try:
                 res.trace_device_id = _device_id(cur, res, from_trace=True)
-                n_tracks, n_slices = _in_transaction(cur, lambda: trace.write_slices(
-                    cur, res.prefix, res.src.rank, toff, soff, overlap.DERIVED_PID))
+                n_tracks, n_slices = _in_transaction(cur, trace.write_slices, res.prefix, res.src.rank, toff,
+                                                     soff, overlap.DERIVED_PID)
                 task.result()
                 # (a transaction only sees tables that existed when it began: the flows are newer)
                 if res.has_trace:
-                    n_flows = _in_transaction(cur, lambda: trace.write_rest(cur, res.prefix, res.src.rank, toff,
-                                                                             soff, foff))
+                    n_flows = _in_transaction(cur, trace.write_rest, res.prefix, res.src.rank, toff, soff, foff)
                     toff, soff, foff = toff + n_tracks, soff + n_slices, foff + n_flows
                 else:  # failed after nesting: nothing of it is kept
-                    _in_transaction(cur, lambda: trace.unwrite(cur, res.src.rank))
+                    _in_transaction(cur, trace.unwrite, res.src.rank)
             except duckdb.Error as exc:
-                _in_transaction(cur, lambda: trace.unwrite(cur, res.src.rank))
+                _in_transaction(cur, trace.unwrite, res.src.rank)
                 res.has_trace = False
                 with res.lock:
                     if res.trace_entry is not None:
@@ -213,10 +212,11 @@ def _write_traces(con, results: list[RankResult], trace_tasks: dict) -> None:
         cur.close()
 
 
-def _in_transaction(cur, work):
+def _in_transaction(cur, work, *args):
+    """``work(cur, *args)`` in one transaction on ``cur``."""
     cur.execute("BEGIN TRANSACTION")
     try:
-        result = work()
+        result = work(cur, *args)
     except BaseException:
         cur.execute("ROLLBACK")
         raise
@@ -293,7 +293,7 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
         con.executemany("INSERT INTO warnings VALUES (?, ?, ?)", [list(w) for w in warnings])
     bytes_read = sum(f["size_bytes"] for f in files)
     meta = {"schema_version": str(SCHEMA_VERSION), "ascendscope_version": _version(), "source_path": str(src_path),
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "ingest_seconds": f"{time.perf_counter() - started:.3f}", "bytes_read": str(bytes_read)}
     con.executemany("INSERT INTO meta VALUES (?, ?)", list(meta.items()))
     return summarize(con)
@@ -318,9 +318,8 @@ def summarize(con) -> dict:
 
 def _version() -> str:
     try:
-        from importlib.metadata import version
         return version("ascendscope")
-    except Exception:
+    except PackageNotFoundError:  # running from a checkout that was never installed
         return "dev"
 
 

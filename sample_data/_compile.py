@@ -19,7 +19,7 @@ class Thread:
     def __init__(self, pid, tid):
         self.tid = tid
         self.enq = f'{{"ph": "X", "name": "Enqueue", "pid": {pid}, "tid": {tid}, "ts": "'
-        self.enq_s = f'{{"ph": "s", "bp": "e", "name": "enqueue_to_dequeue", "id": '
+        self.enq_s = '{"ph": "s", "bp": "e", "name": "enqueue_to_dequeue", "id": '
         self.at = f', "pid": {pid}, "tid": {tid}, "ts": "'
 
 

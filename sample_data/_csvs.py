@@ -170,7 +170,8 @@ def communication_json(comm_ops, group):
         hccs_b, hccs_ns, dist = op["hccs_bytes"], op["hccs_ns"], op["hccs_dist"]
         size_mb, time_ms = hccs_b / 1e6, hccs_ns / 1e6
         bw = {"RDMA": _zero_bw(),
-              "HCCS": {"Transit Size(MB)": size_mb, "Transit Time(ms)": time_ms, "Bandwidth(GB/s)": _bw(size_mb, time_ms),
+              "HCCS": {"Transit Size(MB)": size_mb, "Transit Time(ms)": time_ms,
+                       "Bandwidth(GB/s)": _bw(size_mb, time_ms),
                        "Large Packet Ratio": 0.0,
                        "Size Distribution": {str(b / 1e6): [c, ns / 1e6] for b, (c, ns) in sorted(dist.items())}},
               "PCIE": _zero_bw(),

@@ -209,7 +209,8 @@ class RankSim(TemplateCompiler):
         self.deq_free = dq_e + 200 + int(1300 * rnd())
         dts = ts_str(dq)
         C = self.segC.buf
-        C.append(f'{L.deq}{dts}", "dur": {(dq_e - dq) / 1000}, "cat": "dequeue", "args": {{"correlation_id": {corr}}}}}')
+        C.append(f'{L.deq}{dts}", "dur": {(dq_e - dq) / 1000}, "cat": "dequeue", '
+                 f'"args": {{"correlation_id": {corr}}}}}')
         C.append(f'{{"ph": "f", "bp": "e", "name": "enqueue_to_dequeue", "id": {corr}, "pid": {self.pid}, '
                  f'"tid": {self.tid_deq}, "ts": "{dts}", "cat": "async_task_queue"}}')
         self.launches += 1

@@ -158,7 +158,7 @@ def ops_for_target_mb(target_mb, *, steps=3, seed=0, **kw):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m sample_data.generate",
+    ap = argparse.ArgumentParser(prog="python -m ascendscope.sample_data.generate",
                                  description="Generate a synthetic multi-rank torch_npu profiling run.")
     ap.add_argument("out", help="output directory (rank{r}_ascend_pt folders are created inside)")
     ap.add_argument("--ranks", type=int, default=2)

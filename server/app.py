@@ -22,6 +22,7 @@ import logging
 import re
 import secrets
 from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -31,13 +32,14 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from server import pages
-from server.api import ApiError, FastJSONResponse
-from server.db import Databases, QueryTimeout
-from server.querypool import QueryPool
-from server.runs import IngestQueue, RunStore
-from server.security import SecurityMiddleware
-from server.settings import Settings
+from ascendscope import frontend
+from ascendscope.server import pages
+from ascendscope.server.api import ApiError, FastJSONResponse
+from ascendscope.server.db import Databases, QueryTimeout
+from ascendscope.server.querypool import QueryPool
+from ascendscope.server.runs import IngestQueue, RunStore
+from ascendscope.server.security import SecurityMiddleware
+from ascendscope.server.settings import Settings
 
 log = logging.getLogger("ascendscope.app")
 
@@ -55,7 +57,7 @@ API_MODULES = (
     "compare",
 )
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "frontend" / "static"
+STATIC_DIR = Path(frontend.__file__).resolve().parent / "static"
 FAVICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
                'fill="#4c8dff"/><rect x="3" y="4" width="7" height="2" fill="#fff"/><rect x="5" y="7" width="8" '
                'height="2" fill="#fff"/><rect x="3" y="10" width="5" height="2" fill="#fff"/></svg>')
@@ -71,7 +73,7 @@ DOCS_CSP = ("default-src 'self'; script-src 'self' {cdn} {hashes}; style-src 'se
 
 
 def plotly_js_path() -> Path:
-    import plotly  # noqa: PLC0415 - only needed to locate the bundled file
+    import plotly  # only needed to locate the bundled file
 
     return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
@@ -101,7 +103,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
         ingest_queue.on_ready = databases.forget
 
     for name in API_MODULES:
-        app.include_router(importlib.import_module(f"server.api.{name}").router)
+        app.include_router(importlib.import_module(f"ascendscope.server.api.{name}").router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
@@ -214,8 +216,6 @@ class CatchAll:
 
 def _version() -> str:
     try:
-        from importlib.metadata import version  # noqa: PLC0415
-
         return version("ascendscope")
-    except Exception:  # not installed (running from a checkout)
+    except PackageNotFoundError:  # not installed (running from a checkout)
         return "dev"

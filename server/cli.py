@@ -26,7 +26,7 @@ import webbrowser
 from pathlib import Path
 from urllib.parse import quote
 
-from server.settings import Settings, settings_help
+from ascendscope.server.settings import Settings, settings_help
 
 SOURCE_SCAN_DEPTH = 5  # how deep a subfolder of a multi-run folder is searched for rank folders
 
@@ -34,7 +34,7 @@ SOURCE_SCAN_DEPTH = 5  # how deep a subfolder of a multi-run folder is searched 
 def bundled_sample_path() -> Path | None:
     """``sample_data/bundled`` inside the installed ``sample_data`` package, if it is there."""
     try:
-        import sample_data  # noqa: PLC0415
+        from ascendscope import sample_data
     except ImportError:
         return None
     path = Path(sample_data.__file__).resolve().parent / "bundled"
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
     ingest = sub.add_parser("ingest", help="ingest one path into a DuckDB file")
-    from ingest import cli as ingest_cli  # noqa: PLC0415 - the ingest CLI owns its arguments
+    from ascendscope.ingest import cli as ingest_cli  # the ingest CLI owns its arguments
 
     ingest_cli.add_arguments(ingest)
 
@@ -89,18 +89,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(args: argparse.Namespace) -> int:
     if args.command == "ingest":
-        from ingest import cli as ingest_cli  # noqa: PLC0415
+        from ascendscope.ingest import cli as ingest_cli
 
         return ingest_cli.run_ingest(args)
     if args.command == "bench":
-        import importlib  # noqa: PLC0415
+        import importlib
 
-        return importlib.import_module(f"bench.{args.name}").main(args.options)
+        return importlib.import_module(f"ascendscope.bench.{args.name}").main(args.options)
     return serve(args)
 
 
 def serve(args: argparse.Namespace) -> int:
-    from server.runs import IngestQueue, RunStore  # noqa: PLC0415 - keeps `ascendscope ingest` light
+    from ascendscope.server.runs import IngestQueue, RunStore  # keeps `ascendscope ingest` light
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -126,9 +126,9 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _serve_runs(args: argparse.Namespace, settings, store, queue, paths: list[Path]) -> int:
-    import uvicorn  # noqa: PLC0415
+    import uvicorn
 
-    from server.app import create_app  # noqa: PLC0415
+    from ascendscope.server.app import create_app
 
     if not paths and not store.list():
         sample = bundled_sample_path()
@@ -176,8 +176,8 @@ def split_sources(path: Path) -> list[Path]:
     archives that hold profiling data) is one run per subfolder; anything else is one run. A multi-node cluster
     laid out as ``cluster/node*/rank*_ascend_pt`` is therefore opened per node: point at a flat folder of ranks
     to open it as one run."""
-    from ingest.archive import is_archive  # noqa: PLC0415
-    from ingest.discover import _is_rank_dir  # noqa: PLC0415
+    from ascendscope.ingest.archive import is_archive
+    from ascendscope.ingest.discover import _is_rank_dir
 
     if not path.is_dir() or _is_rank_dir(path):
         return [path]
@@ -189,7 +189,7 @@ def split_sources(path: Path) -> list[Path]:
 
 
 def _holds_rank(folder: Path, depth: int) -> bool:
-    from ingest.discover import _is_rank_dir  # noqa: PLC0415
+    from ascendscope.ingest.discover import _is_rank_dir
 
     if _is_rank_dir(folder):
         return True

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import duckdb
 
-from server.deadlines import DEADLINES
+from ascendscope.server.deadlines import DEADLINES
 
 TRACKS_SQL = """
 SELECT track_id, rank, pid, tid, process_name, thread_name, kind, label, process_sort_index, thread_sort_index,
@@ -83,7 +83,7 @@ class RunInfo:
     ranks: list[int]  # every rank of the run, with or without a trace
 
     @classmethod
-    def load(cls, cur: duckdb.DuckDBPyConnection) -> "RunInfo":
+    def load(cls, cur: duckdb.DuckDBPyConnection) -> RunInfo:
         cols = [d[0] for d in cur.execute(TRACKS_SQL).description]
         rows = [dict(zip(cols, r)) for r in cur.fetchall()]
         tracks = {

@@ -14,7 +14,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("ascendscope.deadlines")
 

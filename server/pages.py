@@ -15,10 +15,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from jinja2 import TemplateNotFound
 
-from server.redact import public_run
-from server.db import DamagedDatabase
-from server.runs import RunNotFound
-from server.security import CSP_WITH_PLOTLY
+from ascendscope.server.db import DamagedDatabase
+from ascendscope.server.redact import public_run
+from ascendscope.server.runs import RunNotFound
+from ascendscope.server.security import CSP_WITH_PLOTLY
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 templates = Jinja2Templates(directory=str(TEMPLATE_DIR))
@@ -57,7 +57,7 @@ def run_page(run_id: str):
 
 @router.get("/runs/{run_id}/{view}", response_class=HTMLResponse)
 def view_page(request: Request, run_id: str, view: str):
-    from server.api import ApiError  # noqa: PLC0415 - avoids an import cycle at module load
+    from ascendscope.server.api import ApiError  # avoids an import cycle at module load
 
     if view not in VIEW_NAMES:
         raise ApiError(404, "view_not_found", f"no view {view!r}; views are {', '.join(VIEW_NAMES)}")
@@ -83,10 +83,11 @@ def _context(request: Request, run, view: str) -> dict:
             ranks = info.ranks
         except (DamagedDatabase, FileNotFoundError) as exc:  # the page says the run failed, and why
             try:
-                run = store.mark_damaged(run.id, str(exc) if isinstance(exc, DamagedDatabase) else "the file is missing")
+                reason = str(exc) if isinstance(exc, DamagedDatabase) else "the file is missing"
+                run = store.mark_damaged(run.id, reason)
             except RunNotFound:
                 pass
-        except Exception:  # a broken database still gets a page; the API reports the error
+        except Exception:  # noqa: BLE001 - a broken database still gets a page; the API reports the error
             ranks = []
     run_json = None
     if run is not None:

@@ -20,14 +20,14 @@ import os
 import sys
 import threading
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
-from typing import Callable, Hashable, Iterator
 
 import numpy as np
 
-from server.db import QueryTimeout
+from ascendscope.server.db import QueryTimeout
 
 
 class QueryPool:

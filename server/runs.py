@@ -419,7 +419,7 @@ def _slug(name: str) -> str:
 def __getattr__(name: str):
     """``IngestQueue`` and ``ingest_worker`` live in :mod:`server.worker` (which imports this module)."""
     if name in ("IngestQueue", "ingest_worker"):
-        from server import worker  # noqa: PLC0415
+        from ascendscope.server import worker
 
         return getattr(worker, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

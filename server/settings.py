@@ -85,7 +85,7 @@ class Settings:
     max_compression_ratio: float = _DEFAULT["max_compression_ratio"]
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> "Settings":
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> Settings:
         """Defaults, then ``ASCENDSCOPE_*`` variables, then the non-None ``overrides`` (e.g. CLI flags)."""
         environ = os.environ if environ is None else environ
         types = {f.name: f.type for f in fields(cls)}

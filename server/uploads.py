@@ -26,11 +26,11 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
-from ingest import archive
-from ingest.discover import discover
-from server.api import ApiError
-from server.runs import SOURCE_DIR, DuplicateUpload, Run, RunStore
-from server.settings import Settings
+from ascendscope.ingest import archive
+from ascendscope.ingest.discover import discover
+from ascendscope.server.api import ApiError
+from ascendscope.server.runs import SOURCE_DIR, DuplicateUpload, Run, RunStore
+from ascendscope.server.settings import Settings
 
 UPLOAD_FILE = "upload.bin"
 MB = 1_000_000

@@ -1,8 +1,9 @@
 """Ingest workers: runs are ingested outside the web process, a bounded number at a time.
 
 :class:`IngestQueue` runs ``workers`` threads; each takes a queued run and starts a worker process for it
-(:func:`ingest_worker`; see :func:`worker_context`). The worker calls ``ingest.pipeline.ingest_path`` — which writes the database under a
-temporary name and renames it into place only when complete — reports progress into run.json as it goes
+(:func:`ingest_worker`; see :func:`worker_context`). The worker calls ``ingest.pipeline.ingest_path`` — which
+writes the database under a temporary name and renames it into place only when complete — reports progress into
+run.json as it goes
 (:class:`RunProgress`) and records the outcome there. The web process only ever opens finished databases,
 read-only, so one run's ingest never holds up serving the others.
 
@@ -34,9 +35,9 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
-from server.runs import LOG_FILE, SOURCE_DIR, WORK_DIR, RunNotFound, RunStore, folder_bytes
+from ascendscope.server.runs import LOG_FILE, SOURCE_DIR, WORK_DIR, RunNotFound, RunStore, folder_bytes
 
 log = logging.getLogger("ascendscope.worker")
 
@@ -44,7 +45,8 @@ PROGRESS_INTERVAL_S = 0.5  # run.json is rewritten at most this often for file e
 TICK_S = 1.0  # … and at least this often (elapsed time, ETA) while the worker runs
 READ_SHARE_PCT = 90.0  # reading the files is this share of the estimated percentage, the phases after it the rest
 PHASE_STEP_PCT = 2.0
-WORKER_PRELOAD = ["server.worker", "ingest.pipeline"]  # imported once by the fork server, not per worker
+# imported once by the fork server, not per worker
+WORKER_PRELOAD = ["ascendscope.server.worker", "ascendscope.ingest.pipeline"]
 LOCK_POLL_S = 0.2  # how often the queue looks whether another process's worker let go of a run
 BUSY_EXIT = 75  # a worker's exit code when another live process holds the run's ingest lock
 MAX_LISTED_WARNINGS = 8  # warnings quoted in the error of a run that loaded nothing
@@ -68,7 +70,7 @@ class IngestQueue:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
 
-    def start(self, *, resume: bool = True) -> "IngestQueue":
+    def start(self, *, resume: bool = True) -> IngestQueue:
         """Start the worker threads; with ``resume``, queue every run that is queued or was interrupted."""
         if self._threads:
             return self
@@ -312,10 +314,10 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None) -> None:
     wlog.info("ingesting %s (attempt %d, worker pid %d)", run.source, run.attempts, os.getpid())
     progress = RunProgress(store, run_id)
     try:
-        from ingest.pipeline import ingest_path  # noqa: PLC0415 - the web process never imports the pipeline
+        from ascendscope.ingest.pipeline import ingest_path  # the web process never imports the pipeline
 
         summary = ingest_path(source, store.db_path(run_id), progress=progress)
-    except BaseException as exc:  # record every failure, even one that is not an Exception
+    except BaseException as exc:  # noqa: BLE001 - record every failure, even one that is not an Exception
         progress.close()
         wlog.error("ingest failed:\n%s", traceback.format_exc())
         message = f"{type(exc).__name__}: {exc}".strip()

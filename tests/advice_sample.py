@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sample_data.generate import generate_run
+from ascendscope.sample_data.generate import generate_run
 
 SEED, RANKS, STEPS, OPS_PER_STEP = 2, 2, 3, 200
 AFFINITY_TID = 4242
@@ -37,7 +37,7 @@ def _op(pid: int, name: str, ts_ns: int, dur_ns: int) -> dict:
 
 
 def _affinity_events(pid: int, start_ns: int) -> list[dict]:
-    from server.queries.advice import AFFINITY_RULES
+    from ascendscope.server.queries.advice import AFFINITY_RULES
 
     events = [{"ph": "M", "name": "thread_name", "pid": pid, "tid": AFFINITY_TID,
                "args": {"name": f"Thread {AFFINITY_TID}"}}]
@@ -87,8 +87,8 @@ def craft_run(out_dir: Path) -> dict:
 def add_crafted_run(data_dir: Path, work_dir: Path) -> tuple[str, Path, Path]:
     """Craft the run in ``work_dir``, ingest it into the run store at ``data_dir`` as a ready run; returns
     ``(run_id, database, source folder)``."""
-    from ingest.pipeline import ingest_path
-    from server.runs import RunStore
+    from ascendscope.ingest.pipeline import ingest_path
+    from ascendscope.server.runs import RunStore
 
     src = Path(work_dir) / "crafted"
     craft_run(src)

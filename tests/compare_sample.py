@@ -20,8 +20,8 @@ KINETO = REAL_SAMPLES / "hta_gpu_kineto_nonascend" / "trace_filter"
 
 
 def add_kineto_run(data_dir: Path) -> str:
-    from ingest.pipeline import ingest_path
-    from server.runs import RunStore
+    from ascendscope.ingest.pipeline import ingest_path
+    from ascendscope.server.runs import RunStore
 
     if not KINETO.is_dir():
         pytest.skip(f"real sample {KINETO} not found")
@@ -33,7 +33,7 @@ def add_kineto_run(data_dir: Path) -> str:
 
 
 def add_stepless_run(data_dir: Path, db: Path) -> str:
-    from server.runs import RunStore
+    from ascendscope.server.runs import RunStore
 
     store = RunStore(data_dir)
     run = store.create_run("no-steps", "no-steps")

@@ -33,7 +33,7 @@ needs_samples = pytest.mark.skipif(not PYTORCH_TEXT.is_dir(), reason=f"real samp
 def _ingest(tmp_path_factory, level: str) -> Path:
     if not (PYTORCH_TEXT / level).is_dir():
         pytest.skip(f"real sample {PYTORCH_TEXT / level} not found")
-    from ingest.pipeline import ingest_path
+    from ascendscope.ingest.pipeline import ingest_path
 
     out = tmp_path_factory.mktemp(f"db-{level}") / f"{level}.duckdb"
     ingest_path(PYTORCH_TEXT / level, out)
@@ -55,8 +55,8 @@ def level0_db(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def generated_db(tmp_path_factory) -> Path:
     """A generated 2-rank run (sample_data.generate), ingested: every lane and flow kind, known ground truth."""
-    from ingest.pipeline import ingest_path
-    from sample_data.generate import generate_run
+    from ascendscope.ingest.pipeline import ingest_path
+    from ascendscope.sample_data.generate import generate_run
 
     root = tmp_path_factory.mktemp("generated")
     generate_run(root / "run", ranks=2, steps=3, ops_per_step=120, seed=11)
@@ -75,7 +75,7 @@ class Runs:
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory, level1_db, level0_db, generated_db) -> Runs:
     """A data dir whose store holds the two samples and a generated run as ready runs."""
-    from server.runs import RunStore
+    from ascendscope.server.runs import RunStore
 
     data_dir = tmp_path_factory.mktemp("data")
     store = RunStore(data_dir)
@@ -91,8 +91,8 @@ def runs(tmp_path_factory, level1_db, level0_db, generated_db) -> Runs:
 
 @pytest.fixture(scope="session")
 def app(runs):
-    from server.app import create_app
-    from server.settings import Settings
+    from ascendscope.server.app import create_app
+    from ascendscope.server.settings import Settings
 
     return create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir)))
 
@@ -142,9 +142,9 @@ def serving(app, port: int | None = None):
 def ingesting_server(data_dir: Path, *, start_queue: bool = True, **settings):
     """A live server over ``data_dir`` with its own ingest queue (uploads get ingested), as ``serve`` runs it.
     Yields ``(base_url, store, queue)``; with ``start_queue=False`` runs wait in the queue until ``queue.start()``."""
-    from server.app import create_app
-    from server.runs import IngestQueue, RunStore
-    from server.settings import Settings
+    from ascendscope.server.app import create_app
+    from ascendscope.server.runs import IngestQueue, RunStore
+    from ascendscope.server.settings import Settings
 
     config = Settings.from_env(environ={}, data_dir=str(data_dir), **settings)
     store = RunStore(config.data_dir)
@@ -161,8 +161,8 @@ def ingesting_server(data_dir: Path, *, start_queue: bool = True, **settings):
 @pytest.fixture(scope="session")
 def live_server(runs):
     """uvicorn serving the store of ``runs`` on a free 127.0.0.1 port, in a thread, for the whole session."""
-    from server.app import create_app
-    from server.settings import Settings
+    from ascendscope.server.app import create_app
+    from ascendscope.server.settings import Settings
 
     port = free_port()
     app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), port=port))
@@ -231,8 +231,8 @@ def view_runs(runs) -> dict[str, str]:
 def ingest_ready(data_dir: Path, samples: dict[str, Path]) -> dict[str, str]:
     """Ingest each ``{name: folder}`` into the store at ``data_dir`` as a ready run; ``{name: run_id}``. Skips the
     test when a folder is missing."""
-    from ingest.pipeline import ingest_path
-    from server.runs import RunStore
+    from ascendscope.ingest.pipeline import ingest_path
+    from ascendscope.server.runs import RunStore
 
     store = RunStore(data_dir)
     ids = {}

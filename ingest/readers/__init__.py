@@ -20,9 +20,10 @@ then the db export, msprof output and plain Chrome traces.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 
 @dataclass

@@ -13,8 +13,8 @@ added back, so times are epoch ns like the other formats'.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from .. import overlap, trace, tracefile
 from . import Found, Job, Staged

@@ -108,7 +108,7 @@ ORDER BY ts, te DESC, rid
 
 PYTHON_GC = f"""
 SELECT 'X' AS ph, 'GC' AS name, 'GC' AS cat,
-       {pack(f'coalesce(global_tid >> 32, {{host_pid}})', 'Python GC', '{dev}')} AS pid,
+       {pack('coalesce(global_tid >> 32, {host_pid})', 'Python GC', '{dev}')} AS pid,
        coalesce(global_tid & {MASK}, 0) AS tid, start_ns AS ts_ns, end_ns - start_ns AS dur_ns, NULL AS args,
        'Python GC' AS tname, NULL AS tsort, NULL AS conn, 'gc' AS role
 FROM {{p}}d_gc_record WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL
@@ -119,7 +119,7 @@ _LEVEL = ("CASE e.name " + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in API_LEV
           + " ELSE coalesce(e.name, CAST(a.type AS VARCHAR), 'API') END")
 CANN = f"""
 SELECT 'X' AS ph, {_LEVEL} || '@' || coalesce(n.value, '') AS name, NULL AS cat,
-       {pack(f'coalesce(a.global_tid >> 32, {{host_pid}})', 'CANN', '{dev}')} AS pid,
+       {pack('coalesce(a.global_tid >> 32, {host_pid})', 'CANN', '{dev}')} AS pid,
        coalesce(a.global_tid & {MASK}, 0) AS tid, a.start_ns AS ts_ns, a.end_ns - a.start_ns AS dur_ns,
        {json_args([('Thread Id', f'a.global_tid & {MASK}'), ('level', 'e.name'), ('id', 'n.value'),
                    ('connection_id', 'a.connection_id')])} AS args,
@@ -221,7 +221,7 @@ ORDER BY start_ns, end_ns DESC, rowid
 
 MSTX = f"""
 SELECT 'X' AS ph, coalesce(m.value, 'mstx') AS name, 'mstx' AS cat,
-       {pack(f'coalesce(x.global_tid >> 32, {{host_pid}})', 'MsprofTx', '{dev}')} AS pid,
+       {pack('coalesce(x.global_tid >> 32, {host_pid})', 'MsprofTx', '{dev}')} AS pid,
        coalesce(x.global_tid & {MASK}, 0) AS tid, x.start_ns AS ts_ns,
        coalesce(x.end_ns, x.start_ns) - x.start_ns AS dur_ns,
        {json_args([('event type', 'et.name'), ('range id', 'x.range_id'), ('category', 'cat.value'),

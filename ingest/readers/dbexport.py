@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from . import Found, FoundRank, Job, Staged, dbexport, msproftables, msproftimeline
 

@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from .. import commfiles, csvfiles, overlap, trace, tracefile
 from . import Found, Job, Staged

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from pathlib import Path as FilePath
-from typing import Annotated, Any, Callable, Hashable, Iterator
+from typing import Annotated, Any
 
 import duckdb
 import numpy as np
@@ -33,10 +34,10 @@ from fastapi import Depends, Path, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
-from server.db import DamagedDatabase, Databases, RunInfo, query
-from server.querypool import QueryPool
-from server.runs import Run, RunNotFound, RunStore
-from server.settings import Settings
+from ascendscope.server.db import DamagedDatabase, Databases, RunInfo, query
+from ascendscope.server.querypool import QueryPool
+from ascendscope.server.runs import Run, RunNotFound, RunStore
+from ascendscope.server.settings import Settings
 
 log = logging.getLogger("ascendscope.api")
 

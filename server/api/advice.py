@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from server.api import RunDbDep
-from server.api.viewparams import RankQ
-from server.queries import advice as aq
-from server.queries import ns_str
+from ascendscope.server.api import RunDbDep
+from ascendscope.server.api.viewparams import RankQ
+from ascendscope.server.queries import advice as aq
+from ascendscope.server.queries import ns_str
 
 router = APIRouter(prefix="/api/runs/{run_id}/advice", tags=["advice"])
 

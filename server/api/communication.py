@@ -11,12 +11,21 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from server.api import Int64, RunDbDep
-from server.api.viewparams import (
-    DEFAULT_LIMIT, FilterQ, LimitQ, OffsetQ, OrderQ, SortQ, csv_response, guard, origin_ns, page,
+from ascendscope.server.api import Int64, RunDbDep
+from ascendscope.server.api.viewparams import (
+    DEFAULT_LIMIT,
+    FilterQ,
+    LimitQ,
+    OffsetQ,
+    OrderQ,
+    SortQ,
+    csv_response,
+    guard,
+    origin_ns,
+    page,
 )
-from server.queries import communication as cq
-from server.queries import sources
+from ascendscope.server.queries import communication as cq
+from ascendscope.server.queries import sources
 
 router = APIRouter(prefix="/api/runs/{run_id}/communication", tags=["communication"])
 

@@ -14,23 +14,33 @@ detail, with the timeline's own row caps (``server.api.timeline``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated, Iterator, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 
-from server.api import (
-    ApiError, FastJSONResponse, Int64, RunDb, SettingsDep, StoreDep, _file_id, fast_json, get_databases, ns_str,
-    open_run_db, run_damaged,
+from ascendscope.server.api import (
+    ApiError,
+    FastJSONResponse,
+    Int64,
+    RunDb,
+    SettingsDep,
+    StoreDep,
+    _file_id,
+    fast_json,
+    get_databases,
+    ns_str,
+    open_run_db,
+    run_damaged,
 )
-from server.api.timeline import _factorized, _intern, _viewport_slices
-from server.api.viewparams import RankQ
-from server.db import DamagedDatabase
-from server.queries import QueryError
-from server.queries import compare as cmp
-from server.queries import links
-from server.runs import RunNotFound, RunStore
+from ascendscope.server.api.timeline import _factorized, _intern, _viewport_slices
+from ascendscope.server.api.viewparams import RankQ
+from ascendscope.server.db import DamagedDatabase
+from ascendscope.server.queries import QueryError, links
+from ascendscope.server.queries import compare as cmp
+from ascendscope.server.runs import RunNotFound, RunStore
 
 router = APIRouter(prefix="/api/compare", tags=["compare"])
 

@@ -12,13 +12,24 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from server.api import RunDbDep
-from server.api.viewparams import (
-    DEFAULT_LIMIT, AbsNsQ, FilterQ, LimitQ, OffsetQ, OrderQ, RankQ, SortQ, csv_response, guard, origin_ns, page,
+from ascendscope.server.api import RunDbDep
+from ascendscope.server.api.viewparams import (
+    DEFAULT_LIMIT,
+    AbsNsQ,
+    FilterQ,
+    LimitQ,
+    OffsetQ,
+    OrderQ,
+    RankQ,
+    SortQ,
+    csv_response,
+    guard,
+    origin_ns,
+    page,
     pick_rank,
 )
-from server.queries import memory as mq
-from server.queries import sources
+from ascendscope.server.queries import memory as mq
+from ascendscope.server.queries import sources
 
 router = APIRouter(prefix="/api/runs/{run_id}/memory", tags=["memory"])
 

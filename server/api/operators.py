@@ -9,11 +9,23 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from server.api import RunDbDep
-from server.api.viewparams import (
-    DEFAULT_LIMIT, FilterQ, LimitQ, OffsetQ, OrderQ, RankQ, SortQ, StepQ, csv_response, guard, page, pick_rank,
+from ascendscope.server.api import RunDbDep
+from ascendscope.server.api.viewparams import (
+    DEFAULT_LIMIT,
+    FilterQ,
+    LimitQ,
+    OffsetQ,
+    OrderQ,
+    RankQ,
+    SortQ,
+    StepQ,
+    csv_response,
+    guard,
+    page,
+    pick_rank,
 )
-from server.queries import links, operators as oq, sources
+from ascendscope.server.queries import links, sources
+from ascendscope.server.queries import operators as oq
 
 router = APIRouter(prefix="/api/runs/{run_id}/operators", tags=["operators"])
 

@@ -14,11 +14,22 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from server.api import (ApiError, FastJSONResponse, RunDep, SettingsDep, StoreDep, WritableDep, fast_json,
-                        get_databases, ns_str, open_run_db, run_damaged)
-from server.db import DamagedDatabase, query
-from server.redact import public_run, source_label
-from server.runs import Run, RunNotFound, RunStore, clean_name
+from ascendscope.server.api import (
+    ApiError,
+    FastJSONResponse,
+    RunDep,
+    SettingsDep,
+    StoreDep,
+    WritableDep,
+    fast_json,
+    get_databases,
+    ns_str,
+    open_run_db,
+    run_damaged,
+)
+from ascendscope.server.db import DamagedDatabase, query
+from ascendscope.server.redact import public_run, source_label
+from ascendscope.server.runs import Run, RunNotFound, RunStore, clean_name
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -100,7 +111,7 @@ async def upload_run(request: Request, store: StoreDep, settings: SettingsDep, _
     Answers 202 with the new run (``status: queued``); poll ``GET /api/runs/{id}`` for its progress. A refused
     archive answers 4xx and leaves nothing behind.
     """
-    from server.uploads import receive_upload  # noqa: PLC0415 - keeps the archive code off the read path
+    from ascendscope.server.uploads import receive_upload  # keeps the archive code off the read path
 
     run, duplicate = await receive_upload(request, store, settings)
     headers = {"Location": f"/api/runs/{run.id}"}
@@ -140,7 +151,7 @@ def retry_run(run: RunDep, store: StoreDep, request: Request, _: WritableDep) ->
 def run_log(run: RunDep, store: StoreDep, request: Request) -> FastJSONResponse:
     """The end of the run's ingest log (at most 64 KB, from a line start): what each attempt did and why one
     failed. ``size`` is the whole log's, ``truncated`` says the start was left out."""
-    from server.redact import scrub  # noqa: PLC0415
+    from ascendscope.server.redact import scrub
 
     text, size = store.log_tail(run.id)
     return {"id": run.id, "text": scrub(text, request, run, store.data_dir), "size": size,

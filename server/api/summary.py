@@ -7,12 +7,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 
-from server.api import RunDbDep
-from server.api.viewparams import RankQ, csv_response
-from server.queries import Csv, csv_text
-from server.queries import sources
-from server.queries import summary as sq
-from server.redact import source_label
+from ascendscope.server.api import RunDbDep
+from ascendscope.server.api.viewparams import RankQ, csv_response
+from ascendscope.server.queries import Csv, csv_text, sources
+from ascendscope.server.queries import summary as sq
+from ascendscope.server.redact import source_label
 
 router = APIRouter(prefix="/api/runs/{run_id}/summary", tags=["summary"])
 

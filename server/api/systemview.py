@@ -9,11 +9,21 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from server.api import RunDbDep
-from server.api.viewparams import (
-    DEFAULT_LIMIT, AbsNsQ, FilterQ, LimitQ, OffsetQ, OrderQ, RankQ, SortQ, guard, page, pick_rank,
+from ascendscope.server.api import RunDbDep
+from ascendscope.server.api.viewparams import (
+    DEFAULT_LIMIT,
+    AbsNsQ,
+    FilterQ,
+    LimitQ,
+    OffsetQ,
+    OrderQ,
+    RankQ,
+    SortQ,
+    guard,
+    page,
+    pick_rank,
 )
-from server.queries import systemview as sv
+from ascendscope.server.queries import systemview as sv
 
 router = APIRouter(prefix="/api/runs/{run_id}/systemview", tags=["systemview"])
 

@@ -18,17 +18,47 @@ import numpy as np
 import pandas as pd
 from fastapi import APIRouter, Path, Query
 
-from server.api import (
-    INT64_MAX, INT64_MIN, ApiError, FastJSONResponse, Int64, RunDb, RunDbDep, fast_json, ns_str,
+from ascendscope.server.api import (
+    INT64_MAX,
+    INT64_MIN,
+    ApiError,
+    FastJSONResponse,
+    Int64,
+    RunDb,
+    RunDbDep,
+    fast_json,
+    ns_str,
 )
-from server.api.timeline_sql import (
-    ALIGN_MATCH_SQL, ALIGN_NEAREST_SQL, ALIGN_OCCURRENCE_SQL, CHILDREN_SQL, COUNTER_COUNT_SQL, COUNTER_EDGES_SQL,
-    COUNTER_EXACT_SQL, COUNTER_LOD_SQL, COUNTER_SERIES_SQL, DENSITY_MARGIN, FLOW_CATEGORIES_SQL, FLOWS_IN_RANGE_SQL,
-    KERNEL_SQL, RANGE_INSTANCES_SQL, RANGE_STATS_SQL, RANGE_TOTALS_SQL, SEARCH_AFTER_SQL, SEARCH_BEFORE_SQL,
-    SEARCH_COUNT_SQL, SLICE_BRIEF_SQL, SLICE_FLOWS_SQL, SLICE_SQL,
-    SLICES_EXACT_BATCH_SQL, SLICES_EXACT_SQL, SLICES_LOD_COUNT_SQL, SLICES_LOD_SQL, SLICES_PER_PX,
+from ascendscope.server.api.timeline_sql import (
+    ALIGN_MATCH_SQL,
+    ALIGN_NEAREST_SQL,
+    ALIGN_OCCURRENCE_SQL,
+    CHILDREN_SQL,
+    COUNTER_COUNT_SQL,
+    COUNTER_EDGES_SQL,
+    COUNTER_EXACT_SQL,
+    COUNTER_LOD_SQL,
+    COUNTER_SERIES_SQL,
+    DENSITY_MARGIN,
+    FLOW_CATEGORIES_SQL,
+    FLOWS_IN_RANGE_SQL,
+    KERNEL_SQL,
+    RANGE_INSTANCES_SQL,
+    RANGE_STATS_SQL,
+    RANGE_TOTALS_SQL,
+    SEARCH_AFTER_SQL,
+    SEARCH_BEFORE_SQL,
+    SEARCH_COUNT_SQL,
+    SLICE_BRIEF_SQL,
+    SLICE_FLOWS_SQL,
+    SLICE_SQL,
+    SLICES_EXACT_BATCH_SQL,
+    SLICES_EXACT_SQL,
+    SLICES_LOD_COUNT_SQL,
+    SLICES_LOD_SQL,
+    SLICES_PER_PX,
 )
-from server.queries import sources
+from ascendscope.server.queries import sources
 
 router = APIRouter(prefix="/api/runs/{run_id}/timeline", tags=["timeline"])
 
@@ -289,7 +319,7 @@ def counters(run_id: RunId, db: RunDbDep, track_id: TrackIds, start_ns: StartNs 
 @fast_json
 def flows(run_id: RunId, db: RunDbDep, start_ns: StartNs = None, end_ns: EndNs = None,
           cat: Annotated[list[str], Query(description="flow categories (repeatable); all when absent")] = []
-          ) -> FastJSONResponse:  # noqa: B006 - FastAPI copies query defaults
+          ) -> FastJSONResponse:  # FastAPI copies query defaults
     """Flows with an end in, or spanning, [start_ns, end_ns), in columns (with each end's slice depth)."""
     start, end = _window(db, start_ns, end_ns)
     cap = db.settings.max_flows
@@ -450,7 +480,7 @@ def _int64(value: int) -> int:
 @fast_json
 def range_stats(run_id: RunId, db: RunDbDep, start_ns: StartNs = None, end_ns: EndNs = None,
                 track_id: Annotated[list[Int64], Query(description="limit to these tracks (all when absent)")] = [],
-                offset_rank: OffsetRanks = [], offset_ns: OffsetNs = []) -> FastJSONResponse:  # noqa: B006
+                offset_rank: OffsetRanks = [], offset_ns: OffsetNs = []) -> FastJSONResponse:
     """Per slice name over the slices overlapping [start_ns, end_ns) (all tracks, or the given ones): count,
     total, avg, min and max wall duration and self time (wall minus the part its children cover, never below 0)
     in ns, longest total first; ``totals`` over all of them."""
@@ -477,7 +507,7 @@ def range_instances(run_id: RunId, db: RunDbDep,
                     track_id: Annotated[list[Int64], Query(description="limit to these tracks")] = [],
                     offset_rank: OffsetRanks = [], offset_ns: OffsetNs = [],
                     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
-                    limit: Annotated[int, Query(ge=1, le=500)] = 100) -> FastJSONResponse:  # noqa: B006
+                    limit: Annotated[int, Query(ge=1, le=500)] = 100) -> FastJSONResponse:
     """The slices named ``name`` among those range_stats counts, in time order: ``ts_ns`` (drawn, relative to
     ``origin_ns``), duration, depth and self time; ``total`` of them, one page at a time."""
     params = _range_params(db, start_ns, end_ns, track_id, offset_rank, offset_ns)

@@ -9,8 +9,8 @@ ts-ordered ``slices`` table prune (PERF_NOTES.md).
 SLICES_PER_PX = 2  # more slices than this per pixel in the window: answer from slice_lod
 DENSITY_MARGIN = 8  # an extent-based estimate this far from the threshold decides without counting
 
-# Dense or sparse, for several tracks at once, from the level-of-detail table: slices starting in the window, summed over
-# the buckets of a level coarse enough to be small (a count by start: slices reaching in from the left are not
+# Dense or sparse, for several tracks at once, from the level-of-detail table: slices starting in the window, summed
+# over the buckets of a level coarse enough to be small (a count by start: slices reaching in from the left are not
 # counted, which only matters near the threshold). One scan of a few hundred rows instead of one count per track.
 SLICES_LOD_COUNT_SQL = """
 SELECT track_id, sum(slice_count) AS n
@@ -42,7 +42,7 @@ LIMIT $limit
 #   SELECT depth, ts_ns // bucket_ns AS b, count(*), arg_max(slice_id, (dur_ns, -slice_id)),
 #          min(ts_ns), max(ts_ns + dur_ns)
 #   FROM slices WHERE track_id = $track GROUP BY depth, b HAVING max(ts_ns + dur_ns) > $start AND min(ts_ns) < $end
-# (ingest/lod.py; tests/test_api_timeline.py checks it); each row is drawn over its bucket's extent
+# (ingest/lod.py; tests/server/api/test_api_timeline.py checks it); each row is drawn over its bucket's extent
 # [min_ts_ns, max_end_ns). The BETWEEN and bucket bounds add nothing logically: they let the zone maps prune.
 SLICES_LOD_SQL = """
 SELECT track_id, min_ts_ns - $origin AS ts_ns, max_end_ns - min_ts_ns AS dur_ns, depth, name, slice_id, slice_count

@@ -5,13 +5,14 @@ JSON error shape, CSV responses, and the time origin of a run without a trace.
 
 from __future__ import annotations
 
-from typing import Annotated, Callable, TypeVar
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
 from fastapi import Query
 from fastapi.responses import Response
 
-from server.api import INT64_MAX, ApiError, Int64, RunDb
-from server.queries import DEFAULT_PAGE_ROWS, MAX_CSV_ROWS, MAX_PAGE_ROWS, Csv, Page, QueryError
+from ascendscope.server.api import INT64_MAX, ApiError, Int64, RunDb
+from ascendscope.server.queries import DEFAULT_PAGE_ROWS, MAX_CSV_ROWS, MAX_PAGE_ROWS, Csv, Page, QueryError
 
 T = TypeVar("T")
 

@@ -11,8 +11,9 @@ Absolute timestamps (epoch ns, beyond 2**53) leave as decimal strings; durations
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Protocol, Sequence
+from typing import Protocol
 
 MAX_PAGE_ROWS = 500
 DEFAULT_PAGE_ROWS = 50
@@ -82,7 +83,7 @@ class Page:
     limit: int = DEFAULT_PAGE_ROWS
 
     @classmethod
-    def of(cls, offset: int | None, limit: int | None, cap: int = MAX_PAGE_ROWS) -> "Page":
+    def of(cls, offset: int | None, limit: int | None, cap: int = MAX_PAGE_ROWS) -> Page:
         off = max(0, int(offset or 0))
         lim = DEFAULT_PAGE_ROWS if limit is None else int(limit)
         return cls(off, max(1, min(lim, cap)))
@@ -95,7 +96,7 @@ class Where:
         self.parts: list[str] = []
         self.params: list = []
 
-    def add(self, fragment: str, *params) -> "Where":
+    def add(self, fragment: str, *params) -> Where:
         self.parts.append(fragment)
         self.params.extend(params)
         return self

@@ -36,9 +36,9 @@ from __future__ import annotations
 import hashlib
 from urllib.parse import urlencode
 
-from server.queries import links, ns_str, ratio
-from server.queries import communication as cq
-from server.queries import summary as sq
+from ascendscope.server.queries import communication as cq
+from ascendscope.server.queries import links, ns_str, ratio
+from ascendscope.server.queries import summary as sq
 
 MAX_FINDINGS = 300
 MAX_INSTANCES = 200

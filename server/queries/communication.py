@@ -14,8 +14,18 @@ link with the lowest bandwidth in the matrix.
 
 from __future__ import annotations
 
-from server.queries import MAX_CSV_ROWS, Page, QueryError, Where, csv_text, ns_str, order_by, paged, ratio
-from server.queries import links
+from ascendscope.server.queries import (
+    MAX_CSV_ROWS,
+    Page,
+    QueryError,
+    Where,
+    csv_text,
+    links,
+    ns_str,
+    order_by,
+    paged,
+    ratio,
+)
 
 SLOW_RANK_GAP_RATIO = 0.10
 SLOW_LINK_MIN_MB = 1.0  # links that moved less than this are left out of the slow-link search when others exist

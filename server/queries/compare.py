@@ -26,10 +26,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from server.queries import Page, QueryError, Where, ratio, table_columns
-from server.queries import communication as cq
-from server.queries import operators as oq
-from server.queries import summary as sq
+from ascendscope.server.queries import Page, QueryError, Where, ratio, table_columns
+from ascendscope.server.queries import communication as cq
+from ascendscope.server.queries import operators as oq
+from ascendscope.server.queries import summary as sq
 
 MAX_SIDE_ROWS = 5_000
 MAX_TABLE_ROWS = 500

@@ -18,10 +18,20 @@ choices have data for a rank, and when one has none, which file or table would h
 
 from __future__ import annotations
 
-from server.queries import (
-    MAX_CSV_ROWS, Page, QueryError, Where, col_or_null, csv_text, ns_str, order_by, paged, table_columns,
+from ascendscope.server.queries import (
+    MAX_CSV_ROWS,
+    Page,
+    QueryError,
+    Where,
+    col_or_null,
+    csv_text,
+    links,
+    ns_str,
+    order_by,
+    paged,
+    sources,
+    table_columns,
 )
-from server.queries import links, sources
 
 DEFAULT_MAX_POINTS = 4_000
 MAX_MAX_POINTS = 50_000
@@ -79,7 +89,8 @@ WITH r AS (
 ), top AS (
   SELECT component, max(allocated) AS ma, max(reserved) AS mr, max(active) AS mact FROM r GROUP BY component
 ), peaks AS (
-  SELECT component, [arg_min(src_row, ts) FILTER (WHERE allocated = ma), arg_min(src_row, ts) FILTER (WHERE reserved = mr),
+  SELECT component, [arg_min(src_row, ts) FILTER (WHERE allocated = ma),
+                     arg_min(src_row, ts) FILTER (WHERE reserved = mr),
                      arg_min(src_row, ts) FILTER (WHERE active = mact)] AS keep
   FROM r JOIN top USING (component) GROUP BY component
 ), kept AS (
@@ -185,7 +196,8 @@ ALLOCATION_SORTS = {
     "name": "name", "size": "size_kb", "allocation_time": "allocation_time_ns", "release_time": "release_time_ns",
     "active_release_time": "active_release_time_ns", "duration": "duration_ns",
     "active_duration": "active_duration_ns", "allocation_total_allocated": "allocation_total_allocated_mb",
-    "allocation_total_reserved": "allocation_total_reserved_mb", "release_total_allocated": "release_total_allocated_mb",
+    "allocation_total_reserved": "allocation_total_reserved_mb",
+    "release_total_allocated": "release_total_allocated_mb",
     "src_row": "src_row",
 }
 

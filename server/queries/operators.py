@@ -14,10 +14,20 @@ from __future__ import annotations
 
 import json
 
-from server.queries import (
-    MAX_CSV_ROWS, Page, QueryError, Where, col_or_null, csv_text, ns_str, order_by, paged, ratio, table_columns,
+from ascendscope.server.queries import (
+    MAX_CSV_ROWS,
+    Page,
+    QueryError,
+    Where,
+    col_or_null,
+    csv_text,
+    links,
+    ns_str,
+    order_by,
+    paged,
+    ratio,
+    table_columns,
 )
-from server.queries import links
 
 GROUP_KEYS: dict[str, tuple[str, ...]] = {
     "type": ("type", "accelerator_core"),
@@ -26,7 +36,8 @@ GROUP_KEYS: dict[str, tuple[str, ...]] = {
     "core": ("accelerator_core",),
 }
 KINDS = ("all", "computing", "communication")
-COMM_KERNEL_SQL = "(coalesce(accelerator_core, '') IN ('HCCL', 'COMMUNICATION') OR starts_with(lower(coalesce(name, '')), 'hcom'))"
+COMM_KERNEL_SQL = ("(coalesce(accelerator_core, '') IN ('HCCL', 'COMMUNICATION') "
+                   "OR starts_with(lower(coalesce(name, '')), 'hcom'))")
 KIND_SQL = {"computing": f"NOT {COMM_KERNEL_SQL}", "communication": COMM_KERNEL_SQL}
 
 GROUP_SORTS = {"total": "total_ns", "count": "count", "avg": "avg_ns", "min": "min_ns", "max": "max_ns",

@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-from server.queries import ns_str, ratio
+from ascendscope.server.queries import ns_str, ratio
 
 CATEGORIES = ("computing_ns", "communication_not_overlapped_ns", "overlapped_ns", "communication_ns", "free_ns",
               "preparing_ns", "stage_ns", "bubble_ns", "communication_not_overlapped_and_exclude_receive_ns")
@@ -97,7 +97,7 @@ def _int(v) -> int | None:
 
 
 def step_trace_rows(db) -> list[dict]:
-    from server.queries import table_columns
+    from ascendscope.server.queries import table_columns
 
     cols = table_columns(db, "step_trace")
     preparing = "preparing_ns" if "preparing_ns" in cols else "NULL::BIGINT"

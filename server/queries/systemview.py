@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-from server.queries import QueryError, Page, ns_str, order_by, ratio
+from ascendscope.server.queries import Page, QueryError, ns_str, order_by, ratio
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 PAGES = ("overall", "python", "cann", "hardware", "communication")

@@ -1,0 +1,125 @@
+"""A run's life in Chromium, under the server's Content-Security-Policy: one uploaded file shows its progress, then
+opens on its timeline when ready, where a dismissible banner lists its ingest warnings; the same file uploaded again
+opens the run it already made; a failed run shows its ingest log and is retried from the runs page; a ready run's
+warnings unfold in the list. Screenshots: tests/artifacts/run_warnings_banner.png and
+runs_failed_log_and_warnings.png."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.archives import zip_folder
+from tests.conftest import PYTORCH_TEXT, needs_samples
+from tests.conftest import ingesting_server as server
+
+pytestmark = [pytest.mark.browser, needs_samples]
+INGEST_TIMEOUT_MS = 90_000
+LEVEL0_WARNING = "bound to no slice"  # level0's two warnings: flows whose CANN lane is not exported
+
+
+@pytest.fixture(scope="module")
+def level0_zip(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("zips") / "level0.zip"
+    path.write_bytes(zip_folder(PYTORCH_TEXT / "level0"))
+    return path
+
+
+def leave(page) -> None:
+    """Navigate away while the server still runs (a view stopped mid-request by the server's exit would log)."""
+    page.goto("about:blank")
+
+
+def row(page, run_id: str):
+    return page.locator(f"#runs-body tr[data-run-id='{run_id}']")
+
+
+def test_one_upload_shows_its_progress_then_opens_with_its_warnings(tmp_path, level0_zip, page, artifacts_dir):
+    from playwright.sync_api import expect
+
+    with server(tmp_path, start_queue=False) as (base, store, queue):
+        page.goto(f"{base}/")
+        page.set_input_files("#upload-input", str(level0_zip))
+        card = page.locator(".upload-card")
+        expect(card).to_have_attribute("data-state", "queued")
+        expect(card.locator(".upload-detail")).to_have_text("waiting for a worker")
+        run_id = card.get_attribute("data-run-id")
+        store.set_status(run_id, "ingesting", progress={  # what a worker reports while it reads
+            "phase": "reading", "text": "reading rank 0: trace_view.json", "done_bytes": 48_200_000,
+            "total_bytes": 107_000_000, "files_done": 3, "ranks": 2, "percent": 45.0, "mb_per_s": 11.3,
+            "eta_s": 5.0, "elapsed_s": 4.3})
+        expect(card).to_have_attribute("data-state", "ingesting")
+        expect(card.locator(".upload-detail")).to_contain_text("reading rank 0: trace_view.json · 45% · ")
+        expect(card.locator(".upload-detail")).to_contain_text("11.3 MB/s · ETA ")
+        expect(card.locator("progress")).to_have_js_property("value", 45)
+
+        queue.start(resume=False)  # a worker takes the queued run; the page opens it once it is ready
+        page.wait_for_url(f"**/runs/{run_id}/timeline", timeout=INGEST_TIMEOUT_MS)
+        banner = page.locator("#run-warnings")
+        expect(banner).to_be_visible()
+        expect(banner.locator(".warn-title")).to_have_text("2 ingest warnings")
+        expect(banner.locator(".warn-list li")).to_have_count(2)
+        expect(banner.locator(".warn-list li").first).to_contain_text(LEVEL0_WARNING)
+        expect(page.locator("#rank-select option:not([value=''])")).to_have_count(2)
+        page.screenshot(path=str(artifacts_dir / "run_warnings_banner.png"))
+        banner.locator("#run-warnings-close").click()
+        expect(banner).to_be_hidden()
+        page.locator("#view-tabs a[data-view='summary']").click()  # dismissed for this run on every view
+        page.wait_for_url(f"**/runs/{run_id}/summary**")
+        expect(page.locator("#rank-select")).to_be_visible()
+        expect(page.locator("#run-warnings")).to_be_hidden()
+        leave(page)
+
+
+def test_the_same_file_again_opens_the_run_it_made(tmp_path, level0_zip, page):
+    from playwright.sync_api import expect
+
+    with server(tmp_path) as (base, store, queue):
+        first = httpx.post(f"{base}/api/runs", files={"file": ("level0.zip", level0_zip.read_bytes())}, timeout=60)
+        assert first.status_code == 202
+        assert queue.wait_idle(90) and store.get(first.json()["id"]).status == "ready"
+        page.goto(f"{base}/")
+        expect(row(page, first.json()["id"])).to_have_attribute("data-status", "ready")
+        page.set_input_files("#upload-input", str(level0_zip))
+        card = page.locator(".upload-card")
+        expect(card).to_have_attribute("data-run-id", first.json()["id"])
+        expect(card.locator(".upload-detail")).to_contain_text("the same file as the run “level0” uploaded before")
+        page.wait_for_url(f"**/runs/{first.json()['id']}/timeline")
+        assert len(store.list()) == 1
+        leave(page)
+
+
+def test_a_failed_run_shows_its_log_and_is_retried(tmp_path, level0_db, page, artifacts_dir):
+    from playwright.sync_api import expect
+
+    later = tmp_path / "copied-later"
+    with server(tmp_path / "data") as (base, store, queue):
+        failed = store.create_run("later", str(later))  # its folder is not there yet: the ingest fails
+        queue.enqueue(failed.id)
+        assert queue.wait_idle(60) and store.get(failed.id).status == "failed"
+        warned = store.create_run("warned", str(PYTORCH_TEXT / "level0"))
+        shutil.copy(level0_db, store.db_path(warned.id))
+        store.set_status(warned.id, "ready", summary={"ranks": [0, 1], "warning_count": 2})
+
+        page.goto(f"{base}/")
+        bad = row(page, failed.id)
+        expect(bad.locator(".run-error")).to_contain_text("no such file or folder")
+        bad.get_by_role("button", name="Log").click()
+        expect(bad.locator(".run-log")).to_contain_text("Traceback")
+        expect(bad.locator(".run-log")).to_contain_text("no such file or folder")
+
+        good = row(page, warned.id)
+        good.get_by_role("button", name="2 warnings").click()
+        expect(good.locator(".run-warnings li")).to_have_count(2)
+        expect(good.locator(".run-warnings li").first).to_contain_text(LEVEL0_WARNING)
+        page.screenshot(path=str(artifacts_dir / "runs_failed_log_and_warnings.png"))
+
+        shutil.copytree(PYTORCH_TEXT / "level1", later)
+        bad.get_by_role("button", name="Retry").click()
+        expect(bad).to_have_attribute("data-status", "ready", timeout=INGEST_TIMEOUT_MS)
+        expect(bad.get_by_role("link", name="Open")).to_be_visible()
+        expect(bad.locator(".run-log")).to_have_count(0)
+        expect(good.locator(".run-warnings li")).to_have_count(2)  # still unfolded after the table's refreshes

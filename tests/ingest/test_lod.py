@@ -1,0 +1,50 @@
+"""The level-of-detail table equals its naive SQL (the one stated in ingest/lod.py) on real data."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from ascendscope.ingest import lod
+from ascendscope.ingest.pipeline import ingest_path
+from tests.ingest_helpers import PYTORCH_TEXT, REAL
+
+NAIVE = """
+SELECT track_id, depth, ts_ns // ? AS bucket, count(*) AS slice_count,
+       arg_max(slice_id, (dur_ns, -slice_id)) AS slice_id,
+       min(ts_ns) AS min_ts_ns, max(ts_ns + dur_ns) AS max_end_ns, sum(dur_ns) AS total_dur_ns
+FROM slices GROUP BY track_id, depth, bucket
+"""
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_samples is not beside the checkout")
+def test_lod_equals_naive_sql(tmp_path):
+    out = tmp_path / "l1.duckdb"
+    ingest_path(PYTORCH_TEXT / "level1", out)
+    con = duckdb.connect(str(out))
+    assert con.execute("SELECT count(*) FROM lod_levels").fetchone()[0] >= 1
+    lod.build(con, base_ns=1024)  # many levels, to check each one and the chaining between them
+    levels = con.execute("SELECT level, bucket_ns, row_count FROM lod_levels ORDER BY level").fetchall()
+    assert len(levels) >= 6
+    assert all(b == a * 4 for (_, a, _), (_, b, _) in zip(levels, levels[1:]))
+    for level, width, rows in levels:
+        naive = con.execute(f"SELECT * FROM ({NAIVE}) ORDER BY ALL", [width]).fetchall()
+        stored = con.execute("""SELECT track_id, depth, bucket, slice_count, slice_id, min_ts_ns, max_end_ns,
+                                       total_dur_ns FROM slice_lod WHERE level = ? ORDER BY ALL""", [level]).fetchall()
+        assert stored == naive, f"level {level}"
+        assert rows == len(naive)
+    # the carried columns are those of the chosen slice
+    bad = con.execute("""SELECT count(*) FROM slice_lod l JOIN slices s USING (slice_id)
+                         WHERE l.ts_ns <> s.ts_ns OR l.dur_ns <> s.dur_ns OR l.name <> s.name""").fetchone()[0]
+    assert bad == 0
+    # coarser levels really are smaller
+    assert levels[-1][2] < levels[0][2]
+    con.close()
+
+
+def test_base_width_terminates_and_saves_rows():
+    # few slices in many rows: no width can halve the rows, so the search stops at the widest extent
+    assert lod.base_bucket_ns([(1, 10_000), (1, 5_000)], 2) <= 4 * 10_000
+    # one dense row: 1M slices over 1 s want ~2 µs buckets or coarser
+    width = lod.base_bucket_ns([(1_000_000, 10**9)], 1_000_000)
+    assert 10**9 // width + 1 <= 500_000 and 10**9 // (width // 4) + 1 > 500_000

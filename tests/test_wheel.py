@@ -1,0 +1,72 @@
+"""The wheel, installed in a fresh venv, serves the bundled sample run from a folder far from the checkout.
+
+This is what a user who runs ``pip install ascendscope`` gets: no checkout on ``sys.path``, a ``server/`` folder of the
+user's own in the working directory (which must not shadow ours), and the templates, static files, plotly and the
+bundled run all found inside the installed packages.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+from tests.server.test_cli_serve import stop, wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A venv with only the wheel built from this checkout (and its dependencies, from pip's cache or index)."""
+    where = tmp_path_factory.mktemp("wheel")
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                            "--wheel-dir", str(where / "dist"), str(ROOT)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (where / "dist").glob("ascendscope-*.whl")
+    venv.create(where / "venv", with_pip=True)
+    python = where / "venv" / "bin" / "python"
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(wheel)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return where / "venv" / "bin"
+
+
+def test_the_wheel_holds_one_namespace(installed):
+    site = next((installed.parent / "lib").glob("python3*/site-packages"))
+    ours = {p.name for p in site.iterdir() if p.is_dir() and not p.name.endswith((".dist-info", "__pycache__"))}
+    assert "ascendscope" in ours
+    assert not ours & {"server", "ingest", "frontend", "sample_data", "bench"}
+    assert not (site / "ascendscope" / "__init__.py").exists(), "ascendscope is a namespace package"
+
+
+def test_the_installed_wheel_serves_the_bundled_run_outside_the_checkout(installed, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "server").mkdir(parents=True)
+    (elsewhere / "server" / "__init__.py").write_text("raise ImportError('the user’s own server package')\n")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.Popen([str(installed / "ascendscope"), "serve", "--no-browser", "--port", str(port),
+                             "--data-dir", str(tmp_path / "data"), "--log-level", "warning"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=elsewhere, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        runs = wait_for(lambda: [r for r in httpx.get(f"{base}/api/runs", timeout=5).json()["runs"]
+                                 if r["status"] in ("ready", "failed")], timeout_s=180)
+        (run,) = runs
+        assert run["status"] == "ready", run
+        assert "sample_data" in run["source"] and str(ROOT) not in run["source"]
+        tracks = httpx.get(f"{base}/api/runs/{run['id']}/timeline/tracks", timeout=10).json()
+        assert tracks["ranks"] == [0, 1]
+        page = httpx.get(f"{base}/runs/{run['id']}/timeline", timeout=10)
+        assert page.status_code == 200 and 'id="timeline"' in page.text
+        for asset in ("/static/js/timeline/main.js", "/vendor/plotly.min.js"):
+            assert httpx.get(f"{base}{asset}", timeout=10).status_code == 200, asset
+    finally:
+        output = stop(proc)
+    assert "ascendscope is serving" in output, output[-2000:]
