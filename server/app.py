@@ -37,9 +37,10 @@ from ascendscope.server import pages
 from ascendscope.server.api import ApiError, FastJSONResponse
 from ascendscope.server.db import Databases, QueryTimeout
 from ascendscope.server.querypool import QueryPool
-from ascendscope.server.runs import IngestQueue, RunStore
+from ascendscope.server.runs import RunStore
 from ascendscope.server.security import SecurityMiddleware
 from ascendscope.server.settings import Settings
+from ascendscope.server.worker import IngestQueue
 
 log = logging.getLogger("ascendscope.app")
 

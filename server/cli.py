@@ -100,7 +100,8 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from ascendscope.server.runs import IngestQueue, RunStore  # keeps `ascendscope ingest` light
+    from ascendscope.server.runs import RunStore  # keeps `ascendscope ingest` light
+    from ascendscope.server.worker import IngestQueue
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:

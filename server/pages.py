@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from jinja2 import TemplateNotFound
 
+from ascendscope.server.api import ApiError
 from ascendscope.server.db import DamagedDatabase
 from ascendscope.server.redact import public_run
 from ascendscope.server.runs import RunNotFound
@@ -57,8 +58,6 @@ def run_page(run_id: str):
 
 @router.get("/runs/{run_id}/{view}", response_class=HTMLResponse)
 def view_page(request: Request, run_id: str, view: str):
-    from ascendscope.server.api import ApiError  # avoids an import cycle at module load
-
     if view not in VIEW_NAMES:
         raise ApiError(404, "view_not_found", f"no view {view!r}; views are {', '.join(VIEW_NAMES)}")
     try:

@@ -15,9 +15,10 @@ and renamed into place only once it is valid, so a refused upload leaves nothing
 Run ids are strict (``[a-z0-9][a-z0-9-]*``, at most 64 characters): any other id is "not found" before a path
 is ever built from it, so no id reaches outside the runs folder.
 
-Ingestion never runs in the web process: see :mod:`server.worker` (``IngestQueue`` is re-exported here). A worker
-holds the run's ingest lock (``.ingest.lock``, a ``flock``) for its whole life, so the lock is free exactly when no
-live process is ingesting the run: only then may anyone remove its scratch files or start another worker on it.
+Ingestion never runs in the web process: see :mod:`server.worker`, which imports this module (never the
+reverse). A worker holds the run's ingest lock (``.ingest.lock``, a ``flock``) for its whole life, so the lock is
+free exactly when no live process is ingesting the run: only then may anyone remove its scratch files or start
+another worker on it.
 """
 
 from __future__ import annotations
@@ -414,12 +415,3 @@ def clean_name(name: str) -> str:
 def _slug(name: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
     return slug[:40].strip("-") or "run"
-
-
-def __getattr__(name: str):
-    """``IngestQueue`` and ``ingest_worker`` live in :mod:`server.worker` (which imports this module)."""
-    if name in ("IngestQueue", "ingest_worker"):
-        from ascendscope.server import worker
-
-        return getattr(worker, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

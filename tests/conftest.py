@@ -143,8 +143,9 @@ def ingesting_server(data_dir: Path, *, start_queue: bool = True, **settings):
     """A live server over ``data_dir`` with its own ingest queue (uploads get ingested), as ``serve`` runs it.
     Yields ``(base_url, store, queue)``; with ``start_queue=False`` runs wait in the queue until ``queue.start()``."""
     from ascendscope.server.app import create_app
-    from ascendscope.server.runs import IngestQueue, RunStore
+    from ascendscope.server.runs import RunStore
     from ascendscope.server.settings import Settings
+    from ascendscope.server.worker import IngestQueue
 
     config = Settings.from_env(environ={}, data_dir=str(data_dir), **settings)
     store = RunStore(config.data_dir)

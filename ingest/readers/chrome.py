@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .. import overlap, trace, tracefile
-from . import Found, Job, Staged
+from .protocol import Found, Job, Staged
 
 SUFFIXES = (".json", ".json.gz")
 BASE_TIME_KEY = "baseTimeNanoseconds"

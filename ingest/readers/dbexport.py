@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import overlap, trace
-from . import Found, Job, Staged, dbanalysis, dbevents, dbsource, dbtables, sqlitedb
+from . import dbanalysis, dbevents, dbsource, dbtables, sqlitedb
+from .protocol import Found, Job, Staged
 
 PROFILER_DB = re.compile(r"^ascend_pytorch_profiler(?:_\d+)?\.db$")
 MSPROF_DB = re.compile(r"^msprof_\d+\.db$")

@@ -25,7 +25,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import Found, FoundRank, Job, Staged, dbexport, msproftables, msproftimeline
+from . import dbexport, msproftables, msproftimeline
+from .protocol import Found, FoundRank, Job, Staged
 
 PROF_DIR = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+$")
 OUTPUT = "mindstudio_profiler_output"

@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 
 from .. import commfiles, csvfiles, jsonfile
-from . import Job, Staged
+from .protocol import Job, Staged
 
 # reader kind -> (file family, the text-export kind whose table it fills)
 FAMILIES = {

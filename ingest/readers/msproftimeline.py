@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 
 from .. import overlap, trace, tracefile
-from . import Job, Staged
+from .protocol import Job, Staged
 
 OLDER = re.compile(r"^(msprof|hccl|task_time|step_trace)_(\d+)_(\d+)_(\d+)\.json$")
 PARTS_OF_MSPROF = ("task_time", "hccl")  # their events are in the same iteration's msprof_*.json

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .. import commfiles, csvfiles, overlap, trace, tracefile
-from . import Found, Job, Staged
+from .protocol import Found, Job, Staged
 
 # file kind -> accepted names inside ASCEND_PROFILER_OUTPUT
 FILE_KINDS = {

@@ -96,7 +96,8 @@ def test_ingest_subcommand(tmp_path):
 
 
 def test_store_states_survive_a_restart(tmp_path):
-    from ascendscope.server.runs import IngestQueue, RunStore
+    from ascendscope.server.runs import RunStore
+    from ascendscope.server.worker import IngestQueue
 
     store = RunStore(tmp_path)
     run = store.create_run_from_path(LEVEL1)

@@ -114,7 +114,8 @@ def make_app(data_dir: Path, store=None, queue=None, **settings):
 @pytest.fixture()
 def queued(tmp_path):
     """A store, its running ingest queue and a TestClient of the app over both."""
-    from ascendscope.server.runs import IngestQueue, RunStore
+    from ascendscope.server.runs import RunStore
+    from ascendscope.server.worker import IngestQueue
 
     store = RunStore(tmp_path / "data")
     queue = IngestQueue(store).start()
@@ -168,7 +169,8 @@ def test_the_log_answer_is_bounded(tmp_path):
 
 
 def test_a_killed_worker_points_at_a_log_that_says_so(tmp_path):
-    from ascendscope.server.runs import IngestQueue, RunStore
+    from ascendscope.server.runs import RunStore
+    from ascendscope.server.worker import IngestQueue
 
     store = RunStore(tmp_path)
     run = store.create_run_from_path(PYTORCH_TEXT / "level1")
@@ -298,7 +300,8 @@ def test_deleting_a_run_while_it_is_viewed_gives_404(tmp_path, level1_db):
 
 # -- a run that loads nothing ------------------------------------------------------------------------------------
 def test_a_run_that_loads_nothing_fails_and_lists_the_warnings(tmp_path):
-    from ascendscope.server.runs import IngestQueue, RunStore
+    from ascendscope.server.runs import RunStore
+    from ascendscope.server.worker import IngestQueue
 
     rank = tmp_path / "src" / "job_ascend_pt"  # a rank folder whose files hold no event and no row
     (rank / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)

@@ -31,7 +31,7 @@ def big_source(tmp_path_factory) -> Path:
 
 @contextmanager
 def running_queue(store, **options):
-    from ascendscope.server.runs import IngestQueue
+    from ascendscope.server.worker import IngestQueue
 
     queue = IngestQueue(store, **options).start(resume=True)
     try:
