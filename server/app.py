@@ -56,6 +56,7 @@ API_MODULES = (
     "advice",
     "systemview",
     "compare",
+    "cluster",
 )
 
 STATIC_DIR = Path(frontend.__file__).resolve().parent / "static"

@@ -32,9 +32,11 @@ VIEWS = (
     ("summary", "Summary"),
     ("communication", "Communication"),
     ("advice", "Advice"),
+    ("cluster", "Cluster"),
 )
 VIEW_NAMES = tuple(v for v, _ in VIEWS)
-PLOTLY_VIEWS = ("operator", "memory", "summary", "communication")  # their templates load /vendor/plotly.min.js
+# their templates load /vendor/plotly.min.js
+PLOTLY_VIEWS = ("operator", "memory", "summary", "communication", "cluster")
 
 router = APIRouter(include_in_schema=False)
 
