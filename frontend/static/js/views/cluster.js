@@ -1,0 +1,337 @@
+// Cluster view: a ranks × steps heatmap of one metric (step time, computing, exposed communication, free) with the
+// slow ranks called out, the per-rank means, the src × dst communication matrix (binned by the server beyond 256
+// ranks) with its slowest links, and a rank picker that opens one rank's timeline. Every answer comes from the
+// run's cluster tables (/api/runs/{id}/cluster/…), so a run of 1,000 ranks paints from three small requests.
+// DOM is built with textContent only; data strings handed to plotly go through plotText.
+
+import { apiGet } from "/static/js/common/api.js";
+import { plotText } from "/static/js/common/escape.js";
+import { page } from "/static/js/common/nav.js";
+
+const runId = page.run_id;
+const apiBase = `/api/runs/${encodeURIComponent(runId)}/cluster`;
+const $ = (sel) => document.querySelector(sel);
+const METRIC_LABELS = { step: "Step time", computing: "Computing", exposed_comm: "Communication(Not Overlapped)",
+  free: "Free" };
+const MATRIX_LABELS = { bandwidth_gbps: "Bandwidth (GB/s)", min_bandwidth_gbps: "Slowest link (GB/s)",
+  transit_time_ns: "Transit Time (ms)", transit_size_mb: "Transit Size (MB)" };
+const LAYOUT = {
+  paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+  font: { color: "#c9ccd3", size: 12, family: "-apple-system, Segoe UI, Noto Sans, Arial, sans-serif" },
+  hoverlabel: { bgcolor: "#22252b", bordercolor: "#454a54", font: { color: "#f1f3f6" } },
+};
+const AXIS = { gridcolor: "#343840", zerolinecolor: "#454a54", linecolor: "#454a54", tickfont: { size: 11 } };
+const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d"] };
+const RED_BLUE = [[0, "#e8533a"], [0.5, "#e9dcc0"], [1, "#3f7fd8"]];
+
+const state = { source: "ranks", metric: "step", step: "", group: "", op: "", show: "bandwidth_gbps" };
+let overview = null;
+let matrixData = null;
+let knownRanks = new Set();
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "text") node.textContent = String(v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c ?? "")));
+  return node;
+}
+
+function clear(node) {
+  node.replaceChildren();
+  return node;
+}
+
+function ms(ns, digits = 3) {
+  return ns === null || ns === undefined ? "–" : (ns / 1e6).toLocaleString("en-US", {
+    minimumFractionDigits: digits, maximumFractionDigits: digits });
+}
+
+function num(x, digits = 3) {
+  return x === null || x === undefined ? "–" : Number(x).toLocaleString("en-US", { maximumFractionDigits: digits });
+}
+
+export function timelineUrl(rank) {
+  // `ranks` opens only that rank's data (sharded runs); `rank` selects it in today's rank filter
+  return `/runs/${encodeURIComponent(runId)}/timeline?rank=${rank}&ranks=${rank}`;
+}
+
+function openRank(rank) {
+  window.location.assign(timelineUrl(rank));
+}
+
+function plotly(node, traces, layout) {
+  // eslint-disable-next-line no-undef
+  return Plotly.react(node, traces, { ...LAYOUT, ...layout }, CONFIG);
+}
+
+function noData(node, text) {
+  return plotly(node, [], { xaxis: { visible: false }, yaxis: { visible: false },
+    annotations: [{ text: plotText(text), showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
+      font: { size: 14, color: "#8e94a0" } }] });
+}
+
+// --- rank picker --------------------------------------------------------------------------------------------------
+
+function buildPicker() {
+  const ranks = overview.ranks.rank.length ? overview.ranks.rank : overview.per_rank.rank;
+  knownRanks = new Set(ranks);
+  const list = clear($("#cl-rank-list"));
+  list.append(...ranks.map((r) => el("option", { value: r })));
+}
+
+function pickFromInput() {
+  const text = $("#cl-rank-input").value.trim();
+  const rank = Number(text);
+  const note = $("#cl-rank-note");
+  if (text === "" || !Number.isInteger(rank)) {
+    note.textContent = "type a rank number";
+    return;
+  }
+  if (!knownRanks.has(rank)) {
+    note.textContent = `no rank ${rank} in this run`;
+    return;
+  }
+  openRank(rank);
+}
+
+// --- overview, heatmap and per-rank means --------------------------------------------------------------------------
+
+function renderSummary() {
+  const o = overview;
+  const ranks = o.rank_count || o.per_rank.rank.length;
+  const parts = [`${ranks} rank${ranks === 1 ? "" : "s"}`, `${o.steps.length} step${o.steps.length === 1 ? "" : "s"}`];
+  if (o.slow_ranks_total) parts.push(`${o.slow_ranks_total} slow`);
+  $("#cl-summary").textContent = parts.join(" · ");
+  const opt = $("#cl-source option[value=cluster_analysis]");
+  opt.disabled = !o.cluster_analysis.found;
+  opt.textContent = o.cluster_analysis.found
+    ? `cluster_analysis_output (${o.cluster_analysis.ranks} ranks)` : "cluster_analysis_output (not found)";
+}
+
+function renderSlow() {
+  const host = clear($("#cl-slow"));
+  const o = overview;
+  const head = el("div", { class: "v-advice-head" }, "Slow ranks");
+  host.append(head);
+  if (o.per_rank.rank.length < 3) {
+    host.append(el("div", { class: "v-note" }, "Slow ranks are found among three ranks or more."));
+    return;
+  }
+  if (!o.slow_ranks.length) {
+    host.append(el("div", { class: "v-note", id: "cl-no-slow" },
+      "No rank stands out: every rank's mean step time, computing and free time stay within median + 3 × MAD."));
+  } else {
+    const table = el("table", { class: "v-table", id: "cl-slow-table" });
+    table.append(el("thead", {}, el("tr", {}, ...["Rank", "Slow in", "Mean per step (ms)", "Median (ms)",
+      "Excess (ms)", "Timeline"].map((h) => el("th", {}, h)))));
+    const body = el("tbody");
+    for (const s of o.slow_ranks) {
+      const worst = s.metrics.find((m) => m.metric === s.reason) || s.metrics[0];
+      const link = el("a", { href: timelineUrl(s.rank), class: "cl-open" }, `Open rank ${s.rank}`);
+      body.append(el("tr", { "data-rank": s.rank }, el("td", {}, s.rank),
+        el("td", {}, s.metrics.map((m) => METRIC_LABELS[m.metric]).join(", ")),
+        el("td", {}, ms(worst.value_ns)), el("td", {}, ms(worst.median_ns)), el("td", {}, ms(worst.excess_ns)),
+        el("td", {}, link)));
+    }
+    table.append(body);
+    host.append(el("div", { class: "v-table-wrap" }, table));
+    if (o.slow_ranks_total > o.slow_ranks.length) {
+      host.append(el("div", { class: "v-note" }, `${o.slow_ranks_total - o.slow_ranks.length} more not listed`));
+    }
+  }
+  if (o.waiting_ranks.length) {
+    const ranks = o.waiting_ranks.slice(0, 20).map((w) => w.rank).join(", ");
+    host.append(el("div", { class: "v-note", id: "cl-waiting" },
+      `Waiting in communication (exposed communication above median + 3 × MAD): ranks ${ranks}` +
+      (o.waiting_ranks_total > 20 ? ` and ${o.waiting_ranks_total - 20} more` : "") +
+      ". They wait for slower ranks; the cause is usually on the slow ranks above."));
+  }
+}
+
+async function loadHeatmap() {
+  const node = $("#cl-heatmap");
+  const h = await apiGet(`${apiBase}/heatmap`, { metric: state.metric, source: state.source });
+  const label = METRIC_LABELS[state.metric];
+  if (!h.ranks.length) {
+    $("#cl-heat-note").textContent = "no step breakdown in this run";
+    await noData(node, "No step breakdown");
+    await noData($("#cl-ranks-chart"), "No step breakdown");
+    return;
+  }
+  const slow = new Set(overview.slow_ranks.map((s) => s.rank));
+  const z = h.z.map((row) => row.map((v) => (v === null ? null : v / 1e6)));
+  const y = h.ranks.map((r) => `${slow.has(r) ? "⚠ " : ""}${r}`);
+  const x = h.steps.map((s) => (s === null ? "all" : String(s)));
+  await plotly(node, [{
+    type: "heatmap", x, y, z, colorscale: [[0, "#3f7fd8"], [0.5, "#e9dcc0"], [1, "#e8533a"]], hoverongaps: false,
+    customdata: h.ranks.map((r) => h.steps.map(() => r)),
+    hovertemplate: `Rank %{customdata}, step %{x}<br>${plotText(label)}: %{z:,.3f} ms<br>click: open the timeline<extra></extra>`,
+    colorbar: { title: { text: `${plotText(label)} (ms)` }, thickness: 12 },
+  }], { margin: { l: 70, r: 20, t: 10, b: 40 }, xaxis: { ...AXIS, title: { text: "Step" }, type: "category" },
+    yaxis: { ...AXIS, title: { text: "Rank" }, type: "category", autorange: "reversed" } });
+  node.removeAllListeners?.("plotly_click");
+  node.on("plotly_click", (ev) => {
+    const p = ev.points && ev.points[0];
+    if (p && p.customdata !== undefined) openRank(p.customdata);
+  });
+  $("#cl-heat-note").textContent = `${h.ranks.length} ranks × ${h.steps.length} steps` +
+    (h.truncated ? " (the latest steps are left out: too many cells)" : "") +
+    (state.source === "cluster_analysis" ? " · from cluster_step_trace_time.csv" : "");
+  const colors = h.ranks.map((r) => (slow.has(r) ? "#e8533a" : "#3f7fd8"));
+  const ranksNode = $("#cl-ranks-chart");
+  await plotly(ranksNode, [{
+    type: "bar", x: h.ranks.map(String), y: h.rank_mean_ns.map((v) => (v === null ? null : v / 1e6)),
+    marker: { color: colors }, customdata: h.ranks,
+    hovertemplate: `Rank %{customdata}<br>mean ${plotText(label)}: %{y:,.3f} ms<extra></extra>`,
+  }], { margin: { l: 70, r: 20, t: 10, b: 40 }, bargap: 0.1,
+    xaxis: { ...AXIS, title: { text: "Rank" }, type: "category" },
+    yaxis: { ...AXIS, title: { text: `mean ${plotText(label)} per step (ms)` } } });
+  ranksNode.removeAllListeners?.("plotly_click");
+  ranksNode.on("plotly_click", (ev) => {
+    const p = ev.points && ev.points[0];
+    if (p && p.customdata !== undefined) openRank(p.customdata);
+  });
+}
+
+// --- communication matrix -------------------------------------------------------------------------------------------
+
+function fillSelect(node, values, current, allLabel) {
+  clear(node).append(el("option", { value: "" }, allLabel), ...values.map((v) => el("option", { value: v }, v)));
+  node.value = values.includes(current) ? current : "";
+  return node.value;
+}
+
+function buildMatrixFilters(options) {
+  const keys = options.keys;
+  state.step = fillSelect($("#cl-m-step"), [...new Set(keys.map((k) => k.step))], state.step, "all steps");
+  const inStep = keys.filter((k) => !state.step || k.step === state.step);
+  state.group = fillSelect($("#cl-m-group"), [...new Set(inStep.map((k) => k.group_id).filter((g) => g !== null))],
+    state.group, "all groups");
+  const inGroup = inStep.filter((k) => !state.group || k.group_id === state.group);
+  state.op = fillSelect($("#cl-m-op"), [...new Set(inGroup.flatMap((k) => k.op_types))].sort(), state.op, "all op types");
+}
+
+async function loadMatrix() {
+  matrixData = await apiGet(`${apiBase}/matrix`, { step: state.step || undefined, group: state.group || undefined,
+    op_type: state.op || undefined });
+  buildMatrixFilters(matrixData.options);
+  renderMatrix();
+  renderLinks();
+}
+
+function renderMatrix() {
+  const m = matrixData;
+  const node = $("#cl-matrix");
+  if (!m.links) {
+    $("#cl-matrix-note").textContent = "no links between ranks for this filter";
+    $("#cl-matrix-extra").textContent = "";
+    return noData(node, "No communication matrix");
+  }
+  const key = state.show;
+  const scale = key === "transit_time_ns" ? 1e-6 : 1;
+  // rows of the server's arrays are sources; plotly's rows are y: draw dst on y like MindStudio Insight
+  const n = m.labels.length;
+  const z = [];
+  for (let j = 0; j < n; j++) z.push(m[key].map((row) => (row[j] === null ? null : row[j] * scale)));
+  const binned = m.bin_size > 1;
+  const label = MATRIX_LABELS[key];
+  plotly(node, [{
+    type: "heatmap", x: m.labels, y: m.labels, z, hoverongaps: false, xgap: n <= 64 ? 1 : 0, ygap: n <= 64 ? 1 : 0,
+    colorscale: RED_BLUE, reversescale: key === "transit_time_ns",
+    hovertemplate: `${binned ? "ranks " : ""}%{x} → %{y}<br>${plotText(label)}: %{z:,.4f}<extra></extra>`,
+    colorbar: { title: { text: plotText(label) }, thickness: 12 },
+  }], { margin: { l: 80, r: 20, t: 10, b: 50 },
+    xaxis: { ...AXIS, title: { text: binned ? `Src ranks (blocks of ${m.bin_size})` : "Src Rank Id" }, type: "category", showgrid: false },
+    yaxis: { ...AXIS, title: { text: binned ? `Dst ranks (blocks of ${m.bin_size})` : "Dst Rank Id" }, type: "category", showgrid: false } });
+  const transports = Object.entries(m.transports).map(([t, c]) => `${t} ${c}`).join(", ");
+  $("#cl-matrix-note").textContent = `${m.links} links (${transports}) over ${m.ranks.length} ranks` +
+    (binned ? ` · each cell sums the links between two blocks of ${m.bin_size} ranks` : "");
+  $("#cl-matrix-extra").textContent = "LOCAL (same-rank) copies left out; the source rank's file wins for a link";
+}
+
+function renderLinks() {
+  const host = clear($("#cl-links"));
+  const links = matrixData.slow_links;
+  if (!links.length) {
+    host.append(el("div", { class: "v-note" }, "No links between ranks."));
+    return;
+  }
+  const table = el("table", { class: "v-table", id: "cl-links-table" });
+  table.append(el("thead", {}, el("tr", {}, ...["Src", "Dst", "Transport", "Bandwidth (GB/s)",
+    "Median of its transport (GB/s)", "Size (MB)", "Time (ms)"].map((h) => el("th", {}, h)))));
+  const body = el("tbody");
+  for (const l of links) {
+    body.append(el("tr", {}, el("td", {}, el("a", { href: timelineUrl(l.src_rank) }, l.src_rank)),
+      el("td", {}, el("a", { href: timelineUrl(l.dst_rank) }, l.dst_rank)), el("td", {}, l.transport_type),
+      el("td", {}, num(l.bandwidth_gbps, 4)), el("td", {}, num(l.median_gbps, 4)), el("td", {}, num(l.transit_size_mb, 3)),
+      el("td", {}, ms(l.transit_time_ns, 4))));
+  }
+  table.append(body);
+  host.append(el("div", { class: "v-table-wrap" }, table));
+}
+
+// --- cluster_analysis_output --------------------------------------------------------------------------------------
+
+function renderAnalysis() {
+  const host = clear($("#cl-analysis"));
+  const a = overview.cluster_analysis;
+  if (!a.found) {
+    host.append(el("div", { class: "v-note", id: "cl-analysis-none" },
+      "No cluster_analysis_output folder (msprof-analyze cluster output) was found beside the rank folders."));
+    return;
+  }
+  host.append(el("div", { class: "v-note" }, `msprof-analyze's cluster output: ${a.ranks} ranks in ` +
+    "cluster_step_trace_time.csv (pick it under Step data to draw them)."));
+  const table = el("table", { class: "v-table", id: "cl-analysis-files" });
+  table.append(el("thead", {}, el("tr", {}, ...["File", "Kind", "Rows", "Status"].map((h) => el("th", {}, h)))));
+  const body = el("tbody");
+  for (const f of a.files) body.append(el("tr", {}, el("td", {}, f.file), el("td", {}, f.kind), el("td", {}, f.rows), el("td", {}, f.status)));
+  table.append(body);
+  host.append(el("div", { class: "v-table-wrap" }, table));
+}
+
+async function loadOverview() {
+  overview = await apiGet(`${apiBase}/overview`, { source: state.source });
+  renderSummary();
+  buildPicker();
+  renderSlow();
+  renderAnalysis();
+}
+
+function showError(err) {
+  const box = el("div", { class: "v-error", id: "cl-error" }, `Could not load the cluster view: ${err.message || err}`);
+  $("#cluster-view").prepend(box);
+}
+
+async function start() {
+  $("#cl-metric").addEventListener("change", (e) => { state.metric = e.target.value; loadHeatmap().catch(showError); });
+  $("#cl-source").addEventListener("change", async (e) => {
+    state.source = e.target.value;
+    try {
+      await loadOverview();
+      await loadHeatmap();
+    } catch (err) {
+      showError(err);
+    }
+  });
+  for (const [id, key] of [["#cl-m-step", "step"], ["#cl-m-group", "group"], ["#cl-m-op", "op"]]) {
+    $(id).addEventListener("change", (e) => { state[key] = e.target.value; loadMatrix().catch(showError); });
+  }
+  $("#cl-m-metric").addEventListener("change", (e) => { state.show = e.target.value; renderMatrix(); });
+  $("#cl-rank-open").addEventListener("click", pickFromInput);
+  $("#cl-rank-input").addEventListener("keydown", (e) => { if (e.key === "Enter") pickFromInput(); });
+  try {
+    const matrix = loadMatrix();
+    await loadOverview();
+    await Promise.all([loadHeatmap(), matrix]);
+    document.body.dataset.clusterReady = "1";
+  } catch (err) {
+    showError(err);
+  }
+}
+
+start();
