@@ -31,11 +31,40 @@ from pathlib import Path
 import duckdb
 
 from . import SCHEMA_VERSION, archive, commfiles, csvfiles, jsonfile, lod, overlap, readers, sqlfuncs, trace, tracefile
-from .discover import RankSource, discover
+from .discover import Discovery, RankSource, discover
 from .schema import CORE_DDL, EMPTY_TABLES
 
 # file kinds that yield a timeline (appended by the trace writer in rank order)
 TIMELINE_KINDS = readers.TIMELINE_KINDS
+
+
+@dataclass(frozen=True)
+class IdBases:
+    """Where a run's ids start, and how many one rank may use (None: unbounded). A single-file run numbers every
+    rank's ids on from the previous rank's; a shard gives its rank a fixed range (:func:`rank_id_bases`) so the
+    shards of a run union without renumbering."""
+
+    track: int = 0
+    slice: int = 0  # slice_id and flow_id
+    track_span: int | None = None
+    slice_span: int | None = None
+
+
+TRACK_ID_BITS, SLICE_ID_BITS = 16, 36
+MAX_SHARD_RANK = (1 << (31 - TRACK_ID_BITS)) - 1  # track_id is an INTEGER
+
+
+def rank_id_bases(rank: int) -> IdBases:
+    """The id range of one rank's shard: track ids from ``rank << 16``, slice and flow ids from ``rank << 36``
+    (below 2**53 for every rank a track id allows, so the browser's numbers stay exact)."""
+    if not 0 <= rank <= MAX_SHARD_RANK:
+        raise ValueError(f"rank {rank} is outside the ranks a shard's ids can hold (0..{MAX_SHARD_RANK})")
+    return IdBases(track=rank << TRACK_ID_BITS, slice=rank << SLICE_ID_BITS, track_span=1 << TRACK_ID_BITS,
+                   slice_span=1 << SLICE_ID_BITS)
+
+
+class IdRangeError(Exception):
+    """A rank has more tracks or slices than its shard's id range holds."""
 
 
 class NoProfilingData(Exception):
@@ -171,13 +200,13 @@ def _device_id(cur, res: RankResult, from_trace: bool = False) -> int | None:
     return None
 
 
-def _write_traces(con, results: list[RankResult], trace_tasks: dict) -> None:
+def _write_traces(con, results: list[RankResult], trace_tasks: dict, bases: IdBases) -> None:
     """Append each rank's trace tables to the run's tables, in rank order and as soon as they are ready: its
     tracks and slices once nested (while its flows are still being derived, and later ranks and the CSVs still
     load), then its flows, counters and steps, each part in one transaction; a rank that fails part way is
     removed again. Then free its staging tables."""
     cur = con.cursor()
-    toff = soff = foff = 0
+    toff, soff, foff = bases.track, bases.slice, bases.slice
     try:
         for res in results:
             task = trace_tasks.get(res.idx)
@@ -192,6 +221,7 @@ def _write_traces(con, results: list[RankResult], trace_tasks: dict) -> None:
                 res.trace_device_id = _device_id(cur, res, from_trace=True)
                 n_tracks, n_slices = _in_transaction(cur, trace.write_slices, res.prefix, res.src.rank, toff,
                                                      soff, overlap.DERIVED_PID)
+                _check_id_range(bases, n_tracks, n_slices, toff - bases.track, soff - bases.slice)
                 task.result()
                 # (a transaction only sees tables that existed when it began: the flows are newer)
                 if res.has_trace:
@@ -199,7 +229,7 @@ def _write_traces(con, results: list[RankResult], trace_tasks: dict) -> None:
                     toff, soff, foff = toff + n_tracks, soff + n_slices, foff + n_flows
                 else:  # failed after nesting: nothing of it is kept
                     _in_transaction(cur, trace.unwrite, res.src.rank)
-            except duckdb.Error as exc:
+            except (duckdb.Error, IdRangeError) as exc:
                 _in_transaction(cur, trace.unwrite, res.src.rank)
                 res.has_trace = False
                 with res.lock:
@@ -210,6 +240,14 @@ def _write_traces(con, results: list[RankResult], trace_tasks: dict) -> None:
                 trace.drop_stage(cur, res.prefix)
     finally:
         cur.close()
+
+
+def _check_id_range(bases: IdBases, n_tracks: int, n_slices: int, used_tracks: int, used_slices: int) -> None:
+    """Ids are local ids (from 1) plus the base: a rank must fit below the next rank's base."""
+    if bases.track_span is not None and used_tracks + n_tracks >= bases.track_span:
+        raise IdRangeError(f"{n_tracks} tracks, more than the {bases.track_span - 1} a shard's track ids hold")
+    if bases.slice_span is not None and used_slices + n_slices >= bases.slice_span:
+        raise IdRangeError(f"{n_slices} slices, more than the {bases.slice_span - 1} a shard's slice ids hold")
 
 
 def _in_transaction(cur, work, *args):
@@ -250,13 +288,16 @@ def _assemble_files(con, results: list[RankResult], staged: list, work: Path) ->
 
 
 def _assemble(con, results: list[RankResult], root: Path, src_path: Path, started: float,
-              extra_warnings: list[tuple], progress: Progress) -> dict:
+              extra_warnings: list[tuple], progress: Progress, defer_lod: bool) -> dict:
     # runs without a memory CSV: the trace's process labels ("NPU 3") may name the device
     devices = {res.idx: next((d for d in (res.device_id, res.trace_device_id, res.src.device_id) if d is not None),
                              None) for res in results}
     con.execute("DETACH stage")  # staging is done: give its memory to the level-of-detail build
-    progress.phase("building the level-of-detail tables")
-    lod.build(con)
+    if defer_lod:  # a shard: built once the whole run's widths are known (ingest.shards)
+        lod.build(con, defer=True)
+    else:
+        progress.phase("building the level-of-detail tables")
+        lod.build(con)
     progress.phase("writing metadata")
 
     warnings = list(extra_warnings)
@@ -296,7 +337,33 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "ingest_seconds": f"{time.perf_counter() - started:.3f}", "bytes_read": str(bytes_read)}
     con.executemany("INSERT INTO meta VALUES (?, ?)", list(meta.items()))
+    build_cluster_tables(con)
     return summarize(con)
+
+
+def load_cluster_analysis(con, root: Path) -> list[dict]:
+    """msprof-analyze's ``cluster_analysis_output`` under the source into ``cluster_analysis_*`` tables
+    (``ingest.cluster``); its warnings go to ``warnings`` (run-wide: no rank) and are returned."""
+    try:
+        from .cluster import load_cluster_analysis as load
+    except ImportError:
+        return []
+    rows = []
+    for text in load(con, root) or []:
+        file, sep, message = str(text).partition(": ")
+        rows.append((None, file, message) if sep else (None, "cluster_analysis_output", str(text)))
+    if rows:
+        con.executemany("INSERT INTO warnings VALUES (?, ?, ?)", [list(r) for r in rows])
+    return [{"rank": r, "file": f, "message": m} for r, f, m in rows]
+
+
+def build_cluster_tables(con) -> None:
+    """The rank-keyed cluster tables (``ingest.cluster``), when that module is present in this version."""
+    try:
+        from .cluster import build_cluster_tables as build
+    except ImportError:
+        return
+    build(con)
 
 
 def summarize(con) -> dict:
@@ -328,68 +395,106 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
     """Ingest ``src`` (folder, archive or trace file) into the DuckDB file ``out``; return a summary dict."""
     started = time.perf_counter()
     progress = progress or Progress()
-    src_path, out = Path(src), Path(out)
-    if not src_path.exists():
-        raise NoProfilingData(f"{src_path}: no such file or folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    src_path = Path(src)
     with tempfile.TemporaryDirectory(prefix="ascendscope-ingest-") as work_dir:
         work = Path(work_dir)
-        root = src_path
-        extra_warnings: list[tuple] = []
-        if archive.is_archive(src_path):
-            progress.phase(f"extracting {src_path.name}")
-            root = archive.extract(src_path, work / "extracted")
-        disc = discover(root)
-        extra_warnings.extend(disc.warnings)
-        if not disc.ranks:
-            detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:5])
-            raise NoProfilingData(f"{src_path}: no profiling data found (expected *_ascend_pt folders with "
-                                  f"ASCEND_PROFILER_OUTPUT)" + (f" — {detail}" if detail else ""), disc.warnings)
+        disc = prepare(src_path, work / "extracted", progress)
         total = sum(readers.size(kind, p) for r in disc.ranks for kind, p in r.files.items())
         progress.begin(total, len(disc.ranks))
-        con = duckdb.connect(str(tmp))
-        try:
-            con.execute(f"SET memory_limit = '{_checked_size(memory_limit)}'")
-            con.execute("SET temp_directory = ?", [str(work / "spill")])
-            con.execute("SET preserve_insertion_order = true")
-            con.execute("SET enable_progress_bar = false")
-            con.execute("ATTACH ':memory:' AS stage")  # spills to temp_directory past memory_limit
-            sqlfuncs.install(con)
-            for ddl in CORE_DDL:
-                con.execute(ddl)
-            results = [RankResult(src=s, idx=i, prefix=f"stage._r{i}_") for i, s in enumerate(disc.ranks)]
-            for res in results:  # one rank: no union of ranks to build, so its CSV tables are made in place
-                res.csv_prefix = "main." if len(results) == 1 else res.prefix
-            # one task per file, biggest first, so a rank's trace and CSVs (and other ranks) load side by side
-            tasks = sorted(((res, kind, path) for res in results for kind, path in res.src.files.items()),
-                           key=lambda t: -readers.size(t[1], t[2]))
-            # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in halves
-            split_read = sum(1 for t in tasks if t[1] in TIMELINE_KINDS) < max(1, workers)
-            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                stage = {pool.submit(_stage_file, con, *t, disc.root, work, progress, split_read): t for t in tasks}
-                # (a db export makes CSV-shaped tables too: the assembly also waits for it)
-                others = [f for f, t in stage.items() if t[1] not in readers.TIMELINE_ONLY]
-                traces = {t[0].idx: f for f, t in stage.items() if t[1] in TIMELINE_KINDS}
-                # the CSV/JSON tables are assembled as soon as they are staged, while traces still load
-                assembled = pool.submit(_assemble_files, con, results, others, work)
-                _write_traces(con, results, traces)
-                for fut in [assembled, *stage]:
-                    fut.result()
-            for res in results:
-                res.files.sort(key=lambda f: (f["kind"] not in TIMELINE_KINDS, f["file"]))
-            progress.phase("assembling the timeline tables")
-            summary = _assemble(con, results, disc.root, src_path, started, extra_warnings, progress)
-            progress.phase("writing the file")
-            con.execute("CHECKPOINT")
-            con.close()
-            os.replace(tmp, out)
-        except BaseException:
-            con.close()
-            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
-                leftover.unlink(missing_ok=True)
-            raise
+        summary = write_ranks(disc.ranks, disc.root, Path(out), src_path=src_path, work=work, progress=progress,
+                              workers=workers, memory_limit=memory_limit, extra_warnings=disc.warnings,
+                              started=started, keep_open=lambda con: load_cluster_analysis(con, disc.root))
+        summary["warnings"] = summary["warnings"] + summary.pop("extra", [])
     summary["seconds"] = round(time.perf_counter() - started, 3)
+    return summary
+
+
+def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
+    """Extract an archive (into ``extract_to``) and find its ranks; raise NoProfilingData when there are none."""
+    if not src_path.exists():
+        raise NoProfilingData(f"{src_path}: no such file or folder")
+    root = src_path
+    if archive.is_archive(src_path):
+        progress.phase(f"extracting {src_path.name}")
+        root = archive.extract(src_path, extract_to)
+    disc = discover(root)
+    if not disc.ranks:
+        detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:5])
+        raise NoProfilingData(f"{src_path}: no profiling data found (expected *_ascend_pt folders with "
+                              f"ASCEND_PROFILER_OUTPUT)" + (f" — {detail}" if detail else ""), disc.warnings)
+    return disc
+
+
+def ingest_rank(source: RankSource, root: str | os.PathLike, out: str | os.PathLike, *, src_path: str,
+                scratch: str | None = None, workers: int = 2, memory_limit: str = "1GB",
+                threads: int | None = None) -> dict:
+    """One rank (found by :func:`discover` under ``root``) into its own shard ``out``, with the rank's fixed id
+    range and without its level-of-detail tables (see ``ingest.shards``). A plain function of picklable
+    arguments: process pools and Ray tasks run it as it is. Returns the shard's summary plus ``lod_inputs``."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ascendscope-shard-", dir=scratch) as work_dir:
+        summary = write_ranks([source], Path(root), Path(out), src_path=Path(src_path), work=Path(work_dir),
+                              progress=Progress(), workers=workers, memory_limit=memory_limit, extra_warnings=[],
+                              started=started, bases=rank_id_bases(source.rank), threads=threads,
+                              keep_open=lod.inputs)
+    summary["lod_inputs"] = summary.pop("extra")
+    summary["seconds"] = round(time.perf_counter() - started, 3)
+    return summary
+
+
+def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Path, work: Path, progress: Progress,
+                workers: int, memory_limit: str, extra_warnings: list[tuple], started: float,
+                bases: IdBases | None = None, threads: int | None = None, keep_open=None) -> dict:
+    """Write ``ranks`` into the DuckDB file ``out`` (through a temp name, renamed when complete). With ``bases``
+    (a shard) the level-of-detail tables are left empty. ``keep_open(con)`` runs last on the file (its result is
+    the summary's ``extra``)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    con = duckdb.connect(str(tmp))
+    try:
+        con.execute(f"SET memory_limit = '{_checked_size(memory_limit)}'")
+        con.execute("SET temp_directory = ?", [str(work / "spill")])
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
+        con.execute("SET preserve_insertion_order = true")
+        con.execute("SET enable_progress_bar = false")
+        con.execute("ATTACH ':memory:' AS stage")  # spills to temp_directory past memory_limit
+        sqlfuncs.install(con)
+        for ddl in CORE_DDL:
+            con.execute(ddl)
+        results = [RankResult(src=s, idx=i, prefix=f"stage._r{i}_") for i, s in enumerate(ranks)]
+        for res in results:  # one rank: no union of ranks to build, so its CSV tables are made in place
+            res.csv_prefix = "main." if len(results) == 1 else res.prefix
+        # one task per file, biggest first, so a rank's trace and CSVs (and other ranks) load side by side
+        tasks = sorted(((res, kind, path) for res in results for kind, path in res.src.files.items()),
+                       key=lambda t: -readers.size(t[1], t[2]))
+        # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in halves
+        split_read = sum(1 for t in tasks if t[1] in TIMELINE_KINDS) < max(1, workers)
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            stage = {pool.submit(_stage_file, con, *t, root, work, progress, split_read): t for t in tasks}
+            # (a db export makes CSV-shaped tables too: the assembly also waits for it)
+            others = [f for f, t in stage.items() if t[1] not in readers.TIMELINE_ONLY]
+            traces = {t[0].idx: f for f, t in stage.items() if t[1] in TIMELINE_KINDS}
+            # the CSV/JSON tables are assembled as soon as they are staged, while traces still load
+            assembled = pool.submit(_assemble_files, con, results, others, work)
+            _write_traces(con, results, traces, bases or IdBases())
+            for fut in [assembled, *stage]:
+                fut.result()
+        for res in results:
+            res.files.sort(key=lambda f: (f["kind"] not in TIMELINE_KINDS, f["file"]))
+        progress.phase("assembling the timeline tables")
+        summary = _assemble(con, results, root, src_path, started, extra_warnings, progress, bases is not None)
+        if keep_open is not None:
+            summary["extra"] = keep_open(con)
+        progress.phase("writing the file")
+        con.execute("CHECKPOINT")
+        con.close()
+        os.replace(tmp, out)
+    except BaseException:
+        con.close()
+        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+            leftover.unlink(missing_ok=True)
+        raise
     return summary
 
 

@@ -1,0 +1,331 @@
+"""Sharded ingest (issue #11): a run as one shard per rank + cluster.duckdb + manifest.json.
+
+A sharded run read through ``shards.connect`` holds the same rows as the single-file run of the same source, ids
+aside (each rank's ids are shifted by one constant, into its own range); a failed shard leaves the others; the
+process pool and a local Ray cluster write identical runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from ascendscope.ingest import lod, shards
+from ascendscope.ingest.pipeline import NoProfilingData, ingest_path, rank_id_bases
+from ascendscope.ingest.shards import connect, ingest_sharded, read_manifest
+from ascendscope.sample_data.generate import generate_run
+from tests.conftest import PYTORCH_TEXT, REAL_SAMPLES
+
+# id columns, by the id kind they hold
+TRACK_IDS = {"track_id", "src_track_id", "dst_track_id"}
+SLICE_IDS = {"slice_id", "parent_id", "src_slice_id", "dst_slice_id"}
+FLOW_IDS = {"flow_id"}
+VARYING = {"files": {"seconds"}}  # columns that differ between two ingests of one source
+STABLE_META = ("schema_version", "ascendscope_version", "source_path", "bytes_read")
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"real sample {path} not found")
+    return path
+
+
+def _tables(con) -> list[str]:
+    return sorted(t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = "
+                                            "current_database() UNION SELECT view_name FROM duckdb_views() "
+                                            "WHERE NOT internal AND database_name = current_database()"
+                                            ).fetchall())
+
+
+def _bases(con) -> dict[str, dict[int, int]]:
+    """Per rank, the smallest id of each kind minus one: a rank's local ids count from 1."""
+    q = {"track": "SELECT rank, min(track_id) - 1 FROM tracks GROUP BY rank",
+         "slice": "SELECT rank, min(slice_id) - 1 FROM slices GROUP BY rank",
+         "flow": "SELECT rank, min(flow_id) - 1 FROM flows GROUP BY rank"}
+    return {k: dict(con.execute(sql).fetchall()) for k, sql in q.items()}
+
+
+def _rows(con, table: str) -> tuple[list[str], list[tuple]]:
+    """The table's rows with ids made rank-local, as sorted text (column order and types aside)."""
+    if table == "meta":
+        return ["key", "value"], sorted(con.execute("SELECT key, value FROM meta WHERE list_contains(?, key)",
+                                                    [list(STABLE_META)]).fetchall())
+    bases = _bases(con)
+    track_rank = dict(con.execute("SELECT track_id, rank FROM tracks").fetchall())
+    cur = con.execute(f'SELECT * FROM "{table}"')
+    cols = [d[0] for d in cur.description]
+    keep = sorted(c for c in cols if c not in VARYING.get(table, ()))
+    out = []
+    for row in cur.fetchall():
+        rec = dict(zip(cols, row))
+        rank = rec.get("rank")
+        if rank is None and rec.get("track_id") is not None:
+            rank = track_rank.get(rec["track_id"])
+        for c in keep:
+            v = rec[c]
+            if v is None:
+                continue
+            if c in TRACK_IDS:
+                rec[c] = v - bases["track"][track_rank[v] if c != "track_id" or rank is None else rank]
+            elif c in SLICE_IDS:
+                rec[c] = v - bases["slice"][rank]
+            elif c in FLOW_IDS:
+                rec[c] = v - bases["flow"][rank]
+        out.append(tuple(repr(rec[c]) for c in keep))
+    return keep, sorted(out)
+
+
+def assert_same_run(single: duckdb.DuckDBPyConnection, sharded: duckdb.DuckDBPyConnection) -> None:
+    tables = _tables(single)
+    assert tables == [t for t in _tables(sharded)], "the same tables"
+    for table in tables:
+        cols_a, rows_a = _rows(single, table)
+        cols_b, rows_b = _rows(sharded, table)
+        assert cols_a == cols_b, table
+        assert len(rows_a) == len(rows_b), table
+        assert rows_a == rows_b, table
+
+
+def _both(src: Path, tmp_path: Path, **kwargs):
+    single = tmp_path / "single.duckdb"
+    ingest_path(src, single)
+    summary = ingest_sharded(src, tmp_path / "run", workers=2, **kwargs)
+    return single, summary
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gen")
+    generate_run(out, ranks=3, steps=2, ops_per_step=30)
+    return out
+
+
+@pytest.mark.parametrize("sample", ["generated", "level1", "st4", "msprof"])
+def test_sharded_run_equals_single_file(sample, generated, tmp_path):
+    src = {"generated": generated, "level1": PYTORCH_TEXT / "level1",
+           "st4": REAL_SAMPLES / "msinsight_st_4rank_2025q4",
+           "msprof": REAL_SAMPLES / "mindinsight_msprof_2dev_2023"}[sample]
+    single, summary = _both(_need(src), tmp_path)
+    with duckdb.connect(str(single), read_only=True) as a:
+        b, loaded = connect(tmp_path / "run")
+        try:
+            assert loaded == summary["ranks"] == [r for (r,) in a.execute("SELECT rank FROM ranks ORDER BY rank"
+                                                                          ).fetchall()]
+            assert_same_run(a, b)
+        finally:
+            b.close()
+
+
+def test_shard_ids_are_in_their_ranks_range(generated, tmp_path):
+    ingest_sharded(generated, tmp_path / "run", workers=2)
+    for entry in read_manifest(tmp_path / "run")["shards"]:
+        bases = rank_id_bases(entry["rank"])
+        with duckdb.connect(str(tmp_path / "run" / entry["file"]), read_only=True) as con:
+            for sql, base, span in (("SELECT min(track_id), max(track_id) FROM tracks", bases.track, 1 << 16),
+                                    ("SELECT min(slice_id), max(slice_id) FROM slices", bases.slice, 1 << 36),
+                                    ("SELECT min(flow_id), max(flow_id) FROM flows", bases.slice, 1 << 36)):
+                lo, hi = con.execute(sql).fetchone()
+                assert base < lo <= hi < base + span, sql
+    assert rank_id_bases(2).slice == 2 << 36 and (rank_id_bases(32767).slice + (1 << 36)) <= 2 ** 53
+
+
+def test_every_shard_has_the_runs_lod_levels(generated, tmp_path):
+    """Level L has one width in every shard (the whole run's), equal to the single-file run's."""
+    single, _ = _both(generated, tmp_path)
+    with duckdb.connect(str(single), read_only=True) as con:
+        expected = con.execute("SELECT level, bucket_ns FROM lod_levels ORDER BY level").fetchall()
+    assert expected
+    for path in (tmp_path / "run" / "shards").glob("*.duckdb"):
+        with duckdb.connect(str(path), read_only=True) as con:
+            assert con.execute("SELECT level, bucket_ns FROM lod_levels ORDER BY level").fetchall() == expected
+            assert con.execute("SELECT count(DISTINCT (level, bucket_ns)) FROM slice_lod").fetchone()[0] == \
+                len(expected)
+
+
+def test_lod_base_from_inputs_equals_base_bucket_ns(generated, tmp_path):
+    """The width chosen from per-rank inputs equals the one chosen over all ranks' slices at once."""
+    one = tmp_path / "one.duckdb"
+    ingest_path(generated, one)
+    with duckdb.connect(str(one), read_only=True) as con:
+        rows = con.execute("SELECT count(*), max(ts_ns + dur_ns) - min(ts_ns) FROM slices GROUP BY track_id, depth"
+                           ).fetchall()
+        n = con.execute("SELECT count(*) FROM slices").fetchone()[0]
+    parts = []
+    for rank in (0, 1, 2):
+        with duckdb.connect() as part:
+            part.execute(f"ATTACH '{one}' AS src (READ_ONLY)")
+            part.execute(f"CREATE TABLE slices AS SELECT * FROM src.slices WHERE rank = {rank}")
+            parts.append(lod.inputs(part))
+    base, span = lod.base_from_inputs(parts)
+    assert base == lod.base_bucket_ns(rows, n)
+    assert span == max(p["max_end_ns"] for p in parts) - min(p["min_ts_ns"] for p in parts)
+
+
+def test_manifest_and_summary(generated, tmp_path):
+    summary = ingest_sharded(generated, tmp_path / "run", workers=2)
+    manifest = read_manifest(tmp_path / "run")
+    assert manifest["format_version"] == shards.FORMAT_VERSION and manifest["source"] == str(generated)
+    assert [e["rank"] for e in manifest["shards"]] == [0, 1, 2]
+    for e in manifest["shards"]:
+        assert e["status"] == "ready" and e["file"] == f"shards/rank_{e['rank']:05d}.duckdb"
+        assert e["bytes"] == (tmp_path / "run" / e["file"]).stat().st_size
+    assert summary["ranks"] == [0, 1, 2] and summary["slices_per_kind"]
+    assert [s["rank"] for s in summary["shards"]] == [0, 1, 2]
+    assert all(s["seconds"] > 0 for s in summary["shards"])
+    leftovers = [p.name for p in (tmp_path / "run").rglob("*") if ".tmp-" in p.name or p.name.startswith(".work")]
+    assert leftovers == []
+
+
+def test_failed_shard_leaves_the_others_and_says_why(generated, tmp_path):
+    """A shard that cannot be written (here: a folder stands where it goes) is a failed entry with its error and
+    a warning naming the rank's folder; the other ranks load."""
+    out = tmp_path / "run"
+    (out / "shards" / "rank_00001.duckdb").mkdir(parents=True)
+    (out / "shards" / "rank_00001.duckdb" / "keep").write_text("x")
+    summary = ingest_sharded(generated, out, workers=2)
+    manifest = read_manifest(out)
+    by_rank = {e["rank"]: e for e in manifest["shards"]}
+    assert by_rank[1]["status"] == "failed" and by_rank[1]["file"] is None
+    assert "rank_00001.duckdb" in by_rank[1]["error"]
+    assert by_rank[0]["status"] == by_rank[2]["status"] == "ready"
+    assert summary["ranks"] == [0, 2]
+    assert any(w["rank"] == 1 and w["file"] == "rank1_ascend_pt" and "rank_00001.duckdb" in w["message"]
+               for w in summary["warnings"])
+    con, loaded = connect(out)
+    try:
+        assert loaded == [0, 2]
+        assert con.execute("SELECT DISTINCT rank FROM slices ORDER BY rank").fetchall() == [(0,), (2,)]
+        assert con.execute("SELECT count(*) FROM warnings WHERE rank = 1").fetchone()[0] == 1
+    finally:
+        con.close()
+
+
+def test_corrupt_trace_of_one_rank_is_a_warning_of_its_shard(generated, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(generated, src)
+    trace = src / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2] + b"\x00garbage")
+    summary = ingest_sharded(src, tmp_path / "run", workers=2)
+    assert summary["ranks"] == [0, 1, 2]
+    assert any(w["rank"] == 1 and w["file"].endswith("trace_view.json") for w in summary["warnings"])
+    entry = {e["rank"]: e for e in read_manifest(tmp_path / "run")["shards"]}[1]
+    assert entry["status"] == "ready" and entry["warnings"] >= 1
+    con, _ = connect(tmp_path / "run")
+    try:
+        assert con.execute("SELECT count(*) FROM slices WHERE rank = 0").fetchone()[0] > 0
+        assert con.execute("SELECT count(*) FROM warnings WHERE rank = 1 AND file LIKE '%trace_view.json'"
+                           ).fetchone()[0] >= 1
+    finally:
+        con.close()
+
+
+def test_connect_attaches_only_the_ranks_asked_for(generated, tmp_path):
+    ingest_sharded(generated, tmp_path / "run", workers=2)
+    con, loaded = connect(tmp_path / "run", [1, 7])
+    try:
+        assert loaded == [1]
+        dbs = {d for (d,) in con.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal"
+                                         ).fetchall()}
+        assert dbs == {"memory", "cluster", "r1"}
+        assert con.execute("SELECT DISTINCT rank FROM tracks").fetchall() == [(1,)]
+        # the run-wide tables still list every rank
+        assert con.execute("SELECT count(*) FROM ranks").fetchone()[0] == 3
+    finally:
+        con.close()
+
+
+def test_nothing_found_writes_no_manifest_and_removes_an_old_one(generated, tmp_path):
+    out = tmp_path / "run"
+    ingest_sharded(generated, out, workers=1)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(NoProfilingData):
+        ingest_sharded(empty, out, workers=1)
+    assert not (out / "manifest.json").exists()
+    assert not [p for p in out.iterdir() if p.name.startswith(".work")]
+
+
+def test_reingest_removes_shards_of_ranks_gone(generated, tmp_path):
+    out = tmp_path / "run"
+    ingest_sharded(generated, out, workers=2)
+    src = tmp_path / "src"
+    shutil.copytree(generated / "rank0_ascend_pt", src / "rank0_ascend_pt")
+    ingest_sharded(src, out, workers=1)
+    assert sorted(p.name for p in (out / "shards").iterdir()) == ["rank_00000.duckdb"]
+    assert [e["rank"] for e in json.loads((out / "manifest.json").read_text())["shards"]] == [0]
+
+
+# --- executors: a 1,000-rank generated run through the process pool and a local Ray cluster ----------------------
+
+def _dump(out: Path) -> dict[str, list]:
+    """Every table of every shard and of cluster.duckdb, as sorted text (ids included: they must be equal)."""
+    dump = {}
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.duckdb"))
+    for name in names:
+        with duckdb.connect(str(out / name), read_only=True) as con:
+            for (table,) in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall():
+                if table == "meta":
+                    continue
+                cur = con.execute(f'SELECT * FROM "{table}"')
+                cols = [d[0] for d in cur.description]
+                drop = {"seconds"} if table == "files" else set()
+                dump[f"{name}:{table}"] = sorted(repr(tuple(v for c, v in zip(cols, r) if c not in drop))
+                                                 for r in cur.fetchall())
+    return dump
+
+
+def _ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def thousand(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("thousand")
+    generate_run(out, ranks=1000, steps=1, ops_per_step=2, streams=1, cann_lane=False, overlap_lane=False,
+                 hccl=False)
+    return out
+
+
+@pytest.mark.slow
+def test_thousand_ranks_process_pool_and_ray_agree(thousand, tmp_path):
+    if not _ray_available():
+        pytest.skip("ray is not installed (pip install 'ascendscope[ray]')")
+    by_pool = ingest_sharded(thousand, tmp_path / "pool", executor="process", workers=2)
+    assert len(by_pool["ranks"]) == 1000 and all(s["status"] == "ready" for s in by_pool["shards"])
+    by_ray = ingest_sharded(thousand, tmp_path / "ray", executor="ray", workers=2)
+    assert by_ray["ranks"] == by_pool["ranks"]
+    assert {k: v for k, v in by_ray.items() if k not in ("seconds", "shards")} == \
+        {k: v for k, v in by_pool.items() if k not in ("seconds", "shards")}
+    assert _dump(tmp_path / "ray") == _dump(tmp_path / "pool")
+
+
+def test_ray_executor_on_a_small_run(generated, tmp_path):
+    if not _ray_available():
+        pytest.skip("ray is not installed (pip install 'ascendscope[ray]')")
+    by_pool = ingest_sharded(generated, tmp_path / "pool", workers=2)
+    ingest_sharded(generated, tmp_path / "ray", executor="ray", workers=2)
+    assert _dump(tmp_path / "ray") == _dump(tmp_path / "pool")
+    assert by_pool["ranks"] == [0, 1, 2]
+
+
+def test_unknown_executor_and_missing_ray(generated, tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="unknown executor"):
+        ingest_sharded(generated, tmp_path / "run", executor="slurm")
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # an import of ray now fails
+    from ascendscope.ingest.executors import ExecutorUnavailable
+
+    with pytest.raises(ExecutorUnavailable, match="pip install"):
+        ingest_sharded(generated, tmp_path / "run", executor="ray")
+    assert not (tmp_path / "run" / "manifest.json").exists()
+    assert os.listdir(tmp_path / "run" / "shards") == []
