@@ -1,24 +1,14 @@
 // JSON API client: GET with repeatable query parameters, abortable, errors as ApiError with the server's
 // {"error": {"code", "message", "status"}} shape.
 
+import { queryString } from "./urls.js";
+
 export class ApiError extends Error {
   constructor(status, code, message) {
     super(message);
     this.status = status;
     this.code = code;
   }
-}
-
-/** Query string from an object; array values repeat the key (track_id=1&track_id=2); null/undefined skipped. */
-export function queryString(params = {}) {
-  const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(params)) {
-    if (v === null || v === undefined) continue;
-    if (Array.isArray(v)) for (const item of v) q.append(k, String(item));
-    else q.append(k, String(v));
-  }
-  const s = q.toString();
-  return s ? `?${s}` : "";
 }
 
 export async function apiGet(path, params = {}, { signal } = {}) {
@@ -57,4 +47,18 @@ export async function apiSend(method, path, body = undefined) {
   const resp = await fetch(path, init);
   if (resp.status === 204) return null;
   return readAnswer(resp);
+}
+
+const inflight = new Map();
+
+/** apiGet that cancels the previous request of the same key (fast filter typing: only the last answer counts). */
+export async function latest(key, path, params) {
+  inflight.get(key)?.abort();
+  const ctl = new AbortController();
+  inflight.set(key, ctl);
+  try {
+    return await apiGet(path, params, { signal: ctl.signal });
+  } finally {
+    if (inflight.get(key) === ctl) inflight.delete(key);
+  }
 }

@@ -1,52 +1,4 @@
-// Number and time formatting shared by the views. Times inside the app are ns (relative to a run origin).
-
-const UNITS = [
-  [1e9, "s"],
-  [1e6, "ms"],
-  [1e3, "µs"],
-  [1, "ns"],
-];
-
-/** "1.25 ms", "830 ns", "12.4 s": three significant digits in the largest unit that keeps the value ≥ 1. */
-export function formatDuration(ns) {
-  if (ns === null || ns === undefined || Number.isNaN(ns)) return "–";
-  const abs = Math.abs(ns);
-  if (abs === 0) return "0 ns";
-  for (const [scale, unit] of UNITS) {
-    if (abs >= scale) {
-      const v = ns / scale;
-      const digits = Math.abs(v) >= 100 ? 1 : Math.abs(v) >= 10 ? 2 : 3;
-      return `${trimZeros(v.toFixed(scale === 1 ? 0 : digits))} ${unit}`;
-    }
-  }
-  return `${ns.toFixed(2)} ns`;
-}
-
-/** Like MindStudio Insight's "155ms513us40ns": exact, for detail panels. */
-export function formatExact(ns) {
-  if (ns === null || ns === undefined) return "–";
-  let rest = Math.round(Math.abs(ns));
-  const parts = [];
-  const s = Math.floor(rest / 1e9); rest -= s * 1e9;
-  const ms = Math.floor(rest / 1e6); rest -= ms * 1e6;
-  const us = Math.floor(rest / 1e3); rest -= us * 1e3;
-  if (s) parts.push(`${s}s`);
-  if (ms || parts.length) parts.push(`${ms}ms`);
-  if (us || parts.length) parts.push(`${us}us`);
-  parts.push(`${rest}ns`);
-  return (ns < 0 ? "-" : "") + parts.join("");
-}
-
-/**
- * A ruler label for time t (ns from run start) on a grid of stepNs: the unit follows the size of `magnitudeNs`
- * (the largest time on screen), with just enough decimals to tell neighbouring ticks apart ("20.06 ms").
- */
-export function formatTick(t, stepNs, magnitudeNs = t) {
-  const m = Math.max(Math.abs(magnitudeNs), stepNs);
-  const [scale, unit] = m >= 1e9 ? [1e9, "s"] : m >= 1e6 ? [1e6, "ms"] : m >= 1e3 ? [1e3, "µs"] : [1, "ns"];
-  const decimals = Math.max(0, Math.min(9, Math.ceil(-Math.log10(stepNs / scale) - 1e-9)));
-  return `${(t / scale).toFixed(decimals)} ${unit}`;
-}
+// Numbers as text: counts, measures, ratios and byte sizes ("–" for a missing value). Times are in time.js.
 
 export function formatCount(n) {
   if (n === null || n === undefined) return "–";
@@ -60,7 +12,8 @@ export function formatValue(v) {
   return trimZeros(v.toFixed(abs >= 100 ? 1 : 3));
 }
 
-function trimZeros(s) {
+/** "1.500" → "1.5", "2.000" → "2": a fixed-decimals number without its trailing zeros. */
+export function trimZeros(s) {
   return s.includes(".") ? s.replace(/\.?0+$/, "") : s;
 }
 
@@ -77,11 +30,20 @@ export function formatBytes(bytes) {
   return `${bytes} B`;
 }
 
-/** "8 s", "2 min 5 s", "1 h 4 min": a remaining time, to the second. */
-export function formatSeconds(s) {
-  if (s === null || s === undefined || Number.isNaN(s)) return "–";
-  const total = Math.max(0, Math.round(s));
-  if (total < 60) return `${total} s`;
-  if (total < 3600) return `${Math.floor(total / 60)} min ${total % 60} s`;
-  return `${Math.floor(total / 3600)} h ${Math.floor((total % 3600) / 60)} min`;
+/** A ratio (0.123) as a percentage ("12.3%"). */
+export function pct(x, digits = 1) {
+  if (x === null || x === undefined || Number.isNaN(x)) return "–";
+  return `${(100 * x).toFixed(digits)}%`;
+}
+
+/** A number with thousands separators and at most `digits` decimals. */
+export function num(x, digits = 3) {
+  if (x === null || x === undefined || Number.isNaN(x)) return "–";
+  return Number(x).toLocaleString("en-US", { maximumFractionDigits: digits });
+}
+
+/** A ratio or measure with a fixed number of decimals (table columns line up). */
+export function fixed(x, digits = 4) {
+  if (x === null || x === undefined || Number.isNaN(x)) return "–";
+  return Number(x).toFixed(digits);
 }

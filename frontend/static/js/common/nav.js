@@ -4,7 +4,9 @@
 // Views import { page, currentRank, onRankChange } from "/static/js/common/nav.js".
 
 import { apiGet } from "./api.js";
+import { el } from "./dom.js";
 import { progressText } from "./progress.js";
+import { replaceParams, runApi, setParams, urlParam } from "./urls.js";
 
 export const page = JSON.parse(document.getElementById("page-data")?.textContent || "{}");
 
@@ -25,24 +27,19 @@ export function onRankChange(fn) {
 
 function syncTabs(rank) {
   for (const a of document.querySelectorAll("#view-tabs a.tab")) {
-    const url = new URL(a.href, location.href);
-    if (rank === null) url.searchParams.delete("rank");
-    else url.searchParams.set("rank", String(rank));
+    const url = setParams(new URL(a.href, location.href), { rank });
     a.href = url.pathname + url.search;
   }
 }
 
 function initRankSelect() {
   if (!rankSelect) return;
-  const wanted = new URLSearchParams(location.search).get("rank");
+  const wanted = urlParam("rank");
   if (wanted !== null && [...rankSelect.options].some((o) => o.value === wanted)) rankSelect.value = wanted;
   syncTabs(currentRank());
   rankSelect.addEventListener("change", () => {
     const rank = currentRank();
-    const url = new URL(location.href);
-    if (rank === null) url.searchParams.delete("rank");
-    else url.searchParams.set("rank", String(rank));
-    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+    replaceParams({ rank });
     syncTabs(rank);
     window.dispatchEvent(new CustomEvent(RANK_EVENT, { detail: { rank } }));
   });
@@ -55,7 +52,7 @@ async function waitUntilReady() {
     await new Promise((r) => setTimeout(r, 1000));
     let run;
     try {
-      run = await apiGet(`/api/runs/${encodeURIComponent(page.run_id)}`);
+      run = await apiGet(runApi(page.run_id));
     } catch {
       continue;
     }
@@ -67,10 +64,7 @@ async function waitUntilReady() {
       status.className = `status status-${run.status}`;
     }
     if (run.status === "failed") {
-      const err = document.createElement("p");
-      err.className = "run-error";
-      err.textContent = run.error || "ingestion failed";
-      box.appendChild(err);
+      box.appendChild(el("p", { class: "run-error" }, run.error || "ingestion failed"));
       return;
     }
   }

@@ -1,7 +1,9 @@
 // How a run's ingest progress reads on screen: a <progress> bar (indeterminate while queued or before the first
 // number) and one line — "reading rank 0: trace_view.json · 45% · 48.2 MB of 107 MB · 11.3 MB/s · ETA 5 s".
 
-import { formatBytes, formatSeconds } from "./format.js";
+import { el } from "./dom.js";
+import { formatBytes } from "./format.js";
+import { formatSeconds } from "./time.js";
 
 /** The line of text for run.progress (older servers stored a plain string). */
 export function progressText(p) {
@@ -19,7 +21,7 @@ export function progressText(p) {
 }
 
 /** A <progress> element showing run.progress; no value (indeterminate) until there is a percentage. */
-export function progressBar(p, bar = document.createElement("progress")) {
+export function progressBar(p, bar = el("progress")) {
   bar.max = 100;
   const percent = p && typeof p === "object" ? p.percent : null;
   if (percent) bar.value = percent;

@@ -3,6 +3,8 @@
 // run in this browser (so it does not come back on every tab).
 
 import { apiGet } from "./api.js";
+import { el } from "./dom.js";
+import { runApi } from "./urls.js";
 
 const SHOWN = 3;
 const banner = document.getElementById("run-warnings");
@@ -20,18 +22,14 @@ function dismissed() {
 }
 
 function item(w) {
-  const li = document.createElement("li");
-  const where = document.createElement("span");
-  where.className = "warn-file";
-  where.textContent = `${w.rank === null || w.rank === undefined ? "" : `rank ${w.rank} · `}${w.file || ""}`;
-  li.append(where, document.createTextNode(` ${w.message}`));
-  return li;
+  const where = `${w.rank === null || w.rank === undefined ? "" : `rank ${w.rank} · `}${w.file || ""}`;
+  return el("li", {}, el("span", { class: "warn-file" }, where), ` ${w.message}`);
 }
 
 async function show() {
   let run;
   try {
-    run = await apiGet(`/api/runs/${encodeURIComponent(banner.dataset.runId)}`);
+    run = await apiGet(runApi(banner.dataset.runId));
   } catch {
     return; // the view itself reports a run it cannot read
   }

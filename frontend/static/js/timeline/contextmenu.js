@@ -4,7 +4,7 @@
 //
 // items: [{label, action(), shortcut?, disabled?, title?, id?} | "-"]
 
-import { el } from "./dom.js";
+import { el } from "../common/dom.js";
 
 export class ContextMenu {
   constructor(container) {

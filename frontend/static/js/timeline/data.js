@@ -10,6 +10,8 @@
 
 import { apiGet, isAbort } from "../common/api.js";
 import { colorFor } from "../common/colors.js";
+import { absNs } from "../common/time.js";
+import { runApi } from "../common/urls.js";
 import { quantize } from "./geometry.js";
 
 const MAX_ENTRIES_PER_TRACK = 4;
@@ -17,7 +19,7 @@ const MAX_TRACKS_PER_REQUEST = 4;  // small requests answer fast and load in par
 
 export class DataStore {
   constructor(runId, originBig, onData, onStatus, offsetOf = () => 0) {
-    this.base = `/api/runs/${encodeURIComponent(runId)}/timeline`;
+    this.base = runApi(runId, "/timeline");
     this.origin = originBig;
     this.onData = onData;
     this.onStatus = onStatus || (() => {});
@@ -31,7 +33,7 @@ export class DataStore {
   }
 
   abs(rel) {
-    return (this.origin + BigInt(Math.round(rel))).toString();
+    return absNs(rel, this.origin);
   }
 
   /** The entry to draw for a slice track now (may be stale), or null. */

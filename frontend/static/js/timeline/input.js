@@ -4,8 +4,11 @@
 // flag under the mouse; a click on a flag edits it), click selects (on a folded track's hidden-levels strip:
 // unfolds it), right-click opens the context menu (menu.js) on the lanes, their labels and the ruler.
 
-import { formatDuration, formatExact, formatValue } from "../common/format.js";
+import { el } from "../common/dom.js";
+import { formatValue } from "../common/format.js";
+import { formatDuration, formatExact } from "../common/time.js";
 import { FOLDED_ROWS } from "./geometry.js";
+import { arrowAt, counterAt, foldedAt, rowAt, sliceAt } from "./hittest.js";
 import { timelineMenu } from "./menu.js";
 
 const ZOOM_IN = 0.8;
@@ -186,17 +189,18 @@ export function attachInput(tl) {
   });
 
   function click(x, y) {
-    const arrow = tl.arrowAt(x, y);
+    const arrow = arrowAt(tl.arrows, x, y);
     if (arrow) {
       tl.followArrow(arrow, x, y);
       return;
     }
-    const hit = tl.hitTest(x, y);
+    const scene = tl.scene();
+    const hit = sliceAt(scene, x, y);
     if (hit) {
       tl.select(hit.slice_id, { hint: hit });
       return;
     }
-    const folded = tl.foldedAt(x, y);
+    const folded = foldedAt(scene, x, y);
     if (folded) tl.toggleFold(folded);
     else tl.clearSelection();
   }
@@ -222,23 +226,19 @@ export function attachInput(tl) {
   });
 
   function updateHover(x, y) {
-    const hit = tl.hitTest(x, y);
-    const arrow = hit ? null : tl.arrowAt(x, y);
-    const folded = hit || arrow ? null : tl.foldedAt(x, y);
+    const scene = tl.scene();
+    const hit = sliceAt(scene, x, y);
+    const arrow = hit ? null : arrowAt(tl.arrows, x, y);
+    const folded = hit || arrow ? null : foldedAt(scene, x, y);
     tl.hoverX = x;
     tl.hover = { x, box: hit ? tl.sliceBox(hit.track_id, hit.ts_ns, hit.dur_ns, hit.depth) : null };
     canvas.style.cursor = arrow || folded ? "pointer" : "";
     tl.drawOverlayOnly();
-    const counter = hit || folded ? null : tl.counterAt(x, y);
+    const counter = hit || folded ? null : counterAt(scene, x, y);
     if (!hit && !counter && !folded) {
       tooltip.hidden = true;
       return;
     }
-    tooltip.replaceChildren();
-    const name = document.createElement("div");
-    name.className = "tt-name";
-    name.textContent = hit ? hit.name : folded ? `${folded.depths - FOLDED_ROWS} more rows` : counter.name;
-    tooltip.append(name);
     let rows;
     if (folded) {
       rows = [["Lane", tl.laneTitle(folded.track.track_id)], ["Click", "show every row"]];
@@ -250,14 +250,9 @@ export function attachInput(tl) {
       rows = [...counter.values.map(([series, v]) => [series, formatValue(v)]),
         ["At", formatExact(counter.t - tl.runStart)], ["Lane", tl.laneTitle(counter.track_id)]];
     }
-    for (const [k, v] of rows) {
-      const row = document.createElement("div");
-      row.className = "tt-row";
-      const b = document.createElement("b");
-      b.textContent = v;
-      row.append(`${k}: `, b);
-      tooltip.append(row);
-    }
+    tooltip.replaceChildren(
+      el("div", { class: "tt-name" }, hit ? hit.name : folded ? `${folded.depths - FOLDED_ROWS} more rows` : counter.name),
+      ...rows.map(([k, v]) => el("div", { class: "tt-row" }, `${k}: `, el("b", {}, v))));
     tooltip.hidden = false;
     const mainRect = tl.main.getBoundingClientRect();
     const cRect = canvas.getBoundingClientRect();
@@ -302,8 +297,9 @@ export function attachInput(tl) {
   };
   canvas.addEventListener("contextmenu", (e) => {
     const p = local(e, canvas);
-    const hit = tl.hitTest(p.x, p.y);
-    const row = tl.rowAt(p.y);
+    const scene = tl.scene();
+    const hit = sliceAt(scene, p.x, p.y);
+    const row = rowAt(scene, p.y);
     openMenu(e, { t: tl.tOf(p.x), hit, node: row ? row.row.node : null });
   });
   ruler.addEventListener("contextmenu", (e) => openMenu(e, { t: tl.tOf(local(e, ruler).x), hit: null, node: null }));

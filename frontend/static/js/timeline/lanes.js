@@ -6,7 +6,8 @@
 // A slice track deeper than FOLDED_ROWS + 1 levels is "deep": folded (its first levels only) until unfolded, so
 // torch op stacks 30–40 levels deep do not push the device lanes off the screen.
 
-import { formatDuration } from "../common/format.js";
+import { el } from "../common/dom.js";
+import { formatDuration, formatShift } from "../common/time.js";
 import { FOLDED_ROWS, HEADER_PX, INDENT_PX, LANE_HEAD_PX, trackDepths, trackHeight } from "./geometry.js";
 
 const KIND_TITLES = { python: "Python", cann: "CANN", hardware: "Ascend Hardware", communication: "Communication",
@@ -143,78 +144,47 @@ export function layout(ranks, rankFilter, pinnedOrder, byId, hidden = new Set())
  */
 export function renderLabels(container, rows, handlers, selectedLaneId) {
   const frag = document.createDocumentFragment();
+  // a click on a control of the label does its own thing, not the label's (select / toggle)
+  const own = (fn) => (e) => { e.stopPropagation(); fn(); };
   for (const row of rows) {
     const n = row.node;
-    const el = document.createElement("div");
-    el.className = `tl-lane lane-${n.type}` + (n.id === selectedLaneId ? " selected" : "") + (n.deep ? " deep" : "");
-    el.style.top = `${row.y}px`;
-    el.style.height = `${row.h}px`;
-    el.style.paddingLeft = `${4 + row.level * INDENT_PX}px`;
-    el.dataset.laneId = n.id;
-    el.dataset.kind = n.kind || n.type;
-    el.dataset.rank = String(n.rank);
-    if (n.type === "track") el.dataset.trackId = String(n.track.track_id);
-    if (n.deep) el.dataset.folded = String(n.folded);
-    const head = document.createElement("div");
-    head.className = "tl-lane-head";
-    const twisty = document.createElement("span");
     const opens = n.type !== "track" || n.deep;
-    twisty.className = "twisty" + (opens ? "" : " leaf");
-    twisty.textContent = !opens ? "" : (n.type === "track" ? n.folded : n.collapsed) ? "▶" : "▼";
-    if (n.deep) {
-      twisty.title = n.folded ? `Show all ${n.depths} rows` : `Fold to ${FOLDED_ROWS} rows`;
-      twisty.addEventListener("click", (e) => { e.stopPropagation(); handlers.fold(n); });
-    } else if (opens) {
-      twisty.addEventListener("click", (e) => { e.stopPropagation(); handlers.toggle(n); });
-    }
-    const name = document.createElement("span");
-    name.className = "name";
-    name.textContent = row.title;
-    name.title = row.title;
-    head.append(twisty, name);
+    const twisty = el("span", { class: "twisty" + (opens ? "" : " leaf"),
+      title: n.deep ? (n.folded ? `Show all ${n.depths} rows` : `Fold to ${FOLDED_ROWS} rows`) : null,
+      onclick: n.deep ? own(() => handlers.fold(n)) : opens ? own(() => handlers.toggle(n)) : null },
+    !opens ? null : (n.type === "track" ? n.folded : n.collapsed) ? "▶" : "▼");
+    const head = el("div", { class: "tl-lane-head" }, twisty, el("span", { class: "name", title: row.title }, row.title));
     if (n.deep && n.folded) {
-      const more = document.createElement("span");
-      more.className = "more";
-      more.textContent = `+${n.depths - FOLDED_ROWS} rows`;
-      more.title = `${n.depths - FOLDED_ROWS} more rows: click to show them`;
-      more.addEventListener("click", (e) => { e.stopPropagation(); handlers.fold(n); });
-      head.appendChild(more);
+      head.append(el("span", { class: "more", title: `${n.depths - FOLDED_ROWS} more rows: click to show them`,
+        onclick: own(() => handlers.fold(n)) }, `+${n.depths - FOLDED_ROWS} rows`));
     }
-    if (n.meta) {
-      const meta = document.createElement("span");
-      meta.className = "meta";
-      meta.textContent = n.meta;
-      head.appendChild(meta);
-    }
-    if (n.badge) {
-      const badge = document.createElement("span");
-      badge.className = "badge";
-      badge.textContent = n.badge;
-      head.appendChild(badge);
-    }
+    if (n.meta) head.append(el("span", { class: "meta" }, n.meta));
+    if (n.badge) head.append(el("span", { class: "badge" }, n.badge));
     if (n.type === "rank" && handlers.offsetOf) {
       const off = handlers.offsetOf(n.rank);
-      const chip = document.createElement("span");
-      chip.className = "offset" + (off ? " on" : "");
-      chip.textContent = off ? `${off > 0 ? "+" : "−"}${formatDuration(Math.abs(off))}` : "Offset";
-      chip.title = off ? `Rank ${n.rank} is drawn ${formatDuration(Math.abs(off))} ${off > 0 ? "later" : "earlier"}`
-        + " than recorded: click to change" : `Shift rank ${n.rank} in time (its clock differs from the others)`;
-      chip.addEventListener("click", (e) => { e.stopPropagation(); handlers.editOffset(n, chip); });
-      head.appendChild(chip);
+      const chip = el("span", { class: "offset" + (off ? " on" : ""),
+        title: off ? `Rank ${n.rank} is drawn ${formatDuration(Math.abs(off))} ${off > 0 ? "later" : "earlier"}`
+          + " than recorded: click to change" : `Shift rank ${n.rank} in time (its clock differs from the others)`,
+        onclick: own(() => handlers.editOffset(n, chip)) }, off ? formatShift(off) : "Offset");
+      head.append(chip);
     }
     if (n.type !== "rank") {
-      const pin = document.createElement("span");
-      pin.className = "pin" + (n.pinned ? " on" : "");
-      pin.textContent = "↥";
-      pin.title = n.pinned ? "Unpin" : "Pin to the top";
-      pin.addEventListener("click", (e) => { e.stopPropagation(); handlers.pin(n); });
-      head.appendChild(pin);
+      head.append(el("span", { class: "pin" + (n.pinned ? " on" : ""), title: n.pinned ? "Unpin" : "Pin to the top",
+        onclick: own(() => handlers.pin(n)) }, "↥"));
     }
-    el.appendChild(head);
-    el.addEventListener("click", () => (n.type === "track" ? handlers.select(n) : handlers.toggle(n)));
-    row.el = el;
+    const label = el("div", {
+      class: `tl-lane lane-${n.type}` + (n.id === selectedLaneId ? " selected" : "") + (n.deep ? " deep" : ""),
+      dataset: { laneId: n.id, kind: n.kind || n.type, rank: String(n.rank),
+        ...(n.type === "track" ? { trackId: String(n.track.track_id) } : {}),
+        ...(n.deep ? { folded: String(n.folded) } : {}) },
+      onclick: () => (n.type === "track" ? handlers.select(n) : handlers.toggle(n)) }, head);
+    // geometry as CSSOM properties (the style policy allows no style attributes)
+    label.style.top = `${row.y}px`;
+    label.style.height = `${row.h}px`;
+    label.style.paddingLeft = `${4 + row.level * INDENT_PX}px`;
+    row.el = label;
     row.head = head;
-    frag.appendChild(el);
+    frag.appendChild(label);
   }
   container.replaceChildren(frag);
 }

@@ -3,6 +3,7 @@
 // used by the browser tests.
 
 import { DEPTH_PX, FOLDED_ROWS, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
+import { rowTop } from "./hittest.js";
 import { attachInput } from "./input.js";
 import { Timeline } from "./timeline.js";
 
@@ -21,7 +22,7 @@ if (root) {
     lanes() {
       const cRect = tl.canvas.getBoundingClientRect();
       return [...tl.layout.pinned, ...tl.layout.scroll].map((row) => {
-        const top = cRect.top + tl.rowTop(row);
+        const top = cRect.top + rowTop(tl.scene(), row);
         const visible = top + row.h > cRect.top + (row.pinnedArea ? 0 : tl.pinnedH) && top < cRect.bottom;
         return { id: row.node.id, type: row.node.type, title: row.title, kind: row.node.kind || row.node.type,
           rank: row.node.rank, track_id: row.node.track ? row.node.track.track_id : null,

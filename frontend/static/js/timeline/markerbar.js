@@ -6,8 +6,8 @@
 // In here times are the timeline's (ns relative to the origin, as drawn); the store keeps absolute epoch ns.
 
 import { MARKER_COLORS, loadMarkers, onMarkersChange, saveMarkers } from "../common/markers.js";
-import { formatDuration, formatExact } from "../common/format.js";
-import { el } from "./dom.js";
+import { formatDuration, formatExact } from "../common/time.js";
+import { el } from "../common/dom.js";
 
 export const FLAG_HIT_PX = 7;
 

@@ -4,7 +4,7 @@
 //
 // ctx: {t: time at the mouse or null, hit: the slice there or null, node: the lane there or null}
 
-import { formatDuration } from "../common/format.js";
+import { formatDuration } from "../common/time.js";
 
 export function timelineMenu(tl, ctx) {
   const { t, hit, node } = ctx;

@@ -2,9 +2,11 @@
 // Kept in the URL (?offsets=1:-2127370,3:500, so a copied link shows the same alignment) and, per run, in
 // localStorage (a later visit without the parameter gets them back).
 
+import { parseDuration } from "../common/time.js";
+import { urlParam } from "../common/urls.js";
+
 const URL_PARAM = "offsets";
 const MAX_ABS_NS = 1e15;  // ±11.5 days: far beyond any clock skew, and exact as a Number
-const UNIT_NS = { ns: 1, us: 1e3, "µs": 1e3, ms: 1e6, s: 1e9 };
 
 export class Offsets {
   constructor(runId) {
@@ -48,10 +50,9 @@ export class Offsets {
     return [Math.min(...v), Math.max(...v)];
   }
 
-  /** From the URL when it names offsets, else from what this browser kept for the run. */
-  load(search) {
-    const fromUrl = new URLSearchParams(search).get(URL_PARAM);
-    let text = fromUrl;
+  /** From the page's URL when it names offsets, else from what this browser kept for the run. */
+  load() {
+    let text = urlParam(URL_PARAM);
     if (text === null) {
       try {
         text = localStorage.getItem(this.key);
@@ -71,10 +72,9 @@ export class Offsets {
     }
   }
 
-  /** Write the URL parameter into `url` (a URL object). */
-  toUrl(url) {
-    if (this.map.size) url.searchParams.set(URL_PARAM, this.toString());
-    else url.searchParams.delete(URL_PARAM);
+  /** The URL parameter, for urls.replaceParams (null removes it). */
+  urlParams() {
+    return { [URL_PARAM]: this.map.size ? this.toString() : null };
   }
 
   toString() {
@@ -93,10 +93,8 @@ function parse(text) {
   return map;
 }
 
-/** "1500", "-2.5 ms", "+12us", "3 µs" → ns (a Number), or null when it is not a duration. */
+/** An offset typed by the user ("1500", "-2.5 ms": time.parseDuration) → ns, or null when it is none or too large. */
 export function parseOffset(text) {
-  const m = /^\s*([+-]?\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)?\s*$/i.exec(String(text));
-  if (!m) return null;
-  const v = Number(m[1]) * UNIT_NS[(m[2] || "ns").toLowerCase()];
-  return Number.isFinite(v) && Math.abs(v) <= MAX_ABS_NS ? Math.round(v) : null;
+  const v = parseDuration(text);
+  return v !== null && Math.abs(v) <= MAX_ABS_NS ? v : null;
 }

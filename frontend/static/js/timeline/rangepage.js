@@ -5,8 +5,10 @@
 // host: {jump(sliceId), instances(name, offset, limit) → Promise<range_instances answer>}
 
 import { isAbort } from "../common/api.js";
-import { formatCount, formatDuration, formatExact } from "../common/format.js";
-import { el, pager } from "./dom.js";
+import { formatCount } from "../common/format.js";
+import { formatDuration, formatExact } from "../common/time.js";
+import { el } from "../common/dom.js";
+import { numCell as num, pager } from "./tables.js";
 
 const INSTANCE_ROWS = 50;
 
@@ -92,8 +94,4 @@ export class RangePage {
       el("table", { class: "grid sv-table" }, el("thead", {}, el("tr", {}, ...["#", "Start", "Duration", "Self"]
         .map((h) => el("th", { class: "num" }, h)))), body));
   }
-}
-
-function num(text) {
-  return el("td", { class: "num" }, text);
 }

@@ -7,7 +7,8 @@
 // Markers are dashed lines down the lanes (a region also tints its span) and flags in the ruler's top strip.
 
 import { flowColor } from "../common/colors.js";
-import { formatDuration, formatTick, formatValue } from "../common/format.js";
+import { formatValue } from "../common/format.js";
+import { formatDuration, formatTick } from "../common/time.js";
 import {
   CHAR_PX, DEPTH_PX, FOLDED_ROWS, HEADER_PX, LABEL_FONT, MIN_LABEL_PX, MORE_PX, MORE_STRIP_PX, SLICE_PX, SUMMARY_PX,
   TRACK_PAD_PX, niceStep,
@@ -641,30 +642,4 @@ function push(batch, color, x, y, w, h) {
     batch.set(color, r);
   }
   r.push(x, y, w, h);
-}
-
-/** Distance from (px, py) to a drawn arrow: its stub, or its Bézier sampled into segments. */
-export function arrowDistance(a, px, py) {
-  if (a.clip) return segDist(px, py, a.px, a.py, a.sx, a.sy);
-  let best = Infinity;
-  let prevX = a.x1;
-  let prevY = a.y1;
-  for (let i = 1; i <= 24; i++) {
-    const t = i / 24;
-    const u = 1 - t;
-    const x = u * u * u * a.x1 + 3 * u * u * t * a.cx1 + 3 * u * t * t * a.cx2 + t * t * t * a.x2;
-    const y = u * u * u * a.y1 + 3 * u * u * t * a.y1 + 3 * u * t * t * a.y2 + t * t * t * a.y2;
-    best = Math.min(best, segDist(px, py, prevX, prevY, x, y));
-    prevX = x;
-    prevY = y;
-  }
-  return best;
-}
-
-function segDist(px, py, ax, ay, bx, by) {
-  const dx = bx - ax;
-  const dy = by - ay;
-  const len2 = dx * dx + dy * dy;
-  const t = len2 ? Math.max(0, Math.min(1, ((px - ax) * dx + (py - ay) * dy) / len2)) : 0;
-  return Math.hypot(px - (ax + t * dx), py - (ay + t * dy));
 }

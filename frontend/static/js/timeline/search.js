@@ -2,6 +2,8 @@
 // Matches are paged from the server; `hits` is a contiguous chunk [offset, offset + hits.length) of all matches.
 
 import { apiGet } from "../common/api.js";
+import { absNs } from "../common/time.js";
+import { runApi } from "../common/urls.js";
 
 const PAGE = 200;
 const MAX_CURSOR = "9223372036854775807:9223372036854775807";
@@ -9,7 +11,7 @@ const MAX_CURSOR = "9223372036854775807:9223372036854775807";
 export class Search {
   constructor(runId, originBig, { onHit, onChange }) {
     this.origin = originBig;
-    this.url = `/api/runs/${encodeURIComponent(runId)}/timeline/search`;
+    this.url = runApi(runId, "/timeline/search");
     this.onHit = onHit;        // (hit) => void: select and reveal
     this.onChange = onChange;  // () => void: counter / list changed
     this.reset("");
@@ -89,6 +91,6 @@ export class Search {
   }
 
   _cursor(hit) {
-    return `${this.origin + BigInt(hit.ts_ns)}:${hit.slice_id}`;
+    return `${absNs(hit.ts_ns, this.origin)}:${hit.slice_id}`;
   }
 }

@@ -7,8 +7,11 @@
 //        describeScope(scope) → text, defaultRank() → the rank to start on or null}
 
 import { apiGet, isAbort } from "../common/api.js";
-import { formatCount, formatDuration, formatExact } from "../common/format.js";
-import { el, pager } from "./dom.js";
+import { formatCount, pct } from "../common/format.js";
+import { formatDuration, formatExact } from "../common/time.js";
+import { el } from "../common/dom.js";
+import { runApi } from "../common/urls.js";
+import { numCell as num, pager } from "./tables.js";
 
 const PAGE_ROWS = 100;
 const DETAIL_ROWS = 50;
@@ -36,7 +39,7 @@ export class SystemView {
   constructor(root, host) {
     this.root = root;
     this.host = host;
-    this.base = `/api/runs/${encodeURIComponent(host.runId)}/systemview`;
+    this.base = runApi(host.runId, "/systemview");
     this.ranks = null;
     this.rank = null;
     this.page = "overall";
@@ -206,9 +209,9 @@ export class SystemView {
       name.style.paddingLeft = `${6 + level * 16}px`;
       const tr = el("tr", { class: "sv-row" + (row.has_slices ? " link" : "") + (this.selected?.key === row.key ? " current" : ""),
         dataset: { key: row.key, name: row.name }, onclick: () => row.has_slices && this.select(row.key, row.name) },
-      name, num(formatDuration(row.total_ns)), num(row.ratio === null ? "–" : `${(row.ratio * 100).toFixed(2)}%`),
-      num(row.count === null ? "–" : formatCount(row.count)), num(dur(row.avg_ns)), num(dur(row.min_ns)),
-      num(dur(row.max_ns)));
+      name, num(formatDuration(row.total_ns)), num(pct(row.ratio, 2)),
+      num(formatCount(row.count)), num(formatDuration(row.avg_ns)), num(formatDuration(row.min_ns)),
+      num(formatDuration(row.max_ns)));
       body.append(tr);
       if (open) for (const c of row.children) add(c, level + 1);
       if (open && row.truncated) body.append(el("tr", {}, el("td", { class: "muted", colspan: "7" }, "(longest kernel types shown)")));
@@ -310,12 +313,4 @@ export class SystemView {
     }
     this.detailBody.replaceChildren(el("table", { class: "grid sv-table" }, el("thead", {}, head), body));
   }
-}
-
-function num(text) {
-  return el("td", { class: "num" }, text);
-}
-
-function dur(ns) {
-  return ns === null || ns === undefined ? "–" : formatDuration(ns);
 }

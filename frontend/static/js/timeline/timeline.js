@@ -7,20 +7,24 @@
 
 import { apiGet, isAbort } from "../common/api.js";
 import { colorFor } from "../common/colors.js";
-import { formatCount, formatDuration, formatExact } from "../common/format.js";
+import { el } from "../common/dom.js";
+import { formatCount } from "../common/format.js";
 import { currentRank, onRankChange } from "../common/nav.js";
-import { DataStore } from "./data.js";
+import { sourceNote } from "../common/sources.js";
+import { absNs, formatDuration, formatExact, relNs } from "../common/time.js";
+import { pyQuote, replaceParams, runApi, urlParam } from "../common/urls.js";
 import { ContextMenu } from "./contextmenu.js";
+import { DataStore } from "./data.js";
 import { buildFlowPicker } from "./flowpicker.js";
 import { DEPTH_PX, FOLDED_ROWS, HEADER_PX, MORE_PX, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
+import { rowTop } from "./hittest.js";
 import { buildTree, indexTree, layout, renderLabels, shownDepths, stickLabel } from "./lanes.js";
 import { MarkerBar } from "./markerbar.js";
 import { Offsets, parseOffset } from "./offsets.js";
 import { Panel } from "./panel.js";
-import { Renderer, arrowDistance } from "./render.js";
+import { Renderer } from "./render.js";
 import { Search } from "./search.js";
 import { Viewport } from "./viewport.js";
-import { sourceNote } from "../views/common.js";
 
 const MAX_PINNED_FRACTION = 0.5;
 const PREFETCH_PX = 200;
@@ -34,11 +38,6 @@ const COMM_SUFFIX = /(_\d+)+$/;     // "hcom_allReduce__586_0_1" is an "hcom_all
 const SYSTEM_VIEW_PAGE = { overlap: "overall", python: "python", cann: "cann", hardware: "hardware",
   communication: "communication" };
 
-/** A row key part as the server writes it (Python's quote(…, safe="")): encodeURIComponent plus !'()*. */
-function quote(text) {
-  return encodeURIComponent(text).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
-}
-
 export class Timeline {
   constructor(root) {
     this.root = root;
@@ -46,8 +45,7 @@ export class Timeline {
     this.$ = (id) => root.querySelector(`#${id}`);
     this.main = this.$("tl-main");
     this.canvas = this.$("tl-canvas");
-    this.overlay = document.createElement("canvas");
-    this.overlay.className = "tl-canvas tl-overlay";
+    this.overlay = el("canvas", { class: "tl-canvas tl-overlay" });
     this.overlay.style.pointerEvents = "none";
     this.main.insertBefore(this.overlay, this.$("tl-vscroll"));
     this.scrollY = 0;
@@ -70,16 +68,15 @@ export class Timeline {
   }
 
   async init() {
-    const base = `/api/runs/${encodeURIComponent(this.runId)}`;
-    const tr = await apiGet(`${base}/timeline/tracks`);
+    const tr = await apiGet(runApi(this.runId, "/timeline/tracks"));
     this.origin = BigInt(tr.origin_ns);
-    this.runStart = Number(BigInt(tr.start_ns) - this.origin);
+    this.runStart = relNs(tr.start_ns, this.origin);
     this.baseStart = this.runStart;
-    this.baseEnd = Number(BigInt(tr.end_ns) - this.origin);
+    this.baseEnd = relNs(tr.end_ns, this.origin);
     this.viewport = new Viewport(this.baseStart, this.baseEnd);
     this.tracks = new Map(tr.tracks.map((t) => [t.track_id, t]));
     this.ranks = tr.ranks;
-    this.offsets.load(location.search);
+    this.offsets.load();
     this.updateBounds();
     if (!tr.tracks.length) {  // a run without trace_view.json: say so instead of an empty canvas
       this.$("tl-notrace").hidden = false;
@@ -136,9 +133,14 @@ export class Timeline {
   get k() { return this.W / this.viewport.span; }
   xOf(t) { return (t - this.viewport.start) * this.k; }
   tOf(x) { return this.viewport.start + x / this.k; }
-  rowTop(row) { return row.pinnedArea ? row.y : row.y + this.pinnedH - this.scrollY; }
-  abs(rel) { return (this.origin + BigInt(Math.round(rel))).toString(); }
-  rel(absText) { return Number(BigInt(absText) - this.origin); }
+  abs(rel) { return absNs(rel, this.origin); }
+  rel(absText) { return relNs(absText, this.origin); }
+
+  /** The lanes as drawn now, for hit testing (hittest.js). */
+  scene() {
+    return { layout: this.layout, pinnedH: this.pinnedH, scrollY: this.scrollY, view: this.viewport, k: this.k,
+      data: this.data };
+  }
 
   resize() {
     const labelW = this.$("tl-labels").offsetWidth;
@@ -195,12 +197,8 @@ export class Timeline {
       corner.textContent = text;
       return;
     }
-    const show = document.createElement("button");
-    show.className = "tl-link";
-    show.id = "tl-show-hidden";
-    show.textContent = `${this.hidden.size} hidden · show`;
-    show.title = "Show every hidden lane again";
-    show.addEventListener("click", () => this.showHidden());
+    const show = el("button", { class: "tl-link", id: "tl-show-hidden", title: "Show every hidden lane again",
+      onclick: () => this.showHidden() }, `${this.hidden.size} hidden · show`);
     corner.replaceChildren(`${text} · `, show);
   }
 
@@ -378,11 +376,8 @@ export class Timeline {
 
   /** An inline editor over a rank's offset chip: "1.5ms", "-200us", "1500" (ns); Enter applies, Esc cancels. */
   editOffset(rank, chip) {
-    const input = document.createElement("input");
-    input.className = "tl-offset-input";
-    input.value = this.offRank(rank) ? String(this.offRank(rank)) : "";
-    input.placeholder = "e.g. -1.5ms";
-    input.title = "Offset of this rank: ns, or with a unit (us, ms, s); empty for none";
+    const input = el("input", { class: "tl-offset-input", value: this.offRank(rank) ? String(this.offRank(rank)) : "",
+      placeholder: "e.g. -1.5ms", title: "Offset of this rank: ns, or with a unit (us, ms, s); empty for none" });
     chip.replaceWith(input);
     input.focus();
     let done = false;
@@ -404,8 +399,7 @@ export class Timeline {
 
   /** Shift the slice's rank so that the slice starts where its match on the reference rank starts. */
   async alignOn(hit, refRank) {
-    const r = await apiGet(`/api/runs/${encodeURIComponent(this.runId)}/timeline/align`,
-      { slice_id: hit.slice_id, rank: refRank });
+    const r = await apiGet(runApi(this.runId, "/timeline/align"), { slice_id: hit.slice_id, rank: refRank });
     const rank = this.tracks.get(hit.track_id).rank;
     this.setOffset(rank, this.offRank(refRank) + r.shift_ns);
     return r;
@@ -419,88 +413,13 @@ export class Timeline {
     this.requestDraw();
   }
 
-  /** Rows (of both areas) at canvas y; returns {row, top} or null. */
-  rowAt(y) {
-    if (y < this.pinnedH) {
-      for (const row of this.layout.pinned) if (y >= row.y && y < row.y + row.h) return { row, top: row.y };
-      return null;
-    }
-    const yy = y - this.pinnedH + this.scrollY;
-    const rows = this.layout.scroll;
-    let lo = 0, hi = rows.length - 1;
-    while (lo <= hi) {
-      const mid = (lo + hi) >> 1;
-      const r = rows[mid];
-      if (yy < r.y) hi = mid - 1;
-      else if (yy >= r.y + r.h) lo = mid + 1;
-      else return { row: r, top: this.rowTop(r) };
-    }
-    return null;
-  }
-
-  /** Slice under canvas point (x, y): {track_id, slice_id, ts_ns, dur_ns, depth, name, lod, count} or null. */
-  hitTest(x, y) {
-    const hit = this.rowAt(y);
-    if (!hit || hit.row.node.type !== "track") return null;
-    const track = hit.row.node.track;
-    if (track.kind === "counter") return null;
-    const d = Math.floor((y - hit.top - TRACK_PAD_PX) / DEPTH_PX);
-    if (d < 0 || d > (track.max_depth || 0) || d >= shownDepths(hit.row.node)) return null;
-    const e = this.data.sliceEntry(track.track_id, this.viewport);
-    if (!e) return null;
-    const t = this.tOf(x);
-    const tol = 2 / this.k;
-    let best = -1;
-    let bestDist = Infinity;
-    for (let i = 0; i < e.n; i++) {
-      if (e.depth[i] !== d) continue;
-      const a = e.ts[i];
-      const b = a + Math.max(e.dur[i], 1 / this.k);
-      if (t < a - tol || t > b + tol) continue;
-      const dist = t < a ? a - t : t > b ? t - b : 0;
-      if (dist < bestDist || (dist === bestDist && e.dur[i] < e.dur[best])) { best = i; bestDist = dist; }
-    }
-    if (best < 0) return null;
-    return { track_id: track.track_id, slice_id: e.sliceId[best], ts_ns: e.ts[best], dur_ns: e.dur[best], depth: d,
-      name: e.names[e.nameId[best]], lod: e.lod, count: e.sliceCount ? e.sliceCount[best] : 1 };
-  }
-
-  /** Counter values at canvas point (x, y): {track_id, name, t, values: [[series, value]]} or null. */
-  counterAt(x, y) {
-    const hit = this.rowAt(y);
-    if (!hit || hit.row.node.type !== "track" || hit.row.node.track.kind !== "counter") return null;
-    const track = hit.row.node.track;
-    const e = this.data.counterEntry(track.track_id, this.viewport);
-    if (!e) return null;
-    const t = this.tOf(x);
-    const values = e.series.map((ser) => {
-      let lo = 0;
-      let hi = ser.ts.length - 1;
-      let at = -1;
-      while (lo <= hi) {
-        const mid = (lo + hi) >> 1;
-        if (ser.ts[mid] <= t) { at = mid; lo = mid + 1; } else hi = mid - 1;
-      }
-      return [ser.name, at >= 0 ? ser.value[at] : ser.before ? ser.before.value : null];
-    });
-    return { track_id: track.track_id, name: track.counter_name, t, values };
-  }
-
-  /** The folded track whose hidden-levels strip is at canvas (x, y), or null. */
-  foldedAt(x, y) {
-    const hit = this.rowAt(y);
-    if (!hit || hit.row.node.type !== "track" || !hit.row.node.folded) return null;
-    const stripTop = hit.top + TRACK_PAD_PX + FOLDED_ROWS * DEPTH_PX;
-    return y >= stripTop - 1 && y < stripTop + MORE_PX + TRACK_PAD_PX ? hit.row.node : null;
-  }
-
   sliceBox(trackId, ts, dur, depth) {
     const row = this.layout.rowOfTrack.get(trackId);
     if (!row || row.node.type !== "track" || row.node.track.track_id !== trackId) return null;
     if (depth >= shownDepths(row.node)) return null;
     const x0 = this.xOf(ts);
     const x1 = Math.max(x0 + 1, this.xOf(ts + dur));
-    return { x0, x1, y: this.rowTop(row) + TRACK_PAD_PX + depth * DEPTH_PX, h: SLICE_PX };
+    return { x0, x1, y: rowTop(this.scene(), row) + TRACK_PAD_PX + depth * DEPTH_PX, h: SLICE_PX };
   }
 
   flowPoint(trackId, ts, depth, k) {
@@ -509,19 +428,9 @@ export class Timeline {
     const own = row.node.type === "track" && row.node.track.track_id === trackId && depth !== null && depth !== undefined;
     // an end in a folded track's hidden levels lands on the strip that stands for them
     const hidden = own && depth >= shownDepths(row.node);
-    const y = this.rowTop(row) + (hidden ? TRACK_PAD_PX + FOLDED_ROWS * DEPTH_PX + MORE_PX / 2
+    const y = rowTop(this.scene(), row) + (hidden ? TRACK_PAD_PX + FOLDED_ROWS * DEPTH_PX + MORE_PX / 2
       : own ? TRACK_PAD_PX + depth * DEPTH_PX + SLICE_PX / 2 : row.h / 2);
     return { x: (ts + this.offTrack(trackId) - this.viewport.start) * k, y };
-  }
-
-  arrowAt(x, y) {
-    let best = null;
-    let bestD = 5;
-    for (const a of this.arrows) {
-      const d = arrowDistance(a, x, y);
-      if (d < bestD) { best = a; bestD = d; }
-    }
-    return best;
   }
 
   /** Follow an arrow to its other end: the end off the side for a clipped one, else the end away from the
@@ -587,7 +496,7 @@ export class Timeline {
     this.scheduleUrl();
     let d;
     try {
-      d = await apiGet(`/api/runs/${encodeURIComponent(this.runId)}/timeline/slices/${sliceId}`);
+      d = await apiGet(runApi(this.runId, `/timeline/slices/${sliceId}`));
     } catch (err) {
       if (token === this._detailToken) this.panel.showError(`Could not load slice ${sliceId}: ${err.message}`);
       return;
@@ -706,8 +615,8 @@ export class Timeline {
     if (showPage) this.panel.show("range");
     this.panel.showRange(null, range, true);
     try {
-      const r = await apiGet(`/api/runs/${encodeURIComponent(this.runId)}/timeline/range_stats`,
-        this.rangeParams(range), { signal: ctl.signal });
+      const r = await apiGet(runApi(this.runId, "/timeline/range_stats"), this.rangeParams(range),
+        { signal: ctl.signal });
       if (this._rangeCtl === ctl) this.panel.showRange(r, range, false);
     } catch (err) {
       if (!isAbort(err)) this.panel.showError(err.message);
@@ -716,7 +625,7 @@ export class Timeline {
 
   rangeInstances(name, offset, limit) {
     if (!this.range) return Promise.reject(new Error("no range selected"));
-    return apiGet(`/api/runs/${encodeURIComponent(this.runId)}/timeline/range_instances`,
+    return apiGet(runApi(this.runId, "/timeline/range_instances"),
       { ...this.rangeParams(this.range), name, offset, limit });
   }
 
@@ -735,7 +644,7 @@ export class Timeline {
     const page = track && SYSTEM_VIEW_PAGE[track.kind];
     if (!page) return;
     let key = hit.name;
-    if (page === "overall") key = `overlap:${quote(hit.name)}`;
+    if (page === "overall") key = `overlap:${pyQuote(hit.name)}`;
     else if (page === "communication") key = hit.name.replace(COMM_SUFFIX, "");
     this.panel.show("sysview");
     this.panel.systemView.showRow(track.rank, page, key, page === "communication" ? key : hit.name);
@@ -824,10 +733,9 @@ export class Timeline {
 
   // ---- URL ---------------------------------------------------------------------------------------------------
   async applyUrl() {
-    const p = new URLSearchParams(location.search);
-    const slice = p.get("slice");
-    const start = p.get("start_ns");
-    const end = p.get("end_ns");
+    const slice = urlParam("slice");
+    const start = urlParam("start_ns");
+    const end = urlParam("end_ns");
     if (start && end && /^\d+$/.test(start) && /^\d+$/.test(end)) this.viewport.set(this.rel(start), this.rel(end), { record: "none" });
     // a link with a range keeps that range (the slice's lanes are still scrolled into view); a bare slice zooms to it
     if (slice && /^\d+$/.test(slice)) await this.select(Number(slice), { reveal: start && end ? "lanes" : true, zoom: !(start && end) });
@@ -836,15 +744,12 @@ export class Timeline {
 
   scheduleUrl() {
     clearTimeout(this._urlTimer);
-    this._urlTimer = setTimeout(() => {
-      const url = new URL(location.href);
-      url.searchParams.set("start_ns", this.abs(this.viewport.start));
-      url.searchParams.set("end_ns", this.abs(this.viewport.end));
-      if (this.selection) url.searchParams.set("slice", String(this.selection.slice_id));
-      else url.searchParams.delete("slice");
-      this.offsets.toUrl(url);
-      history.replaceState(history.state, "", url.pathname + url.search + url.hash);
-    }, URL_DELAY_MS);
+    this._urlTimer = setTimeout(() => replaceParams({
+      start_ns: this.abs(this.viewport.start),
+      end_ns: this.abs(this.viewport.end),
+      slice: this.selection ? this.selection.slice_id : null,
+      ...this.offsets.urlParams(),
+    }), URL_DELAY_MS);
   }
 
   // ---- drawing -----------------------------------------------------------------------------------------------

@@ -1,22 +1,26 @@
 // Advice view: expert findings over one rank (and the cross-rank ones), by category on the left; a paged table of
 // findings, then the chosen finding's explanation and its instances, each with a link that opens the timeline
 // with that slice selected. The server sends every finding of the rank at once (capped), so paging is local.
-// Data strings are untrusted: the DOM is built with textContent only (common.js `el`).
+// Data strings are untrusted: the DOM is built with textContent only (common/dom.js `el`).
 
-import { onRankChange } from "/static/js/common/nav.js";
-import {
-  $, apiBase, clear, currentRank, DataTable, el, errorBox, isAbort, latest, ms, relMs, showRank, timelineLink,
-} from "./common.js";
+import { isAbort, latest } from "/static/js/common/api.js";
+import { $, clear, el } from "/static/js/common/dom.js";
+import { formatCount } from "/static/js/common/format.js";
+import { currentRank, onRankChange } from "/static/js/common/nav.js";
+import { ms, relMs } from "/static/js/common/time.js";
+import { replaceParams, urlParam } from "/static/js/common/urls.js";
+import { errorBox, timelineLink } from "./blocks.js";
+import { apiBase, showRank } from "./run.js";
+import { DataTable } from "./table.js";
 
 const SEVERITY_LABEL = { critical: "Critical", warning: "Warning", info: "Info" };
 const PAGE_FINDINGS = 10;
 const PAGE_INSTANCES = 10;
 
-const url = new URL(location.href);
 const state = {
   rank: currentRank(),
-  category: url.searchParams.get("category"),
-  finding: url.searchParams.get("finding"),
+  category: urlParam("category"),
+  finding: urlParam("finding"),
 };
 let data = null;
 let findingsTable = null;
@@ -36,12 +40,7 @@ function localSource(getRows, key) {
 }
 
 function keepInUrl() {
-  const u = new URL(location.href);
-  for (const [k, v] of [["category", state.category], ["finding", state.finding]]) {
-    if (v) u.searchParams.set(k, v);
-    else u.searchParams.delete(k);
-  }
-  history.replaceState(history.state, "", u.pathname + u.search + u.hash);
+  replaceParams({ category: state.category || null, finding: state.finding || null });
 }
 
 function severityChip(sev) {
@@ -136,7 +135,7 @@ function buildTables() {
       { key: "title", label: "Finding", cellTitle: (f) => f.title },
       { key: "rank", label: "Rank", num: true, render: (f) => (f.rank === null ? "all" : String(f.rank)) },
       { key: "step", label: "Step", num: true, render: (f) => (f.step === null ? "–" : String(f.step)) },
-      { key: "instance_count", label: "Instances", num: true, render: (f) => f.instance_count.toLocaleString("en-US") },
+      { key: "instance_count", label: "Instances", num: true, render: (f) => formatCount(f.instance_count) },
     ],
   });
   instancesTable = new DataTable($("#adv-instances"), {
@@ -150,9 +149,9 @@ function buildTables() {
       const note = $("#adv-instances-note");
       if (note) note.remove();
       if (f && f.instances_truncated) {
-        const shown = f.instances.length.toLocaleString("en-US");
+        const shown = formatCount(f.instances.length);
         $("#adv-instances").append(el("div", { class: "v-note", id: "adv-instances-note" },
-          `The first ${shown} of ${f.instance_count.toLocaleString("en-US")} instances, largest first.`));
+          `The first ${shown} of ${formatCount(f.instance_count)} instances, largest first.`));
       }
     },
     columns: [

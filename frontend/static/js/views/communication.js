@@ -3,12 +3,20 @@
 // (linked to the timeline when the rank has a trace). Matrix: a rank × rank heatmap for one matrix key.
 // Filters: step, group, op (top bar) and the rank selector ("All ranks" allowed) for the bandwidth and op table.
 
-import {
-  $, apiBase, apiGet, baseLayout, clear, csvUrl, currentRank, DataTable, el, field, fixed, ms, num, plot, plotText,
-  select, sourceLine, sourceNote, timelineLink,
-} from "./common.js";
+import { apiGet } from "/static/js/common/api.js";
 import { colorFor } from "/static/js/common/colors.js";
-import { onRankChange } from "/static/js/common/nav.js";
+import { $, clear, el } from "/static/js/common/dom.js";
+import { plotText } from "/static/js/common/escape.js";
+import { fixed, num } from "/static/js/common/format.js";
+import { currentRank, onRankChange } from "/static/js/common/nav.js";
+import { sourceLine, sourceNote } from "/static/js/common/sources.js";
+import { ms, nsToMs } from "/static/js/common/time.js";
+import { withQuery } from "/static/js/common/urls.js";
+import { timelineLink } from "./blocks.js";
+import { baseLayout, plot } from "./charts.js";
+import { field, select } from "./controls.js";
+import { apiBase } from "./run.js";
+import { DataTable } from "./table.js";
 
 const TRANSPORTS = ["HCCS", "PCIE", "RDMA", "SDMA", "SIO"];
 const METRICS = [
@@ -71,9 +79,9 @@ async function loadGantt() {
   $("#comm-gantt-note").textContent = `${num(ops.length, 0)} ops${data.truncated ? " (first ones only)" : ""} · one colour per op`;
   const ranks = [...new Set(ops.map((o) => o.rank))].sort((a, b) => a - b);
   plot($("#comm-gantt"), [{
-    type: "bar", orientation: "h", base: ops.map((o) => o.t_ns / 1e6), x: ops.map((o) => Math.max(o.elapse_time_ns / 1e6, 1e-4)),
+    type: "bar", orientation: "h", base: ops.map((o) => nsToMs(o.t_ns)), x: ops.map((o) => Math.max(nsToMs(o.elapse_time_ns), 1e-4)),
     y: ops.map((o) => `Rank ${o.rank}`), marker: { color: ops.map((o) => opColor(o.op_name)) },
-    customdata: ops.map((o) => [plotText(o.op_name), o.elapse_time_ns / 1e6]),
+    customdata: ops.map((o) => [plotText(o.op_name), nsToMs(o.elapse_time_ns)]),
     hovertemplate: "%{customdata[0]}<br>start %{base:,.3f} ms · %{customdata[1]:,.3f} ms<extra>%{y}</extra>",
   }], baseLayout({ margin: { l: 70, r: 20, t: 10, b: 40 }, showlegend: false, bargap: 0.25,
     xaxis: { title: { text: "Time(ms)" } },
@@ -83,7 +91,7 @@ async function loadGantt() {
 function renderTotals(t) {
   const rows = t.rows;
   const x = rows.map((r) => `Rank ${r.rank}`);
-  const bar = (k, name, color) => ({ type: "bar", name, x, y: rows.map((r) => r[k] / 1e6), marker: { color },
+  const bar = (k, name, color) => ({ type: "bar", name, x, y: rows.map((r) => nsToMs(r[k])), marker: { color },
     hovertemplate: `${name}: %{y:,.3f} ms<extra>%{x}</extra>` });
   plot($("#comm-rank-chart"), [
     bar("elapse_time_ns", "Elapse Time", "#3f7fd8"), bar("transit_time_ns", "Transit Time", "#2f9e6e"),
@@ -148,7 +156,7 @@ async function loadBandwidth() {
   plot($("#comm-size-chart"), transports.map((tr, i) => {
     const ds = dist.filter((d) => d.transport === tr);
     return { type: "bar", name: plotText(tr), x: ds.map((d) => `${num(d.package_size_mb, 4)} MB`), y: ds.map((d) => d.count),
-      customdata: ds.map((d) => d.total_duration_ns / 1e6), marker: { color: ["#3f7fd8", "#2f9e6e", "#7a52d6", "#e0643a", "#35b0b5"][i % 5] },
+      customdata: ds.map((d) => nsToMs(d.total_duration_ns)), marker: { color: ["#3f7fd8", "#2f9e6e", "#7a52d6", "#e0643a", "#35b0b5"][i % 5] },
       hovertemplate: "%{fullData.name} %{x}: %{y} packets, %{customdata:,.3f} ms<extra></extra>" };
   }), baseLayout({ barmode: "group", margin: { l: 60, r: 10, t: 40, b: 70 }, xaxis: { title: { text: "Packet size" }, type: "category" },
     yaxis: { title: { text: "Count" } } }));
@@ -189,7 +197,7 @@ function buildOps() {
       return r ? `No ${why.label}: ${r.message}` : "No ops for this filter";
     },
     load: (p) => apiGet(`${apiBase}/communication/ops`, { ...params(), ...p }),
-    csv: (p) => csvUrl(`${apiBase}/communication/ops.csv`, { ...params(), ...p }),
+    csv: (p) => withQuery(`${apiBase}/communication/ops.csv`, { ...params(), ...p }),
     onRows: (d) => { $("#comm-ops-note").textContent = `${state.rank === null ? "all ranks" : `rank ${state.rank}`} · sorted by start time by default`; },
   });
   opsTable.reload();
@@ -245,12 +253,12 @@ async function loadMatrix() {
   for (const c of cells) {
     const [x, y] = [idx.get(c.src_rank), idx.get(c.dst_rank)];
     let v = c[state.metric];
-    if (state.metric === "transit_time_ns") v = v / 1e6;
+    if (state.metric === "transit_time_ns") v = nsToMs(v);
     if (state.metric === "transport_type") { text[y][x] = plotText(v); v = transportCodes.indexOf(v); }
     else text[y][x] = num(v, 4);
     z[y][x] = v;
     hover[y][x] = `${c.src_rank} → ${c.dst_rank}<br>${plotText(c.transport_type)}<br>${num(c.bandwidth_gbps, 4)} GB/s<br>` +
-      `${num(c.transit_size_mb, 4)} MB in ${num(c.transit_time_ns / 1e6, 4)} ms` + (c.op_name ? `<br>${plotText(c.op_name)}` : "");
+      `${num(c.transit_size_mb, 4)} MB in ${num(nsToMs(c.transit_time_ns), 4)} ms` + (c.op_name ? `<br>${plotText(c.op_name)}` : "");
   }
   const categorical = state.metric === "transport_type";
   const metricLabel = METRICS.find((m) => m.value === state.metric).label;

@@ -3,10 +3,15 @@
 // B − A deltas, as /api/compare answers them. The sides live in the URL (?a=&b=&rank_a=&step_a=…), so a copied
 // link reopens the same comparison.
 
-import {
-  $, apiGet, baseLayout, clear, el, field, formatCount, isAbort, ms, pct, plot, plotText, select, us,
-} from "./common.js";
+import { apiGet, isAbort } from "/static/js/common/api.js";
+import { $, clear, el } from "/static/js/common/dom.js";
+import { plotText } from "/static/js/common/escape.js";
+import { formatCount, pct } from "/static/js/common/format.js";
+import { ms, nsToMs, us } from "/static/js/common/time.js";
+import { COMPARE_API, RUNS_API, runPage, urlParam, withQuery } from "/static/js/common/urls.js";
+import { baseLayout, plot } from "./charts.js";
 import { CompareTimeline } from "./comparetimeline.js";
+import { field, select } from "./controls.js";
 
 const SIDES = ["a", "b"];
 const STACK = [
@@ -33,12 +38,11 @@ const COMM_FIELDS = [
   { key: "wait_time_ns", label: "Wait (ms)", fmt: ms },
 ];
 
-const url = new URLSearchParams(location.search);
 const state = {
-  a: url.get("a"), b: url.get("b"),
-  rank_a: url.get("rank_a") ?? url.get("rank"), rank_b: url.get("rank_b"),
-  step_a: url.get("step_a"), step_b: url.get("step_b"),
-  group_by: url.get("group_by") || "name", sort: url.get("sort") || "total", align: url.get("align") || "host",
+  a: urlParam("a"), b: urlParam("b"),
+  rank_a: urlParam("rank_a") ?? urlParam("rank"), rank_b: urlParam("rank_b"),
+  step_a: urlParam("step_a"), step_b: urlParam("step_b"),
+  group_by: urlParam("group_by") || "name", sort: urlParam("sort") || "total", align: urlParam("align") || "host",
   show: "all", q: "",
 };
 let runs = [];
@@ -46,7 +50,7 @@ let data = null;
 let seq = 0;
 const view = $("#compare-view");
 const timeline = new CompareTimeline($("#cmp-timeline"), {
-  load: (params) => apiGet("/api/compare/timeline", params),
+  load: (params) => apiGet(`${COMPARE_API}/timeline`, params),
   onError: (err) => { $("#cmp-tl-note").textContent = `Could not load: ${err.message}`; },
 });
 
@@ -57,12 +61,9 @@ function sideParams() {
 }
 
 function writeUrl() {
-  const q = new URLSearchParams();
   const all = { ...sideParams(), group_by: state.group_by, sort: state.sort, align: state.align };
-  for (const [k, v] of Object.entries(all)) {
-    if (v !== null && v !== undefined && v !== "") q.set(k, v);
-  }
-  history.replaceState(history.state, "", `${location.pathname}?${q}`);
+  const kept = Object.fromEntries(Object.entries(all).filter(([, v]) => v !== ""));  // queryString drops null too
+  history.replaceState(history.state, "", withQuery(location.pathname, kept));
 }
 
 // ------------------------------------------------------------------ pickers
@@ -91,7 +92,7 @@ function picker(s) {
   { id: `cmp-step-${s}` });
   host.append(el("span", { class: `cmp-side-tag cmp-tag-${s}` }, s.toUpperCase()),
     field("Run", runSel), field("Rank", rankSel), field("Step", stepSel),
-    side ? el("a", { href: `/runs/${encodeURIComponent(side.run_id)}/summary?rank=${side.rank}`, class: "cmp-open" },
+    side ? el("a", { href: runPage(side.run_id, "summary", { rank: side.rank }), class: "cmp-open" },
       "open") : null);
 }
 
@@ -219,7 +220,7 @@ function renderBreakdown() {
   const x = SIDES.map((s) => plotText(`${s.toUpperCase()} · ${data[s].run_name} · r${data[s].rank}`
     + (data[s].step === null ? "" : ` · step ${data[s].step}`)));
   const traces = STACK.map(([key, name, color]) => ({
-    type: "bar", name, x, y: SIDES.map((s) => (byKey[key]?.[s] ?? 0) / 1e6), marker: { color },
+    type: "bar", name, x, y: SIDES.map((s) => nsToMs(byKey[key]?.[s] ?? 0)), marker: { color },
     hovertemplate: `${name}: %{y:,.3f} ms<extra>%{x}</extra>`,
   }));
   plot($("#cmp-breakdown-chart"), traces, baseLayout({
@@ -278,7 +279,7 @@ async function load() {
   $("#cmp-status").textContent = "Loading…";
   SIDES.forEach(picker);
   try {
-    const answer = await apiGet("/api/compare", { ...sideParams(), group_by: state.group_by, sort: state.sort });
+    const answer = await apiGet(COMPARE_API, { ...sideParams(), group_by: state.group_by, sort: state.sort });
     if (mine !== seq) return;
     data = answer;
     if (data.a.run_id === data.b.run_id && state.rank_b === null && data.a.rank === data.b.rank
@@ -309,7 +310,7 @@ async function load() {
 
 async function start() {
   try {
-    runs = (await apiGet("/api/runs")).runs.filter((r) => r.status === "ready");
+    runs = (await apiGet(RUNS_API)).runs.filter((r) => r.status === "ready");
   } catch (err) {
     $("#cmp-status").textContent = `Could not list the runs: ${err.message}`;
     return;

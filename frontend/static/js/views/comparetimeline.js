@@ -7,10 +7,11 @@
 // new CompareTimeline(host, { load: (params) => Promise<answer>, onPick: (pick) => void })
 //   .reset(params)   new sides: fetch the default window (the longer step) and fit it
 
-import { colorFor } from "/static/js/common/colors.js";
-import { formatDuration } from "/static/js/common/format.js";
 import { isAbort } from "/static/js/common/api.js";
-import { el } from "./common.js";
+import { colorFor } from "/static/js/common/colors.js";
+import { el } from "/static/js/common/dom.js";
+import { formatDuration, formatShift } from "/static/js/common/time.js";
+import { runPage } from "/static/js/common/urls.js";
 
 const LABEL_W = 210;
 const RULER_H = 26;
@@ -22,12 +23,6 @@ const MIN_SPAN_NS = 1_000;
 const FETCH_DELAY_MS = 120;
 const ZOOM_STEP = 1.5;
 const SIDES = ["a", "b"];
-
-/** "+12.3 ms" from the step start (negative before it). */
-function relLabel(ns) {
-  if (ns === 0) return "0";
-  return (ns < 0 ? "−" : "+") + formatDuration(Math.abs(ns));
-}
 
 function niceStep(spanNs, px) {
   const raw = spanNs / Math.max(1, px / 110);
@@ -201,7 +196,7 @@ export class CompareTimeline {
     const pw = this.plotWidth;
     const scale = pw / (end - start);
     const xOf = (t) => LABEL_W + (t - start) * scale;
-    this.range.textContent = `${relLabel(start)} … ${relLabel(end)} (${formatDuration(end - start)} shown)`;
+    this.range.textContent = `${formatShift(start)} … ${formatShift(end)} (${formatDuration(end - start)} shown)`;
     ctx.font = "11px -apple-system, Segoe UI, Noto Sans, Arial, sans-serif";
     ctx.textBaseline = "middle";
     for (const band of this.layout) this.drawBand(ctx, band, xOf, scale, width);
@@ -221,7 +216,7 @@ export class CompareTimeline {
       const x = Math.round(LABEL_W + (t - start) * scale) + 0.5;
       ctx.moveTo(x, RULER_H - 6);
       ctx.lineTo(x, RULER_H);
-      ctx.fillText(relLabel(t), x + 3, RULER_H / 2);
+      ctx.fillText(formatShift(t), x + 3, RULER_H / 2);
     }
     ctx.stroke();
     ctx.fillStyle = "#22252b";
@@ -389,7 +384,7 @@ export class CompareTimeline {
     const lines = [
       String(name),
       `${h.side.toUpperCase()} · ${side.run_name} · rank ${side.rank} · ${laneLabel(lane)}`,
-      `start ${relLabel(lane.ts_ns[i])} from the ${side.align_on === "trace" ? "trace" : "step"} start`,
+      `start ${formatShift(lane.ts_ns[i])} from the ${side.align_on === "trace" ? "trace" : "step"} start`,
       `duration ${formatDuration(lane.dur_ns[i])}`,
     ];
     const end = lane.ts_ns[i] + lane.dur_ns[i];
@@ -420,7 +415,7 @@ export class CompareTimeline {
     if (!h) return;
     const side = this.data[h.side];
     const id = h.lane.slice_id[h.i];
-    const link = el("a", { href: `/runs/${encodeURIComponent(side.run_id)}/timeline?slice=${id}`, class: "tl-link",
+    const link = el("a", { href: runPage(side.run_id, "timeline", { slice: id }), class: "tl-link",
       id: "cmp-tl-open" }, `Open in ${h.side.toUpperCase()}'s timeline`);
     this.detail.append(el("span", {}, this.describe(h).join(" · ")), " ", link);
     this.opts.onPick?.(h);

@@ -6,12 +6,20 @@
 // zoomed range (a checkbox, on once zoomed); a double click or Reset clears both. A section without data says
 // which file or table would have fed it.
 
-import {
-  $, absNs, apiBase, apiGet, baseLayout, CHART_COLORS, clear, csvUrl, currentRank, DataTable, dataRange, el, field,
-  markRanks, ms, num, plot, plotText, relMs, relNs, runId, select, showRank, sourceLine, sourceNote, timelineLink,
-} from "./common.js";
-import { onRankChange } from "/static/js/common/nav.js";
+import { apiGet } from "/static/js/common/api.js";
+import { $, clear, el } from "/static/js/common/dom.js";
+import { plotText } from "/static/js/common/escape.js";
+import { num } from "/static/js/common/format.js";
 import { loadMarkers, onMarkersChange, regions } from "/static/js/common/markers.js";
+import { currentRank, onRankChange } from "/static/js/common/nav.js";
+import { sourceLine, sourceNote } from "/static/js/common/sources.js";
+import { absNs, addNs, ms, msToNs, nsToMs, relMs, relNs } from "/static/js/common/time.js";
+import { runPage, withQuery } from "/static/js/common/urls.js";
+import { timelineLink } from "./blocks.js";
+import { baseLayout, CHART_COLORS, dataRange, plot } from "./charts.js";
+import { field, select } from "./controls.js";
+import { apiBase, markRanks, runId, showRank } from "./run.js";
+import { DataTable } from "./table.js";
 
 const MEASURE_DASH = { allocated: "solid", reserved: "dash", active: "dot" };
 const COMPONENT_COLOR = { "PTA+GE": "#3f7fd8", PTA: "#2f9e8f", GE: "#e07b39", APP: "#8a5cd0", WORKSPACE: "#c2507a" };
@@ -139,8 +147,8 @@ function markShapes() {
   const annotations = [];
   for (const m of markerList()) {
     if (state.hiddenMarks.has(m.id)) continue;
-    const x0 = relNs(m.start_ns, state.origin) / 1e6;
-    const x1 = relNs(m.end_ns, state.origin) / 1e6;
+    const x0 = nsToMs(relNs(m.start_ns, state.origin));
+    const x1 = nsToMs(relNs(m.end_ns, state.origin));
     if (!Number.isFinite(x0) || !Number.isFinite(x1)) continue;
     shapes.push({ type: "rect", xref: "x", yref: "paper", x0, x1, y0: 0, y1: 1, layer: "below",
       fillcolor: m.color, opacity: 0.18, line: { width: 0 } });
@@ -190,19 +198,19 @@ async function loadCurves() {
     return {
       // few points (tiny or edited files) get markers too, or a lone point would not show
       type: "scatter", mode: s.t_ns.length < 50 ? "lines+markers" : "lines", name: plotText(s.name),
-      x: s.t_ns.map((t) => t / 1e6), y: s.mb, line: { shape: "hv", width: 1.6, color: style.color, dash: style.dash },
+      x: s.t_ns.map(nsToMs), y: s.mb, line: { shape: "hv", width: 1.6, color: style.color, dash: style.dash },
       visible: style.visible,
       hovertemplate: "%{fullData.name}: %{y:,.2f} MB<br>%{x:,.3f} ms<extra></extra>",
     };
   });
   const { shapes, annotations } = markShapes();
-  const atX = state.at === null ? null : relNs(state.at, state.origin) / 1e6;
+  const atX = state.at === null ? null : nsToMs(relNs(state.at, state.origin));
   if (Number.isFinite(atX)) {
     shapes.push({ type: "line", x0: atX, x1: atX, yref: "paper", y0: 0, y1: 1, line: { color: "#f2b84b", width: 1, dash: "dot" } });
   }
   const peak = overview?.peak_allocation;
-  const range = state.window ? state.window.map((a) => relNs(a, state.origin) / 1e6) : dataRange(traces.map((t) => t.x));
-  const peakX = peak && peak.allocation_time_ns ? relNs(peak.allocation_time_ns, state.origin) / 1e6 : null;
+  const range = state.window ? state.window.map((a) => nsToMs(relNs(a, state.origin))) : dataRange(traces.map((t) => t.x));
+  const peakX = peak && peak.allocation_time_ns ? nsToMs(relNs(peak.allocation_time_ns, state.origin)) : null;
   const peakY = peak ? peak.allocation_total_allocated_mb : null;
   // the peak of operator_memory is the allocator's total: it belongs to the Overall curves, and is marked only
   // where they are (clock mismatches happen in edited files)
@@ -233,7 +241,7 @@ async function loadCurves() {
     node.on("plotly_click", (ev) => {
       const p = ev.points?.[0];
       clearTimeout(pending);
-      if (p) pending = setTimeout(() => pick(absNs(p.x * 1e6, state.origin)), 350);
+      if (p) pending = setTimeout(() => pick(absNs(msToNs(p.x), state.origin)), 350);
     });
     node.on("plotly_doubleclick", () => { clearTimeout(pending); });
     node.on("plotly_relayout", (ev) => {
@@ -241,7 +249,7 @@ async function loadCurves() {
       const [a, b] = ev["xaxis.range"] || [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
       if (!Number.isFinite(a) || !Number.isFinite(b)) return;
       // records before the run's time zero (APP samples often are) are data too: the window may start below 0
-      setWindow([absNs(a * 1e6, state.origin), absNs(b * 1e6, state.origin)]);
+      setWindow([absNs(msToNs(a), state.origin), absNs(msToNs(b), state.origin)]);
     });
   }
 }
@@ -277,7 +285,7 @@ async function loadModules() {
   if (!data.series.length) why.append(sourceNote(overview?.empty_sources?.modules) || "");
   const traces = data.series.map((s, i) => ({
     type: "scatter", mode: s.t_ns.length < 50 ? "lines+markers" : "lines", name: plotText(s.component),
-    x: s.t_ns.map((t) => t / 1e6), y: s.mb,
+    x: s.t_ns.map(nsToMs), y: s.mb,
     line: { shape: "hv", width: 1.4, color: CHART_COLORS[i % CHART_COLORS.length] },
     hovertemplate: "%{fullData.name}: %{y:,.2f} MB<br>%{x:,.3f} ms<extra></extra>",
   }));
@@ -294,8 +302,9 @@ function pick(atNs) {
   const host = clear($("#mem-pick"));
   host.append("Picked ", el("b", {}, `${relMs(atNs, state.origin)} ms`), ": the table lists the allocations live then. ");
   if (state.hasTrace) {
-    host.append(el("a", { href: `/runs/${encodeURIComponent(runId)}/timeline?start_ns=${BigInt(atNs) - 500000n}&end_ns=${BigInt(atNs) + 500000n}`,
-      id: "mem-pick-timeline" }, "Open the timeline at this time"), " · ");
+    const around = { start_ns: addNs(atNs, -500_000), end_ns: addNs(atNs, 500_000) };  // ±0.5 ms
+    host.append(el("a", { href: runPage(runId, "timeline", around), id: "mem-pick-timeline" },
+      "Open the timeline at this time"), " · ");
   }
   host.append(el("a", { href: "#", onclick: (e) => { e.preventDefault(); unpick(); } }, "clear"));
   loadCurves();
@@ -370,7 +379,7 @@ function buildTable() {
     filter: "Filter by name…", empty: emptyTable,
     rowClass: (r) => (r.is_peak ? "peak" : null),
     load: (p) => apiGet(`${apiBase}/memory/allocations`, { ...tableParams(), ...p }),
-    csv: (p) => csvUrl(`${apiBase}/memory/allocations.csv`, { ...tableParams(), ...p }),
+    csv: (p) => withQuery(`${apiBase}/memory/allocations.csv`, { ...tableParams(), ...p }),
     onRows: (data) => {
       host.dataset.windowed = String(!!(state.onlyWindow && state.window));
       if (state.at !== null && data.live_kb !== undefined && data.live_kb !== null) {

@@ -1,11 +1,19 @@
 // Operator view: kernel time by type / core (pies), the top-N groups (bar), the group table with each group's
 // kernels (linked to the timeline), and the host torch ops. Everything is per rank (the top-bar selector).
 
-import {
-  $, apiBase, apiGet, baseLayout, CHART_COLORS, clear, csvUrl, currentRank, DataTable, el, field, markRanks, num, pct, plot,
-  plotText, select, showRank, sourceLine, sourceNote, timelineLink, us,
-} from "./common.js";
-import { onRankChange } from "/static/js/common/nav.js";
+import { apiGet } from "/static/js/common/api.js";
+import { $, clear, el } from "/static/js/common/dom.js";
+import { plotText } from "/static/js/common/escape.js";
+import { num, pct } from "/static/js/common/format.js";
+import { currentRank, onRankChange } from "/static/js/common/nav.js";
+import { sourceLine, sourceNote } from "/static/js/common/sources.js";
+import { nsToMs, nsToUs, relNs, us } from "/static/js/common/time.js";
+import { withQuery } from "/static/js/common/urls.js";
+import { timelineLink } from "./blocks.js";
+import { baseLayout, CHART_COLORS, plot } from "./charts.js";
+import { field, select } from "./controls.js";
+import { apiBase, markRanks, showRank } from "./run.js";
+import { DataTable } from "./table.js";
 
 const GROUPS = [
   { value: "type", label: "Computing Operator Type" },
@@ -48,7 +56,7 @@ function buildFilters(steps) {
 function startLabel(absNs) {
   if (absNs === null || absNs === undefined) return "–";
   if (!origin || origin === "0") return `${absNs.slice(0, -3)}.${absNs.slice(-3)} μs`;
-  return `${((Number(BigInt(absNs) - BigInt(origin))) / 1e6).toFixed(3)} ms`;
+  return `${nsToMs(relNs(absNs, origin)).toFixed(3)} ms`;
 }
 
 /** labels: [text, isOther] pairs, so that a kernel type named "Other" keeps its own colour. */
@@ -70,10 +78,10 @@ function pie(node, labels, values, title) {
 function renderCharts(ov) {
   const types = ov.types.rows;
   const labels = types.map((t) => [t.type, false]);
-  const values = types.map((t) => t.total_ns / 1e3);
-  if (ov.types.other_ns > 0) { labels.push(["Other", true]); values.push(ov.types.other_ns / 1e3); }
+  const values = types.map((t) => nsToUs(t.total_ns));
+  if (ov.types.other_ns > 0) { labels.push(["Other", true]); values.push(nsToUs(ov.types.other_ns)); }
   pie($("#op-type-pie"), labels, values);
-  pie($("#op-core-pie"), ov.cores.map((c) => [c.accelerator_core, false]), ov.cores.map((c) => c.total_ns / 1e3));
+  pie($("#op-core-pie"), ov.cores.map((c) => [c.accelerator_core, false]), ov.cores.map((c) => nsToUs(c.total_ns)));
   const rows = [...ov.top.rows].reverse();
   const shown = ov.top.keys.filter((k) => k !== "type" || state.group_by === "type");
   const label = (r) => shown.map((k) => r[k] ?? "N/A").join(" · ");
@@ -81,7 +89,7 @@ function renderCharts(ov) {
   const names = rows.map((r) => plotText(shorten(label(r), 60)));
   $("#op-top-title").textContent = `Top ${ov.top.rows.length} by total time — ${GROUPS.find((g) => g.value === state.group_by).label}`;
   plot($("#op-top-bar"), [{
-    type: "bar", orientation: "h", y: names, x: rows.map((r) => r.total_ns / 1e3),
+    type: "bar", orientation: "h", y: names, x: rows.map((r) => nsToUs(r.total_ns)),
     marker: { color: rows.map((r, i) => CHART_COLORS[(rows.length - 1 - i) % CHART_COLORS.length]) },
     customdata: rows.map((r) => [r.count, pct(r.share, 2), plotText(label(r))]),
     hovertemplate: "%{customdata[2]}<br>%{x:,.3f} μs · %{customdata[0]} kernels · %{customdata[1]}<extra></extra>",
@@ -137,7 +145,7 @@ function instancesFor(group) {
   const t = new DataTable(box, {
     columns: INSTANCE_COLUMNS, pageSize: 10, sort: "start", order: "asc", id: null,
     load: (p) => apiGet(`${apiBase}/operators/instances`, { ...common(), group_key: group.group_key, ...p }),
-    csv: (p) => csvUrl(`${apiBase}/operators/instances.csv`, { ...common(), group_key: group.group_key, ...p }),
+    csv: (p) => withQuery(`${apiBase}/operators/instances.csv`, { ...common(), group_key: group.group_key, ...p }),
     onRows: (data) => {
       if (!data.has_trace) box.querySelector(".v-no-trace") || box.prepend(el("div", { class: "v-note warn v-no-trace" },
         "This rank has no trace: the kernels cannot be shown on the timeline."));
@@ -158,7 +166,7 @@ function buildGroupsTable() {
     empty: () => sourceLine(kernelsWhy, "No kernels for this filter"),
     rowKey: (r) => r.group_key,
     load: (p) => apiGet(`${apiBase}/operators/groups`, { ...common(), ...p }),
-    csv: (p) => csvUrl(`${apiBase}/operators/groups.csv`, { ...common(), ...p }),
+    csv: (p) => withQuery(`${apiBase}/operators/groups.csv`, { ...common(), ...p }),
     details: (row) => instancesFor(row),
   });
   groupsTable.filterTo = (text) => {
@@ -201,7 +209,7 @@ function buildTorchTable() {
       columns: cols(), pageSize: 15, sort: "device_self", order: "desc", id: "op-torch-table",
       filter: "Filter by name…", empty: () => sourceLine(torchWhy, "No torch ops for this filter"),
       load: (p) => apiGet(`${apiBase}/operators/torch`, { rank: state.rank ?? undefined, group_by: group, ...p }),
-      csv: (p) => csvUrl(`${apiBase}/operators/torch.csv`, { rank: state.rank ?? undefined, group_by: group, ...p }),
+      csv: (p) => withQuery(`${apiBase}/operators/torch.csv`, { rank: state.rank ?? undefined, group_by: group, ...p }),
     });
     torchTable.reload();
   };

@@ -1,11 +1,16 @@
 // Summary view: base info, the per-rank stacked time breakdown with ratio lines (step_trace_time.csv or derived
 // from the Overlap Analysis lane), findings in plain words, top operators, the ranks' metadata and config.
 
-import {
-  $, apiBase, apiGet, baseLayout, clear, csvUrl, currentRank, el, field, markRanks, ms, num, pct, plot, runId,
-  select, showRank, sourceNote, us,
-} from "./common.js";
-import { onRankChange } from "/static/js/common/nav.js";
+import { apiGet } from "/static/js/common/api.js";
+import { $, clear, el } from "/static/js/common/dom.js";
+import { num, pct } from "/static/js/common/format.js";
+import { currentRank, onRankChange } from "/static/js/common/nav.js";
+import { sourceNote } from "/static/js/common/sources.js";
+import { ms, nsToUs, us } from "/static/js/common/time.js";
+import { runPage, withQuery } from "/static/js/common/urls.js";
+import { baseLayout, plot } from "./charts.js";
+import { field, select } from "./controls.js";
+import { apiBase, markRanks, runId, showRank } from "./run.js";
 
 // "step 50", "steps 1–10" for a consecutive run, else the first few ids
 function stepList(steps) {
@@ -71,7 +76,7 @@ function renderChart() {
   const rows = stepRows();
   const x = rows.map((r) => `Rank ${r.rank}`);
   const traces = STACK.map(([k, name, color]) => ({
-    type: "bar", name, x, y: rows.map((r) => (r[k] || 0) / 1e3), marker: { color },
+    type: "bar", name, x, y: rows.map((r) => nsToUs(r[k] || 0)), marker: { color },
     hovertemplate: `${name}: %{y:,.3f} μs<extra>%{x}</extra>`,
   }));
   traces.push(
@@ -131,7 +136,7 @@ function renderTable() {
   if (!data.breakdown.length) body.append(el("tr", {}, el("td", { colspan: 14, class: "empty" }, "No step breakdown for this run")));
   // ranks without a breakdown, and the file (or lane) each lacks
   const why = sourceNote(data.empty_sources?.breakdown, { id: "sum-breakdown-why" });
-  const csv = el("a", { class: "btn v-csv", href: csvUrl(`${apiBase}/summary/breakdown.csv`, { source: state.source }), download: "" }, "Export CSV");
+  const csv = el("a", { class: "btn v-csv", href: withQuery(`${apiBase}/summary/breakdown.csv`, { source: state.source }), download: "" }, "Export CSV");
   host.append(el("div", { class: "v-table-bar" }, el("span", { class: "v-table-info" }, `${data.breakdown.length} rows`),
     el("span", { class: "v-spacer" }), csv), el("div", { class: "v-table-wrap" }, el("table", { class: "grid v-table", id: "sum-breakdown" }, el("thead", {}, head), body)), why);
 }
@@ -154,7 +159,7 @@ function renderTop() {
     { key: "total_ns", label: "Total Time(μs)", num: true, render: (r) => us(r.total_ns) },
     { key: "share", label: "Share", num: true, render: (r) => pct(r.share, 2) },
   ], top.rows, "sum-top-table"), top.rank === null ? null : el("p", {}, el("a", {
-    href: `/runs/${encodeURIComponent(runId)}/operator?rank=${top.rank}` }, "All operators of this rank →")));
+    href: runPage(runId, "operator", { rank: top.rank }) }, "All operators of this rank →")));
   const cores = data.core_split[String(top.rank)] || [];
   const total = cores.reduce((a, c) => a + c.total_ns, 0);
   clear($("#sum-cores")).append(simpleTable([

@@ -4,10 +4,12 @@
 // ingest log unfold under its status, and stay unfolded across refreshes. A read-only dashboard has no upload zone
 // and no actions.
 
-import { apiGet, apiSend } from "./api.js";
-import { formatBytes } from "./format.js";
-import { page } from "./nav.js";
-import { progressBar, progressText } from "./progress.js";
+import { apiGet, apiSend } from "../common/api.js";
+import { el } from "../common/dom.js";
+import { formatBytes } from "../common/format.js";
+import { page } from "../common/nav.js";
+import { progressBar, progressText } from "../common/progress.js";
+import { RUNS_API, runApi, runPage } from "../common/urls.js";
 import { initUploads } from "./upload.js";
 
 const REFRESH_MS = 1000;
@@ -21,39 +23,27 @@ let timer = null;
 const unfolded = new Map(); // "warnings:<id>" / "log:<id>" -> the panel's content once loaded (null while loading)
 const refusals = new Map(); // run id -> why the server refused a retry (shown until the next try)
 
-function make(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
 function cell(tr, content, cls) {
-  const td = make("td", cls);
-  if (content instanceof Node) td.appendChild(content);
-  else td.textContent = content ?? "";
+  const td = el("td", { class: cls }, content);
   tr.appendChild(td);
   return td;
 }
 
 function button(label, cls, onClick) {
-  const b = make("button", `btn ${cls || ""}`.trim(), label);
-  b.type = "button";
-  b.addEventListener("click", onClick);
-  return b;
+  return el("button", { class: `btn ${cls || ""}`.trim(), type: "button", onclick: onClick }, label);
 }
 
 function statusCell(run) {
-  const box = make("div", "run-status");
-  const head = make("div", "run-status-head");
-  head.append(make("span", `status status-${run.status}`, run.status));
+  const box = el("div", { class: "run-status" });
+  const head = el("div", { class: "run-status-head" });
+  head.append(el("span", { class: `status status-${run.status}` }, run.status));
   box.append(head);
   if (run.status === "queued" || run.status === "ingesting") {
     box.append(progressBar(run.progress));
-    box.append(make("div", "run-progress muted", progressText(run.progress)));
+    box.append(el("div", { class: "run-progress muted" }, progressText(run.progress)));
   }
-  if (run.error) box.append(make("div", "run-error", run.error));
-  if (refusals.has(run.id)) box.append(make("div", "run-error", refusals.get(run.id)));
+  if (run.error) box.append(el("div", { class: "run-error" }, run.error));
+  if (refusals.has(run.id)) box.append(el("div", { class: "run-error" }, refusals.get(run.id)));
   if (run.status === "ready" && run.warning_count) {
     head.append(foldButton(box, "warnings", run, `${run.warning_count} warning${run.warning_count === 1 ? "" : "s"}`,
       "warn-badge", loadWarnings));
@@ -77,7 +67,7 @@ function foldButton(box, kind, run, label, cls, load) {
     try {
       content = await load(run.id);
     } catch (err) {
-      content = make("div", "run-error", err.message);
+      content = el("div", { class: "run-error" }, err.message);
     }
     if (unfolded.has(key)) {
       unfolded.set(key, content);
@@ -86,52 +76,46 @@ function foldButton(box, kind, run, label, cls, load) {
   });
   b.setAttribute("aria-expanded", String(unfolded.has(key)));
   b.dataset.fold = kind;
-  if (unfolded.has(key)) box.append(unfolded.get(key) || make("div", "muted", "loading…"));
+  if (unfolded.has(key)) box.append(unfolded.get(key) || el("div", { class: "muted" }, "loading…"));
   return b;
 }
 
 async function loadWarnings(id) {
-  const run = await apiGet(`/api/runs/${encodeURIComponent(id)}`);
-  const list = make("ul", "run-warnings");
+  const run = await apiGet(runApi(id));
+  const list = el("ul", { class: "run-warnings" });
   for (const w of (run.warnings && run.warnings.items) || []) {
     const where = w.rank === null || w.rank === undefined ? w.file : `rank ${w.rank} · ${w.file}`;
-    const li = make("li", null, ` ${w.message}`);
-    li.prepend(make("span", "warn-file", where));
-    list.append(li);
+    list.append(el("li", {}, el("span", { class: "warn-file" }, where), ` ${w.message}`));
   }
-  if (run.warnings && run.warnings.truncated) list.append(make("li", "muted", `… ${run.warnings.count} in all`));
+  if (run.warnings && run.warnings.truncated) list.append(el("li", { class: "muted" }, `… ${run.warnings.count} in all`));
   return list;
 }
 
 async function loadLog(id) {
-  const log = await apiGet(`/api/runs/${encodeURIComponent(id)}/log`);
+  const log = await apiGet(runApi(id, "/log"));
   const text = log.text || "(the ingest log is empty)";
-  return make("pre", "run-log", log.truncated ? `… (the last ${formatBytes(text.length)})\n${text}` : text);
+  return el("pre", { class: "run-log" }, log.truncated ? `… (the last ${formatBytes(text.length)})\n${text}` : text);
 }
 
 function nameCell(run) {
-  const name = make(run.status === "ready" ? "a" : "span", "run-name-link", run.name);
-  if (run.status === "ready") name.href = `/runs/${encodeURIComponent(run.id)}/timeline`;
-  name.title = run.id;
-  return name;
+  const ready = run.status === "ready";
+  return el(ready ? "a" : "span", { class: "run-name-link", href: ready ? runPage(run.id, "timeline") : null,
+    title: run.id }, run.name);
 }
 
 function startRename(tr, run) {
   editing = run.id;
   const td = tr.querySelector("td");
-  const input = make("input", "rename-input");
-  input.type = "text";
-  input.value = run.name;
-  input.maxLength = 200;
-  input.setAttribute("aria-label", "New name");
+  const input = el("input", { class: "rename-input", type: "text", value: run.name, maxlength: 200,
+    "aria-label": "New name" });
   const done = async (save) => {
     if (editing !== run.id) return;
     const name = input.value.trim();
     if (save && name && name !== run.name) {
       try {
-        await apiSend("PATCH", `/api/runs/${encodeURIComponent(run.id)}`, { name });
+        await apiSend("PATCH", runApi(run.id), { name });
       } catch (err) {
-        td.append(make("div", "run-error", err.message));
+        td.append(el("div", { class: "run-error" }, err.message));
         input.focus();
         return;
       }
@@ -150,14 +134,14 @@ function startRename(tr, run) {
 
 function confirmDelete(actions, run) {
   editing = run.id;
-  const ask = make("span", "confirm", "Delete?");
-  ask.title = "Delete this run and its files (a source folder on the server is kept)";
+  const ask = el("span", { class: "confirm", title: "Delete this run and its files (a source folder on the server is kept)" },
+    "Delete?");
   const yes = button("Delete", "danger", async () => {
     yes.disabled = true;
     try {
-      await apiSend("DELETE", `/api/runs/${encodeURIComponent(run.id)}`);
+      await apiSend("DELETE", runApi(run.id));
     } catch (err) {
-      ask.replaceChildren(make("span", "run-error", err.message));
+      ask.replaceChildren(el("span", { class: "run-error" }, err.message));
       editing = null;
       return;
     }
@@ -177,7 +161,7 @@ function retry(run) {
     e.target.disabled = true;
     refusals.delete(run.id);
     try {
-      await apiSend("POST", `/api/runs/${encodeURIComponent(run.id)}/retry`);
+      await apiSend("POST", runApi(run.id, "/retry"));
       unfolded.delete(`log:${run.id}`);
     } catch (err) {
       refusals.set(run.id, `Retry refused: ${err.message}`);
@@ -187,11 +171,9 @@ function retry(run) {
 }
 
 function actionsCell(tr, run) {
-  const actions = make("div", "run-actions");
+  const actions = el("div", { class: "run-actions" });
   if (run.status === "ready") {
-    const open = make("a", "btn primary", "Open");
-    open.href = `/runs/${encodeURIComponent(run.id)}/timeline`;
-    actions.append(open);
+    actions.append(el("a", { class: "btn primary", href: runPage(run.id, "timeline") }, "Open"));
   }
   if (run.status === "failed") actions.append(retry(run));
   actions.append(button("Rename", "", () => startRename(tr, run)));
@@ -203,9 +185,7 @@ function render(runs) {
   body.replaceChildren();
   hint.hidden = runs.length > 0;
   for (const run of runs) {
-    const tr = make("tr");
-    tr.dataset.runId = run.id;
-    tr.dataset.status = run.status;
+    const tr = el("tr", { dataset: { runId: run.id, status: run.status } });
     cell(tr, nameCell(run));
     cell(tr, run.rank_count ?? "–", "num");
     cell(tr, statusCell(run));
@@ -221,13 +201,13 @@ function render(runs) {
 async function refresh() {
   clearTimeout(timer);
   try {
-    const data = await apiGet("/api/runs");
+    const data = await apiGet(RUNS_API);
     if (editing === null) render(data.runs);
     const busy = editing !== null || data.runs.some((r) => r.status === "queued" || r.status === "ingesting");
     timer = setTimeout(refresh, busy ? REFRESH_MS : IDLE_REFRESH_MS);
   } catch (err) {
     body.replaceChildren();
-    const tr = make("tr");
+    const tr = el("tr");
     cell(tr, `Could not load runs: ${err.message}`, "run-error").colSpan = columns;
     body.appendChild(tr);
   }

@@ -4,37 +4,30 @@
 // Bytes the server already has as a run (200, duplicate) follow that run instead, and the card says so. A file
 // uploaded on its own opens its run's timeline when the run is ready, unless other uploads are still under way.
 
-import { apiGet } from "./api.js";
-import { formatBytes, formatSeconds } from "./format.js";
-import { progressBar, progressText } from "./progress.js";
+import { apiGet } from "../common/api.js";
+import { el } from "../common/dom.js";
+import { formatBytes } from "../common/format.js";
+import { progressBar, progressText } from "../common/progress.js";
+import { formatSeconds } from "../common/time.js";
+import { RUNS_API, runApi, runPage } from "../common/urls.js";
 
 const POLL_MS = 500;
 const OPEN_DELAY_MS = 600; // the card shows "opening…" this long before the page moves on
 const ACTIVE = new Set(["uploading", "checking", "queued", "ingesting"]);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function make(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
 class UploadCard {
   constructor(list, file) {
-    this.root = make("div", "upload-card");
-    const head = make("div", "upload-head");
-    this.title = make("span", "upload-name", file.name);
-    this.size = make("span", "muted", formatBytes(file.size));
-    this.state = make("span", "status");
-    this.close = make("button", "btn icon-btn upload-close", "×");
-    this.close.type = "button";
-    this.close.title = "Dismiss";
-    this.close.hidden = true;
-    this.close.addEventListener("click", () => this.root.remove());
+    this.root = el("div", { class: "upload-card" });
+    const head = el("div", { class: "upload-head" });
+    this.title = el("span", { class: "upload-name" }, file.name);
+    this.size = el("span", { class: "muted" }, formatBytes(file.size));
+    this.state = el("span", { class: "status" });
+    this.close = el("button", { class: "btn icon-btn upload-close", type: "button", title: "Dismiss", hidden: true,
+      onclick: () => this.root.remove() }, "×");
     head.append(this.title, this.size, this.state, this.close);
     this.bar = progressBar(null);
-    this.detail = make("div", "upload-detail");
+    this.detail = el("div", { class: "upload-detail" });
     this.note = ""; // said before the run's own state (a duplicate upload)
     this.root.append(head, this.bar, this.detail);
     list.prepend(this.root);
@@ -45,7 +38,7 @@ class UploadCard {
     const chip = { uploading: "ingesting", checking: "ingesting", queued: "queued", ingesting: "ingesting" }[state];
     this.state.className = `status status-${chip || state}`;
     this.state.textContent = label;
-    this.detail.replaceChildren(detail instanceof Node ? detail : document.createTextNode(detail || ""));
+    this.detail.replaceChildren(detail || "");
     this.close.hidden = !(state === "ready" || state === "failed");
     this.bar.hidden = state === "ready" || state === "failed";
   }
@@ -64,14 +57,13 @@ class UploadCard {
     this.root.dataset.runId = run.id;
     this.title.textContent = run.name;
     if (run.status === "ready") {
-      const open = make("a", "btn primary", "Open");
-      open.href = `/runs/${encodeURIComponent(run.id)}/timeline`;
+      const open = el("a", { class: "btn primary", href: runPage(run.id, "timeline") }, "Open");
       const ranks = run.rank_count ? `${run.rank_count} rank${run.rank_count === 1 ? "" : "s"} · ` : "";
-      const line = make("span", null, `${this.note}${ranks}${formatBytes(run.size)} on disk `);
+      const line = el("span", {}, `${this.note}${ranks}${formatBytes(run.size)} on disk `);
       line.append(open);
       this.set("ready", "ready", line);
     } else if (run.status === "failed") {
-      this.set("failed", "failed", make("span", "run-error", run.error || "ingestion failed"));
+      this.set("failed", "failed", el("span", { class: "run-error" }, run.error || "ingestion failed"));
     } else {
       progressBar(run.progress, this.bar);
       this.set(run.status, run.status,
@@ -81,11 +73,11 @@ class UploadCard {
 
   /** The page is about to open the run: say so on the card. */
   opening() {
-    this.detail.append(make("span", "upload-note", " · opening its timeline…"));
+    this.detail.append(el("span", { class: "upload-note" }, " · opening its timeline…"));
   }
 
   fail(message) {
-    this.set("failed", "refused", make("span", "run-error", message));
+    this.set("failed", "refused", el("span", { class: "run-error" }, message));
   }
 }
 
@@ -115,7 +107,7 @@ export function initUploads({ maxBytes, onChange }) {
     const busy = cards.some((c) => c !== card && ACTIVE.has(c.root.dataset.state));
     if (!card.alone || busy || document.querySelector(".rename-input")) return;
     card.opening();
-    setTimeout(() => location.assign(`/runs/${encodeURIComponent(run.id)}/timeline`), OPEN_DELAY_MS);
+    setTimeout(() => location.assign(runPage(run.id, "timeline")), OPEN_DELAY_MS);
   }
 
   async function follow(card, id) {
@@ -123,7 +115,7 @@ export function initUploads({ maxBytes, onChange }) {
       await sleep(POLL_MS);
       let run;
       try {
-        run = await apiGet(`/api/runs/${encodeURIComponent(id)}`);
+        run = await apiGet(runApi(id));
       } catch (err) {
         if (err.status === 404) {
           card.fail("the run was deleted");
@@ -150,7 +142,7 @@ export function initUploads({ maxBytes, onChange }) {
     }
     const xhr = new XMLHttpRequest();
     const started = performance.now();
-    xhr.open("POST", "/api/runs");
+    xhr.open("POST", RUNS_API);
     xhr.responseType = "json";
     xhr.setRequestHeader("Accept", "application/json");
     xhr.upload.addEventListener("progress", (e) => {

@@ -1,0 +1,60 @@
+// Every URL the pages build: API paths of a run, links to a run's pages, query strings, and the page's own URL
+// (read a parameter, rewrite some in place without a reload). Ids and values are always encoded here.
+
+/** Query string from an object; array values repeat the key (track_id=1&track_id=2); null/undefined skipped. */
+export function queryString(params = {}) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v === null || v === undefined) continue;
+    if (Array.isArray(v)) for (const item of v) q.append(k, String(item));
+    else q.append(k, String(v));
+  }
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}
+
+/** A path with a query string (a CSV export, a request to show as a link). */
+export function withQuery(path, params) {
+  return path + queryString(params);
+}
+
+/** The runs collection: GET lists them, POST uploads one. */
+export const RUNS_API = "/api/runs";
+
+/** Comparing two runs, ranks or steps: GET …, and …/timeline for the step-aligned lanes. */
+export const COMPARE_API = "/api/compare";
+
+/** The API path of a run, or of something under it: runApi(id, "/timeline/tracks"). */
+export function runApi(runId, path = "") {
+  return `${RUNS_API}/${encodeURIComponent(runId)}${path}`;
+}
+
+/** A page of a run: runPage(id, "timeline", {slice: 12}) → /runs/<id>/timeline?slice=12. */
+export function runPage(runId, view, params = {}) {
+  return `/runs/${encodeURIComponent(runId)}/${view}${queryString(params)}`;
+}
+
+/** A parameter of this page's URL, or null. */
+export function urlParam(name) {
+  return new URLSearchParams(location.search).get(name);
+}
+
+/** Set parameters of a URL object in place; null, undefined or "" removes one. */
+export function setParams(url, params) {
+  for (const [k, v] of Object.entries(params)) {
+    if (v === null || v === undefined || v === "") url.searchParams.delete(k);
+    else url.searchParams.set(k, String(v));
+  }
+  return url;
+}
+
+/** Rewrite parameters of this page's URL (history.replaceState: no reload, no new history entry). */
+export function replaceParams(params) {
+  const url = setParams(new URL(location.href), params);
+  history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+}
+
+/** A key part as the server writes it (Python's quote(…, safe="")): encodeURIComponent plus !'()*. */
+export function pyQuote(text) {
+  return encodeURIComponent(text).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
