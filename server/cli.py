@@ -69,12 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     ingest_cli.add_arguments(ingest)
 
-    bench = sub.add_parser("bench", help="run a benchmark: ingest (MB/s, peak RSS), query (timeline request "
-                                         "latency), concurrency (the same with N users at once) or render "
-                                         "(frame times in chromium)",
+    bench = sub.add_parser("bench", help="run a benchmark: suite (the default: everything, beside the peers), "
+                                         "ingest (MB/s, peak RSS), query (timeline request latency), concurrency "
+                                         "(the same with N users at once) or render (frame times in chromium)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
-    bench.add_argument("name", choices=["ingest", "query", "concurrency", "render"])
+    bench.add_argument("name", nargs="?", default="suite",
+                       choices=["suite", "ingest", "query", "concurrency", "render"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     return parser
 
