@@ -89,6 +89,9 @@ def ingest_row(tool: str, src: Path, work: Path, out: Path, input_bytes: int, re
         row["detail"] = detail
     if tool in ("ours", "ours_single") and out.exists():
         row["out_mb"] = round((dir_bytes(out) if out.is_dir() else out.stat().st_size) / 1e6, 2)
+        if (out / "cluster.duckdb").is_file():  # the sharded layout: what is opened for the whole run
+            row["cluster_db_mb"] = round((out / "cluster.duckdb").stat().st_size / 1e6, 3)
+            row["shards"] = len(list((out / "shards").glob("*.duckdb")))
     return row
 
 
