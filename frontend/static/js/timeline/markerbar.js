@@ -5,9 +5,9 @@
 //
 // In here times are the timeline's (ns relative to the origin, as drawn); the store keeps absolute epoch ns.
 
+import { el } from "../common/dom.js";
 import { MARKER_COLORS, loadMarkers, onMarkersChange, saveMarkers } from "../common/markers.js";
 import { formatDuration, formatExact } from "../common/time.js";
-import { el } from "../common/dom.js";
 
 export const FLAG_HIT_PX = 7;
 

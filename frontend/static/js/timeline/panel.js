@@ -3,9 +3,9 @@
 // (jump to a slice).
 
 import { flowColor } from "../common/colors.js";
+import { el } from "../common/dom.js";
 import { formatCount } from "../common/format.js";
 import { formatDuration, formatExact } from "../common/time.js";
-import { el } from "../common/dom.js";
 import { RangePage } from "./rangepage.js";
 import { SystemView } from "./systemview.js";
 

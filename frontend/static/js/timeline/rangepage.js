@@ -5,9 +5,9 @@
 // host: {jump(sliceId), instances(name, offset, limit) → Promise<range_instances answer>}
 
 import { isAbort } from "../common/api.js";
+import { el } from "../common/dom.js";
 import { formatCount } from "../common/format.js";
 import { formatDuration, formatExact } from "../common/time.js";
-import { el } from "../common/dom.js";
 import { numCell as num, pager } from "./tables.js";
 
 const INSTANCE_ROWS = 50;

@@ -7,9 +7,9 @@
 //        describeScope(scope) → text, defaultRank() → the rank to start on or null}
 
 import { apiGet, isAbort } from "../common/api.js";
+import { el } from "../common/dom.js";
 import { formatCount, pct } from "../common/format.js";
 import { formatDuration, formatExact } from "../common/time.js";
-import { el } from "../common/dom.js";
 import { runApi } from "../common/urls.js";
 import { numCell as num, pager } from "./tables.js";
 

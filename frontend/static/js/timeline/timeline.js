@@ -1,6 +1,6 @@
 // The timeline controller: owns the state (view, lanes, selection, range, flows, markers, per-rank offsets, pinned
-// and hidden lanes), schedules redraws (one per animation frame), keeps the URL and the #timeline data-*
-// attributes current, and exposes window.__timeline.
+// and hidden lanes), schedules redraws (one per animation frame), and keeps the URL and the #timeline data-*
+// attributes current. What lies under the pointer is hittest.js's to say, over scene() (the lanes as drawn).
 //
 // Times are drawn times: a rank with an offset has its slices, flows and selection drawn at raw time + offset;
 // requests to the server carry raw times (the range statistics carry the offsets).
@@ -89,7 +89,7 @@ export class Timeline {
     this.loadLanes();
     this.flowCategories = tr.flow_categories;
     this.data = new DataStore(this.runId, this.origin, () => this.requestDraw(), (n) => this.setPending(n),
-      (trackId) => this.offTrack(trackId));
+      (trackId) => this.offTrack(trackId), tr.slices_per_px);
     this.renderer = new Renderer(this.canvas, this.overlay, this.$("tl-ruler"));
     this.panel = new Panel(this.$("tl-panel"), {
       jump: (id) => this.select(id, { reveal: true, keepPanel: true }),
