@@ -49,6 +49,8 @@ STEP_COLUMNS = (
     ("free_ns", "free_ns"), ("preparing_ns", "preparing_ns"), ("stage_ns", "stage_ns"), ("bubble_ns", "bubble_ns"),
     ("communication_not_overlapped_and_exclude_receive_ns", "exposed_comm_excl_receive_ns"),
 )
+SOURCES = {"step_trace": "step_trace", "overlap": "overlap"}  # summary.breakdown()'s row sources
+INSERT_CHUNK = 5_000
 CLUSTER_STEPS_DDL = ("CREATE OR REPLACE TABLE cluster_steps (rank INTEGER, step BIGINT, source VARCHAR, "
                      "step_ns BIGINT, " + ", ".join(f"{c} BIGINT" for _, c in STEP_COLUMNS) + ")")
 
@@ -93,11 +95,20 @@ def build_cluster_tables(con) -> None:
 
     con.execute(CLUSTER_RANKS_SQL)
     con.execute(CLUSTER_STEPS_DDL)
-    rows = [[r["rank"], r["step"], r["source"], r["e2e_ns"]] + [r[src] for src, _ in STEP_COLUMNS]
-            for r in breakdown(DuckRunner(con))]
-    if rows:
-        con.executemany(f"INSERT INTO cluster_steps VALUES ({', '.join('?' * (4 + len(STEP_COLUMNS)))})", rows)
+    rows = breakdown(DuckRunner(con))
+    # executemany costs a round trip per row (minutes at 1,000 ranks × 100 steps): literal VALUES in chunks, safe
+    # because every value is an integer, NULL or one of the fixed source names
+    for i in range(0, len(rows), INSERT_CHUNK):
+        values = ", ".join(
+            "(" + ", ".join([_int_sql(r["rank"]), _int_sql(r["step"]), f"'{SOURCES[r['source']]}'",
+                             _int_sql(r["e2e_ns"])] + [_int_sql(r[src]) for src, _ in STEP_COLUMNS]) + ")"
+            for r in rows[i:i + INSERT_CHUNK])
+        con.execute(f"INSERT INTO cluster_steps VALUES {values}")
     con.execute(CLUSTER_MATRIX_SQL)
+
+
+def _int_sql(value) -> str:
+    return "NULL" if value is None else str(int(value))
 
 
 # --- cluster_analysis_output -------------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ MAX_SLOW_LINKS = 20
 MAX_OPTIONS = 500
 SLOW_LINK_MIN_MB = 1.0
 
-TABLES_SQL = "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE 'cluster%'"
+# information_schema lists views too: a sharded run's cluster tables are views over its cluster.duckdb
+TABLES_SQL = "SELECT DISTINCT table_name FROM information_schema.tables WHERE table_name LIKE 'cluster%'"
 RANKS_SQL = """
 SELECT rank, device_id, folder, has_trace, start_ns, end_ns, slice_count, kernel_count, comm_op_count, step_count,
        warning_count
