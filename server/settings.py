@@ -1,4 +1,5 @@
-"""Server settings: one declarative table drives the defaults, the environment variables and ``--help``.
+"""Server settings: one declarative table drives the :class:`Settings` fields and their defaults, the environment
+variables and ``--help``.
 
 Each :class:`Setting` names its environment variable (``ASCENDSCOPE_<NAME>``); the CLI overrides what it is given.
 Limits carry their unit in the name (``_S``, ``_MB`` = 10**6 bytes) so a handler never guesses what a number means.
@@ -8,13 +9,14 @@ Booleans read ``1/true/yes/on`` and ``0/false/no/off`` from the environment.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 
 
 @dataclass(frozen=True)
 class Setting:
     name: str
+    type: object  # what the value is read as: Path, str, int, float, bool, or str | None
     default: object
     help: str
 
@@ -23,99 +25,82 @@ class Setting:
         return "ASCENDSCOPE_" + self.name.upper()
 
 
+OPTIONAL_STR = str | None
+
 SETTINGS: tuple[Setting, ...] = (
-    Setting("data_dir", "~/.ascendscope", "where runs are stored: <data_dir>/runs/<id>/{run.json,run.duckdb}"),
-    Setting("host", "127.0.0.1", "interface to listen on"),
-    Setting("port", 8000, "TCP port to listen on"),
-    Setting("query_timeout_s", 10.0, "a database query running longer than this is interrupted"),
-    Setting("query_slots", 0, "database queries run at once (0: one per core); the others wait their turn"),
-    Setting("query_cache_mb", 64, "MB of recent timeline answers kept to answer other requests (0: none)"),
-    Setting("max_slices_per_track", 50_000, "row cap for one track in one slices response"),
-    Setting("max_tracks_per_request", 400, "track_id values accepted in one slices request"),
-    Setting("max_flows", 5_000, "row cap for a flows response"),
-    Setting("max_counter_points", 20_000, "row cap for one counter series in one response"),
-    Setting("max_search_hits", 500, "largest page a search returns"),
-    Setting("max_range_stat_names", 1_000, "distinct names a range_stats response lists"),
-    Setting("max_children", 200, "children listed in a slice detail"),
-    Setting("max_open_databases", 16, "run databases kept open at once (least recently used are closed)"),
-    Setting("no_browser", False, "do not open a browser tab when serving"),
-    Setting("read_only", False, "serve the runs as they are: upload, rename and delete answer 403"),
-    Setting("token", None, "require this token on every request (Authorization: Bearer, or ?token= once per browser)"),
-    Setting("allowed_hosts", None, "host names the dashboard answers to besides localhost and its own address "
-                                   "(comma-separated; * for any); checked only without a token"),
-    Setting("ingest_workers", 1, "runs ingested at the same time, one worker process each"),
-    Setting("ingest_retries", 1, "times a run whose worker died (killed, crashed) is ingested again before it fails"),
-    Setting("max_upload_mb", 4000, "largest upload accepted, in MB"),
-    Setting("max_archive_members", 100_000, "files an uploaded archive may hold"),
-    Setting("max_extracted_mb", 32_768, "MB an uploaded archive may expand to"),
-    Setting("max_compression_ratio", 200.0, "an archive may expand to at most this many times its size (zip bombs)"),
+    Setting("data_dir", Path, "~/.ascendscope", "where runs are stored: <data_dir>/runs/<id>/{run.json,run.duckdb}"),
+    Setting("host", str, "127.0.0.1", "interface to listen on"),
+    Setting("port", int, 8000, "TCP port to listen on"),
+    Setting("query_timeout_s", float, 10.0, "a database query running longer than this is interrupted"),
+    Setting("query_slots", int, 0, "database queries run at once (0: one per core); the others wait their turn"),
+    Setting("query_cache_mb", int, 64, "MB of recent timeline answers kept to answer other requests (0: none)"),
+    Setting("max_slices_per_track", int, 50_000, "row cap for one track in one slices response"),
+    Setting("max_tracks_per_request", int, 400, "track_id values accepted in one slices request"),
+    Setting("max_flows", int, 5_000, "row cap for a flows response"),
+    Setting("max_counter_points", int, 20_000, "row cap for one counter series in one response"),
+    Setting("max_search_hits", int, 500, "largest page a search returns"),
+    Setting("max_range_stat_names", int, 1_000, "distinct names a range_stats response lists"),
+    Setting("max_children", int, 200, "children listed in a slice detail"),
+    Setting("max_open_databases", int, 16, "run databases kept open at once (least recently used are closed)"),
+    Setting("no_browser", bool, False, "do not open a browser tab when serving"),
+    Setting("read_only", bool, False, "serve the runs as they are: upload, rename and delete answer 403"),
+    Setting("token", OPTIONAL_STR, None,
+            "require this token on every request (Authorization: Bearer, or ?token= once per browser)"),
+    Setting("allowed_hosts", OPTIONAL_STR, None, "host names the dashboard answers to besides localhost and its own "
+                                                 "address (comma-separated; * for any); checked only without a token"),
+    Setting("ingest_workers", int, 1, "runs ingested at the same time, one worker process each"),
+    Setting("ingest_retries", int, 1,
+            "times a run whose worker died (killed, crashed) is ingested again before it fails"),
+    Setting("max_upload_mb", int, 4000, "largest upload accepted, in MB"),
+    Setting("max_archive_members", int, 100_000, "files an uploaded archive may hold"),
+    Setting("max_extracted_mb", int, 32_768, "MB an uploaded archive may expand to"),
+    Setting("max_compression_ratio", float, 200.0,
+            "an archive may expand to at most this many times its size (zip bombs)"),
 )
 
 
-_DEFAULT = {s.name: s.default for s in SETTINGS}
+def _field(setting: Setting) -> tuple[str, object, object]:
+    if setting.type is Path:  # expanded when a Settings is made, not at import
+        return setting.name, Path, field(default_factory=lambda: Path(str(setting.default)).expanduser())
+    return setting.name, setting.type, field(default=setting.default)
 
 
-@dataclass
-class Settings:
-    """The values in effect; field defaults come from :data:`SETTINGS` (the one table)."""
+def _from_env(cls, environ: dict[str, str] | None = None, **overrides) -> Settings:
+    """Defaults, then ``ASCENDSCOPE_*`` variables, then the non-None ``overrides`` (e.g. CLI flags)."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for s in SETTINGS:
+        raw = overrides.get(s.name)
+        if raw is None:
+            raw = environ.get(s.env, s.default)
+        values[s.name] = _coerce(s.type, raw)
+    return cls(**values)
 
-    data_dir: Path = field(default_factory=lambda: Path(str(_DEFAULT["data_dir"])).expanduser())
-    host: str = _DEFAULT["host"]
-    port: int = _DEFAULT["port"]
-    query_timeout_s: float = _DEFAULT["query_timeout_s"]
-    query_slots: int = _DEFAULT["query_slots"]
-    query_cache_mb: int = _DEFAULT["query_cache_mb"]
-    max_slices_per_track: int = _DEFAULT["max_slices_per_track"]
-    max_tracks_per_request: int = _DEFAULT["max_tracks_per_request"]
-    max_flows: int = _DEFAULT["max_flows"]
-    max_counter_points: int = _DEFAULT["max_counter_points"]
-    max_search_hits: int = _DEFAULT["max_search_hits"]
-    max_range_stat_names: int = _DEFAULT["max_range_stat_names"]
-    max_children: int = _DEFAULT["max_children"]
-    max_open_databases: int = _DEFAULT["max_open_databases"]
-    no_browser: bool = _DEFAULT["no_browser"]
-    read_only: bool = _DEFAULT["read_only"]
-    token: str | None = _DEFAULT["token"]
-    allowed_hosts: str | None = _DEFAULT["allowed_hosts"]
-    ingest_workers: int = _DEFAULT["ingest_workers"]
-    ingest_retries: int = _DEFAULT["ingest_retries"]
-    max_upload_mb: int = _DEFAULT["max_upload_mb"]
-    max_archive_members: int = _DEFAULT["max_archive_members"]
-    max_extracted_mb: int = _DEFAULT["max_extracted_mb"]
-    max_compression_ratio: float = _DEFAULT["max_compression_ratio"]
 
-    @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> Settings:
-        """Defaults, then ``ASCENDSCOPE_*`` variables, then the non-None ``overrides`` (e.g. CLI flags)."""
-        environ = os.environ if environ is None else environ
-        types = {f.name: f.type for f in fields(cls)}
-        values: dict[str, object] = {}
-        for s in SETTINGS:
-            raw = overrides.get(s.name)
-            if raw is None:
-                raw = environ.get(s.env, s.default)
-            values[s.name] = _coerce(types[s.name], raw)
-        return cls(**values)
+# The values in effect: one field per row of SETTINGS (the one table), in its order, with its default.
+Settings = make_dataclass("Settings", [_field(s) for s in SETTINGS],
+                          namespace={"from_env": classmethod(_from_env), "__module__": __name__,
+                                     "__doc__": "The values in effect; one field per row of SETTINGS."})
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
-def _coerce(type_name: str, raw: object) -> object:
-    if type_name == "Path":
+def _coerce(kind: object, raw: object) -> object:
+    if kind is Path:
         return Path(str(raw)).expanduser()
-    if type_name == "int":
+    if kind is int:
         return int(raw)
-    if type_name == "float":
+    if kind is float:
         return float(raw)
-    if type_name == "bool":
+    if kind is bool:
         if isinstance(raw, bool):
             return raw
         text = str(raw).strip().lower()
         if text in _TRUE or text in _FALSE:
             return text in _TRUE
         raise ValueError(f"not a boolean: {raw!r} (use 1/0, true/false, yes/no, on/off)")
-    if type_name == "str | None":
+    if kind == OPTIONAL_STR:
         return None if raw is None or str(raw) == "" else str(raw)
     return str(raw)
 
