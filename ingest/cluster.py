@@ -49,8 +49,6 @@ STEP_COLUMNS = (
     ("free_ns", "free_ns"), ("preparing_ns", "preparing_ns"), ("stage_ns", "stage_ns"), ("bubble_ns", "bubble_ns"),
     ("communication_not_overlapped_and_exclude_receive_ns", "exposed_comm_excl_receive_ns"),
 )
-SOURCES = {"step_trace": "step_trace", "overlap": "overlap"}  # summary.breakdown()'s row sources
-INSERT_CHUNK = 5_000
 CLUSTER_STEPS_DDL = ("CREATE OR REPLACE TABLE cluster_steps (rank INTEGER, step BIGINT, source VARCHAR, "
                      "step_ns BIGINT, " + ", ".join(f"{c} BIGINT" for _, c in STEP_COLUMNS) + ")")
 
@@ -96,19 +94,22 @@ def build_cluster_tables(con) -> None:
     con.execute(CLUSTER_RANKS_SQL)
     con.execute(CLUSTER_STEPS_DDL)
     rows = breakdown(DuckRunner(con))
-    # executemany costs a round trip per row (minutes at 1,000 ranks × 100 steps): literal VALUES in chunks, safe
-    # because every value is an integer, NULL or one of the fixed source names
-    for i in range(0, len(rows), INSERT_CHUNK):
-        values = ", ".join(
-            "(" + ", ".join([_int_sql(r["rank"]), _int_sql(r["step"]), f"'{SOURCES[r['source']]}'",
-                             _int_sql(r["e2e_ns"])] + [_int_sql(r[src]) for src, _ in STEP_COLUMNS]) + ")"
-            for r in rows[i:i + INSERT_CHUNK])
-        con.execute(f"INSERT INTO cluster_steps VALUES {values}")
+    if rows:
+        # one Arrow table: executemany costs a round trip per row (minutes at 1,000 ranks × 100 steps)
+        import pyarrow as pa
+
+        columns = {"rank": pa.array([r["rank"] for r in rows], pa.int32()),
+                   "step": pa.array([r["step"] for r in rows], pa.int64()),
+                   "source": pa.array([r["source"] for r in rows], pa.string()),
+                   "step_ns": pa.array([r["e2e_ns"] for r in rows], pa.int64())}
+        for src, dst in STEP_COLUMNS:
+            columns[dst] = pa.array([r[src] for r in rows], pa.int64())
+        con.register("cluster_steps_batch", pa.table(columns))
+        try:
+            con.execute("INSERT INTO cluster_steps SELECT * FROM cluster_steps_batch")
+        finally:
+            con.unregister("cluster_steps_batch")
     con.execute(CLUSTER_MATRIX_SQL)
-
-
-def _int_sql(value) -> str:
-    return "NULL" if value is None else str(int(value))
 
 
 # --- cluster_analysis_output -------------------------------------------------------------------------------------
