@@ -5,23 +5,19 @@
 // DOM is built with textContent only; data strings handed to plotly go through plotText.
 
 import { apiGet } from "/static/js/common/api.js";
+import { $, clear, el } from "/static/js/common/dom.js";
 import { plotText } from "/static/js/common/escape.js";
-import { page } from "/static/js/common/nav.js";
+import { num } from "/static/js/common/format.js";
+import { ms } from "/static/js/common/time.js";
+import { runPage } from "/static/js/common/urls.js";
+import { baseLayout, plot } from "./charts.js";
+import { apiBase as runBase, runId } from "./run.js";
 
-const runId = page.run_id;
-const apiBase = `/api/runs/${encodeURIComponent(runId)}/cluster`;
-const $ = (sel) => document.querySelector(sel);
+const apiBase = `${runBase}/cluster`;
 const METRIC_LABELS = { step: "Step time", computing: "Computing", exposed_comm: "Communication(Not Overlapped)",
   free: "Free" };
 const MATRIX_LABELS = { bandwidth_gbps: "Bandwidth (GB/s)", min_bandwidth_gbps: "Slowest link (GB/s)",
   transit_time_ns: "Transit Time (ms)", transit_size_mb: "Transit Size (MB)" };
-const LAYOUT = {
-  paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
-  font: { color: "#c9ccd3", size: 12, family: "-apple-system, Segoe UI, Noto Sans, Arial, sans-serif" },
-  hoverlabel: { bgcolor: "#22252b", bordercolor: "#454a54", font: { color: "#f1f3f6" } },
-};
-const AXIS = { gridcolor: "#343840", zerolinecolor: "#454a54", linecolor: "#454a54", tickfont: { size: 11 } };
-const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d"] };
 const RED_BLUE = [[0, "#e8533a"], [0.5, "#e9dcc0"], [1, "#3f7fd8"]];
 
 const state = { source: "ranks", metric: "step", step: "", group: "", op: "", show: "bandwidth_gbps" };
@@ -29,49 +25,13 @@ let overview = null;
 let matrixData = null;
 let knownRanks = new Set();
 
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k === "text") node.textContent = String(v);
-    else node.setAttribute(k, v === true ? "" : String(v));
-  }
-  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c ?? "")));
-  return node;
-}
-
-function clear(node) {
-  node.replaceChildren();
-  return node;
-}
-
-function ms(ns, digits = 3) {
-  return ns === null || ns === undefined ? "–" : (ns / 1e6).toLocaleString("en-US", {
-    minimumFractionDigits: digits, maximumFractionDigits: digits });
-}
-
-function num(x, digits = 3) {
-  return x === null || x === undefined ? "–" : Number(x).toLocaleString("en-US", { maximumFractionDigits: digits });
-}
-
 export function timelineUrl(rank) {
-  // `ranks` opens only that rank's data (sharded runs); `rank` selects it in today's rank filter
-  return `/runs/${encodeURIComponent(runId)}/timeline?rank=${rank}&ranks=${rank}`;
+  // `ranks` opens only that rank's data (a sharded run's shard); `rank` selects it in the rank filter
+  return runPage(runId, "timeline", { rank, ranks: rank });
 }
 
 function openRank(rank) {
   window.location.assign(timelineUrl(rank));
-}
-
-function plotly(node, traces, layout) {
-  // eslint-disable-next-line no-undef
-  return Plotly.react(node, traces, { ...LAYOUT, ...layout }, CONFIG);
-}
-
-function noData(node, text) {
-  return plotly(node, [], { xaxis: { visible: false }, yaxis: { visible: false },
-    annotations: [{ text: plotText(text), showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
-      font: { size: 14, color: "#8e94a0" } }] });
 }
 
 // --- rank picker --------------------------------------------------------------------------------------------------
@@ -158,38 +118,38 @@ async function loadHeatmap() {
   const label = METRIC_LABELS[state.metric];
   if (!h.ranks.length) {
     $("#cl-heat-note").textContent = "no step breakdown in this run";
-    await noData(node, "No step breakdown");
-    await noData($("#cl-ranks-chart"), "No step breakdown");
+    await plot(node, [], baseLayout());
+    await plot($("#cl-ranks-chart"), [], baseLayout());
     return;
   }
   const slow = new Set(overview.slow_ranks.map((s) => s.rank));
   const z = h.z.map((row) => row.map((v) => (v === null ? null : v / 1e6)));
   const y = h.ranks.map((r) => `${slow.has(r) ? "⚠ " : ""}${r}`);
   const x = h.steps.map((s) => (s === null ? "all" : String(s)));
-  await plotly(node, [{
+  await plot(node, [{
     type: "heatmap", x, y, z, colorscale: [[0, "#3f7fd8"], [0.5, "#e9dcc0"], [1, "#e8533a"]], hoverongaps: false,
     customdata: h.ranks.map((r) => h.steps.map(() => r)),
     hovertemplate: `Rank %{customdata}, step %{x}<br>${plotText(label)}: %{z:,.3f} ms<br>click: open the timeline<extra></extra>`,
     colorbar: { title: { text: `${plotText(label)} (ms)` }, thickness: 12 },
-  }], { margin: { l: 70, r: 20, t: 10, b: 40 }, xaxis: { ...AXIS, title: { text: "Step" }, type: "category" },
-    yaxis: { ...AXIS, title: { text: "Rank" }, type: "category", autorange: "reversed" } });
+  }], baseLayout({ margin: { l: 70, r: 20, t: 10, b: 40 }, xaxis: { title: { text: "Step" }, type: "category" },
+    yaxis: { title: { text: "Rank" }, type: "category", autorange: "reversed" } }));
   node.removeAllListeners?.("plotly_click");
   node.on("plotly_click", (ev) => {
     const p = ev.points && ev.points[0];
     if (p && p.customdata !== undefined) openRank(p.customdata);
   });
-  $("#cl-heat-note").textContent = `${h.ranks.length} ranks × ${h.steps.length} steps` +
+  $("#cl-heat-note").textContent = `${h.ranks.length} rank${h.ranks.length === 1 ? "" : "s"} × ${h.steps.length} step${h.steps.length === 1 ? "" : "s"}` +
     (h.truncated ? " (the latest steps are left out: too many cells)" : "") +
     (state.source === "cluster_analysis" ? " · from cluster_step_trace_time.csv" : "");
   const colors = h.ranks.map((r) => (slow.has(r) ? "#e8533a" : "#3f7fd8"));
   const ranksNode = $("#cl-ranks-chart");
-  await plotly(ranksNode, [{
+  await plot(ranksNode, [{
     type: "bar", x: h.ranks.map(String), y: h.rank_mean_ns.map((v) => (v === null ? null : v / 1e6)),
     marker: { color: colors }, customdata: h.ranks,
     hovertemplate: `Rank %{customdata}<br>mean ${plotText(label)}: %{y:,.3f} ms<extra></extra>`,
-  }], { margin: { l: 70, r: 20, t: 10, b: 40 }, bargap: 0.1,
-    xaxis: { ...AXIS, title: { text: "Rank" }, type: "category" },
-    yaxis: { ...AXIS, title: { text: `mean ${plotText(label)} per step (ms)` } } });
+  }], baseLayout({ margin: { l: 70, r: 20, t: 10, b: 40 }, bargap: 0.1, showlegend: false,
+    xaxis: { title: { text: "Rank" }, type: "category" },
+    yaxis: { title: { text: `mean ${plotText(label)} per step (ms)` } } }));
   ranksNode.removeAllListeners?.("plotly_click");
   ranksNode.on("plotly_click", (ev) => {
     const p = ev.points && ev.points[0];
@@ -229,7 +189,7 @@ function renderMatrix() {
   if (!m.links) {
     $("#cl-matrix-note").textContent = "no links between ranks for this filter";
     $("#cl-matrix-extra").textContent = "";
-    return noData(node, "No communication matrix");
+    return plot(node, [], baseLayout());
   }
   const key = state.show;
   const scale = key === "transit_time_ns" ? 1e-6 : 1;
@@ -239,14 +199,14 @@ function renderMatrix() {
   for (let j = 0; j < n; j++) z.push(m[key].map((row) => (row[j] === null ? null : row[j] * scale)));
   const binned = m.bin_size > 1;
   const label = MATRIX_LABELS[key];
-  plotly(node, [{
+  plot(node, [{
     type: "heatmap", x: m.labels, y: m.labels, z, hoverongaps: false, xgap: n <= 64 ? 1 : 0, ygap: n <= 64 ? 1 : 0,
     colorscale: RED_BLUE, reversescale: key === "transit_time_ns",
     hovertemplate: `${binned ? "ranks " : ""}%{x} → %{y}<br>${plotText(label)}: %{z:,.4f}<extra></extra>`,
     colorbar: { title: { text: plotText(label) }, thickness: 12 },
-  }], { margin: { l: 80, r: 20, t: 10, b: 50 },
-    xaxis: { ...AXIS, title: { text: binned ? `Src ranks (blocks of ${m.bin_size})` : "Src Rank Id" }, type: "category", showgrid: false },
-    yaxis: { ...AXIS, title: { text: binned ? `Dst ranks (blocks of ${m.bin_size})` : "Dst Rank Id" }, type: "category", showgrid: false } });
+  }], baseLayout({ margin: { l: 80, r: 20, t: 10, b: 50 },
+    xaxis: { title: { text: binned ? `Src ranks (blocks of ${m.bin_size})` : "Src Rank Id" }, type: "category", showgrid: false },
+    yaxis: { title: { text: binned ? `Dst ranks (blocks of ${m.bin_size})` : "Dst Rank Id" }, type: "category", showgrid: false } }));
   const transports = Object.entries(m.transports).map(([t, c]) => `${t} ${c}`).join(", ");
   $("#cl-matrix-note").textContent = `${m.links} links (${transports}) over ${m.ranks.length} ranks` +
     (binned ? ` · each cell sums the links between two blocks of ${m.bin_size} ranks` : "");
