@@ -60,7 +60,8 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _is_rank_dir(path: Path) -> bool:
+def is_rank_dir(path: Path) -> bool:
+    """A torch_npu rank folder: it holds ASCEND_PROFILER_OUTPUT, or is named ``*_ascend_pt``."""
     return (path / OUTPUT_DIR).is_dir() or path.name.endswith("_ascend_pt")
 
 
@@ -72,7 +73,7 @@ def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path], list[Ran
     stack = [(root, 0)]
     while stack:
         path, depth = stack.pop()
-        if _is_rank_dir(path):
+        if is_rank_dir(path):
             rank_dirs.append(path)
             continue
         name = path.name

@@ -8,8 +8,10 @@ Every error, from any route, leaves as ``{"error": {"code": …, "message": …,
 a small HTML page instead). An unexpected exception is logged with an error id and answers a generic 500 that
 names only that id (exception texts carry server paths and SQL); it is answered by :class:`CatchAll` inside
 Starlette's outermost error middleware, which would re-raise and so make the server drop the keep-alive
-connection. A full disk (``ENOSPC``/``EDQUOT``) answers 507 ``insufficient_storage``. Every response carries the
-security headers of ``server.security`` (which also checks the access token when one is set).
+connection. A full disk (``ENOSPC``/``EDQUOT``) answers 507 ``insufficient_storage``. Errors of the layers below
+the routers (uploads refused, query parameters the data does not have, query deadlines) are answered from the one
+table in ``server.errors``. Every response carries the security headers of ``server.security`` (which also checks
+the access token when one is set).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ascendscope import frontend
 from ascendscope.server import pages
 from ascendscope.server.api import ApiError, FastJSONResponse
-from ascendscope.server.db import Databases, QueryTimeout
+from ascendscope.server.db import Databases
+from ascendscope.server.errors import HTTP_ANSWERS, http_answer
 from ascendscope.server.querypool import QueryPool
 from ascendscope.server.runs import RunStore
 from ascendscope.server.security import SecurityMiddleware
@@ -162,9 +165,11 @@ def _install_error_handlers(app: FastAPI):
         return respond(request, 422, "invalid_parameter", f"{first['where']}: {first['problem']}",
                        {"problems": problems})
 
-    @app.exception_handler(QueryTimeout)
-    async def timeout_error(request: Request, exc: QueryTimeout):
-        return respond(request, 504, "query_timeout", str(exc))
+    async def domain_error(request: Request, exc: Exception):
+        return respond(request, *http_answer(exc))
+
+    for error_class in HTTP_ANSWERS:  # one handler; the table in server.errors says each class's answer
+        app.add_exception_handler(error_class, domain_error)
 
     def internal_error(request: Request, exc: BaseException):
         error_id = secrets.token_hex(4)

@@ -179,21 +179,21 @@ def split_sources(path: Path) -> list[Path]:
     laid out as ``cluster/node*/rank*_ascend_pt`` is therefore opened per node: point at a flat folder of ranks
     to open it as one run."""
     from ascendscope.ingest.archive import is_archive
-    from ascendscope.ingest.discover import _is_rank_dir
+    from ascendscope.ingest.discover import is_rank_dir
 
-    if not path.is_dir() or _is_rank_dir(path):
+    if not path.is_dir() or is_rank_dir(path):
         return [path]
     children = sorted(c for c in path.iterdir() if not c.name.startswith("."))
-    if any(c.is_dir() and _is_rank_dir(c) for c in children):
+    if any(c.is_dir() and is_rank_dir(c) for c in children):
         return [path]
     runs = [c for c in children if is_archive(c) or (c.is_dir() and _holds_rank(c, SOURCE_SCAN_DEPTH))]
     return runs if len(runs) >= 2 else [path]
 
 
 def _holds_rank(folder: Path, depth: int) -> bool:
-    from ascendscope.ingest.discover import _is_rank_dir
+    from ascendscope.ingest.discover import is_rank_dir
 
-    if _is_rank_dir(folder):
+    if is_rank_dir(folder):
         return True
     if depth <= 0:
         return False

@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 
 from ascendscope.server.deadlines import DEADLINES
+from ascendscope.server.schema_check import check_schema
 
 TRACKS_SQL = """
 SELECT track_id, rank, pid, tid, process_name, thread_name, kind, label, process_sort_index, thread_sort_index,
@@ -109,6 +110,7 @@ class _Entry:
             self.conn = duckdb.connect(str(path), read_only=True)
         except duckdb.Error as exc:
             raise DamagedDatabase(_first_line(exc)) from exc
+        check_schema(self.conn)  # another schema version's file would answer wrongly: server.schema_check
         self.info: RunInfo | None = None
         self.info_lock = threading.Lock()
 

@@ -19,6 +19,7 @@ from ascendscope.server.api import ApiError
 from ascendscope.server.db import DamagedDatabase
 from ascendscope.server.redact import public_run
 from ascendscope.server.runs import RunNotFound
+from ascendscope.server.schema_check import OutdatedDatabase, mark_outdated
 from ascendscope.server.security import CSP_WITH_PLOTLY
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
@@ -86,6 +87,11 @@ def _context(request: Request, run, view: str) -> dict:
             try:
                 reason = str(exc) if isinstance(exc, DamagedDatabase) else "the file is missing"
                 run = store.mark_damaged(run.id, reason)
+            except RunNotFound:
+                pass
+        except OutdatedDatabase as exc:
+            try:
+                run = mark_outdated(store, run, str(exc))
             except RunNotFound:
                 pass
         except Exception:  # noqa: BLE001 - a broken database still gets a page; the API reports the error

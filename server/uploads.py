@@ -6,8 +6,9 @@ the request, :func:`ingest.archive.unpack` extracts it under the configured limi
 discovery must find at least one rank. Only then does the staging folder get its run.json and its run id (a
 rename), so the run appears complete and ``queued``, and the ingest queue picks it up.
 
-Any refusal is an :class:`ApiError` (4xx) raised after the staging folder is removed: a refused or interrupted
-upload leaves no run, no run folder and no temp file. The client's file name is only ever displayed, never used
+Any refusal is a :class:`server.errors.UploadRefused` (``server.errors`` maps each kind to its 4xx answer), raised
+after the staging folder is removed: a refused or interrupted upload leaves no run, no run folder and no temp
+file. The client's file name is only ever displayed, never used
 to build a path.
 
 The file's SHA-256 is computed as it streams in: bytes identical to an upload that made a run (not a failed one)
@@ -28,7 +29,25 @@ from starlette.requests import ClientDisconnect, Request
 
 from ascendscope.ingest import archive
 from ascendscope.ingest.discover import discover
-from ascendscope.server.api import ApiError
+from ascendscope.server.errors import (
+    ArchiveTooLarge,
+    BadArchive,
+    BadMultipart,
+    CorruptArchive,
+    EmptyArchive,
+    EncryptedArchive,
+    FieldTooLarge,
+    MissingFile,
+    NestedArchive,
+    NoProfilingData,
+    NoSpaceForArchive,
+    NotAnArchive,
+    NotMultipart,
+    TooManyFiles,
+    UnsafeArchive,
+    UploadInterrupted,
+    UploadTooLarge,
+)
 from ascendscope.server.runs import SOURCE_DIR, DuplicateUpload, Run, RunStore
 from ascendscope.server.settings import Settings
 
@@ -38,16 +57,16 @@ BODY_OVERHEAD_BYTES = 64 << 10  # multipart boundaries, part headers and the sma
 MAX_FIELD_BYTES = 4 << 10
 WRITE_BATCH_BYTES = 1 << 20  # body chunks are handed to a thread in batches of this size
 
-# ArchiveError.kind -> (HTTP status, error code)
-ARCHIVE_REFUSALS = {
-    "not_archive": (415, "not_an_archive"),
-    "empty": (400, "empty_archive"),
-    "corrupt": (400, "corrupt_archive"),
-    "encrypted": (422, "encrypted_archive"),
-    "unsafe": (422, "unsafe_archive"),
-    "nested": (422, "nested_archive"),
-    "too_large": (413, "archive_too_large"),
-    "no_space": (507, "insufficient_storage"),
+# ArchiveError.kind -> the refusal it is (any other kind: BadArchive)
+ARCHIVE_REFUSALS: dict[str, type[BadArchive]] = {
+    "not_archive": NotAnArchive,
+    "empty": EmptyArchive,
+    "corrupt": CorruptArchive,
+    "encrypted": EncryptedArchive,
+    "unsafe": UnsafeArchive,
+    "nested": NestedArchive,
+    "too_large": ArchiveTooLarge,
+    "no_space": NoSpaceForArchive,
 }
 
 
@@ -98,7 +117,7 @@ class _Body:
         if name == "file" and b"filename" in options:
             self.files_seen += 1
             if self.files_seen > 1:
-                raise ApiError(400, "too_many_files", "upload one archive per request")
+                raise TooManyFiles("upload one archive per request")
             self.filename = options[b"filename"].decode("utf-8", "replace")
             self.out = open(self.path, "xb")
             self._target = "file"
@@ -110,8 +129,7 @@ class _Body:
         if self._target == "file":
             self.file_bytes += end - start
             if self.file_bytes > self.max_file_bytes:
-                raise ApiError(413, "upload_too_large",
-                               f"the upload is larger than the limit of {self.max_file_bytes / MB:.0f} MB")
+                raise UploadTooLarge(f"the upload is larger than the limit of {self.max_file_bytes / MB:.0f} MB")
             chunk = data[start:end]
             self.out.write(chunk)
             self.sha256.update(chunk)
@@ -119,7 +137,7 @@ class _Body:
             field = self.fields[self._target]
             field += data[start:end]
             if len(field) > MAX_FIELD_BYTES:
-                raise ApiError(400, "field_too_large", f"the {self._target!r} field is too long")
+                raise FieldTooLarge(f"the {self._target!r} field is too long")
 
     def part_end(self) -> None:
         if self._target == "file" and self.out is not None:
@@ -136,15 +154,15 @@ class _Body:
 
 async def receive_upload(request: Request, store: RunStore, settings: Settings) -> tuple[Run, bool]:
     """Stream, check and extract the uploaded archive; return the new queued run and False, or the existing run
-    of identical bytes and True (or raise a 4xx ApiError)."""
+    of identical bytes and True (or raise an UploadRefused)."""
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     boundary = options.get(b"boundary")
     if content_type != b"multipart/form-data" or not boundary:
-        raise ApiError(415, "not_multipart", "send the archive as multipart/form-data in the field 'file'")
+        raise NotMultipart("send the archive as multipart/form-data in the field 'file'")
     max_file_bytes = settings.max_upload_mb * MB
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_file_bytes + BODY_OVERHEAD_BYTES:
-        raise ApiError(413, "upload_too_large", f"the upload is larger than the limit of {settings.max_upload_mb} MB")
+        raise UploadTooLarge(f"the upload is larger than the limit of {settings.max_upload_mb} MB")
 
     staging = await run_in_threadpool(store.new_staging_dir)
     committed = False
@@ -163,15 +181,15 @@ async def receive_upload(request: Request, store: RunStore, settings: Settings) 
                 await run_in_threadpool(parser.write, bytes(batch))
             parser.finalize()
         except MultipartParseError as exc:
-            raise ApiError(400, "bad_multipart", f"the multipart body could not be read: {exc}") from None
+            raise BadMultipart(f"the multipart body could not be read: {exc}") from None
         except ClientDisconnect:
-            raise ApiError(400, "upload_interrupted", "the client went away before the upload finished") from None
+            raise UploadInterrupted("the client went away before the upload finished") from None
         finally:
             body.close()
         if body.filename is None:
-            raise ApiError(422, "missing_file", "no file in the field 'file' (multipart/form-data)")
+            raise MissingFile("no file in the field 'file' (multipart/form-data)")
         if not body.ended:
-            raise ApiError(400, "upload_interrupted", "the upload ended before the multipart body was complete")
+            raise UploadInterrupted("the upload ended before the multipart body was complete")
         name = bytes(body.fields.get("name", b"")).decode("utf-8", "replace").strip()
         filename = Path(body.filename.replace("\\", "/")).name or "upload"
         sha256 = body.sha256.hexdigest()
@@ -197,15 +215,13 @@ def _check_and_commit(store: RunStore, staging: Path, filename: str, name: str, 
     try:
         unpacked = archive.unpack(upload, staging / SOURCE_DIR, limits)
     except archive.ArchiveError as exc:
-        status, code = ARCHIVE_REFUSALS.get(exc.kind, (400, "bad_archive"))
-        raise ApiError(status, code, f"{filename}: {exc}") from None
+        raise ARCHIVE_REFUSALS.get(exc.kind, BadArchive)(f"{filename}: {exc}") from None
     upload.unlink()
     found = discover(staging / SOURCE_DIR)
     if not found.ranks:
         seen = "; ".join(f"{f}: {m}" for _, f, m in found.warnings[:3])
-        raise ApiError(422, "no_profiling_data",
-                       f"{filename}: no profiling data found (expected *_ascend_pt folders with "
-                       f"ASCEND_PROFILER_OUTPUT)" + (f" — {seen}" if seen else ""))
+        raise NoProfilingData(f"{filename}: no profiling data found (expected *_ascend_pt folders with "
+                              f"ASCEND_PROFILER_OUTPUT)" + (f" — {seen}" if seen else ""))
     info = {"filename": filename, "bytes": nbytes, "sha256": sha256, "members": unpacked.members,
             "extracted_bytes": unpacked.bytes_written, "nested": unpacked.nested,
             "ranks_found": len(found.ranks), "check_seconds": round(time.perf_counter() - started, 3)}

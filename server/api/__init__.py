@@ -5,7 +5,8 @@ declare what they need in their signature:
 
 * ``run: RunDep``          the run record (404 ``run_not_found``)
 * ``db: RunDbDep``         a cursor + cached :class:`server.db.RunInfo` of a *ready* run (409 ``run_not_ready``;
-                           409 ``run_damaged`` when its file cannot be read, which marks the run failed); its
+                           409 ``run_damaged`` when its file cannot be read, ``run_outdated`` when an older
+                           ascendscope wrote it: either marks the run failed); its
                            queries take a slot of the server's :class:`server.querypool.QueryPool`, and
                            ``db.shared`` computes an answer once for concurrent requests and caches it
 * ``settings: SettingsDep``
@@ -34,9 +35,10 @@ from fastapi import Depends, Path, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
-from ascendscope.server.db import DamagedDatabase, Databases, RunInfo, query
+from ascendscope.server.db import DamagedDatabase, Databases, RunInfo, query, request_scope
 from ascendscope.server.querypool import QueryPool
 from ascendscope.server.runs import Run, RunNotFound, RunStore
+from ascendscope.server.schema_check import OutdatedDatabase, mark_outdated
 from ascendscope.server.settings import Settings
 
 log = logging.getLogger("ascendscope.api")
@@ -175,14 +177,20 @@ class RunDb:
         return [dict(zip(names, r)) for r in rows]
 
 
-def open_run_db(run: Run, store: RunStore, databases: Databases) -> tuple[RunInfo, duckdb.DuckDBPyConnection]:
+def open_run_db(run: Run, store: RunStore, databases: Databases, ranks: tuple[int, ...] | None = None,
+                about: tuple[int, ...] | None = None) -> tuple[RunInfo, duckdb.DuckDBPyConnection]:
     """The run's cached RunInfo and a fresh cursor on its database (the caller closes it). A damaged or missing
-    file marks the run failed and answers 409 ``run_damaged``; a run deleted meanwhile answers 404."""
+    file marks the run failed and answers 409 ``run_damaged``, one written for another schema version 409
+    ``run_outdated`` (:mod:`server.schema_check`); a run deleted meanwhile answers 404."""
     path = store.db_path(run.id)
     try:
-        return databases.info(run.id, path), databases.cursor(run.id, path)
+        scope = databases.scope(path, ranks, about)  # the ranks of a sharded run to load (server.db)
+        return databases.info(run.id, path, scope), databases.cursor(run.id, path, scope)
     except DamagedDatabase as exc:
         raise run_damaged(store, run, str(exc)) from exc
+    except OutdatedDatabase as exc:
+        marked = mark_outdated(store, run, str(exc))
+        raise ApiError(409, "run_outdated", marked.error or str(exc), run_status=marked.status) from exc
     except FileNotFoundError as exc:
         try:
             store.get(run.id)
@@ -205,11 +213,18 @@ def run_damaged(store: RunStore, run: Run, reason: str) -> ApiError:
 def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> Iterator[RunDb]:
     if run.status != "ready":
         raise ApiError(409, "run_not_ready", f"run {run.id!r} is {run.status}", run_status=run.status)
-    file_id = _file_id(store.db_path(run.id))  # before opening: a file replaced meanwhile is then cached under its
-    info, cur = open_run_db(run, store, get_databases(request))  # old identity, never served under its new one
+    try:
+        # which ranks of a sharded run to load (server.db)
+        ranks, about = request_scope(request.query_params, request.path_params)
+    except ValueError as exc:
+        raise ApiError(422, "invalid_parameter", str(exc), parameter="ranks") from None
+    version = file_id(store.db_path(run.id))  # before opening: a file replaced meanwhile is then cached under its
+    info, cur = open_run_db(run, store, get_databases(request), ranks, about)  # old identity, never its new one
+    if version is not None and info.loaded_ranks is not None:  # answers differ per scope of ranks
+        version = (*version, tuple(info.loaded_ranks))
     try:
         yield RunDb(run=run, cur=cur, info=info, settings=settings, pool=request.app.state.query_pool,
-                    file_id=file_id)
+                    file_id=version)
     except DamagedDatabase as exc:  # found by a query of this request
         get_databases(request).forget(run.id)
         raise run_damaged(store, run, str(exc)) from exc
@@ -220,7 +235,8 @@ def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Req
 RunDbDep = Annotated[RunDb, Depends(get_run_db)]
 
 
-def _file_id(path: FilePath) -> tuple | None:
+def file_id(path: FilePath) -> tuple | None:
+    """The file's version as far as caching goes (inode, size, mtime), or None when it cannot be read."""
     try:
         st = path.stat()
     except OSError:

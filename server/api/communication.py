@@ -20,7 +20,6 @@ from ascendscope.server.api.viewparams import (
     OrderQ,
     SortQ,
     csv_response,
-    guard,
     origin_ns,
     page,
 )
@@ -61,14 +60,14 @@ def communication_ops(db: RunDbDep, rank: CommRankQ = None, step: StepKeyQ = Non
     """One page of ops with their times and ratios; ``slice_id`` / ``timeline_url`` are null without a trace.
     Sort by ``start``, ``elapse``, ``transit``, ``wait``, ``synchronization``, ``idle``, ``wait_ratio``,
     ``synchronization_ratio``, ``name``, ``rank``."""
-    return guard(cq.ops, db, db.run.id, rank, step, group, comm_type, q, sort, order, page(offset, limit))
+    return cq.ops(db, db.run.id, rank, step, group, comm_type, q, sort, order, page(offset, limit))
 
 
 @router.get("/ops.csv")
 def communication_ops_csv(db: RunDbDep, rank: CommRankQ = None, step: StepKeyQ = None, group: GroupQ = None,
                           comm_type: CommTypeQ = None, q: FilterQ = None, sort: SortQ = None, order: OrderQ = None):
     """The ops of the current filter as CSV."""
-    result = guard(cq.ops, db, db.run.id, rank, step, group, comm_type, q, sort, order, csv=True)
+    result = cq.ops(db, db.run.id, rank, step, group, comm_type, q, sort, order, csv=True)
     return csv_response(result, f"{db.run.id}_communication_ops.csv")
 
 

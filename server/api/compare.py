@@ -9,7 +9,7 @@ database found damaged marks that run failed (409 ``run_damaged``).
 
 Timeline times are ns relative to each side's ``align_ns`` (an absolute epoch-ns string); ``start_ns``/``end_ns``
 of the request are such relative times, shared by both sides. Lanes are answered exactly or from the level of
-detail, with the timeline's own row caps (``server.api.timeline``).
+detail, with the timeline's own row caps (``server.queries.timeline``).
 """
 
 from __future__ import annotations
@@ -28,18 +28,18 @@ from ascendscope.server.api import (
     RunDb,
     SettingsDep,
     StoreDep,
-    _file_id,
     fast_json,
+    file_id,
     get_databases,
     ns_str,
     open_run_db,
     run_damaged,
 )
-from ascendscope.server.api.timeline import _factorized, _intern, _viewport_slices
 from ascendscope.server.api.viewparams import RankQ
 from ascendscope.server.db import DamagedDatabase
-from ascendscope.server.queries import QueryError, links
 from ascendscope.server.queries import compare as cmp
+from ascendscope.server.queries import links
+from ascendscope.server.queries import timeline as tq
 from ascendscope.server.runs import RunNotFound, RunStore
 
 router = APIRouter(prefix="/api/compare", tags=["compare"])
@@ -88,10 +88,10 @@ def get_pair(a: RunAQ, b: RunBQ, store: StoreDep, settings: SettingsDep, request
     opened: list[SideDb] = []
     try:
         for run in runs:
-            file_id = _file_id(store.db_path(run.id))
+            version = file_id(store.db_path(run.id))
             info, cur = open_run_db(run, store, get_databases(request))
             opened.append(SideDb(run=run, cur=cur, info=info, settings=settings, pool=request.app.state.query_pool,
-                                 file_id=file_id))
+                                 file_id=version))
         yield Pair(*opened)
     except DamagedDatabase as exc:
         run = getattr(exc, "run", None)
@@ -108,16 +108,8 @@ PairDep = Annotated[Pair, Depends(get_pair)]
 
 
 def _sides(pair: Pair, rank_a, rank_b, step_a, step_b) -> tuple[cmp.Side, cmp.Side]:
-    return (_guard(cmp.side, pair.a, pair.a.info.ranks, rank_a, step_a, "A"),
-            _guard(cmp.side, pair.b, pair.b.info.ranks, rank_b, step_b, "B"))
-
-
-def _guard(fn, *args):
-    try:
-        return fn(*args)
-    except QueryError as exc:
-        status = 404 if exc.code.endswith("_not_found") else 400
-        raise ApiError(status, exc.code, exc.message) from None
+    return (cmp.side(pair.a, pair.a.info.ranks, rank_a, step_a, "A"),
+            cmp.side(pair.b, pair.b.info.ranks, rank_b, step_b, "B"))
 
 
 def _side_info(s: cmp.Side, db: SideDb) -> dict:
@@ -138,10 +130,10 @@ def compare(pair: PairDep, rank_a: RankQ = None, rank_b: RankQ = None, step_a: S
     a, b = _sides(pair, rank_a, rank_b, step_a, step_b)
     return {
         "a": _side_info(a, pair.a), "b": _side_info(b, pair.b),
-        "breakdown": _guard(cmp.breakdown, a, b),
-        "kernels": _guard(cmp.kernels, a, b, group_by, kind, sort),
-        "torch_ops": _guard(cmp.torch_ops, a, b, sort),
-        "communication": _guard(cmp.communication, a, b, sort),
+        "breakdown": cmp.breakdown(a, b),
+        "kernels": cmp.kernels(a, b, group_by, kind, sort),
+        "torch_ops": cmp.torch_ops(a, b, sort),
+        "communication": cmp.communication(a, b, sort),
     }
 
 
@@ -156,7 +148,7 @@ def compare_timeline(pair: PairDep, rank_a: RankQ = None, rank_b: RankQ = None, 
     names interned in ``names``; dense lanes come from the level of detail (``lod``, ``slice_count``), each lane
     capped (``truncated``)."""
     a, b = _sides(pair, rank_a, rank_b, step_a, step_b)
-    anchors = [_guard(cmp.anchor, s, db.info.track_rows, align) for s, db in ((a, pair.a), (b, pair.b))]
+    anchors = [cmp.anchor(s, db.info.track_rows, align) for s, db in ((a, pair.a), (b, pair.b))]
     spans = [(x["start_ns"] - x["align_ns"], x["end_ns"] - x["align_ns"]) for x in anchors if x["align_ns"] is not None]
     lo = start_ns if start_ns is not None else min((s for s, _ in spans), default=0)
     hi = end_ns if end_ns is not None else max((e for _, e in spans), default=lo + 1)
@@ -169,7 +161,7 @@ def compare_timeline(pair: PairDep, rank_a: RankQ = None, rank_b: RankQ = None, 
         side, names = _side_lanes(s, db, at, lo, hi, width_px)
         sides.append(side)
         parts.extend(names)
-    names = _intern([p for p, _ in parts], [lane for _, lane in parts])
+    names = tq.intern_names([p for p, _ in parts], [lane for _, lane in parts])
     return {"start_ns": lo, "end_ns": hi, "width_px": width_px, "align": align, "names": names,
             "a": sides[0], "b": sides[1]}
 
@@ -191,9 +183,8 @@ def _side_lanes(s: cmp.Side, db: SideDb, at: dict, lo: int, hi: int, width_px: i
     if end <= start:
         return out, []
     tracks = {r["track_id"]: db.info.tracks[r["track_id"]] for r in rows}
-    # the timeline's own cache entries (same kind and key): a window both views show is computed once
-    answers = db.shared("slices", (start, end, width_px), list(tracks),
-                        lambda ids: _factorized(_viewport_slices(db, [tracks[i] for i in ids], start, end, width_px)))
+    # the timeline's own cache entries: a window both views show is computed once
+    answers = tq.viewport_answers(db, tracks, start, end, width_px)
     shift = db.info.origin_ns - align  # the answers' times are relative to the run's origin
     parts = []
     for r in rows:

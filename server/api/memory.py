@@ -23,7 +23,6 @@ from ascendscope.server.api.viewparams import (
     RankQ,
     SortQ,
     csv_response,
-    guard,
     origin_ns,
     page,
     pick_rank,
@@ -78,7 +77,7 @@ def memory_curves(db: RunDbDep, rank: RankQ = None, start_ns: AbsNsQ = None, end
     if rank is None:
         return {"rank": None, "group": group, "origin_ns": str(origin), "series": [], "source_points": 0,
                 "points": 0, "downsampled": False}
-    return guard(mq.curves, db, rank, origin, start_ns, end_ns, max_points, group)
+    return mq.curves(db, rank, origin, start_ns, end_ns, max_points, group)
 
 
 @router.get("/modules")
@@ -89,7 +88,7 @@ def memory_modules(db: RunDbDep, rank: RankQ = None, max_points: MaxPointsQ = mq
     if rank is None:
         return {"rank": None, "origin_ns": str(origin), "series": [], "modules": 0, "truncated": False,
                 "source_points": 0, "points": 0, "downsampled": False}
-    return guard(mq.modules, db, rank, origin, max_points)
+    return mq.modules(db, rank, origin, max_points)
 
 
 @router.get("/allocations")
@@ -103,7 +102,7 @@ def memory_allocations(db: RunDbDep, rank: RankQ = None, q: FilterQ = None, star
     rank, _ = _rank(db, rank, "allocations")
     if rank is None:
         return {"rows": [], "total": 0, "offset": offset, "limit": limit, "truncated": False, "has_trace": False}
-    return guard(mq.allocations, db, db.run.id, rank, q, sort, order, page(offset, limit), start_ns, end_ns, at_ns)
+    return mq.allocations(db, db.run.id, rank, q, sort, order, page(offset, limit), start_ns, end_ns, at_ns)
 
 
 @router.get("/allocations.csv")
@@ -111,6 +110,6 @@ def memory_allocations_csv(db: RunDbDep, rank: RankQ = None, q: FilterQ = None, 
                            end_ns: AbsNsQ = None, at_ns: AbsNsQ = None, sort: SortQ = None, order: OrderQ = None):
     """The allocations of the current filter as CSV."""
     rank, _ = _rank(db, rank, "allocations")
-    result = guard(mq.allocations, db, db.run.id, -1 if rank is None else rank, q, sort, order, None, start_ns,
-                   end_ns, at_ns, csv=True)
+    result = mq.allocations(db, db.run.id, -1 if rank is None else rank, q, sort, order, None, start_ns,
+                            end_ns, at_ns, csv=True)
     return csv_response(result, f"{db.run.id}_rank{rank}_operator_memory.csv")

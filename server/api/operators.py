@@ -20,7 +20,6 @@ from ascendscope.server.api.viewparams import (
     SortQ,
     StepQ,
     csv_response,
-    guard,
     page,
     pick_rank,
 )
@@ -53,7 +52,7 @@ def operators_overview(db: RunDbDep, rank: RankQ = None, group_by: GroupByQ = "t
     if rank is None:
         return out | {"kernel_count": 0, "total_ns": 0, "cores": [], "types": {"rows": [], "other_ns": 0},
                       "top": {"rows": [], "other_ns": 0, "keys": []}, "steps": []}
-    return out | guard(oq.overview, db, rank, group_by, kind, step, top_n)
+    return out | oq.overview(db, rank, group_by, kind, step, top_n)
 
 
 @router.get("/groups")
@@ -66,7 +65,7 @@ def operator_groups(db: RunDbDep, rank: RankQ = None, group_by: GroupByQ = "type
     rank, _ = _rank(db, rank)
     if rank is None:
         return {"rows": [], "total": 0, "offset": offset, "limit": limit, "truncated": False}
-    return guard(oq.groups, db, rank, group_by, kind, step, core, q, sort, order, page(offset, limit))
+    return oq.groups(db, rank, group_by, kind, step, core, q, sort, order, page(offset, limit))
 
 
 @router.get("/groups.csv")
@@ -76,8 +75,7 @@ def operator_groups_csv(db: RunDbDep, rank: RankQ = None, group_by: GroupByQ = "
                         order: OrderQ = None):
     """The kernel groups of the current filter as CSV."""
     rank, _ = _rank(db, rank)
-    result = guard(oq.groups, db, -1 if rank is None else rank, group_by, kind, step, core, q, sort, order,
-                   csv=True)
+    result = oq.groups(db, -1 if rank is None else rank, group_by, kind, step, core, q, sort, order, csv=True)
     return csv_response(result, f"{db.run.id}_rank{rank}_operators_by_{group_by}.csv")
 
 
@@ -91,8 +89,7 @@ def operator_instances(db: RunDbDep, rank: RankQ = None, group_by: GroupByQ = "t
     rank, _ = _rank(db, rank)
     if rank is None:
         return {"rows": [], "total": 0, "offset": offset, "limit": limit, "truncated": False, "has_trace": False}
-    return guard(oq.instances, db, db.run.id, rank, group_by, group_key, kind, step, sort, order,
-                 page(offset, limit))
+    return oq.instances(db, db.run.id, rank, group_by, group_key, kind, step, sort, order, page(offset, limit))
 
 
 @router.get("/instances.csv")
@@ -101,8 +98,8 @@ def operator_instances_csv(db: RunDbDep, rank: RankQ = None, group_by: GroupByQ 
                            sort: SortQ = None, order: OrderQ = None):
     """The kernels of one group as CSV."""
     rank, _ = _rank(db, rank)
-    result = guard(oq.instances, db, db.run.id, -1 if rank is None else rank, group_by, group_key, kind, step,
-                   sort, order, csv=True)
+    result = oq.instances(db, db.run.id, -1 if rank is None else rank, group_by, group_key, kind, step,
+                          sort, order, csv=True)
     return csv_response(result, f"{db.run.id}_rank{rank}_kernels.csv")
 
 
@@ -116,7 +113,7 @@ def torch_operators(db: RunDbDep, rank: RankQ = None, group_by: TorchGroupQ = "n
     rank, _ = _rank(db, rank, "operators")
     if rank is None:
         return {"rows": [], "total": 0, "offset": offset, "limit": limit, "truncated": False}
-    return guard(oq.torch_ops, db, rank, group_by, q, sort, order, page(offset, limit))
+    return oq.torch_ops(db, rank, group_by, q, sort, order, page(offset, limit))
 
 
 @router.get("/torch.csv")
@@ -124,6 +121,6 @@ def torch_operators_csv(db: RunDbDep, rank: RankQ = None, group_by: TorchGroupQ 
                         sort: SortQ = None, order: OrderQ = None):
     """The torch ops of the current filter as CSV."""
     rank, _ = _rank(db, rank, "operators")
-    result = guard(oq.torch_ops, db, -1 if rank is None else rank, group_by, q, sort, order, csv=True)
+    result = oq.torch_ops(db, -1 if rank is None else rank, group_by, q, sort, order, csv=True)
     return csv_response(result, f"{db.run.id}_rank{rank}_torch_ops.csv")
 

@@ -19,7 +19,6 @@ from ascendscope.server.api.viewparams import (
     OrderQ,
     RankQ,
     SortQ,
-    guard,
     page,
     pick_rank,
 )
@@ -55,8 +54,8 @@ def systemview_page(db: RunDbDep, page_name: PageP, rank: RankQ = None, start_ns
     if rank is None:
         return {"rank": None, "page": page_name, "scope": scope.json(), "rows": [], "total": 0, "truncated": False}
     if page_name == "overall":
-        return {"page": page_name} | guard(sv.overall, db, rank, scope)
-    return guard(sv.grouped, db, page_name, rank, scope, group_by, q, sort, order, page(offset, limit))
+        return {"page": page_name} | sv.overall(db, rank, scope)
+    return sv.grouped(db, page_name, rank, scope, group_by, q, sort, order, page(offset, limit))
 
 
 @router.get("/{page_name}/slices")
@@ -69,4 +68,4 @@ def systemview_slices(db: RunDbDep, page_name: PageP, key: KeyQ, rank: RankQ = N
     scope = sv.Scope(start_ns, end_ns)
     if rank is None:
         return {"rank": None, "page": page_name, "key": key, "rows": [], "total": 0, "truncated": False}
-    return guard(sv.slices, db, page_name, rank, scope, key, group_by, sort, order, page(offset, limit))
+    return sv.slices(db, page_name, rank, scope, key, group_by, sort, order, page(offset, limit))

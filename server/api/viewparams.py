@@ -1,6 +1,7 @@
 """What the operator, memory, summary and communication routers share: their query parameters (as ``Annotated``
-aliases, so a handler's signature documents itself), the mapping of :class:`server.queries.QueryError` to the one
-JSON error shape, CSV responses, and the time origin of a run without a trace.
+aliases, so a handler's signature documents itself), CSV responses, and the time origin of a run without a trace.
+A :class:`server.queries.QueryError` a query raises reaches the client through the app's one handler
+(``server.errors``): routers just call the query.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Annotated, TypeVar
 from fastapi import Query
 from fastapi.responses import Response
 
-from ascendscope.server.api import INT64_MAX, ApiError, Int64, RunDb
-from ascendscope.server.queries import DEFAULT_PAGE_ROWS, MAX_CSV_ROWS, MAX_PAGE_ROWS, Csv, Page, QueryError
+from ascendscope.server.api import INT64_MAX, Int64, RunDb
+from ascendscope.server.queries import DEFAULT_PAGE_ROWS, MAX_CSV_ROWS, MAX_PAGE_ROWS, Csv, Page
 
 T = TypeVar("T")
 
@@ -29,11 +30,9 @@ DEFAULT_LIMIT = DEFAULT_PAGE_ROWS
 
 
 def guard(fn: Callable[..., T], *args, **kwargs) -> T:
-    """Call a query function; a parameter it rejects becomes a 400 in the API's error shape."""
-    try:
-        return fn(*args, **kwargs)
-    except QueryError as exc:
-        raise ApiError(400, exc.code, exc.message) from None
+    """``fn(*args, **kwargs)``, for routers written before the app's QueryError handler: call the query directly
+    instead (``server/api/cluster.py`` still uses this)."""
+    return fn(*args, **kwargs)
 
 
 def page(offset: int, limit: int) -> Page:

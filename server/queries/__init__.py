@@ -45,11 +45,16 @@ class DuckRunner:
 
 
 class QueryError(ValueError):
-    """A parameter the client got wrong (unknown sort column, bad group key…): the API answers 400."""
+    """A parameter the client got wrong (unknown sort column, bad group key…): the API answers 400
+    (``server.errors`` maps it)."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code, self.message = code, message
+
+
+class NotFound(QueryError):
+    """What a parameter names does not exist (a track, a slice, a rank…): the API answers 404."""
 
 
 def table_columns(db: Runner, table: str) -> set[str]:

@@ -26,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ascendscope.server.queries import Page, QueryError, Where, ratio, table_columns
+from ascendscope.server.queries import NotFound, Page, QueryError, Where, ratio, table_columns
 from ascendscope.server.queries import communication as cq
 from ascendscope.server.queries import operators as oq
 from ascendscope.server.queries import summary as sq
@@ -99,11 +99,11 @@ def side(db, ranks: list[int], rank: int | None, step: str | None, label: str) -
     whole rank; ``"all"``: the whole rank; a number: that step, which the rank must have)."""
     if rank is None:
         if not ranks:
-            raise QueryError("rank_not_found", f"run {label} has no ranks")
+            raise NotFound("rank_not_found", f"run {label} has no ranks")
         rank = ranks[0]
     elif rank not in ranks:
-        raise QueryError("rank_not_found", f"run {label} has no rank {rank}; its ranks are "
-                                           f"{', '.join(map(str, ranks)) or 'none'}")
+        raise NotFound("rank_not_found", f"run {label} has no rank {rank}; its ranks are "
+                                         f"{', '.join(map(str, ranks)) or 'none'}")
     steps = [int(r[0]) for r in db.rows(STEPS_SQL, [rank, rank])]
     if step is None:
         chosen = steps[0] if steps else None
@@ -112,8 +112,8 @@ def side(db, ranks: list[int], rank: int | None, step: str | None, label: str) -
     else:
         chosen = int(step)
         if chosen not in steps:
-            raise QueryError("step_not_found", f"rank {rank} of run {label} has no step {chosen}; its steps are "
-                                               f"{', '.join(map(str, steps)) or 'none'}")
+            raise NotFound("step_not_found", f"rank {rank} of run {label} has no step {chosen}; its steps are "
+                                             f"{', '.join(map(str, steps)) or 'none'}")
     return Side(db=db, rank=rank, step=chosen, ranks=list(ranks), steps=steps)
 
 

@@ -223,9 +223,9 @@ def slices_params(meta, tracks, fraction=1.0):
 
 
 def counting(monkeypatch, before=None):
-    from ascendscope.server.api import timeline
+    from ascendscope.server.queries import timeline
 
-    calls, real = [], timeline._viewport_slices
+    calls, real = [], timeline.viewport_slices
 
     def wrapped(db, tracks, *args):
         calls.append(sorted(t.track_id for t in tracks))
@@ -233,7 +233,7 @@ def counting(monkeypatch, before=None):
             before()
         return real(db, tracks, *args)
 
-    monkeypatch.setattr(timeline, "_viewport_slices", wrapped)
+    monkeypatch.setattr(timeline, "viewport_slices", wrapped)
     return calls
 
 

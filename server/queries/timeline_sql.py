@@ -1,13 +1,11 @@
-"""SQL of the timeline API, as named constants with bound ($name) parameters; user input never enters the text.
+"""SQL of the timeline queries (``server.queries.timeline`` and ``timeline_details``), as named constants with
+bound ($name) parameters; user input never enters the text.
 
 Conventions: ``$origin`` is the run origin (times leave relative to it); ``$start``/``$end`` the window in absolute
 epoch ns. The overlap test ``ts < end AND (ts + dur > start OR ts >= start)`` keeps instants (dur 0) inside the
 window; the bound ``ts_ns >= start - max_dur_of_track`` adds nothing logically but lets the zone maps of the
 ts-ordered ``slices`` table prune (PERF_NOTES.md).
 """
-
-SLICES_PER_PX = 2  # more slices than this per pixel in the window: answer from slice_lod
-DENSITY_MARGIN = 8  # an extent-based estimate this far from the threshold decides without counting
 
 # Dense or sparse, for several tracks at once, from the level-of-detail table: slices starting in the window, summed
 # over the buckets of a level coarse enough to be small (a count by start: slices reaching in from the left are not
