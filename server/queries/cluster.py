@@ -71,20 +71,52 @@ SELECT step, comm_type, group_id, list(DISTINCT op_type ORDER BY op_type) AS op_
 FROM cluster_comm_matrix GROUP BY ALL ORDER BY step, comm_type, group_id NULLS FIRST LIMIT ?
 """
 # One row per link of an op type: several rank files may carry it; the source rank's file wins (as in the
-# Communication view), then the links are summed over the chosen steps, groups and op types.
-MATRIX_SQL = """
+# Communication view), then the links are summed over the chosen steps, groups and op types. Ranks are numbered
+# in order and put in blocks of ``bin`` consecutive ranks (1 up to MAX_DENSE_RANKS ranks).
+LINKS_CTE = """
 WITH m AS (
   SELECT *, row_number() OVER (PARTITION BY step, comm_type, group_id, op_type, src_rank, dst_rank
                                ORDER BY (rank = src_rank) DESC, rank) AS pick
   FROM cluster_comm_matrix WHERE {where}
-)
-SELECT src_rank, dst_rank,
-       CASE WHEN count(DISTINCT transport_type) = 1 THEN any_value(transport_type) ELSE 'MIXED' END AS transport_type,
-       sum(transit_size_mb) AS transit_size_mb, sum(transit_time_ns) AS transit_time_ns,
+), links AS (
+  SELECT src_rank, dst_rank,
+         CASE WHEN count(DISTINCT transport_type) = 1 THEN any_value(transport_type) ELSE 'MIXED' END
+           AS transport_type,
+         sum(transit_size_mb) AS transit_size_mb, sum(transit_time_ns) AS transit_time_ns,
+         CASE WHEN count(*) = 1 THEN any_value(bandwidth_gbps)
+              WHEN sum(transit_time_ns) > 0 THEN sum(transit_size_mb) / (sum(transit_time_ns) / 1e6) END
+           AS bandwidth_gbps
+  FROM m WHERE pick = 1 GROUP BY src_rank, dst_rank
+), r AS (
+  SELECT rank FROM {ranks_table} UNION SELECT src_rank FROM links UNION SELECT dst_rank FROM links
+), p AS (
+  SELECT rank, (row_number() OVER (ORDER BY rank) - 1) // ? AS b FROM r
+)"""
+RANK_COUNT_SQL = LINKS_CTE + "\nSELECT count(*) FROM r"
+RANK_LIST_SQL = LINKS_CTE + "\nSELECT rank FROM r ORDER BY rank"
+# a cell of one link keeps the source's bandwidth; a sum is size / time; min: the slowest link inside
+CELLS_MATRIX_SQL = LINKS_CTE + """
+SELECT ps.b AS i, pd.b AS j, count(*) AS links, sum(transit_size_mb) AS transit_size_mb,
+       sum(transit_time_ns)::BIGINT AS transit_time_ns, min(bandwidth_gbps) AS min_bandwidth_gbps,
        CASE WHEN count(*) = 1 THEN any_value(bandwidth_gbps)
             WHEN sum(transit_time_ns) > 0 THEN sum(transit_size_mb) / (sum(transit_time_ns) / 1e6) END
          AS bandwidth_gbps
-FROM m WHERE pick = 1 GROUP BY src_rank, dst_rank ORDER BY src_rank, dst_rank
+FROM links JOIN p ps ON ps.rank = links.src_rank JOIN p pd ON pd.rank = links.dst_rank
+GROUP BY ps.b, pd.b ORDER BY ps.b, pd.b
+"""
+TRANSPORTS_SQL = LINKS_CTE + "\nSELECT transport_type, count(*) FROM links GROUP BY ALL ORDER BY 1"
+# the slowest links; those that moved under SLOW_LINK_MIN_MB only when no larger one did (tiny sizes give
+# meaningless bandwidths); each with the median of its transport
+SLOW_LINKS_SQL = LINKS_CTE + """,
+cand AS (
+  SELECT * FROM links WHERE bandwidth_gbps IS NOT NULL AND transport_type <> 'LOCAL'
+), kept AS (
+  SELECT * FROM cand
+  WHERE transit_size_mb >= ? OR NOT EXISTS (SELECT 1 FROM cand WHERE transit_size_mb >= ?)
+)
+SELECT src_rank, dst_rank, transport_type, transit_size_mb, transit_time_ns::BIGINT AS transit_time_ns,
+       bandwidth_gbps, median(bandwidth_gbps) OVER (PARTITION BY transport_type) AS median_gbps
+FROM kept ORDER BY bandwidth_gbps, src_rank, dst_rank LIMIT ?
 """
 
 
@@ -227,22 +259,21 @@ def matrix_options(db) -> dict:
     return {"keys": rows[:MAX_OPTIONS], "truncated": len(rows) > MAX_OPTIONS}
 
 
-def _bins(n: int) -> int:
-    return max(1, math.ceil(n / MAX_DENSE_RANKS))
+CELL_COLUMNS = ("i", "j", "links", "bandwidth_gbps", "min_bandwidth_gbps", "transit_time_ns", "transit_size_mb")
 
 
 def matrix(db, step: str | None = None, group: str | None = None, op_type: str | None = None) -> dict:
-    """The src × dst matrix (LOCAL links on the diagonal left out) as dense arrays over the run's ranks:
-    ``bandwidth_gbps``, ``transit_time_ns``, ``transit_size_mb`` (row = src, column = dst, null = no link). Over
-    :data:`MAX_DENSE_RANKS` ranks each cell is a block of ``bin_size`` consecutive ranks: size and time summed,
-    bandwidth = size / time, and ``min_bandwidth_gbps`` the slowest link inside. ``slow_links`` lists the links
-    with the lowest bandwidth (those under :data:`SLOW_LINK_MIN_MB` only when nothing larger moved)."""
+    """The src × dst matrix (LOCAL links on the diagonal left out) as sparse columnar cells over ``labels``:
+    ``cells.i`` is the source's index in ``labels``, ``cells.j`` the destination's, with the cell's number of
+    links, ``bandwidth_gbps``, ``min_bandwidth_gbps`` (its slowest link), ``transit_time_ns`` and
+    ``transit_size_mb``. Over :data:`MAX_DENSE_RANKS` ranks a label is a block of ``bin_size`` consecutive ranks
+    (so at most MAX_DENSE_RANKS squared cells); size and time are summed, bandwidth = size / time. ``slow_links`` lists
+    the links with the lowest bandwidth."""
     have = tables(db)
-    empty = {"step": step, "group": group, "op_type": op_type, "ranks": [], "bin_size": 1, "labels": [],
-             "bandwidth_gbps": [], "min_bandwidth_gbps": [], "transit_time_ns": [], "transit_size_mb": [],
-             "links": 0, "slow_links": [], "transports": {}}
+    out = {"step": step, "group": group, "op_type": op_type, "ranks": [], "bin_size": 1, "labels": [],
+           "cells": {c: [] for c in CELL_COLUMNS}, "links": 0, "slow_links": [], "transports": {}}
     if "cluster_comm_matrix" not in have:
-        return empty
+        return out
     w = Where().add("src_rank <> dst_rank")
     if step:
         w.add("step = ?", step)
@@ -250,44 +281,23 @@ def matrix(db, step: str | None = None, group: str | None = None, op_type: str |
         w.add("group_id = ?", group)
     if op_type:
         w.add("op_type = ?", op_type)
-    links = db.rows(MATRIX_SQL.format(where=w.sql()), w.params)
-    ranks = [r[0] for r in db.rows("SELECT rank FROM cluster_ranks ORDER BY rank")] if "cluster_ranks" in have \
-        else []
-    ranks = sorted(set(ranks) | {s for s, *_ in links} | {d for _, d, *_ in links})
-    if not ranks:
-        return empty
-    size = _bins(len(ranks))
+    ranks_table = "cluster_ranks" if "cluster_ranks" in have else "(SELECT NULL::INTEGER AS rank WHERE false)"
+
+    def sql(template: str) -> str:
+        return template.format(where=w.sql(), ranks_table=ranks_table)
+
+    n_ranks = int(db.rows(sql(RANK_COUNT_SQL), w.params + [1])[0][0])
+    if not n_ranks:
+        return out
+    size = max(1, math.ceil(n_ranks / MAX_DENSE_RANKS))
+    ranks = [r for (r,) in db.rows(sql(RANK_LIST_SQL), w.params + [size])]
+    cells = db.dicts(sql(CELLS_MATRIX_SQL), w.params + [size])
+    transports = dict(db.rows(sql(TRANSPORTS_SQL), w.params + [size]))
+    slow = db.dicts(sql(SLOW_LINKS_SQL), w.params + [size, SLOW_LINK_MIN_MB, SLOW_LINK_MIN_MB, MAX_SLOW_LINKS])
     n = math.ceil(len(ranks) / size)
-    pos = {r: i // size for i, r in enumerate(ranks)}
-    mb = [[None] * n for _ in range(n)]
-    ns = [[None] * n for _ in range(n)]
-    low = [[None] * n for _ in range(n)]
-    count = [[0] * n for _ in range(n)]
-    transports: dict[str, int] = {}
-    for src, dst, transport, size_mb, time_ns, bw in links:
-        i, j = pos[src], pos[dst]
-        mb[i][j] = (mb[i][j] or 0) + (size_mb or 0)
-        ns[i][j] = (ns[i][j] or 0) + int(time_ns or 0)
-        count[i][j] += 1
-        if bw is not None:
-            low[i][j] = bw if low[i][j] is None else min(low[i][j], bw)
-        transports[transport] = transports.get(transport, 0) + 1
-    # a cell of one link keeps the source's bandwidth; a sum is size / time
-    bw_cells = [[low[i][j] if count[i][j] == 1 else (mb[i][j] / (ns[i][j] / 1e6)) if ns[i][j] else None
-                 for j in range(n)] for i in range(n)]
     labels = [str(ranks[k * size]) if size == 1 else f"{ranks[k * size]}–{ranks[min(len(ranks), (k + 1) * size) - 1]}"
               for k in range(n)]
-    return {"step": step, "group": group, "op_type": op_type, "ranks": ranks, "bin_size": size, "labels": labels,
-            "bandwidth_gbps": bw_cells, "min_bandwidth_gbps": low, "transit_time_ns": ns, "transit_size_mb": mb,
-            "links": len(links), "slow_links": _slow_links(links), "transports": transports}
-
-
-def _slow_links(links: list[tuple]) -> list[dict]:
-    rows = [{"src_rank": s, "dst_rank": d, "transport_type": t, "transit_size_mb": mb, "transit_time_ns": _i(ns),
-             "bandwidth_gbps": bw} for s, d, t, mb, ns, bw in links if bw is not None and t != "LOCAL"]
-    big = [r for r in rows if (r["transit_size_mb"] or 0) >= SLOW_LINK_MIN_MB]
-    rows = sorted(big or rows, key=lambda r: (r["bandwidth_gbps"], r["src_rank"], r["dst_rank"]))
-    medians = {}
-    for t in {r["transport_type"] for r in rows}:
-        medians[t] = statistics.median(r["bandwidth_gbps"] for r in rows if r["transport_type"] == t)
-    return [{**r, "median_gbps": medians[r["transport_type"]]} for r in rows[:MAX_SLOW_LINKS]]
+    out.update({"ranks": ranks, "bin_size": size, "labels": labels,
+                "cells": {c: [r[c] for r in cells] for c in CELL_COLUMNS},
+                "links": sum(transports.values()), "slow_links": slow, "transports": transports})
+    return out

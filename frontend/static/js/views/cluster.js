@@ -112,9 +112,15 @@ function renderSlow() {
   }
 }
 
-async function loadHeatmap() {
+function fetchHeatmap() {
+  return apiGet(`${apiBase}/heatmap`, { metric: state.metric, source: state.source });
+}
+
+async function loadHeatmap(answer = null) {
   const node = $("#cl-heatmap");
-  const h = await apiGet(`${apiBase}/heatmap`, { metric: state.metric, source: state.source });
+  const h = await (answer || fetchHeatmap());
+  // a row per rank stays visible up to a few hundred ranks; beyond, plotly's zoom shows them
+  node.style.height = `${Math.min(900, Math.max(320, 60 + 3 * h.ranks.length))}px`;
   const label = METRIC_LABELS[state.metric];
   if (!h.ranks.length) {
     $("#cl-heat-note").textContent = "no step breakdown in this run";
@@ -193,10 +199,13 @@ function renderMatrix() {
   }
   const key = state.show;
   const scale = key === "transit_time_ns" ? 1e-6 : 1;
-  // rows of the server's arrays are sources; plotly's rows are y: draw dst on y like MindStudio Insight
+  // the server sends the cells that have links (i = src, j = dst); plotly's rows are y: dst on y, as in
+  // MindStudio Insight
   const n = m.labels.length;
-  const z = [];
-  for (let j = 0; j < n; j++) z.push(m[key].map((row) => (row[j] === null ? null : row[j] * scale)));
+  const z = Array.from({ length: n }, () => new Array(n).fill(null));
+  const { i: src, j: dst } = m.cells;
+  const values = m.cells[key];
+  for (let k = 0; k < src.length; k++) if (values[k] !== null) z[dst[k]][src[k]] = values[k] * scale;
   const binned = m.bin_size > 1;
   const label = MATRIX_LABELS[key];
   plot(node, [{
@@ -254,8 +263,8 @@ function renderAnalysis() {
   host.append(el("div", { class: "v-table-wrap" }, table));
 }
 
-async function loadOverview() {
-  overview = await apiGet(`${apiBase}/overview`, { source: state.source });
+async function loadOverview(answer = null) {
+  overview = await (answer || apiGet(`${apiBase}/overview`, { source: state.source }));
   renderSummary();
   buildPicker();
   renderSlow();
@@ -285,9 +294,13 @@ async function start() {
   $("#cl-rank-open").addEventListener("click", pickFromInput);
   $("#cl-rank-input").addEventListener("keydown", (e) => { if (e.key === "Enter") pickFromInput(); });
   try {
+    // the three requests leave together; the heatmap waits for the overview's slow ranks to mark them
+    const heat = fetchHeatmap();
     const matrix = loadMatrix();
     await loadOverview();
-    await Promise.all([loadHeatmap(), matrix]);
+    await loadHeatmap(heat);
+    document.body.dataset.clusterPaintMs = String(Math.round(performance.now()));
+    await matrix;
     document.body.dataset.clusterReady = "1";
   } catch (err) {
     showError(err);
