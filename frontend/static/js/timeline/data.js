@@ -18,8 +18,9 @@ const MAX_ENTRIES_PER_TRACK = 4;
 const MAX_TRACKS_PER_REQUEST = 4;  // small requests answer fast and load in parallel
 
 export class DataStore {
-  constructor(runId, originBig, onData, onStatus, offsetOf = () => 0) {
+  constructor(runId, originBig, onData, onStatus, offsetOf, slicesPerPx) {
     this.base = runApi(runId, "/timeline");
+    this.slicesPerPx = slicesPerPx;  // the server's level-of-detail rule (slices_per_px of /timeline/tracks)
     this.origin = originBig;
     this.onData = onData;
     this.onStatus = onStatus || (() => {});
@@ -57,7 +58,7 @@ export class DataStore {
     const wanted = new Map();
     for (const [off, g] of groups) {
       const raw = { start: view.start - off, end: view.end - off };
-      const q = quantize(raw.start, raw.end, widthPx);
+      const q = quantize(raw.start, raw.end, widthPx, this.slicesPerPx);
       q.off = off;
       q.key = `${off}@${q.key}`;
       wanted.set(q.key, [q, raw, g]);
@@ -116,7 +117,7 @@ export class DataStore {
   /** Flows of the ticked categories in the quantised window; null until loaded. */
   flows(view, widthPx, cats) {
     if (!cats.length) return null;
-    const q = quantize(view.start, view.end, widthPx);
+    const q = quantize(view.start, view.end, widthPx, this.slicesPerPx);
     const key = `${q.qs}:${q.qe}:${[...cats].sort().join(",")}`;
     const fresh = this.flowEntry && this.flowEntry.key === key;
     const covering = this.flowEntry && this.flowEntry.cats === [...cats].sort().join(",")

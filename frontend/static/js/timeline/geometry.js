@@ -30,18 +30,27 @@ export function trackHeight(track, shown = trackDepths(track)) {
 }
 
 /**
- * The normalised request for a viewport: bucket = span / (2 px) rounded up to a power of two; the window is the
- * view widened to whole chunks of (px / 4 × bucket) ns, plus one chunk each side (about 1.3–1.8 views in all), so
- * small pans and zooms map to the same key and are answered from cache.
+ * The bucket a viewport of `span` ns drawn on `px` pixels is fetched at: span / (slicesPerPx × px) rounded up to a
+ * power of two. `slicesPerPx` is the server's level-of-detail rule (`slices_per_px` of /timeline/tracks; the
+ * server's queries/timeline.py viewport_bucket_ns is the same function).
  */
-export function quantize(start, end, widthPx) {
+export function viewportBucket(span, px, slicesPerPx) {
+  return 2 ** Math.max(0, Math.ceil(Math.log2(span / (slicesPerPx * px))));
+}
+
+/**
+ * The normalised request for a viewport: its bucket (viewportBucket); the window is the view widened to whole
+ * chunks of (px / 4 × bucket) ns, plus one chunk each side (about 1.3–1.8 views in all), so small pans and zooms
+ * map to the same key and are answered from cache; the width asks for one bucket per 1 / slicesPerPx pixel.
+ */
+export function quantize(start, end, widthPx, slicesPerPx) {
   const px = Math.max(4, Math.round(widthPx));
   const span = Math.max(1, end - start);
-  const bucket = 2 ** Math.max(0, Math.ceil(Math.log2(span / (2 * px))));
+  const bucket = viewportBucket(span, px, slicesPerPx);
   const chunk = bucket * Math.round(px / 4);
   const qs = (Math.floor(start / chunk) - 1) * chunk;
   const qe = (Math.ceil(end / chunk) + 1) * chunk;
-  return { bucket, qs, qe, widthPx: Math.round((qe - qs) / (2 * bucket)), key: `${bucket}:${qs}:${qe}` };
+  return { bucket, qs, qe, widthPx: Math.round((qe - qs) / (slicesPerPx * bucket)), key: `${bucket}:${qs}:${qe}` };
 }
 
 /** A "nice" tick step (1, 2, 5 × 10^k ns) so that ticks are at least minPx apart. */
