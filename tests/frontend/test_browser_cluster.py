@@ -11,12 +11,13 @@ import pytest
 
 from tests.browser_helpers import api, poll
 from tests.cluster_sample import add_with_cluster_tables, synthetic_cluster_run
-from tests.conftest import LiveServer, needs_samples, serving
+from tests.conftest import REAL_SAMPLES, LiveServer, needs_samples, serving
 
 pytestmark = [needs_samples, pytest.mark.browser]
 
 READY = "() => document.body.dataset.clusterReady === '1'"
 GENERATED_RANKS = 24
+FIXTURES = REAL_SAMPLES / "msinsight_server_fixtures"  # ranks 0 and 1, and a cluster_analysis_output of 16
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +35,9 @@ def cluster_server(tmp_path_factory, level1_db):
     ids = {"level1": add_with_cluster_tables(data, work, "level1", level1_db),
            "generated": add_with_cluster_tables(data, work, "generated", work / "gen-src.duckdb"),
            "big": big.run_id}
+    if FIXTURES.is_dir():
+        ingest_path(FIXTURES, work / "fixtures-src.duckdb")
+        ids["fixtures"] = add_with_cluster_tables(data, work, "fixtures", work / "fixtures-src.duckdb", FIXTURES)
     with serving(create_app(Settings.from_env(environ={}, data_dir=str(data)))) as base:
         yield LiveServer(base_url=base, runs=ids), big
 
@@ -112,3 +116,22 @@ def test_a_thousand_ranks(page, cluster_server):
     assert page.locator("#cl-rank-list option").count() == big.ranks
     href = page.locator("#cl-slow-table a.cl-open").first.get_attribute("href")
     assert re.fullmatch(rf"/runs/{big.run_id}/timeline\?rank=\d+&ranks=\d+", href)
+
+
+def test_cluster_analysis_output_as_the_step_data(page, cluster_server):
+    server, _ = cluster_server
+    if "fixtures" not in server.runs:
+        pytest.skip(f"real sample {FIXTURES} not found")
+    open_cluster(page, server, "fixtures")
+    assert heatmap_shape(page) == (2, 1)
+    assert page.locator("#cl-analysis-files tbody tr").count() == 4
+    page.select_option("#cl-source", "cluster_analysis")
+    poll(page, "() => document.getElementById('cl-heatmap').data[0].z.length === 16")
+    assert page.locator("#cl-summary").inner_text() == "2 ranks · 1 step · 16 in cluster_analysis_output"
+    # rank 8 is only in the cluster output: its cell says so instead of opening a timeline without data
+    x, y = page.evaluate("""() => { const gd = document.getElementById('cl-heatmap');
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+        return [box.left + xa._offset + xa.l2p(0), box.top + ya._offset + ya.l2p(8)]; }""")
+    page.mouse.click(x, y)
+    poll(page, "() => document.getElementById('cl-rank-note').textContent.includes('only in cluster_analysis_output')")
+    assert page.url.endswith("/cluster")

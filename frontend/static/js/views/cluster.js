@@ -31,6 +31,11 @@ export function timelineUrl(rank) {
 }
 
 function openRank(rank) {
+  // cluster_analysis_output may name ranks whose folders were not part of the input
+  if (!knownRanks.has(rank)) {
+    $("#cl-rank-note").textContent = `rank ${rank} is only in cluster_analysis_output: the run has no data of it`;
+    return;
+  }
   window.location.assign(timelineUrl(rank));
 }
 
@@ -64,6 +69,7 @@ function renderSummary() {
   const o = overview;
   const ranks = o.rank_count || o.per_rank.rank.length;
   const parts = [`${ranks} rank${ranks === 1 ? "" : "s"}`, `${o.steps.length} step${o.steps.length === 1 ? "" : "s"}`];
+  if (o.source === "cluster_analysis") parts.push(`${o.per_rank.rank.length} in cluster_analysis_output`);
   if (o.slow_ranks_total) parts.push(`${o.slow_ranks_total} slow`);
   $("#cl-summary").textContent = parts.join(" · ");
   const opt = $("#cl-source option[value=cluster_analysis]");
