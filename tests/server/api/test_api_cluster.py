@@ -17,7 +17,7 @@ from tests.cluster_sample import (
     step_value,
     synthetic_cluster_run,
 )
-from tests.conftest import REAL_SAMPLES
+from tests.conftest import PYTORCH_TEXT, REAL_SAMPLES
 
 FIXTURES = REAL_SAMPLES / "msinsight_server_fixtures"
 
@@ -54,6 +54,16 @@ def cluster_runs(tmp_path_factory, level1_db):
             con.execute(f"DROP TABLE {table}")
     store.set_status(old.id, "ready")
     ids["old"] = old.id
+    # level1 ingested by the pipeline in both layouts (cluster tables built by ingest itself)
+    from ascendscope.ingest.shards import ingest_sharded
+
+    single = store.create_run("single", "level1")
+    shutil.copy(level1_db, store.db_path(single.id))
+    store.set_status(single.id, "ready")
+    sharded = store.create_run("sharded", "level1")
+    ingest_sharded(PYTORCH_TEXT / "level1", store.run_dir(sharded.id), workers=1)
+    store.set_status(sharded.id, "ready")
+    ids["single"], ids["sharded"] = single.id, sharded.id
     with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(data)))) as client:
         yield client, ids, big
 
@@ -177,3 +187,14 @@ def test_bad_parameters(cluster_runs):
         assert r.status_code == 422, (path, r.text)
         assert json.loads(r.text)["error"]["code"] == "invalid_parameter"
     assert client.get("/api/runs/nope/cluster/overview").status_code == 404
+
+
+@pytest.mark.parametrize(("path", "params"), [("overview", {}), ("heatmap", {"metric": "exposed_comm"}),
+                                              ("matrix", {}), ("matrix", {"op_type": "allreduce"})])
+def test_a_sharded_run_answers_like_a_single_file(cluster_runs, path, params):
+    """The cluster tables of cluster.duckdb (made from every shard's) answer as the single file's do."""
+    client, ids, _ = cluster_runs
+    single = get(client, ids["single"], path, **params)
+    sharded = get(client, ids["sharded"], path, **params)
+    assert sharded == single
+    assert single.get("rank_count", 2) == 2 and (path != "matrix" or single["links"] > 0)
