@@ -104,6 +104,8 @@ def test_a_thousand_ranks(page, cluster_server):
     open_cluster(page, server, "big")
     assert heatmap_shape(page) == (big.ranks, big.steps)
     assert page.locator("#cl-summary").inner_text() == f"{big.ranks} ranks · {big.steps} steps · 3 slow"
+    # the slow ranks are called out on their heatmap rows
+    assert page.evaluate("() => document.getElementById('cl-heatmap').data[1].customdata") == big.slow_ranks
     slow = page.locator("#cl-slow-table tbody tr")
     assert [int(slow.nth(i).get_attribute("data-rank")) for i in range(slow.count())] == \
         sorted(big.slow_ranks, key=lambda r: -api(server, f"/api/runs/{big.run_id}/cluster/heatmap",

@@ -136,15 +136,27 @@ async function loadHeatmap(answer = null) {
   }
   const slow = new Set(overview.slow_ranks.map((s) => s.rank));
   const z = h.z.map((row) => row.map((v) => (v === null ? null : v / 1e6)));
-  const y = h.ranks.map((r) => `${slow.has(r) ? "⚠ " : ""}${r}`);
+  // rows on a numeric axis (a category axis of 1,000 names draws slower), labelled with their ranks
+  const y = h.ranks.map((_, i) => i);
+  const every = Math.max(1, Math.ceil(h.ranks.length / 40));
+  const ticks = y.filter((i) => i % every === 0);
   const x = h.steps.map((s) => (s === null ? "all" : String(s)));
+  const slowRows = y.filter((i) => slow.has(h.ranks[i]));
   await plot(node, [{
     type: "heatmap", x, y, z, colorscale: [[0, "#3f7fd8"], [0.5, "#e9dcc0"], [1, "#e8533a"]], hoverongaps: false,
     customdata: h.ranks.map((r) => h.steps.map(() => r)),
     hovertemplate: `Rank %{customdata}, step %{x}<br>${plotText(label)}: %{z:,.3f} ms<br>click: open the timeline<extra></extra>`,
     colorbar: { title: { text: `${plotText(label)} (ms)` }, thickness: 12 },
-  }], baseLayout({ margin: { l: 70, r: 20, t: 10, b: 40 }, xaxis: { title: { text: "Step" }, type: "category" },
-    yaxis: { title: { text: "Rank" }, type: "category", autorange: "reversed" } }));
+  }, {
+    // the slow ranks called out at the left edge of their rows
+    type: "scatter", mode: "markers", x: slowRows.map(() => x[0]), y: slowRows, cliponaxis: false,
+    customdata: slowRows.map((i) => h.ranks[i]), marker: { symbol: "triangle-right", size: 11, color: "#f2b84b" },
+    hovertemplate: "Rank %{customdata}: slow (see the list below)<extra></extra>", showlegend: false, xaxis: "x",
+  }], baseLayout({ margin: { l: 70, r: 20, t: 10, b: 40 }, showlegend: false,
+    // fixed ranges: the markers' own padding would otherwise widen both axes
+    xaxis: { title: { text: "Step" }, type: "category", range: [-0.5, x.length - 0.5] },
+    yaxis: { title: { text: "Rank" }, range: [y.length - 0.5, -0.5], tickvals: ticks,
+      ticktext: ticks.map((i) => String(h.ranks[i])), zeroline: false, showgrid: false } }));
   node.removeAllListeners?.("plotly_click");
   node.on("plotly_click", (ev) => {
     const p = ev.points && ev.points[0];
@@ -156,11 +168,11 @@ async function loadHeatmap(answer = null) {
   const colors = h.ranks.map((r) => (slow.has(r) ? "#e8533a" : "#3f7fd8"));
   const ranksNode = $("#cl-ranks-chart");
   await plot(ranksNode, [{
-    type: "bar", x: h.ranks.map(String), y: h.rank_mean_ns.map((v) => (v === null ? null : v / 1e6)),
+    type: "bar", x: h.ranks, y: h.rank_mean_ns.map((v) => (v === null ? null : v / 1e6)),
     marker: { color: colors }, customdata: h.ranks,
     hovertemplate: `Rank %{customdata}<br>mean ${plotText(label)}: %{y:,.3f} ms<extra></extra>`,
   }], baseLayout({ margin: { l: 70, r: 20, t: 10, b: 40 }, bargap: 0.1, showlegend: false,
-    xaxis: { title: { text: "Rank" }, type: "category" },
+    xaxis: { title: { text: "Rank" }, type: h.ranks.length > 64 ? "linear" : "category", zeroline: false },
     yaxis: { title: { text: `mean ${plotText(label)} per step (ms)` } } }));
   ranksNode.removeAllListeners?.("plotly_click");
   ranksNode.on("plotly_click", (ev) => {
