@@ -105,10 +105,22 @@ def _last_json_line(text: str) -> dict | None:
     return None
 
 
-def register(store, name: str, src: Path):
-    """A run record in ``store`` for ``src``; ours ingests straight into its database path."""
-    run = store.create_run(name, str(src))
-    return run, store.db_path(run.id)
+def publish(store, run_id: str, outputs: list[Path]) -> Path | None:
+    """Make the first output that exists the run's database in ``store``: a sharded run folder's manifest,
+    cluster.duckdb and shards move into the run's folder (the layout the server's worker writes), a single file
+    becomes its ``run.duckdb``. Returns the output used, None when there is none."""
+    from ascendscope.ingest import layout
+
+    run_dir = store.run_dir(run_id)
+    for out in outputs:
+        if out.is_dir() and (out / layout.MANIFEST).is_file():
+            for name in (layout.CLUSTER_DB, layout.SHARDS_DIR, layout.MANIFEST):  # the manifest last: then a run
+                os.replace(out / name, run_dir / name)
+            return out
+        if out.is_file():
+            os.replace(out, store.db_path(run_id))
+            return out
+    return None
 
 
 def viewport(data: Path, run_id: str, clients: list[int], seconds: float) -> list[dict]:
@@ -190,7 +202,7 @@ def table(report: dict) -> str:
             if r.get("status") == "ok":
                 lines.append(f"{s['ranks']:>5} {tool:<20} {r['input_mb']:>9.1f} {r['wall_s']:>8.2f} "
                              f"{r['mb_per_s']:>8.1f} {r['peak_rss_mb']:>8.0f}M {r['tree_rss_mb']:>8.0f}M "
-                             f"{r['ours_x']:>7.2f}")
+                             + (f"{r['ours_x']:>7.2f}" if "ours_x" in r else f"{'-':>7}"))
             else:
                 lines.append(f"{s['ranks']:>5} {tool:<20} {r['status']:>9}  {r.get('note', '')}")
     lines += ["", f"{'ranks':>5} {'first paint cold':>17} {'warm':>8} {'slices':>8} | viewport p95 (req/s) by clients"]
@@ -254,27 +266,31 @@ def main(argv=None) -> int:
             src = (run_dir / "data").resolve()
             files = [p for p in src.rglob("*") if p.is_file()]
             total, trace_bytes = sum(p.stat().st_size for p in files), sum(p.stat().st_size for p in tools.traces(src))
-            run, served = register(store, f"gen_{ranks}r", src)
+            run = store.create_run(f"gen_{ranks}r", str(src))
             size = {"ranks": ranks, "trace_mb_per_rank": mb, "input_mb": round(total / 1e6, 3),
                     "trace_mb": round(trace_bytes / 1e6, 3), "files": len(files),
                     "events": sum(r["total_events"] for r in truth["ranks"]), "run_id": run.id,
                     "load_before": load(), "ingest": {}}
+            outputs = {"ours": work / "ours_out", "ours_single": work / "single.duckdb"}
             for tool in TOOLS:
                 if tool not in args.tools:
                     size["ingest"][tool] = {"status": "not asked"}
                     continue
                 print(f"[{ranks} rank(s)] {tool} …", file=sys.stderr, flush=True)
-                # the server opens a one-file database: the single-file row writes the served run when it runs
-                out = served if tool == "ours_single" or not tools.sharded_available() else work / "ours_out"
-                size["ingest"][tool] = ingest_row(tool, src, work, out, trace_bytes if tool == "floor" else total,
+                size["ingest"][tool] = ingest_row(tool, src, work, outputs.get(tool, work / "unused"),
+                                                  trace_bytes if tool == "floor" else total,
                                                   args.peer_repeat if tool in PEER_PACKAGES else repeat,
                                                   args.timeout, ranks, args.tb_max_ranks)
-            shutil.rmtree(work / "ours_out", ignore_errors=True)
+            # the server opens what ours wrote (sharded when this version has it), as its worker would have
+            served = publish(store, run.id, list(outputs.values()))
+            size["served"] = next((t for t, o in outputs.items() if o == served), None)
+            for out in outputs.values():
+                shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
             ours = size["ingest"]["ours"]
             for row in size["ingest"].values():
                 if row.get("status") == "ok" and ours.get("status") == "ok":
                     row["ours_x"] = round(ours["mb_per_s"] / row["mb_per_s"], 3)
-            if served.is_file():
+            if served is not None:
                 store.set_status(run.id, "ready")
                 if not args.no_paint:
                     print(f"[{ranks} rank(s)] first paint …", file=sys.stderr, flush=True)
@@ -284,6 +300,8 @@ def main(argv=None) -> int:
                     size["viewport"] = viewport(serve, run.id, args.clients, seconds)
             size["load_after"] = load()
             report["sizes"].append(size)
+            if args.json:  # what is measured so far survives a run stopped part way
+                Path(args.json).write_text(json.dumps(report, indent=1))
         if args.no_ray or args.quick:  # Ray's start alone takes most of a quick run's time
             report["ray"] = {"status": "not asked", "note": "--quick" if args.quick else "--no-ray"}
         else:
@@ -292,9 +310,9 @@ def main(argv=None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     report["load_end"] = load()
     report["targets"] = targets(report["sizes"], report["ray"])
-    print(table(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
+    print(table(report))
     return 0
 
 
