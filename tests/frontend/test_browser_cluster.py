@@ -61,6 +61,10 @@ def test_opens_on_the_real_sample(page, cluster_server):
     assert page.locator("#cl-analysis-none").is_visible()
     page.wait_for_function("() => document.getElementById('cl-matrix').data.length > 0")
     assert page.locator("#cl-links-table tbody tr").count() > 0
+    # the page head's preloads are the very requests the view makes: one fetch each, started by the <link>
+    loads = page.evaluate("""() => performance.getEntriesByType('resource').filter((e) => e.name.includes('/cluster/'))
+        .map((e) => [new URL(e.name).pathname.split('/').pop(), e.initiatorType])""")
+    assert sorted(loads) == [["heatmap", "link"], ["matrix", "link"], ["overview", "link"]]
 
 
 def test_many_ranks_and_the_metric_picker(page, cluster_server):
