@@ -32,6 +32,7 @@ import duckdb
 
 from . import SCHEMA_VERSION, archive, commfiles, csvfiles, jsonfile, lod, overlap, readers, sqlfuncs, trace, tracefile
 from .discover import Discovery, RankSource, discover
+from .layout import MAX_SHARD_RANK, SLICE_ID_BITS, TRACK_ID_BITS
 from .schema import CORE_DDL, EMPTY_TABLES
 
 # file kinds that yield a timeline (appended by the trace writer in rank order)
@@ -48,10 +49,6 @@ class IdBases:
     slice: int = 0  # slice_id and flow_id
     track_span: int | None = None
     slice_span: int | None = None
-
-
-TRACK_ID_BITS, SLICE_ID_BITS = 16, 36
-MAX_SHARD_RANK = (1 << (31 - TRACK_ID_BITS)) - 1  # track_id is an INTEGER
 
 
 def rank_id_bases(rank: int) -> IdBases:

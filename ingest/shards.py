@@ -29,64 +29,23 @@ import duckdb
 
 from . import SCHEMA_VERSION, lod, pipeline, readers
 from .executors import default_workers, make_executor
+from .layout import (
+    CLUSTER_DB,
+    CLUSTER_PREFIX,
+    FORMAT_VERSION,
+    MANIFEST,
+    RUN_TABLES,
+    SHARDS_DIR,
+    _sql_path,
+    connect,
+    is_sharded,
+    read_manifest,
+    shard_name,
+)
 from .pipeline import NoProfilingData, Progress, ingest_rank
 
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-CLUSTER_DB = "cluster.duckdb"
-SHARDS_DIR = "shards"
 ATTACH_BATCH = 16  # shards attached at once while cluster.duckdb is assembled
-RUN_TABLES = ("meta", "ranks", "files", "warnings")  # run-wide: read from cluster.duckdb, never from the shards
-CLUSTER_PREFIX = "cluster_"
 SHARD_MEMORY_LIMIT = "1GB"  # DuckDB's limit per task (spilling past it), so a worker stays within ~1.5 GB
-
-
-def shard_name(rank: int) -> str:
-    return f"{SHARDS_DIR}/rank_{rank:05d}.duckdb"
-
-
-def is_sharded(path: str | os.PathLike) -> bool:
-    """True for a run folder with a manifest (the sharded layout)."""
-    return (Path(path) / MANIFEST).is_file()
-
-
-def read_manifest(out_dir: str | os.PathLike) -> dict:
-    return json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
-
-
-def connect(out_dir: str | os.PathLike, ranks: list[int] | None = None, *, manifest: dict | None = None,
-            threads: int | None = None) -> tuple[duckdb.DuckDBPyConnection, list[int]]:
-    """The run as one database, reading only the shards of ``ranks`` (None: every ready shard): an in-memory
-    connection that attaches ``cluster.duckdb`` and those shards read-only, and views with the single-file
-    table names: a run-wide table reads cluster.duckdb, any other the ``UNION ALL BY NAME`` of the attached
-    shards. Returns the connection and the ranks loaded (requested ranks without a ready shard are left out).
-    Cursors of the connection see the views too."""
-    root = Path(out_dir)
-    manifest = manifest if manifest is not None else read_manifest(root)
-    ready = {e["rank"]: e["file"] for e in manifest["shards"] if e["status"] == "ready"}
-    loaded = sorted(ready if ranks is None else set(ranks) & set(ready))
-    con = duckdb.connect(":memory:")
-    try:
-        if threads:
-            con.execute(f"SET threads = {int(threads)}")
-        con.execute(f"ATTACH '{_sql_path(root / manifest.get('cluster', CLUSTER_DB))}' AS cluster (READ_ONLY)")
-        for rank in loaded:
-            con.execute(f"ATTACH '{_sql_path(root / ready[rank])}' AS r{rank} (READ_ONLY)")
-        tables: dict[str, list[str]] = {}
-        for db, table in con.execute("SELECT database_name, table_name FROM duckdb_tables() "
-                                     "WHERE database_name <> 'memory' ORDER BY table_name").fetchall():
-            tables.setdefault(table, []).append(db)
-        shard_dbs = [f"r{rank}" for rank in loaded]
-        for table, dbs in tables.items():
-            if "cluster" in dbs:
-                sql = f'SELECT * FROM cluster."{table}"'
-            else:
-                sql = " UNION ALL BY NAME ".join(f'SELECT * FROM {db}."{table}"' for db in shard_dbs if db in dbs)
-            con.execute(f'CREATE VIEW main."{table}" AS {sql}')
-    except BaseException:
-        con.close()
-        raise
-    return con, loaded
 
 
 def build_shard_lod(path: str, base_ns: int, span_ns: int, memory_limit: str = SHARD_MEMORY_LIMIT,
@@ -254,10 +213,6 @@ def _write_cluster(out: Path, disc, ready: list[int], levels: dict[int, list], f
         raise
 
 
-def _sql_path(path: Path) -> str:
-    return str(path).replace("'", "''")
-
-
 def _summary(out: Path, entries: list[dict], results: dict[int, dict]) -> dict:
     """The ingest summary of the whole run: that of a single file (warnings from cluster.duckdb), plus shards."""
     def total(key: str) -> dict:
@@ -298,4 +253,5 @@ def _remove_stale(out: Path, keep: set[str]) -> None:
             path.unlink(missing_ok=True)
 
 
-__all__ = ["ingest_sharded", "is_sharded", "read_manifest", "shard_name", "NoProfilingData"]
+__all__ = ["FORMAT_VERSION", "NoProfilingData", "connect", "ingest_sharded", "is_sharded", "read_manifest",
+           "shard_name"]

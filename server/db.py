@@ -9,6 +9,13 @@ turns into a ``query_timeout`` API error instead of a hung request.
 
 :class:`RunInfo` caches what every timeline request needs from small tables (origin, tracks, LOD levels).
 
+A sharded run (``ingest.shards``: its ``path`` is the run folder's ``cluster.duckdb``) opens as an in-memory
+connection that attaches cluster.duckdb and the shards of a *scope* of ranks, read-only, with views under the
+single-file table names (``layout.connect``), so every query works unchanged. A connection is kept per (run,
+scope): up to ``max_loaded_ranks`` ranks the scope is the whole run; above it, the ranks a request asks for
+(``ranks=17,18``, else its ``rank``), else the first rank — a timeline of rank 17 never opens rank 18's shard.
+:class:`RunInfo` still lists every rank of the run (``ranks``) and says which are loaded (``loaded_ranks``).
+
 A file DuckDB cannot read (0 bytes, truncated, a failed checksum, not a run database) raises
 :class:`DamagedDatabase` — when it is opened, when its run's tables are first read, or from :func:`query` — so
 the caller can mark the run failed and answer 409 instead of 500. A missing file raises ``FileNotFoundError``.
@@ -24,6 +31,8 @@ from pathlib import Path
 
 import duckdb
 
+from ascendscope.ingest import layout
+from ascendscope.ingest.layout import SLICE_ID_BITS, TRACK_ID_BITS
 from ascendscope.server.deadlines import DEADLINES
 from ascendscope.server.schema_check import check_schema
 
@@ -37,6 +46,8 @@ SELECT (SELECT min(start_ns) FROM ranks), (SELECT max(end_ns) FROM ranks),
        (SELECT min(min_ts_ns) FROM tracks), (SELECT max(max_end_ns) FROM tracks)
 """
 LOD_LEVELS_SQL = "SELECT level, bucket_ns FROM lod_levels ORDER BY level"
+MAX_LOADED_RANKS = 64  # a sharded run with more ranks loads only those a request asks for
+MAX_RANKS_PER_REQUEST = 256  # ranks one ``ranks=`` parameter may name
 
 
 class QueryTimeout(Exception):
@@ -82,9 +93,10 @@ class RunInfo:
     track_rows: list[dict]
     lod_levels: list[tuple[int, int]]  # (level, bucket_ns), finest first
     ranks: list[int]  # every rank of the run, with or without a trace
+    loaded_ranks: list[int] | None = None  # a sharded run: the ranks whose rows this connection reads
 
     @classmethod
-    def load(cls, cur: duckdb.DuckDBPyConnection) -> RunInfo:
+    def load(cls, cur: duckdb.DuckDBPyConnection, loaded_ranks: list[int] | None = None) -> RunInfo:
         cols = [d[0] for d in cur.execute(TRACKS_SQL).description]
         rows = [dict(zip(cols, r)) for r in cur.fetchall()]
         tracks = {
@@ -100,15 +112,85 @@ class RunInfo:
         levels = [(int(lv), int(b)) for lv, b in cur.execute(LOD_LEVELS_SQL).fetchall()]
         ranks = [int(r) for (r,) in cur.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
         return cls(origin_ns=int(start), start_ns=int(start), end_ns=int(max(end, start)), tracks=tracks,
-                   track_rows=rows, lod_levels=levels, ranks=ranks)
+                   track_rows=rows, lod_levels=levels, ranks=ranks, loaded_ranks=loaded_ranks)
+
+
+def parse_ranks(text: str | None) -> tuple[int, ...] | None:
+    """``"17,18"`` → (17, 18); None/empty → None. Raises ValueError for anything else."""
+    if text is None or not text.strip():
+        return None
+    ranks = sorted({int(part) for part in text.split(",") if part.strip()})
+    if len(ranks) > MAX_RANKS_PER_REQUEST:
+        raise ValueError(f"at most {MAX_RANKS_PER_REQUEST} ranks per request")
+    if any(r < 0 or r > layout.MAX_SHARD_RANK for r in ranks):
+        raise ValueError("ranks must be between 0 and " + str(layout.MAX_SHARD_RANK))
+    return tuple(ranks)
+
+
+def request_scope(query, path_params=None) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(``ranks`` asked for, ranks the request is about) from a request's parameters, for
+    :meth:`Databases.scope`. A request is about the ranks of its ``rank``, of its ``track_id`` values and of its
+    ``slice_id`` (a shard's ids carry their rank: ``track_id >> 16``, ``slice_id >> 36``). Raises ValueError for
+    a ``ranks`` that is not a comma-separated list of ranks; other malformed values are left to the handler."""
+    try:
+        ranks = parse_ranks(query.get("ranks"))
+    except ValueError as exc:
+        raise ValueError(f"ranks must be comma-separated rank numbers ({exc})") from None
+    about: set[int] = set()
+    values = [("rank", query.get("rank"), 0), ("slice_id", (path_params or {}).get("slice_id"), SLICE_ID_BITS)]
+    values += [("track_id", v, TRACK_ID_BITS) for v in (query.getlist("track_id") if hasattr(query, "getlist")
+                                                         else [query.get("track_id")])]
+    for _, value, bits in values:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            continue
+        if number >= 0:
+            about.add(number >> bits)
+    return ranks, tuple(sorted(about)) or None
+
+
+def is_sharded(path: Path) -> bool:
+    """A run database path naming a sharded run's cluster.duckdb (see ``RunStore.db_path``)."""
+    return path.name == layout.CLUSTER_DB
+
+
+def _manifest(path: Path) -> dict:
+    try:
+        return layout.read_manifest(path.parent)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise DamagedDatabase(f"manifest.json cannot be read: {exc}") from exc
+
+
+def scope(ready: list[int], asked: tuple[int, ...] | None, about: tuple[int, ...] | None,
+          limit: int) -> tuple[int, ...] | None:
+    """The ranks to load for a request on a sharded run whose ready shards are ``ready`` (None: all of them):
+    those it asks for; else, with more ranks than ``limit``, those it is about, else the first."""
+    known = set(ready)
+    wanted = tuple(r for r in asked or () if r in known)
+    if wanted:
+        return wanted
+    if len(ready) <= limit:
+        return None
+    return tuple(r for r in about or () if r in known)[:limit] or tuple(ready[:1])
 
 
 class _Entry:
-    def __init__(self, path: Path, mtime_ns: int):
+    def __init__(self, path: Path, mtime_ns: int, ranks: tuple[int, ...] | None = None):
         self.path, self.mtime_ns = path, mtime_ns
+        self.loaded_ranks: list[int] | None = None
         try:
-            self.conn = duckdb.connect(str(path), read_only=True)
+            if is_sharded(path):
+                manifest = _manifest(path)
+                self.conn, self.loaded_ranks = layout.connect(path.parent, None if ranks is None else list(ranks),
+                                                              manifest=manifest)
+            else:
+                self.conn = duckdb.connect(str(path), read_only=True)
         except duckdb.Error as exc:
+            if isinstance(exc, duckdb.IOException) and "No such file" in str(exc):
+                raise FileNotFoundError(_first_line(exc)) from exc
             raise DamagedDatabase(_first_line(exc)) from exc
         check_schema(self.conn)  # another schema version's file would answer wrongly: server.schema_check
         self.info: RunInfo | None = None
@@ -122,40 +204,63 @@ class _Entry:
 
 
 class Databases:
-    """Cache of read-only connections, keyed by run id."""
+    """Cache of read-only connections, keyed by run id and scope (the ranks a sharded run's connection loads)."""
 
-    def __init__(self, max_open: int = 16):
+    def __init__(self, max_open: int = 16, max_loaded_ranks: int = MAX_LOADED_RANKS):
         self.max_open = max_open
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self.max_loaded_ranks = max_loaded_ranks
+        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._ready: dict[Path, tuple[int, list[int]]] = {}  # cluster.duckdb → (its mtime, ready ranks)
         self._lock = threading.Lock()
 
-    def _entry(self, run_id: str, path: Path) -> _Entry:
+    def scope(self, path: Path, ranks: tuple[int, ...] | None = None, about: tuple[int, ...] | None = None
+              ) -> tuple[int, ...] | None:
+        """The scope a request asking for ``ranks`` (or about the ranks ``about``) gets on the run at ``path``
+        (None: the whole run, or not a sharded run)."""
+        if not is_sharded(path):
+            return None
         mtime_ns = path.stat().st_mtime_ns
         with self._lock:
-            entry = self._entries.get(run_id)
+            known = self._ready.get(path)
+        if known is None or known[0] != mtime_ns:
+            ready = [e["rank"] for e in _manifest(path)["shards"] if e["status"] == "ready"]
+            known = (mtime_ns, ready)
+            with self._lock:
+                self._ready[path] = known
+        return scope(known[1], ranks, about, self.max_loaded_ranks)
+
+    def _entry(self, run_id: str, path: Path, ranks: tuple[int, ...] | None = None) -> _Entry:
+        if ranks is None and is_sharded(path):
+            ranks = self.scope(path)
+        mtime_ns = path.stat().st_mtime_ns
+        key = (run_id, ranks)
+        with self._lock:
+            entry = self._entries.get(key)
             if entry is not None and (entry.path != path or entry.mtime_ns != mtime_ns):
                 # closing would break cursors still in use by other requests; they keep the old file alive
-                self._entries.pop(run_id)
+                self._entries.pop(key)
                 entry = None
             if entry is None:
-                entry = _Entry(path, mtime_ns)
-                self._entries[run_id] = entry
+                entry = _Entry(path, mtime_ns, ranks)
+                self._entries[key] = entry
                 while len(self._entries) > self.max_open:
                     self._entries.popitem(last=False)
-            self._entries.move_to_end(run_id)
+            self._entries.move_to_end(key)
             return entry
 
-    def cursor(self, run_id: str, path: Path) -> duckdb.DuckDBPyConnection:
-        return self._entry(run_id, path).conn.cursor()
+    def cursor(self, run_id: str, path: Path, ranks: tuple[int, ...] | None = None) -> duckdb.DuckDBPyConnection:
+        return self._entry(run_id, path, ranks).conn.cursor()
 
-    def info(self, run_id: str, path: Path) -> RunInfo:
-        entry = self._entry(run_id, path)
+    def info(self, run_id: str, path: Path, ranks: tuple[int, ...] | None = None) -> RunInfo:
+        """``ranks``: the scope (see :meth:`scope`); None loads the whole run, or its default scope when a
+        sharded run has more than ``max_loaded_ranks`` ranks."""
+        entry = self._entry(run_id, path, ranks)
         if entry.info is None:
             with entry.info_lock:
                 if entry.info is None:
                     cur = entry.conn.cursor()
                     try:
-                        entry.info = RunInfo.load(cur)
+                        entry.info = RunInfo.load(cur, entry.loaded_ranks)
                     except duckdb.Error as exc:  # unreadable pages, or not a run database at all
                         self.forget(run_id)
                         raise DamagedDatabase(_first_line(exc)) from exc
@@ -167,7 +272,10 @@ class Databases:
         """Drop the run's connection from the cache (re-ingested or deleted). It is not closed: a request may be
         using a cursor of it right now; it closes when the last one is gone."""
         with self._lock:
-            self._entries.pop(run_id, None)
+            for key in [k for k in self._entries if k[0] == run_id]:
+                self._entries.pop(key)
+            for path in [p for p in self._ready if p.parent.name == run_id]:
+                self._ready.pop(path)
 
     def close_all(self) -> None:
         with self._lock:

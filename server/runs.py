@@ -1,4 +1,6 @@
-"""The run store: one folder per run, ``<data_dir>/runs/<id>/`` holding ``run.json`` and ``run.duckdb``.
+"""The run store: one folder per run, ``<data_dir>/runs/<id>/`` holding ``run.json`` and the run's database: the
+sharded layout (``manifest.json``, ``cluster.duckdb``, ``shards/``; ``ingest.layout``) that the worker writes, or
+a single ``run.duckdb`` (runs ingested before, and tests), which keeps opening as it did.
 
 ``run.json`` is the run's record (id, name, source, status, progress, error, created, size, …) and is the only
 state: it is rewritten atomically (temp file + rename), so a restarted server sees every queued, interrupted,
@@ -34,6 +36,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from ascendscope.ingest import layout
 
 try:
     import fcntl
@@ -107,7 +111,21 @@ class RunStore:
         return self.runs_dir / run_id
 
     def db_path(self, run_id: str) -> Path:
-        return self.run_dir(run_id) / DB_FILE
+        """The file that stands for the run's database: ``run.duckdb``, or a sharded run's ``cluster.duckdb``
+        (``server.db`` opens the run's shards from beside it). A run with neither gives ``run.duckdb``."""
+        run_dir = self.run_dir(run_id)
+        single = run_dir / DB_FILE
+        if single.exists() or not (run_dir / layout.MANIFEST).exists():
+            return single
+        return run_dir / layout.CLUSTER_DB
+
+    def remove_database(self, run_id: str) -> None:
+        """The run's database in either layout (the manifest first: without it the folder holds no run)."""
+        run_dir = self.run_dir(run_id)
+        (run_dir / layout.MANIFEST).unlink(missing_ok=True)
+        (run_dir / DB_FILE).unlink(missing_ok=True)
+        (run_dir / layout.CLUSTER_DB).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / layout.SHARDS_DIR, ignore_errors=True)
 
     def source_path(self, run: Run) -> Path:
         """What the worker ingests: the extracted upload, or the path the run was opened from."""
@@ -238,10 +256,15 @@ class RunStore:
     def remove_scratch(self, run_id: str) -> None:
         """Temp databases and scratch folders of earlier attempts; the caller holds the run's ingest lock."""
         run_dir = self.run_dir(run_id)
-        for leftover in run_dir.glob(f"{DB_FILE}.tmp-*"):
-            leftover.unlink(missing_ok=True)
-        for scratch in run_dir.glob(f"{WORK_DIR}*"):
+        for pattern in (f"{DB_FILE}.tmp-*", f"{layout.CLUSTER_DB}.tmp-*", f".{layout.MANIFEST}.tmp-*",
+                        f"{layout.SHARDS_DIR}/*.tmp-*"):
+            for leftover in run_dir.glob(pattern):
+                leftover.unlink(missing_ok=True)
+        for scratch in [*run_dir.glob(f"{WORK_DIR}*"), *run_dir.glob(".work-*")]:  # the sharded ingest's own
             shutil.rmtree(scratch, ignore_errors=True)
+        if not (run_dir / layout.MANIFEST).exists():  # shards of an ingest that never finished
+            (run_dir / layout.CLUSTER_DB).unlink(missing_ok=True)
+            shutil.rmtree(run_dir / layout.SHARDS_DIR, ignore_errors=True)
 
     def hold_ingest_lock(self, run_id: str) -> int | None:
         """Take the run's ingest lock without waiting: the open fd (the lock lasts until it is closed or this
@@ -294,7 +317,8 @@ class RunStore:
 
     def mark_damaged(self, run_id: str, reason: str) -> Run:
         """A ready run whose database cannot be read becomes failed, saying why and how to get it back."""
-        reason = reason.replace(str(self.db_path(run_id)), DB_FILE)  # no server path in what clients see
+        # no server path in what clients see
+        reason = reason.replace(str(self.db_path(run_id)), DB_FILE).replace(f"{self.run_dir(run_id)}/", "")
         with self._record_lock(run_id):
             run = self.get(run_id)
             if run.status != "ready":  # someone got here first, or it is being re-ingested
@@ -322,7 +346,7 @@ class RunStore:
         """A failed run back to ``queued`` with a fresh attempt count; its old database is removed."""
         with self._record_lock(run_id):
             run = self.get(run_id)
-            self.db_path(run_id).unlink(missing_ok=True)
+            self.remove_database(run_id)
             run.status, run.error, run.attempts, run.finished = "queued", None, 0, None
             run.progress = {"phase": "queued", "text": "queued again (retry)", "percent": 0.0}
             if run.origin == "path" and Path(run.source).exists():  # what is ingested now

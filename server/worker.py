@@ -1,9 +1,10 @@
 """Ingest workers: runs are ingested outside the web process, a bounded number at a time.
 
 :class:`IngestQueue` runs ``workers`` threads; each takes a queued run and starts a worker process for it
-(:func:`ingest_worker`; see :func:`worker_context`). The worker calls ``ingest.pipeline.ingest_path`` — which
-writes the database under a temporary name and renames it into place only when complete — reports progress into
-run.json as it goes
+(:func:`ingest_worker`; see :func:`worker_context`). The worker calls ``ingest.shards.ingest_sharded``, which
+ingests the ranks in a pool of processes (one per core), each rank into its own shard written under a temporary
+name, and writes the run's manifest last (so the run folder holds a run only once complete); it reports progress
+into run.json as it goes, per shard
 (:class:`RunProgress`) and records the outcome there. The web process only ever opens finished databases,
 read-only, so one run's ingest never holds up serving the others.
 
@@ -46,7 +47,7 @@ TICK_S = 1.0  # … and at least this often (elapsed time, ETA) while the worker
 READ_SHARE_PCT = 90.0  # reading the files is this share of the estimated percentage, the phases after it the rest
 PHASE_STEP_PCT = 2.0
 # imported once by the fork server, not per worker
-WORKER_PRELOAD = ["ascendscope.server.worker", "ascendscope.ingest.pipeline"]
+WORKER_PRELOAD = ["ascendscope.server.worker", "ascendscope.ingest.pipeline", "ascendscope.ingest.shards"]
 LOCK_POLL_S = 0.2  # how often the queue looks whether another process's worker let go of a run
 BUSY_EXIT = 75  # a worker's exit code when another live process holds the run's ingest lock
 MAX_LISTED_WARNINGS = 8  # warnings quoted in the error of a run that loaded nothing
@@ -190,8 +191,9 @@ class IngestQueue:
             return False
         run = self.store.update(run_id, attempts=run.attempts + 1)
         lifeline, server_end = ctx.Pipe(duplex=False)  # the worker gets the read end; only we hold the write end
+        # not a daemon: the worker starts its own pool of processes (it still dies with the server: its lifeline)
         proc = ctx.Process(target=ingest_worker, args=(str(self.store.data_dir), run_id, lifeline),
-                           name=f"ascendscope-ingest-{run_id}", daemon=True)
+                           name=f"ascendscope-ingest-{run_id}", daemon=False)
         try:
             with self._lock:
                 if run_id in self._cancelled:
@@ -302,6 +304,12 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None) -> None:
     store.remove_scratch(run_id)  # what an earlier attempt left; no live process uses it (we hold the lock)
     run_dir = store.run_dir(run_id)
     handler = logging.FileHandler(run_dir / LOG_FILE, encoding="utf-8")
+    # what the worker and its processes (the ingest pool, multiprocessing's helpers) print goes to the run's log,
+    # not to the server's terminal
+    log_fd = os.open(run_dir / LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    _own_resource_tracker()
     logging.basicConfig(level=logging.INFO, handlers=[handler],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     work = run_dir / f"{WORK_DIR}-{os.getpid()}"
@@ -314,9 +322,10 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None) -> None:
     wlog.info("ingesting %s (attempt %d, worker pid %d)", run.source, run.attempts, os.getpid())
     progress = RunProgress(store, run_id)
     try:
-        from ascendscope.ingest.pipeline import ingest_path  # the web process never imports the pipeline
+        from ascendscope.ingest.shards import ingest_sharded  # the web process never imports the pipeline
 
-        summary = ingest_path(source, store.db_path(run_id), progress=progress)
+        store.remove_database(run_id)  # an earlier layout of this run (a retry) must not outlive this attempt
+        summary = ingest_sharded(source, run_dir, progress=progress)
     except BaseException as exc:  # noqa: BLE001 - record every failure, even one that is not an Exception
         progress.close()
         wlog.error("ingest failed:\n%s", traceback.format_exc())
@@ -337,7 +346,7 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None) -> None:
                      len(warnings) - MAX_LOGGED_WARNINGS)
     empty = nothing_loaded(summary)
     if empty is not None:  # every view would be blank: not a ready run
-        store.db_path(run_id).unlink(missing_ok=True)
+        store.remove_database(run_id)
         wlog.error("%s", empty)
         store.set_status(run_id, "failed", error=empty, finished=time.time(), progress=None,
                          summary=_brief_summary(summary), worker_pid=None)
@@ -350,6 +359,17 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None) -> None:
     if run.origin == "upload":  # the database holds everything the views read
         shutil.rmtree(run_dir / SOURCE_DIR, ignore_errors=True)
         store.update(run_id, size=folder_bytes(run_dir))
+
+
+def _own_resource_tracker() -> None:
+    """Track the ingest pool's semaphores in a resource tracker of this worker's own (started on first use, its
+    output in the run's log), not in the server's, which this process inherited: a worker stopped mid-ingest
+    leaves them behind, and the server's tracker would say so on the server's terminal when it exits."""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    with tracker._lock:
+        tracker._fd = tracker._pid = None
 
 
 def _die_with_server(lifeline) -> None:
@@ -482,9 +502,13 @@ class RunProgress:
 
 
 def _brief_summary(summary) -> dict | None:
-    """The ingest summary minus its (unbounded) warning list, which stays in the database's warnings table."""
+    """The ingest summary minus its (unbounded) warning and shard lists: the warnings stay in the database's
+    warnings table, the shards in the run's manifest.json; their counts remain."""
     if not isinstance(summary, dict):
         return None
-    brief = {k: v for k, v in summary.items() if k != "warnings"}
+    brief = {k: v for k, v in summary.items() if k not in ("warnings", "shards")}
     brief["warning_count"] = len(summary.get("warnings") or [])
+    if "shards" in summary:
+        brief["shards_failed"] = sum(1 for s in summary["shards"] if s.get("status") != "ready")
+        brief["shard_seconds_max"] = max((s.get("seconds") or 0 for s in summary["shards"]), default=0)
     return json.loads(json.dumps(brief, default=str))

@@ -72,7 +72,7 @@ def test_serve_ingests_a_path_and_serves_it(tmp_path):
     finally:
         output = stop(proc)
     record = json.loads((tmp_path / "runs" / run["id"] / "run.json").read_text())
-    assert record["status"] == "ready" and (tmp_path / "runs" / run["id"] / "run.duckdb").exists()
+    assert record["status"] == "ready" and (tmp_path / "runs" / run["id"] / "manifest.json").exists()
     assert record["summary"]["ranks"] == [0, 1]
     assert "ascendscope is serving" in output
 

@@ -14,6 +14,7 @@ import duckdb
 import httpx
 import pytest
 
+from ascendscope.ingest.layout import connect
 from tests.conftest import PYTORCH_TEXT, needs_samples
 from tests.server.test_cli_serve import start_serve, stop, wait_for
 from tests.server.test_worker import wait
@@ -73,13 +74,16 @@ def test_sigkilled_server_restarted_at_once_still_ends_ready(tmp_path, slow_sour
         stop(again)
     assert not alive(orphan)
     run_dir = tmp_path / "runs" / reading["id"]
-    with duckdb.connect(str(run_dir / "run.duckdb"), read_only=True) as con:
+    con, _ = connect(run_dir)  # the sharded layout, read as one database
+    try:
         slices = con.execute("SELECT count(*) FROM slices").fetchone()[0]
+    finally:
+        con.close()
     assert slices == sum(run_record(tmp_path)["summary"]["slices_per_kind"].values()) > 0
     log = (run_dir / "ingest.log").read_text()
     assert "Traceback" not in log  # neither attempt failed: the orphan died before it could trip over the new one
-    assert sorted(p.name for p in run_dir.iterdir()) == [".ingest.lock", ".run.lock", "ingest.log", "run.duckdb",
-                                                          "run.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [".ingest.lock", ".run.lock", "cluster.duckdb", "ingest.log",
+                                                          "manifest.json", "run.json", "shards"]
 
 
 def test_ctrl_c_stops_quietly_and_the_interrupted_run_waits_for_the_next_start(tmp_path, slow_source):

@@ -29,7 +29,8 @@ SAMPLES = {  # name -> (folder, ranks)
     "level0": (PYTORCH_TEXT / "level0", 2),
     "st4": (REAL_SAMPLES / "msinsight_st_4rank_2025q4", 4),
 }
-RUN_FILES = {"run.json", "run.duckdb", "ingest.log", ".run.lock", ".ingest.lock"}
+RUN_FILES = {"run.json", "run.duckdb", "manifest.json", "cluster.duckdb", "shards", "ingest.log", ".run.lock",
+             ".ingest.lock"}
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from tests.conftest import PYTORCH_TEXT, needs_samples
 pytestmark = needs_samples
 OPS_PER_STEP = 6000  # a generated rank whose trace takes a few seconds to ingest: time to kill the worker
 LEFTOVER_OK = {"run.json", "ingest.log", ".run.lock", ".ingest.lock"}
+RUN_DATABASE = {"run.duckdb", "manifest.json", "cluster.duckdb", "shards"}  # either layout
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +155,7 @@ def test_restart_resumes_queued_interrupted_and_uploaded_runs(tmp_path):
     for run in (queued, interrupted, uploaded):
         done = store.get(run.id)
         assert done.status == "ready" and done.rank_count == 2, done
-        assert {p.name for p in store.run_dir(run.id).iterdir()} <= LEFTOVER_OK | {"run.duckdb"}
+        assert {p.name for p in store.run_dir(run.id).iterdir()} <= LEFTOVER_OK | RUN_DATABASE
     assert store.pending() == []
 
 
@@ -191,4 +192,4 @@ def test_a_run_another_live_process_holds_is_left_alone_until_it_lets_go(tmp_pat
         assert queue.wait_idle(120)
     done = store.get(run.id)
     assert done.status == "ready" and done.attempts == 2
-    assert {p.name for p in run_dir.iterdir()} <= LEFTOVER_OK | {"run.duckdb"}
+    assert {p.name for p in run_dir.iterdir()} <= LEFTOVER_OK | RUN_DATABASE
