@@ -1,4 +1,8 @@
-"""``ascendscope ingest PATH --out FILE.duckdb``: ingest with a progress bar and a closing summary.
+"""``ascendscope ingest PATH --out DIR``: ingest with a progress bar and a closing summary.
+
+``--out`` a folder writes the sharded layout (one shard per rank, ``ingest.shards``) with ``--executor process``
+(a pool of ``--workers`` processes, default every core) or ``--executor ray`` (``--ray-address`` of a cluster, or
+a local one); ``--out FILE.duckdb`` writes one file as before (``--workers`` then counts files read at once).
 
 Exit codes: 0 loaded (warnings may exist), 2 nothing loadable / bad arguments, 130 interrupted. No traceback
 reaches the user: every failure is one line naming the file and the problem.
@@ -12,6 +16,7 @@ import threading
 import time
 
 from .archive import ArchiveError
+from .executors import EXECUTORS, ExecutorUnavailable
 from .pipeline import NoProfilingData, Progress, ingest_path
 
 
@@ -90,9 +95,18 @@ class BarProgress(Progress):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="an *_ascend_pt folder, a folder of them (a cluster), a .zip/.tar.gz of "
                                      "either, or a trace JSON file")
-    parser.add_argument("--out", required=True, help="the DuckDB file to write (replaced atomically)")
-    parser.add_argument("--workers", type=int, default=2, help="ranks staged in parallel (default 2)")
-    parser.add_argument("--memory-limit", default="1GB", help="DuckDB memory limit, e.g. 1GB (default)")
+    parser.add_argument("--out", required=True, help="a folder: the sharded run (manifest.json, cluster.duckdb, "
+                                                      "shards/); a path ending in .duckdb: one file (replaced "
+                                                      "atomically)")
+    parser.add_argument("--executor", choices=EXECUTORS, default="process",
+                        help="where the ranks of a sharded ingest run: a local process pool (default) or Ray")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes (or Ray CPUs) of a sharded ingest (default: every core); files read at "
+                             "once for one .duckdb file (default 2)")
+    parser.add_argument("--ray-address", default=None,
+                        help="an existing Ray cluster (HEAD:6379) for --executor ray; default: a local one")
+    parser.add_argument("--memory-limit", default="1GB", help="DuckDB memory limit (per rank task when sharded), "
+                                                              "e.g. 1GB (default)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
 
 
@@ -106,6 +120,11 @@ def print_summary(summary: dict, out: str, stream=sys.stdout) -> None:
     w("flows per category: " + (", ".join(f"{k} {v:,}" for k, v in summary["flows_per_category"].items())
                                 or "none") + "\n")
     w("tables: " + ", ".join(f"{k} {v:,}" for k, v in summary["tables"].items() if v) + "\n")
+    if "shards" in summary:
+        failed = [s for s in summary["shards"] if s["status"] != "ready"]
+        w(f"shards: {len(summary['shards']) - len(failed)} ready, {len(failed)} failed\n")
+        for item in failed[:30]:
+            w(f"  [rank {item['rank']}] not loaded: {item['error']}\n")
     warnings = summary["warnings"]
     w(f"warnings: {len(warnings)}\n")
     for item in warnings[:30]:
@@ -115,11 +134,36 @@ def print_summary(summary: dict, out: str, stream=sys.stdout) -> None:
         w(f"  … {len(warnings) - 30} more (SELECT * FROM warnings)\n")
 
 
+def single_file(out: str) -> bool:
+    """``--out x.duckdb`` keeps the single-file layout; anything else is a run folder."""
+    return str(out).lower().endswith(".duckdb")
+
+
 def run_ingest(args: argparse.Namespace) -> int:
+    if args.workers is not None and args.workers < 1:
+        sys.stderr.write("error: --workers must be at least 1\n")
+        return 2
+    if args.ray_address and args.executor != "ray":
+        sys.stderr.write("error: --ray-address needs --executor ray\n")
+        return 2
     progress = BarProgress() if not args.quiet else Progress()
     try:
-        summary = ingest_path(args.path, args.out, progress=progress, workers=args.workers,
-                              memory_limit=args.memory_limit)
+        if single_file(args.out):
+            if args.executor != "process":
+                sys.stderr.write("error: --executor ray writes a run folder: give --out a folder\n")
+                return 2
+            summary = ingest_path(args.path, args.out, progress=progress, workers=args.workers or 2,
+                                  memory_limit=args.memory_limit)
+        else:
+            from .shards import ingest_sharded
+
+            summary = ingest_sharded(args.path, args.out, executor=args.executor, workers=args.workers,
+                                     ray_address=args.ray_address, progress=progress,
+                                     memory_limit=args.memory_limit)
+    except ExecutorUnavailable as exc:
+        _close(progress)
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
     except NoProfilingData as exc:
         _close(progress)
         sys.stderr.write(f"error: {exc}\n")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install everything the tests need (Debian's chromium for the browser tests, the project with its dev extra)
+# Install everything the tests need (Debian's chromium for the browser tests, the project with its dev and ray
+# extras)
 # and run every test. This is exactly what CI runs (.ci/run). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ fi
 if [ ! -x .venv/bin/pytest ] || [ pyproject.toml -nt .venv/.installed-dev ]; then
     "$PYTHON" -m venv .venv
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[dev]"
+    .venv/bin/python -m pip install --quiet -e ".[dev,ray]"
     touch .venv/.installed-dev
 fi
 

@@ -329,3 +329,29 @@ def test_unknown_executor_and_missing_ray(generated, tmp_path, monkeypatch):
         ingest_sharded(generated, tmp_path / "run", executor="ray")
     assert not (tmp_path / "run" / "manifest.json").exists()
     assert os.listdir(tmp_path / "run" / "shards") == []
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "ascendscope.server.cli", "ingest", *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_cli_writes_a_run_folder_or_one_file(generated, tmp_path):
+    proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert "shards: 3 ready, 0 failed" in proc.stdout and "ranks: 0, 1, 2" in proc.stdout
+    assert [e["status"] for e in read_manifest(tmp_path / "run")["shards"]] == ["ready"] * 3
+    proc = _cli(generated, "--out", tmp_path / "one.duckdb", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "one.duckdb").is_file() and "shards:" not in proc.stdout
+
+
+@pytest.mark.parametrize("args", [("--ray-address", "head:6379"), ("--executor", "ray", "--out", "x.duckdb"),
+                                  ("--workers", "0")])
+def test_cli_refuses_contradictory_arguments(generated, tmp_path, args):
+    out = () if "--out" in args else ("--out", tmp_path / "run")
+    proc = _cli(generated, *out, *args)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
