@@ -226,6 +226,7 @@ def _ready_details(run: Run, store: RunStore, databases, timeout_s: float) -> di
         "end_ns": ns_str(info.end_ns),
         "duration_ns": info.end_ns - info.start_ns,
         "ranks": ranks,
+        "loaded_ranks": info.loaded_ranks,  # a sharded run: the ranks loaded (None: one file)
         "track_kinds": kinds,
         "meta": meta,
         "warnings": {"count": warning_count, "items": warnings, "truncated": warning_count > len(warnings)},

@@ -111,6 +111,7 @@ def tracks(db) -> dict:
         "origin_ns": ns_str(origin), "start_ns": ns_str(db.info.start_ns), "end_ns": ns_str(db.info.end_ns),
         "duration_ns": db.info.end_ns - db.info.start_ns,
         "ranks": sorted({t["rank"] for t in out}),
+        "loaded_ranks": db.info.loaded_ranks,  # a sharded run: the ranks loaded (None: one file)
         "tracks": out,
         "flow_categories": [{"cat": c, "count": n} for c, n in db.rows(FLOW_CATEGORIES_SQL)],
         "lod_levels": [{"level": lv, "bucket_ns": b} for lv, b in db.info.lod_levels],

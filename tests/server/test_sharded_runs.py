@@ -20,7 +20,7 @@ from tests.conftest import PYTORCH_TEXT
 SOURCE = PYTORCH_TEXT / "level1"
 ID_KEYS = {"track_id", "slice_id", "parent_id", "flow_id", "src_slice_id", "dst_slice_id", "src_track_id",
            "dst_track_id", "id"}
-VARYING = {"run_id", "created_at", "ingest_seconds"}  # differ between two ingests of one source
+VARYING = {"run_id", "created_at", "ingest_seconds", "loaded_ranks"}  # differ between two ingests of one source
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,10 @@ def test_a_request_for_rank_1_attaches_only_its_shard(served):
     """``ranks=1`` opens a connection with cluster.duckdb and rank 1's shard, not rank 0's."""
     client, run, app = served["client"], served["ids"], served["app"]
     body = _get(client, f"/api/runs/{run['sharded']}/timeline/tracks", ranks="1")
-    assert {t["rank"] for t in body["tracks"]} == {1}
+    assert {t["rank"] for t in body["tracks"]} == {1} and body["loaded_ranks"] == [1]
+    assert _get(client, f"/api/runs/{run['sharded']}/timeline/tracks")["loaded_ranks"] == [0, 1]
+    assert _get(client, f"/api/runs/{run['single']}/timeline/tracks")["loaded_ranks"] is None  # one file: all
+    assert _get(client, f"/api/runs/{run['sharded']}")["loaded_ranks"] == [0, 1]  # the run's default scope
     databases: Databases = app.state.databases
     path = served["store"].db_path(run["sharded"])
     scope = databases.scope(path, (1,))
