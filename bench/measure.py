@@ -20,8 +20,8 @@ import time
 import psutil
 
 
-def _tree_rss(root: psutil.Process) -> tuple[int, int]:
-    """(sum, largest) RSS over the process and its descendants now."""
+def _tree_rss(root: psutil.Process, cpu: dict[int, float]) -> tuple[int, int]:
+    """(sum, largest) RSS over the process and its descendants now; ``cpu`` gets each one's CPU seconds so far."""
     total = largest = 0
     try:
         procs = [root, *root.children(recursive=True)]
@@ -29,28 +29,33 @@ def _tree_rss(root: psutil.Process) -> tuple[int, int]:
         return 0, 0
     for p in procs:
         try:
-            rss = p.memory_info().rss
+            with p.oneshot():
+                rss = p.memory_info().rss
+                t = p.cpu_times()
         except psutil.Error:  # exited between listing and reading
             continue
         total += rss
         largest = max(largest, rss)
+        cpu[p.pid] = t.user + t.system  # a process's own time (children_* would count reaped ones twice)
     return total, largest
 
 
 def run_measured(cmd: list[str], *, timeout_s: float, env: dict | None = None, cwd: str | None = None,
                  interval_s: float = 0.05) -> dict:
-    """``{"rc", "wall_s", "peak_rss_mb", "tree_rss_mb", "timed_out", "stdout", "stderr"}`` (output tails)."""
+    """``{"rc", "wall_s", "cpu_s", "peak_rss_mb", "tree_rss_mb", "timed_out", "stdout", "stderr"}`` (output
+    tails)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
         root = psutil.Process(proc.pid)
         peak_tree, peak_one = [0], [0]
+        cpu: dict[int, float] = {}
         done = threading.Event()
         timed_out = [False]
 
         def sample() -> None:
             while not done.wait(interval_s):
-                total, largest = _tree_rss(root)
+                total, largest = _tree_rss(root, cpu)
                 peak_tree[0], peak_one[0] = max(peak_tree[0], total), max(peak_one[0], largest)
                 if time.perf_counter() - t0 > timeout_s and not timed_out[0]:
                     timed_out[0] = True
@@ -81,5 +86,8 @@ def run_measured(cmd: list[str], *, timeout_s: float, env: dict | None = None, c
         # figure can miss them: the sampled largest process covers those.
         "peak_rss_mb": max(usage.ru_maxrss * 1024, peak_one[0]) / 2**20,
         "tree_rss_mb": max(peak_tree[0], usage.ru_maxrss * 1024) / 2**20,
+        # CPU seconds of the whole tree: the kernel's count for the child and what it reaped, or the sampled sum
+        # per process (which also sees a forkserver's workers, less their last interval), whichever is larger
+        "cpu_s": max(usage.ru_utime + usage.ru_stime, sum(cpu.values())),
         "stdout": stdout[-20_000:], "stderr": stderr[-4_000:],
     }

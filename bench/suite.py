@@ -83,7 +83,9 @@ def ingest_row(tool: str, src: Path, work: Path, out: Path, input_bytes: int, re
     row = {"status": "ok", "input_mb": round(input_bytes / 1e6, 3), "wall_s": round(best["wall_s"], 3),
            "wall_s_median": round(median, 3), "mb_per_s": round(input_bytes / 1e6 / best["wall_s"], 3),
            "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs), 1),
-           "tree_rss_mb": round(max(r["tree_rss_mb"] for r in runs), 1), "runs": len(runs), "command": cmd}
+           "tree_rss_mb": round(max(r["tree_rss_mb"] for r in runs), 1), "runs": len(runs), "command": cmd,
+           # CPU seconds of the fastest run: steadier than the wall on a shared machine
+           "cpu_s": round(best["cpu_s"], 2)}
     detail = _last_json_line(best["stdout"])
     if detail is not None:
         row["detail"] = detail
@@ -193,14 +195,14 @@ def targets(sizes: list[dict], ray: dict) -> list[dict]:
 def table(report: dict) -> str:
     lines = [f"ascendscope bench suite ({'quick' if report['quick'] else 'full'}), {report['cpus']} cores, "
              f"load {report['load_start']} → {report['load_end']}", ""]
-    head = f"{'ranks':>5} {'tool':<20} {'input MB':>9} {'wall s':>8} {'MB/s':>8} {'peak RSS':>9} {'tree RSS':>9} " \
-           f"{'ours ×':>7}  note"
+    head = f"{'ranks':>5} {'tool':<20} {'input MB':>9} {'wall s':>8} {'cpu s':>8} {'MB/s':>8} {'peak RSS':>9} " \
+           f"{'tree RSS':>9} {'ours ×':>7}  note"
     lines += [head, "-" * len(head)]
     for s in report["sizes"]:
         for tool in TOOLS:
             r = s["ingest"][tool]
             if r.get("status") == "ok":
-                lines.append(f"{s['ranks']:>5} {tool:<20} {r['input_mb']:>9.1f} {r['wall_s']:>8.2f} "
+                lines.append(f"{s['ranks']:>5} {tool:<20} {r['input_mb']:>9.1f} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} "
                              f"{r['mb_per_s']:>8.1f} {r['peak_rss_mb']:>8.0f}M {r['tree_rss_mb']:>8.0f}M "
                              + (f"{r['ours_x']:>7.2f}" if "ours_x" in r else f"{'-':>7}"))
             else:

@@ -90,9 +90,13 @@ def run_ours(src: Path, out: Path, executor: str = "process", workers: int | Non
 
         summary = ingest_path(src, out)
         path = "ingest.pipeline.ingest_path"
+    shard_s = sorted(float(s.get("seconds") or 0) for s in summary.get("shards") or [])
     return {"path": path, "seconds": round(time.perf_counter() - t0, 3),
             "ranks": len(summary.get("ranks") or []) if isinstance(summary, dict) else None,
-            "warnings": len(summary.get("warnings") or []) if isinstance(summary, dict) else None}
+            "warnings": len(summary.get("warnings") or []) if isinstance(summary, dict) else None,
+            # the rank tasks' own time (the rest of the wall is start-up, the LOD round and cluster.duckdb)
+            **({"shard_seconds_sum": round(sum(shard_s), 2), "shard_seconds_median": shard_s[len(shard_s) // 2]}
+               if shard_s else {})}
 
 
 def run_floor(src: Path) -> dict:
