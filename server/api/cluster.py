@@ -13,7 +13,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from ascendscope.server.api import RunDbDep, fast_json
-from ascendscope.server.api.viewparams import guard
 from ascendscope.server.queries import cluster as cq
 
 router = APIRouter(prefix="/api/runs/{run_id}/cluster", tags=["cluster"])
@@ -34,7 +33,7 @@ OpTypeQ = Annotated[str | None, Query(max_length=128, description="op type, e.g.
 def cluster_overview(db: RunDbDep, source: SourceQ = "ranks") -> dict:
     """Ranks (columnar), steps, per-rank means per step, slow ranks (median + k·MAD, with the metric that makes
     them slow), ranks waiting in communication, and the ``cluster_analysis_output`` files found."""
-    return guard(cq.overview, db, source)
+    return cq.overview(db, source)
 
 
 @router.get("/heatmap")
@@ -42,7 +41,7 @@ def cluster_overview(db: RunDbDep, source: SourceQ = "ranks") -> dict:
 def cluster_heatmap(db: RunDbDep, metric: MetricQ = "step", source: SourceQ = "ranks") -> dict:
     """Ranks × steps of one metric in ns (``z[i][j]``: rank ``ranks[i]``, step ``steps[j]``), per-rank mean and
     total, per-step median."""
-    return guard(cq.heatmap, db, metric, source)
+    return cq.heatmap(db, metric, source)
 
 
 @router.get("/matrix")
@@ -50,6 +49,6 @@ def cluster_heatmap(db: RunDbDep, metric: MetricQ = "step", source: SourceQ = "r
 def cluster_matrix(db: RunDbDep, step: StepKeyQ = None, group: GroupQ = None, op_type: OpTypeQ = None) -> dict:
     """The src × dst communication matrix (bandwidth, time, size; binned into blocks of ranks beyond 256 ranks),
     the slowest links, and the steps / groups / op types to filter on (``options``)."""
-    out = guard(cq.matrix, db, step, group, op_type)
+    out = cq.matrix(db, step, group, op_type)
     out["options"] = cq.matrix_options(db)
     return out

@@ -6,16 +6,13 @@ A :class:`server.queries.QueryError` a query raises reaches the client through t
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 from fastapi import Query
 from fastapi.responses import Response
 
 from ascendscope.server.api import INT64_MAX, Int64, RunDb
 from ascendscope.server.queries import DEFAULT_PAGE_ROWS, MAX_CSV_ROWS, MAX_PAGE_ROWS, Csv, Page
-
-T = TypeVar("T")
 
 RankQ = Annotated[Int64 | None, Query(description="rank; default: the first rank that has this data")]
 StepQ = Annotated[Int64 | None, Query(description="step number (ProfilerStep#N)")]
@@ -27,12 +24,6 @@ LimitQ = Annotated[int, Query(ge=1, le=MAX_PAGE_ROWS, description=f"page size (a
 AbsNsQ = Annotated[Int64 | None, Query(description="absolute epoch ns")]
 
 DEFAULT_LIMIT = DEFAULT_PAGE_ROWS
-
-
-def guard(fn: Callable[..., T], *args, **kwargs) -> T:
-    """``fn(*args, **kwargs)``, for routers written before the app's QueryError handler: call the query directly
-    instead (``server/api/cluster.py`` still uses this)."""
-    return fn(*args, **kwargs)
 
 
 def page(offset: int, limit: int) -> Page:

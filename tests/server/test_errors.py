@@ -47,11 +47,8 @@ def test_uploads_raise_no_http_errors():
 
 
 def test_routers_call_queries_without_a_guard():
-    """server/api/cluster.py (another change in flight) is the one router still allowed the old pass-through."""
     callers = []
     for path in sorted((SERVER / "api").glob("*.py")):
-        if path.name in ("cluster.py", "viewparams.py"):
-            continue
         calls = [n for n in ast.walk(ast.parse(path.read_text()))
                  if isinstance(n, ast.Call) and getattr(n.func, "id", None) in ("guard", "_guard")]
         callers += [f"{path.name}:{n.lineno}" for n in calls]
