@@ -182,6 +182,9 @@ def run_ingest(args: argparse.Namespace) -> int:
         return 2
     _close(progress)
     print_summary(summary, args.out)
+    if summary.get("shards") and not summary["ranks"]:
+        sys.stderr.write("error: no rank could be loaded (see the shards above)\n")
+        return 2
     return 0
 
 

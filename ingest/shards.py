@@ -100,7 +100,7 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
                 results[rank] = result
             else:
                 errors[rank] = error
-            progress.file_done(rank, f"rank {rank}", sizes[rank],
+            progress.file_done(rank, pipeline._display(disc.ranks[i].folder, disc.root), sizes[rank],
                                float(result["seconds"]) if result else 0.0)
         plan = lod.base_from_inputs([r["lod_inputs"] for r in results.values()])
         levels: dict[int, list] = {}

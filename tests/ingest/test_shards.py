@@ -362,3 +362,11 @@ def test_cli_refuses_contradictory_arguments(generated, tmp_path, args):
     out = () if "--out" in args else ("--out", tmp_path / "run")
     proc = _cli(generated, *out, *args)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_cli_exits_2_when_no_rank_loads(generated, tmp_path):
+    for rank in (0, 1, 2):
+        (tmp_path / "run" / "shards" / f"rank_{rank:05d}.duckdb" / "x").mkdir(parents=True)
+    proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2", "--quiet")
+    assert proc.returncode == 2 and "no rank could be loaded" in proc.stderr
+    assert "shards: 0 ready, 3 failed" in proc.stdout and "[rank 1] not loaded: " in proc.stdout
