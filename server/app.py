@@ -89,7 +89,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     starts one); the app itself only ever reads finished databases."""
     settings = settings or Settings.from_env()
     store = store or RunStore(settings.data_dir)
-    databases = Databases(settings.max_open_databases)
+    databases = Databases(settings.max_open_databases, settings.max_loaded_ranks)
     query_pool = QueryPool(settings.query_slots, settings.query_cache_mb * 10**6)
 
     @asynccontextmanager

@@ -42,6 +42,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_range_stat_names", int, 1_000, "distinct names a range_stats response lists"),
     Setting("max_children", int, 200, "children listed in a slice detail"),
     Setting("max_open_databases", int, 16, "run databases kept open at once (least recently used are closed)"),
+    Setting("max_loaded_ranks", int, 64, "a run of more ranks loads only those a request shows (ranks=17,18)"),
     Setting("no_browser", bool, False, "do not open a browser tab when serving"),
     Setting("read_only", bool, False, "serve the runs as they are: upload, rename and delete answer 403"),
     Setting("token", OPTIONAL_STR, None,

@@ -236,3 +236,24 @@ def test_the_ingest_worker_writes_a_sharded_run(tmp_path):
     assert info.ranks == [0, 1] and info.loaded_ranks == [0, 1] and info.tracks
     databases.close_all()
     assert time.time() >= done.finished
+
+
+def test_max_loaded_ranks_setting_scopes_requests(served):
+    """ASCENDSCOPE_MAX_LOADED_RANKS=1: a request loads the first rank, or the rank its ids belong to."""
+    from fastapi.testclient import TestClient
+
+    from ascendscope.server.app import create_app
+    from ascendscope.server.settings import Settings
+
+    store, run = served["store"], served["ids"]["sharded"]
+    app = create_app(Settings.from_env(environ={"ASCENDSCOPE_MAX_LOADED_RANKS": "1"}, data_dir=str(store.data_dir)))
+    with TestClient(app) as client:
+        assert app.state.databases.max_loaded_ranks == 1
+        body = _get(client, f"/api/runs/{run}/timeline/tracks")
+        assert body["loaded_ranks"] == [0] and {t["rank"] for t in body["tracks"]} == {0}
+        rank1 = _get(client, f"/api/runs/{run}/timeline/tracks", ranks="1")["tracks"]
+        track = max(rank1, key=lambda t: t["slice_count"])
+        slices = _get(client, f"/api/runs/{run}/timeline/slices", track_id=track["track_id"], width_px=100)
+        (answer,) = slices["tracks"]
+        assert answer["track_id"] == track["track_id"] and len(answer["slice_id"]) > 0
+        assert all(s >> 36 == 1 for s in answer["slice_id"])
