@@ -1,12 +1,12 @@
 """Time to first timeline paint, in Debian's headless chromium, against ``ascendscope serve`` in a child process.
 
 ``first_paint(data_dir, run_ids)`` starts one server on ``data_dir`` (as deployed; read-only), waits until it
-answers ``/api/runs`` (without opening any run), then for each run opens ``/runs/{id}/timeline`` in a fresh page
-and times from the navigation to the moment the page says the timeline is drawn and waits for no data
-(``window.__timeline.ready`` and ``pending() == 0``). The first visit is cold: it pays for opening the run's
-database. Then the page is reloaded ``reloads`` times (warm: the run is open, answers may be cached). Returns
-``{run_id: {"cold_ms", "warm_ms" (median), "slices_drawn"}}``, or ``{"error": why}`` when chromium or
-Playwright is missing.
+answers ``/api/runs`` (without opening any run), then for each run opens ``/runs/{id}/timeline`` in a fresh page and
+times from the navigation to the moment the page says the timeline is drawn, with at least one slice, and waits for
+no data (``window.__timeline.ready``, ``stats.slices > 0`` and ``pending() == 0``). The first visit is cold: it pays
+for opening the run's database. Then the page is reloaded ``reloads`` times (warm: the run is open, answers may be
+cached). Returns ``{run_id: {"cold_ms", "warm_ms" (median), "slices_drawn"}}``, or ``{"error": why}`` when chromium
+or Playwright is missing.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 DRAWN = "() => window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
 FAILED = "() => window.__timeline && window.__timeline.error"
 SETTLED = f"() => ({DRAWN})() || !!({FAILED})()"
+# the page can settle once before it has asked for any slice (seen with 64+ ranks): first paint is a slice drawn
+PAINTED = f"() => ({DRAWN})() && window.__timeline.stats.slices > 0"
 
 
 async def _wait_up(proc, port: int, timeout_s: float = 60) -> None:
@@ -60,6 +62,7 @@ def _paint(browser, url: str, reloads: int, timeout_s: float) -> dict:
             page.wait_for_function(SETTLED, timeout=timeout_s * 1000)
             if page.evaluate(FAILED):
                 return {"error": f"the timeline failed: {page.evaluate(FAILED)}"}
+            page.wait_for_function(PAINTED, timeout=timeout_s * 1000)
             times.append((time.perf_counter() - t0) * 1000)
         stats = page.evaluate("window.__timeline.stats")
     except PlaywrightError as exc:  # a timeout or a crashed page is this run's result, not the suite's end

@@ -146,3 +146,23 @@ def test_tb_view_names_rank_folders_as_the_loader_expects(tmp_path):
     # torch_npu's {host}_{pid}_{time}_ascend_pt form, the only one torch-tb-profiler-ascend's loader takes
     assert all(re.match(r"^(.*?)_(\d+(\.\d+)?)_ascend_pt$", n) for n in names), names
     assert {p.resolve() for p in view.iterdir()} == {p.resolve() for p in src.iterdir()}
+
+
+def test_first_paint_waits_for_a_drawn_slice():
+    """A page can settle (ready, nothing pending) before it has asked for any slice, as the timeline of a 64-rank
+    run did: first paint is when slices are drawn, not that moment."""
+    from ascendscope.bench import paint
+
+    if not paint.CHROMIUM.exists():
+        pytest.skip(f"{paint.CHROMIUM} is missing (apt-get install chromium); CI installs it")
+    from playwright.sync_api import sync_playwright
+
+    page = ("<script>window.__timeline = {ready: true, error: null, pending: () => 0, stats: {slices: 0}};"
+            "setTimeout(() => { window.__timeline.stats = {slices: 7}; }, 300);</script>")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(paint.CHROMIUM), headless=True, args=paint.ARGS)
+        try:
+            res = paint._paint(browser, "data:text/html," + page, reloads=0, timeout_s=30)
+        finally:
+            browser.close()
+    assert res["slices_drawn"] == 7, res
