@@ -84,7 +84,9 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
         sizes = {s.rank: sum(readers.size(k, p) for k, p in s.files.items()) for s in disc.ranks}
         progress.begin(sum(sizes.values()), len(disc.ranks))
         (out / SHARDS_DIR).mkdir(exist_ok=True)
-        n = max(1, int(workers or default_workers()))
+        # no more processes than ranks: a lone rank gets every core (its files load side by side, its trace in
+        # halves) instead of one core beside an idle worker
+        n = max(1, min(int(workers or default_workers()), len(disc.ranks)))
         threads = max(1, (os.cpu_count() or 1) // n)
         # node-local scratch for Ray (another node may not have our temp folder); our run folder's otherwise
         scratch = None if executor == "ray" else tempfile.gettempdir()

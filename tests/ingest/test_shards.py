@@ -371,3 +371,30 @@ def test_cli_exits_2_when_no_rank_loads(generated, tmp_path):
     proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2", "--quiet")
     assert proc.returncode == 2 and "no rank could be loaded" in proc.stderr
     assert "shards: 0 ready, 3 failed" in proc.stdout and "[rank 1] not loaded: " in proc.stdout
+
+
+def test_a_lone_rank_gets_every_core(tmp_path, monkeypatch):
+    """One rank on a pool of two would parse on one core beside an idle worker (1 rank: 9.3 s sharded against
+    5.1 s as one file): the pool has no more processes than ranks, and the rank's DuckDB gets the cores."""
+    src = tmp_path / "src"
+    generate_run(src, ranks=1, steps=1, ops_per_step=5)
+    seen = {"threads": []}
+    real = shards.make_executor
+
+    def spy(kind, *, workers=None, ray_address=None):
+        seen["workers"] = workers
+        runner = real(kind, workers=workers, ray_address=ray_address)
+        run = runner.run
+
+        def recording_run(fn, calls):
+            seen["threads"] += [c["threads"] for c in calls]
+            return run(fn, calls)
+
+        runner.run = recording_run
+        return runner
+
+    monkeypatch.setattr(shards, "make_executor", spy)
+    monkeypatch.setattr(shards.os, "cpu_count", lambda: 2)
+    summary = ingest_sharded(src, tmp_path / "run", workers=2)
+    assert summary["ranks"] == [0]
+    assert seen["workers"] == 1 and set(seen["threads"]) == {2}
