@@ -1,7 +1,9 @@
 // JSON API client: GET with repeatable query parameters, abortable, errors as ApiError with the server's
-// {"error": {"code", "message", "status"}} shape.
+// {"error": {"code", "message", "status"}} shape. A GET under this page's run carries the page's `ranks`
+// (urls.js scopeParams) and reports the ranks its answer says are loaded (scope.js).
 
-import { queryString } from "./urls.js";
+import { noteAnswer } from "./scope.js";
+import { queryString, scopeParams } from "./urls.js";
 
 export class ApiError extends Error {
   constructor(status, code, message) {
@@ -12,8 +14,11 @@ export class ApiError extends Error {
 }
 
 export async function apiGet(path, params = {}, { signal } = {}) {
-  const resp = await fetch(path + queryString(params), { signal, headers: { Accept: "application/json" } });
-  return readAnswer(resp);
+  const resp = await fetch(path + queryString(scopeParams(path, params)),
+    { signal, headers: { Accept: "application/json" } });
+  const body = await readAnswer(resp);
+  noteAnswer(path, body);
+  return body;
 }
 
 /** The JSON body of a response, or an ApiError carrying the server's error shape. An abort while the body

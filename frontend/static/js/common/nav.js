@@ -1,12 +1,15 @@
 // Page chrome shared by every view: the page data the server embedded, the rank selector (kept in the URL as
-// ?rank=, carried across the run tabs) and the wait-until-ready reload for runs still ingesting.
+// ?rank=, carried across the run tabs with the page's ?ranks=) and the wait-until-ready reload for runs still
+// ingesting. On a big sharded run whose server loads only some ranks (common/scope.js), picking a rank it has not
+// loaded reloads the page scoped to that rank, and a note next to the selector says which ranks are loaded.
 //
 // Views import { page, currentRank, onRankChange } from "/static/js/common/nav.js".
 
 import { apiGet } from "./api.js";
 import { el } from "./dom.js";
 import { progressText } from "./progress.js";
-import { replaceParams, runApi, setParams, urlParam } from "./urls.js";
+import { isLoaded, LOADED_EVENT, scopedUrl } from "./scope.js";
+import { replaceParams, runApi, runPage, setParams, urlParam } from "./urls.js";
 
 export const page = JSON.parse(document.getElementById("page-data")?.textContent || "{}");
 
@@ -27,7 +30,7 @@ export function onRankChange(fn) {
 
 function syncTabs(rank) {
   for (const a of document.querySelectorAll("#view-tabs a.tab")) {
-    const url = setParams(new URL(a.href, location.href), { rank });
+    const url = setParams(new URL(a.href, location.href), { rank, ranks: urlParam("ranks") });
     a.href = url.pathname + url.search;
   }
 }
@@ -39,10 +42,31 @@ function initRankSelect() {
   syncTabs(currentRank());
   rankSelect.addEventListener("change", () => {
     const rank = currentRank();
+    if (!isLoaded(rank)) {  // the server has not loaded it: the view would show nothing
+      location.assign(scopedUrl(rank));
+      return;
+    }
     replaceParams({ rank });
     syncTabs(rank);
     window.dispatchEvent(new CustomEvent(RANK_EVENT, { detail: { rank } }));
   });
+}
+
+const LISTED_RANKS = 4;  // beyond this many loaded ranks the note counts them
+
+/** Next to the selector: which of the run's ranks the server loaded, when that is not all of them. */
+function showLoaded(loaded) {
+  document.getElementById("rank-scope")?.remove();
+  const all = page.ranks || [];
+  if (!rankSelect || !page.run_id || loaded.length >= all.length) return;
+  const fmt = (n) => n.toLocaleString("en-US");
+  const which = loaded.length <= LISTED_RANKS
+    ? `rank${loaded.length === 1 ? "" : "s"} ${loaded.join(", ")}` : `${fmt(loaded.length)} ranks`;
+  const note = el("span", { id: "rank-scope", class: "muted rank-scope",
+    title: "The server loads only some ranks of a run this big: pick another rank in the selector, or in the "
+      + "Cluster view" }, `${which} of ${fmt(all.length)} loaded · `,
+  el("a", { href: runPage(page.run_id, "cluster") }, "Cluster view"));
+  rankSelect.closest("label").after(note);
 }
 
 async function waitUntilReady() {
@@ -71,4 +95,5 @@ async function waitUntilReady() {
 }
 
 initRankSelect();
+window.addEventListener(LOADED_EVENT, (e) => showLoaded(e.detail.ranks));
 waitUntilReady();

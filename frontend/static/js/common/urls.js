@@ -1,5 +1,7 @@
 // Every URL the pages build: API paths of a run, links to a run's pages, query strings, and the page's own URL
 // (read a parameter, rewrite some in place without a reload). Ids and values are always encoded here.
+// A request under this page's run carries the page's `ranks` (the ranks of a big sharded run the server loads,
+// see common/scope.js) unless it names its own: apiGet and withQuery pass their parameters through scopeParams.
 
 /** Query string from an object; array values repeat the key (track_id=1&track_id=2); null/undefined skipped. */
 export function queryString(params = {}) {
@@ -15,7 +17,7 @@ export function queryString(params = {}) {
 
 /** A path with a query string (a CSV export, a request to show as a link). */
 export function withQuery(path, params) {
-  return path + queryString(params);
+  return path + queryString(scopeParams(path, params));
 }
 
 /** The runs collection: GET lists them, POST uploads one. */
@@ -27,6 +29,19 @@ export const COMPARE_API = "/api/compare";
 /** The API path of a run, or of something under it: runApi(id, "/timeline/tracks"). */
 export function runApi(runId, path = "") {
   return `${RUNS_API}/${encodeURIComponent(runId)}${path}`;
+}
+
+/** Whether `path` is under this page's run API ("/api/runs/<id>/…" on a page "/runs/<id>/…"). */
+export function underPageRun(path) {
+  const m = /^\/runs\/([^/]+)\//.exec(location.pathname);
+  return m !== null && path.startsWith(`${runApi(decodeURIComponent(m[1]))}/`);
+}
+
+/** `params` plus this page's `ranks` URL parameter, for a request under this page's run that names none. */
+export function scopeParams(path, params = {}) {
+  const ranks = urlParam("ranks");
+  if (!ranks || !underPageRun(path) || (params && params.ranks !== undefined && params.ranks !== null)) return params;
+  return { ...params, ranks };
 }
 
 /** A page of a run: runPage(id, "timeline", {slice: 12}) → /runs/<id>/timeline?slice=12. */
