@@ -28,7 +28,8 @@ class Setting:
 OPTIONAL_STR = str | None
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("data_dir", Path, "~/.ascendscope", "where runs are stored: <data_dir>/runs/<id>/{run.json,run.duckdb}"),
+    Setting("data_dir", Path, "~/.ascendscope",
+            "where runs are stored: <data_dir>/runs/<id>/{run.json,manifest.json,cluster.duckdb,shards/}"),
     Setting("host", str, "127.0.0.1", "interface to listen on"),
     Setting("port", int, 8000, "TCP port to listen on"),
     Setting("query_timeout_s", float, 10.0, "a database query running longer than this is interrupted"),

@@ -10,7 +10,9 @@ import dataclasses
 import io
 from pathlib import Path
 
+from ascendscope.ingest import layout
 from ascendscope.server import settings as settings_module
+from ascendscope.server.runs import RUN_FILE
 from ascendscope.server.cli import build_parser
 from ascendscope.server.settings import SETTINGS, Settings
 
@@ -52,3 +54,10 @@ def test_each_setting_is_named_once_in_its_module():
     twice = sorted(s.name for s in SETTINGS if names.count(s.name) > 1)
     assert not twice, f"declared more than once: {twice}"
 
+
+
+def test_the_data_dir_help_names_what_a_run_folder_holds():
+    """A run folder as the store writes it: run.json and the sharded layout (server.runs, ingest.layout)."""
+    (data_dir,) = [s for s in SETTINGS if s.name == "data_dir"]
+    for name in (RUN_FILE, layout.MANIFEST, layout.CLUSTER_DB, f"{layout.SHARDS_DIR}/"):
+        assert name in data_dir.help, name
