@@ -12,8 +12,8 @@ from pathlib import Path
 
 from ascendscope.ingest import layout
 from ascendscope.server import settings as settings_module
-from ascendscope.server.runs import RUN_FILE
 from ascendscope.server.cli import build_parser
+from ascendscope.server.runs import RUN_FILE
 from ascendscope.server.settings import SETTINGS, Settings
 
 GOLDEN = Path(__file__).with_name("settings_golden.txt")
