@@ -112,3 +112,4 @@ def test_a_rank_link_without_ranks_opens_that_rank(page, big_run):
     open_timeline(page, f"{big_run.base_url}/runs/{run_id}/timeline?rank=5")
     assert parse_qs(urlparse(page.url).query)["ranks"] == ["5"]
     assert drawn_ranks(page) == {5}
+

@@ -1,14 +1,15 @@
 // Page chrome shared by every view: the page data the server embedded, the rank selector (kept in the URL as
 // ?rank=, carried across the run tabs with the page's ?ranks=) and the wait-until-ready reload for runs still
-// ingesting. On a big sharded run whose server loads only some ranks (common/scope.js), picking a rank it has not
-// loaded reloads the page scoped to that rank, and a note next to the selector says which ranks are loaded.
+// ingesting. On a big sharded run whose server loads only some ranks (common/scope.js), a page opened for a rank
+// (or a slice) the server did not load, or a rank picked that it has not loaded, reloads the page asking for that
+// rank, and a note next to the selector says which ranks are loaded.
 //
 // Views import { page, currentRank, onRankChange } from "/static/js/common/nav.js".
 
 import { apiGet } from "./api.js";
 import { el } from "./dom.js";
 import { progressText } from "./progress.js";
-import { isLoaded, LOADED_EVENT, scopedUrl } from "./scope.js";
+import { isLoaded, LOADED_EVENT, rescope, scopedUrl } from "./scope.js";
 import { replaceParams, runApi, runPage, setParams, urlParam } from "./urls.js";
 
 export const page = JSON.parse(document.getElementById("page-data")?.textContent || "{}");
@@ -95,5 +96,7 @@ async function waitUntilReady() {
 }
 
 initRankSelect();
-window.addEventListener(LOADED_EVENT, (e) => showLoaded(e.detail.ranks));
+window.addEventListener(LOADED_EVENT, (e) => {
+  if (!rescope(currentRank(), urlParam("slice"))) showLoaded(e.detail.ranks);
+});
 waitUntilReady();

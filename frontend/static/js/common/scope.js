@@ -11,7 +11,9 @@ const SLICE_ID_BITS = 36n;  // a shard's slice ids carry their rank above these 
 
 let loaded = null;  // the loaded ranks the last answer that said so named; null: no answer said (all are loaded)
 
-/** Keep the loaded ranks an answer under this page's run reports (null `loaded_ranks`: one file, all loaded). */
+/** Keep the loaded ranks an answer under this page's run reports (null `loaded_ranks`: one file, all loaded).
+ *  The run answer (/api/runs/<id>) is not under it, and rightly so: it reports the server's default scope
+ *  whatever `ranks` a request names. */
 export function noteAnswer(path, body) {
   if (!body || !Array.isArray(body.loaded_ranks) || !underPageRun(path)) return;
   loaded = body.loaded_ranks.map(Number);
@@ -31,16 +33,21 @@ export function isLoaded(rank) {
   return !asked || asked.split(",").map(Number).includes(Number(rank));
 }
 
-/** On a page whose URL names no `ranks`: this page's URL asking for the ranks of `rank` and of `sliceId` that
- *  the server has not loaded, or null when nothing is missing. (With `ranks` in the URL the server loaded what it
- *  could of them; asking again would only loop.) */
-export function rescopedUrl(rank, sliceId) {
-  if (urlParam("ranks") || loaded === null) return null;
-  const want = [rank, sliceId === null || sliceId === undefined ? null : sliceRank(sliceId)]
-    .filter((r) => r !== null && r !== undefined && !loaded.includes(r));
-  if (!want.length) return null;
+let leaving = false;
+
+/** On a page whose URL names no `ranks`, once an answer said which ranks are loaded: when the server has not
+ *  loaded `rank` (the one picked) or the rank of `sliceId` (a linked slice), reload the page asking for them
+ *  (location.replace). True while that reload is under way: the caller then stops building the page. (With
+ *  `ranks` in the URL the server loaded what it could of them; asking again would only loop.) */
+export function rescope(rank, sliceId) {
+  if (leaving) return true;
+  if (urlParam("ranks") || loaded === null) return false;
+  const want = [rank, sliceRank(sliceId)].filter((r) => r !== null && r !== undefined && !loaded.includes(r));
+  if (!want.length) return false;
   const url = setParams(new URL(location.href), { ranks: [...new Set(want)].sort((a, b) => a - b).join(",") });
-  return url.pathname + url.search + url.hash;
+  leaving = true;
+  location.replace(url.pathname + url.search + url.hash);
+  return true;
 }
 
 /** This page's URL scoped to one rank (ranks= and rank=), without a selected slice of another rank. */

@@ -10,7 +10,7 @@ import { colorFor } from "../common/colors.js";
 import { el } from "../common/dom.js";
 import { formatCount } from "../common/format.js";
 import { currentRank, onRankChange } from "../common/nav.js";
-import { rescopedUrl } from "../common/scope.js";
+import { rescope } from "../common/scope.js";
 import { sourceNote } from "../common/sources.js";
 import { absNs, formatDuration, formatExact, relNs } from "../common/time.js";
 import { pyQuote, replaceParams, runApi, urlParam } from "../common/urls.js";
@@ -70,12 +70,9 @@ export class Timeline {
 
   async init() {
     const tr = await apiGet(runApi(this.runId, "/timeline/tracks"));
-    // a big sharded run loaded without the rank picked (?rank=) or the linked slice's (?slice=): ask for them
-    const rescoped = rescopedUrl(currentRank(), urlParam("slice"));
-    if (rescoped) {
-      location.replace(rescoped);
-      return new Promise(() => {});  // the page goes away; nothing of it is drawn meanwhile
-    }
+    // a big sharded run loaded without the rank picked (?rank=) or the linked slice's (?slice=): the page reloads
+    // asking for them, and nothing of this one is drawn meanwhile
+    if (rescope(currentRank(), urlParam("slice"))) return new Promise(() => {});
     this.origin = BigInt(tr.origin_ns);
     this.runStart = relNs(tr.start_ns, this.origin);
     this.baseStart = this.runStart;
