@@ -88,9 +88,7 @@ def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path], list[Ran
         if name.endswith("_ascend_ms"):
             disc.warn(None, _rel(path, disc.root), "MindSpore profiling folder: not supported yet")
             continue
-        if name == "cluster_analysis_output":
-            disc.warn(None, _rel(path, disc.root), "msprof-analyze cluster output: not loaded (ascendscope "
-                      "computes the cluster views from the rank folders)")
+        if name == "cluster_analysis_output":  # not a rank: ingest.cluster.load_cluster_analysis reads it
             continue
         try:
             entries = sorted(os.scandir(path), key=lambda e: e.name)

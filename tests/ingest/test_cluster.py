@@ -194,3 +194,13 @@ def test_bad_cluster_files_are_warned_about_by_name(tmp_path):
     assert status[csv_name] == "partial" and status[matrix_name] == "partial"
     assert status["job/cluster_analysis_output/cluster_communication.json"] == "failed"
     assert status["job/cluster_analysis_output/cluster_analysis.db"] == "skipped"
+
+
+@needs_fixtures
+def test_discovery_does_not_call_the_loaded_cluster_output_unloaded():
+    """cluster_analysis_output is read by load_cluster_analysis: discovery skips it as a rank folder without a
+    warning that says it was not loaded."""
+    from ascendscope.ingest.discover import discover
+
+    disc = discover(FIXTURES)
+    assert not [w for w in disc.warnings if "cluster_analysis_output" in str(w[1])], disc.warnings
