@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -460,9 +461,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
     (a shard) the level-of-detail tables are left empty. ``keep_open(con)`` runs last on the file (its result is
     the summary's ``extra``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    con = duckdb.connect(str(tmp), config=_file_config(ranks, shard=bases is not None))
-    try:
+    with atomic_duckdb(out, _file_config(ranks, shard=bases is not None)) as con:
         con.execute(f"SET memory_limit = '{_checked_size(memory_limit)}'")
         con.execute("SET temp_directory = ?", [str(work / "spill")])
         if threads:
@@ -498,6 +497,17 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
         if keep_open is not None:
             summary["extra"] = keep_open(con)
         progress.phase("writing the file")
+    return summary
+
+
+@contextmanager
+def atomic_duckdb(out: Path, config: dict | None = None):
+    """A DuckDB connection to a temp file beside ``out``, checkpointed and renamed to ``out`` when the block
+    ends; on any error the temp file and its WAL are removed, so ``out`` is either whole or untouched."""
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    con = duckdb.connect(str(tmp), config=config or {})
+    try:
+        yield con
         con.execute("CHECKPOINT")
         con.close()
         os.replace(tmp, out)
@@ -506,7 +516,6 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
         for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
             leftover.unlink(missing_ok=True)
         raise
-    return summary
 
 
 def _checked_size(text: str) -> str:

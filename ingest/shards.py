@@ -43,6 +43,7 @@ from .layout import (
     shard_name,
 )
 from .pipeline import NoProfilingData, Progress, ingest_rank
+from .schema import CORE_DDL
 
 ATTACH_BATCH = 16  # shards attached at once while cluster.duckdb is assembled
 SHARD_MEMORY_LIMIT = "1GB"  # DuckDB's limit per task (spilling past it), so a worker stays within ~1.5 GB
@@ -158,10 +159,7 @@ def _entries(out: Path, disc, results: dict[int, dict], errors: dict[int, str]) 
 def _write_cluster(out: Path, disc, ready: list[int], levels: dict[int, list], failed: list[tuple],
                    src_path: Path, started: float) -> None:
     """cluster.duckdb: the run-wide tables, from every ready shard (a few attached at a time), then renamed."""
-    target = out / CLUSTER_DB
-    tmp = target.with_name(f"{CLUSTER_DB}.tmp-{os.getpid()}-{threading.get_ident()}")
-    con = duckdb.connect(str(tmp))
-    try:
+    with pipeline.atomic_duckdb(out / CLUSTER_DB) as con:
         made: set[str] = set()
         for start in range(0, len(ready), ATTACH_BATCH):
             batch = ready[start:start + ATTACH_BATCH]
@@ -180,8 +178,6 @@ def _write_cluster(out: Path, disc, ready: list[int], levels: dict[int, list], f
                         made.add(table)
             for j, _ in enumerate(batch):
                 con.execute(f"DETACH s{j}")
-        from .schema import CORE_DDL
-
         for ddl in CORE_DDL:  # the run-wide tables exist even when no shard is ready
             name = ddl.split()[2]
             if name in RUN_TABLES and name not in made and name != "meta":
@@ -205,14 +201,6 @@ def _write_cluster(out: Path, disc, ready: list[int], levels: dict[int, list], f
                 "ingest_seconds": f"{time.perf_counter() - started:.3f}", "bytes_read": str(int(bytes_read)),
                 "layout": "sharded"}
         con.executemany("INSERT INTO meta VALUES (?, ?)", list(meta.items()))
-        con.execute("CHECKPOINT")
-        con.close()
-        os.replace(tmp, target)
-    except BaseException:
-        con.close()
-        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
-            leftover.unlink(missing_ok=True)
-        raise
 
 
 def _summary(out: Path, entries: list[dict], results: dict[int, dict]) -> dict:
