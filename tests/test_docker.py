@@ -158,4 +158,4 @@ def test_sharing_a_read_only_folder_with_a_token(tmp_path):
         output = stop(proc)
     assert TOKEN in output  # the announced URL carries the token, to hand to the team
     assert {str(p.relative_to(profiles)): p.stat().st_mtime_ns for p in profiles.rglob("*")} == before
-    assert len(list((tmp_path / "data" / "runs").glob("*/run.duckdb"))) == 2
+    assert len(list((tmp_path / "data" / "runs").glob("*/manifest.json"))) == 2  # two sharded runs written
