@@ -1,15 +1,7 @@
 """Summary view: the per-rank, per-step time breakdown, findings, top operators and run metadata.
 
-The breakdown comes from ``step_trace`` (the profiler's ``step_trace_time.csv``) when a rank has it, otherwise it
-is derived from the Overlap Analysis slices exactly as torch_npu does (FORMATS.md §6.1):
-
-* each slice named Computing / Communication / Communication(Not Overlapped) / Free is assigned to the step whose
-  device range ``[device_start_ns, device_end_ns)`` contains its start, and its whole duration is added;
-* communication op slices named ``hcom_receive*`` add to Bubble;
-* Overlapped = Communication − Communication(Not Overlapped);
-  Communication(Not Overlapped and Exclude Receive) = max(Communication(Not Overlapped) − Bubble, 0);
-  Stage = (last end − first start of the step's slices) − Bubble;
-  Preparing = first Computing/Communication start − the step's host start (the first torch op without steps).
+The breakdown and its SQL live in :mod:`ascendscope.ingest.breakdown` (ingest builds ``cluster_steps`` from the same
+definition): step_trace where a rank has it, else derived from the Overlap Analysis slices as torch_npu does.
 
 A rank's ``profiler_info`` / ``profiler_metadata`` are the profiler's JSON files as ingest stored them: text nested
 deeper than :data:`MAX_JSON_DEPTH` is not parsed (it would exhaust the parser's recursion, or the response
@@ -23,10 +15,9 @@ import re
 
 import numpy as np
 
+from ascendscope.ingest.breakdown import CATEGORIES, breakdown, derived_rows, step_trace_rows  # noqa: F401
 from ascendscope.server.queries import ns_str, ratio
 
-CATEGORIES = ("computing_ns", "communication_not_overlapped_ns", "overlapped_ns", "communication_ns", "free_ns",
-              "preparing_ns", "stage_ns", "bubble_ns", "communication_not_overlapped_and_exclude_receive_ns")
 FREE_FINDING_RATIO = 0.10
 EXPOSED_COMM_FINDING_RATIO = 0.20
 SLOW_RANK_FINDING_RATIO = 0.05
@@ -35,45 +26,6 @@ MAX_BREAKDOWN_ROWS = 20_000  # ranks × steps; the findings are computed over al
 MAX_JSON_DEPTH = 64  # real profiler metadata nests a few levels; the response encoder stops at 255
 JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
-STEP_TRACE_SQL = """
-SELECT rank, step, computing_ns, communication_not_overlapped_ns, overlapped_ns, communication_ns, free_ns,
-       {preparing} AS preparing_ns, stage_ns, bubble_ns, communication_not_overlapped_and_exclude_receive_ns
-FROM step_trace ORDER BY rank, step NULLS FIRST
-"""
-OVERLAP_EVENTS_CTE = """
-WITH ev AS (
-  SELECT s.rank, s.name AS cat, s.ts_ns, s.dur_ns
-  FROM slices s JOIN tracks t ON t.track_id = s.track_id
-  WHERE t.kind = 'overlap' AND s.name IN ('Computing', 'Communication', 'Communication(Not Overlapped)', 'Free')
-  UNION ALL
-  SELECT s.rank, 'Bubble' AS cat, s.ts_ns, s.dur_ns
-  FROM slices s JOIN tracks t ON t.track_id = s.track_id
-  WHERE t.kind = 'communication' AND starts_with(s.name, 'hcom_receive')
-)"""
-DERIVED_AGG = """
-  sum(dur_ns) FILTER (WHERE cat = 'Computing') AS computing_ns,
-  sum(dur_ns) FILTER (WHERE cat = 'Communication(Not Overlapped)') AS communication_not_overlapped_ns,
-  sum(dur_ns) FILTER (WHERE cat = 'Communication') AS communication_ns,
-  sum(dur_ns) FILTER (WHERE cat = 'Free') AS free_ns,
-  sum(dur_ns) FILTER (WHERE cat = 'Bubble') AS bubble_ns,
-  max(ts_ns + dur_ns) - min(ts_ns) AS span_ns,
-  min(ts_ns) FILTER (WHERE cat IN ('Computing', 'Communication')) AS first_task_ns"""
-# Ranks with steps: each slice goes to the step whose device range holds its start.
-DERIVED_STEPS_SQL = OVERLAP_EVENTS_CTE + """,
-a AS (
-  SELECT st.rank, st.step, st.host_start_ns, ev.cat, ev.ts_ns, ev.dur_ns
-  FROM ev JOIN steps st ON st.rank = ev.rank AND ev.ts_ns >= st.device_start_ns AND ev.ts_ns < st.device_end_ns
-)
-SELECT rank, step, any_value(host_start_ns) AS host_start_ns, """ + DERIVED_AGG + """
-FROM a GROUP BY rank, step ORDER BY rank, step
-"""
-# Ranks without steps: one row over everything; Preparing counts from the first torch op.
-DERIVED_NO_STEPS_SQL = OVERLAP_EVENTS_CTE + """
-SELECT ev.rank, NULL::BIGINT AS step,
-       (SELECT min(s.ts_ns) FROM slices s JOIN tracks t ON t.track_id = s.track_id
-        WHERE t.kind = 'python' AND s.rank = ev.rank AND s.cat = 'cpu_op') AS host_start_ns, """ + DERIVED_AGG + """
-FROM ev WHERE ev.rank NOT IN (SELECT rank FROM steps) GROUP BY ev.rank ORDER BY ev.rank
-"""
 RANKS_SQL = """
 SELECT rank, device_id, folder, rank_source, profiler_level, torch_npu_version, cann_version, has_trace,
        overlap_source, start_ns, end_ns, profiler_info, profiler_metadata
@@ -90,72 +42,6 @@ CORE_SPLIT_SQL = """
 SELECT rank, coalesce(accelerator_core, 'N/A') AS accelerator_core, sum(duration_ns) AS total_ns, count(*) AS count
 FROM kernels GROUP BY ALL ORDER BY rank, total_ns DESC
 """
-
-
-def _int(v) -> int | None:
-    return None if v is None else int(round(v))
-
-
-def step_trace_rows(db) -> list[dict]:
-    from ascendscope.server.queries import table_columns
-
-    cols = table_columns(db, "step_trace")
-    preparing = "preparing_ns" if "preparing_ns" in cols else "NULL::BIGINT"
-    rows = db.dicts(STEP_TRACE_SQL.format(preparing=preparing))
-    for r in rows:
-        r["source"] = "step_trace"
-    return rows
-
-
-def derived_rows(db) -> list[dict]:
-    """The breakdown recomputed from the Overlap Analysis slices (every rank that has them)."""
-    out = []
-    for r in db.dicts(DERIVED_STEPS_SQL) + db.dicts(DERIVED_NO_STEPS_SQL):
-        comm = int(r["communication_ns"] or 0)
-        cno = int(r["communication_not_overlapped_ns"] or 0)
-        bubble = int(r["bubble_ns"] or 0)
-        host = r["host_start_ns"]
-        first = r["first_task_ns"]
-        out.append({
-            "rank": int(r["rank"]), "step": r["step"],
-            "computing_ns": int(r["computing_ns"] or 0),
-            "communication_not_overlapped_ns": cno,
-            "overlapped_ns": comm - cno,
-            "communication_ns": comm,
-            "free_ns": int(r["free_ns"] or 0),
-            "preparing_ns": None if host is None or first is None else int(first) - int(host),
-            "stage_ns": int(r["span_ns"] or 0) - bubble,
-            "bubble_ns": bubble,
-            "communication_not_overlapped_and_exclude_receive_ns": max(cno - bubble, 0),
-            "source": "overlap",
-        })
-    out.sort(key=lambda r: (r["rank"], -1 if r["step"] is None else r["step"]))
-    return out
-
-
-def breakdown(db, source: str = "auto") -> list[dict]:
-    """Rows per (rank, step). ``source``: ``step_trace``, ``overlap`` or ``auto`` (step_trace where a rank has it,
-    the Overlap Analysis slices otherwise)."""
-    if source == "step_trace":
-        rows = step_trace_rows(db)
-    elif source == "overlap":
-        rows = derived_rows(db)
-    else:
-        rows = step_trace_rows(db)
-        have = {r["rank"] for r in rows}
-        rows += [r for r in derived_rows(db) if r["rank"] not in have]
-        rows.sort(key=lambda r: (r["rank"], -1 if r["step"] is None else r["step"]))
-    for r in rows:
-        for k in CATEGORIES:
-            r[k] = _int(r.get(k))
-        r["step"] = None if r["step"] is None else int(r["step"])
-        e2e = (r["computing_ns"] or 0) + (r["communication_not_overlapped_ns"] or 0) + (r["free_ns"] or 0)
-        r["e2e_ns"] = e2e
-        r["computing_not_overlapped_ns"] = (r["computing_ns"] or 0) - (r["overlapped_ns"] or 0)
-        r["computing_ratio"] = ratio(r["computing_ns"], e2e)
-        r["communication_ratio"] = ratio(r["communication_not_overlapped_ns"], e2e)
-        r["free_ratio"] = ratio(r["free_ns"], e2e)
-    return rows
 
 
 def _ms(ns) -> str:
