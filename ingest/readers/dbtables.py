@@ -6,7 +6,8 @@
                      included, never below 0; 0 for the first. ``step_id`` from STEP_TIME (else the derived
                      steps).
     memory_record    NPU_MEM "app" rows (as component APP), then MEMORY_RECORD; bytes -> MB
-    operator_memory  OP_MEMORY; bytes -> KB / MB
+    operator_memory  OP_MEMORY; bytes -> KB / MB; a GE block (no stream, no active totals) named ``cann::<op>``
+                     as the text export names it
     npu_module_mem   NPU_MODULE_MEM with ENUM_MODULE names; bytes -> MB
 
 ``src_row`` numbers the rows in that order (kernels by start time). PMU metrics keep their db names (snake_case),
@@ -100,7 +101,10 @@ FROM r ORDER BY part, ord
 OPERATOR_MEMORY = f"""
 CREATE OR REPLACE TABLE {{out}}operator_memory AS
 SELECT CAST({{rank}} AS INTEGER) AS rank, CAST(row_number() OVER (ORDER BY o.rowid) AS INTEGER) AS src_row,
-       n.value AS name, o.size / 1024 AS size_kb, o.allocation_time AS allocation_time_ns,
+       -- a GE (CANN) block: no stream and no active totals; the text export names it "cann::<op>"
+       CASE WHEN o.stream_ptr IS NULL AND o.allocation_total_active IS NULL AND NOT starts_with(n.value, 'cann::')
+            THEN 'cann::' || n.value ELSE n.value END AS name,
+       o.size / 1024 AS size_kb, o.allocation_time AS allocation_time_ns,
        o.release_time AS release_time_ns, o.active_release_time AS active_release_time_ns,
        o.duration AS duration_ns, o.active_duration AS active_duration_ns,
        o.allocation_total_allocated / {MB} AS allocation_total_allocated_mb,

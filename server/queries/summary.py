@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from ascendscope.ingest.breakdown import CATEGORIES, breakdown, derived_rows, step_trace_rows  # noqa: F401
-from ascendscope.server.queries import ns_str, ratio
+from ascendscope.server.queries import ns_str, ratio, sources
 
 FREE_FINDING_RATIO = 0.10
 EXPOSED_COMM_FINDING_RATIO = 0.20
@@ -216,9 +216,18 @@ def core_split(db) -> dict[int, list[dict]]:
     return out
 
 
+def name_sources(db, rows: list[dict]) -> list[dict]:
+    """Each row's ``source_name``: the file or table its numbers came from, in its rank's format."""
+    names = sources.source_names(db, "step_trace") if any(r["source"] == "step_trace" for r in rows) else {}
+    for r in rows:
+        r["source_name"] = names.get(r["rank"], "step_trace_time.csv") if r["source"] == "step_trace" \
+            else "the Overlap Analysis lane"
+    return rows
+
+
 def summary(db, source: str = "auto", top_rank: int | None = None) -> dict:
     ranks = rank_metadata(db)
-    rows = breakdown(db, source)
+    rows = name_sources(db, breakdown(db, source))
     kernel_ranks = sorted(core_split(db))
     if top_rank is None and kernel_ranks:
         top_rank = kernel_ranks[0]
@@ -227,6 +236,9 @@ def summary(db, source: str = "auto", top_rank: int | None = None) -> dict:
         "breakdown": rows[:MAX_BREAKDOWN_ROWS],
         "breakdown_truncated": len(rows) > MAX_BREAKDOWN_ROWS,
         "sources": sorted({r["source"] for r in rows}),
+        "source_names": sorted({r["source_name"] for r in rows}),
+        # what the step table is called in this run's format(s), for the source picker
+        "step_trace_names": sorted(set(sources.source_names(db, "step_trace").values())),
         "findings": findings(rows),
         "ranks": ranks,
         "parallel_groups": parallel_groups(ranks),

@@ -153,7 +153,8 @@ function tableBar(table, shown, what) {
     `${formatCount(shown)} of ${formatCount(table.rows.length)} ${what}${cut} · ${only}`);
 }
 
-function sourceText(src) {
+function sourceText(src, name) {
+  if (name) return name;  // the file or table, in the side's format (analysis.db, msprof op_summary…)
   if (src === "kernel_details") return "kernel_details.csv";
   if (src === "trace") return "the trace's device lanes (no kernel_details.csv)";
   return "no kernels";
@@ -162,7 +163,7 @@ function sourceText(src) {
 function renderKernels() {
   const k = data.kernels;
   const unsplit = (s) => (data[s].step !== null && !k.step_filtered[s] ? ", whole rank (not split by step)" : "");
-  $("#cmp-kernels-note").textContent = SIDES.map((s) => `${s.toUpperCase()}: ${sourceText(k.source[s])}${unsplit(s)}`)
+  $("#cmp-kernels-note").textContent = SIDES.map((s) => `${s.toUpperCase()}: ${sourceText(k.source[s], k.source_name?.[s])}${unsplit(s)}`)
     .join(" · ");
   const keyText = (r) => [r.name, r.type, r.accelerator_core].filter(Boolean).join(" ");
   const rows = filtered(k, keyText);
@@ -202,7 +203,7 @@ function renderComm() {
 function renderBreakdown() {
   const bd = data.breakdown;
   const names = { step_trace: "step_trace_time.csv", overlap: "the Overlap Analysis lane" };
-  const src = (s) => names[bd.source[s]] || bd.source[s] || "no breakdown";
+  const src = (s) => bd.source_name?.[s] || names[bd.source[s]] || bd.source[s] || "no breakdown";
   $("#cmp-breakdown-note").textContent = `ms; A from ${src("a")}, B from ${src("b")}`;
   const body = el("tbody", {}, bd.rows.map((r) => {
     const fmt = r.ratio ? (x) => pct(x, 2) : (x) => ms(x);

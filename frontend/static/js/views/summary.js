@@ -92,10 +92,14 @@ function renderChart() {
       showgrid: false },
     xaxis: { type: "category" },
   }));
-  const sources = [...new Set(data.breakdown.map((r) => r.source))];
-  $("#sum-source").textContent = sources.length
-    ? `from ${sources.map((s) => (s === "step_trace" ? "step_trace_time.csv" : "the Overlap Analysis lane")).join(" and ")}`
-    : "";
+  // the file or table each row came from, in its rank's format (a db run: analysis.db StepTraceTime)
+  const sources = [...new Set(data.breakdown.map((r) => r.source_name))];
+  $("#sum-source").textContent = sources.length ? `from ${sources.join(" and ")}` : "";
+}
+
+/** The profiler's step table as this run names it: step_trace_time.csv, or the db export's StepTraceTime. */
+function stepTraceName() {
+  return data.step_trace_names?.length ? data.step_trace_names.join(", ") : "step_trace_time.csv";
 }
 
 function renderFilters() {
@@ -104,8 +108,8 @@ function renderFilters() {
   clear($("#sum-filters")).append(
     field("Step", select(opts, state.step, (v) => { state.step = v; renderChart(); }, { id: "sum-step" })),
     field("Source", select([
-      { value: "auto", label: "step_trace_time.csv, else Overlap Analysis" },
-      { value: "step_trace", label: "step_trace_time.csv only" },
+      { value: "auto", label: `${stepTraceName()}, else Overlap Analysis` },
+      { value: "step_trace", label: `${stepTraceName()} only` },
       { value: "overlap", label: "Overlap Analysis lane only" },
     ], state.source, (v) => { state.source = v; load(); }, { id: "sum-source-select" })),
   );
@@ -132,7 +136,7 @@ function renderTable() {
     TABLE_COLS.map(([k]) => el("td", { class: "num" }, ms(r[k]))),
     el("td", { class: "num" }, pct(r.computing_ratio)), el("td", { class: "num" }, pct(r.communication_ratio)),
     el("td", { class: "num" }, pct(r.free_ratio)),
-    el("td", {}, r.source === "step_trace" ? "step_trace_time.csv" : "Overlap Analysis"))));
+    el("td", {}, r.source_name))));
   if (!data.breakdown.length) body.append(el("tr", {}, el("td", { colspan: 14, class: "empty" }, "No step breakdown for this run")));
   // ranks without a breakdown, and the file (or lane) each lacks
   const why = sourceNote(data.empty_sources?.breakdown, { id: "sum-breakdown-why" });
