@@ -21,8 +21,9 @@ def variant_scale(v):
     return b * s * h / _REF_SIZE
 
 
-# Task types whose intervals make up "Computing" in the Overlap Analysis lane (FORMATS.md 6.1).
-COMPUTE_TASK_TYPES = frozenset({"AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU"})
+# Task types whose intervals make up "Computing" in the Overlap Analysis lane (FORMATS.md 6.1: the tasks with a
+# compute-task-info record, which the DSA tasks of kernel_details.csv have too).
+COMPUTE_TASK_TYPES = frozenset({"AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU", "DSA_SQE"})
 # Hardware task types that are not written to kernel_details.csv (as in the real sample).
 NOT_IN_KERNEL_DETAILS = frozenset({"EVENT_WAIT_SQE", "PCIE_DMA_SQE"})
 

@@ -44,7 +44,7 @@ class RankSim(TemplateCompiler):
         self.nstreams = n = max(1, int(cfg["streams"]))
         self.mod = n + 1                     # task starts on stream index i are = i (mod n+1): unique async ids
         self.sids = [2 + i for i in range(n + 1)]          # compute streams, then the HCCL stream
-        self.sfree, self.sused = [0] * (n + 1), [False] * (n + 1)
+        self.sfree = [0] * (n + 1)
         self.task_ids = [11000 + 37 * i for i in range(n + 1)]
         self.sec_rr = 0
         self.main, self.bwd = Thread(pid, self.tid_main), Thread(pid, self.tid_bwd)
@@ -67,6 +67,7 @@ class RankSim(TemplateCompiler):
         # E the CANN timeline (sorted by ts within each flush), F async_npu s/f pairs
         self.segA, self.segB, self.segC, self.segD, self.segE, self.segF = (Segment(self.tmp(c)) for c in "ABCDEF")
         self.cann_chunk, self.op_rows, self.krows, self.l2rows = [], [], [], []
+        self.kd_prev_end = None
         j = os.path.join
         self.kernel_csv = out.CsvOut(j(self.dir, "kernel_details.csv"), out.KERNEL_HEADER)
         self.opdet_csv = out.CsvOut(j(self.dir, "operator_details.csv"), out.OPERATOR_DETAILS_HEADER)
@@ -246,8 +247,6 @@ class RankSim(TemplateCompiler):
             st = g
         st += (si - st) % self.mod
         d = k.lo + int(k.span * rnd()) if fixed_dur is None else fixed_dur
-        wait = st - free if self.sused[si] else 0
-        self.sused[si] = True
         end = self.sfree[si] = st + d
         task_id = self.task_ids[si]
         self.task_ids[si] = task_id + 1
@@ -284,8 +283,8 @@ class RankSim(TemplateCompiler):
                 c = f"{round(du * 0.97, 3)},{int(du * 1746 * k.block)},{ratios}" if mk != 2 else "0.0,0,0,0,0"
                 v = f"{round(du * 0.95, 3)},{int(du * 1710 * k.block)},{ratios}" if mk != 1 else "0.0,0,0,0,0"
                 met = f"{c},{v},{cube if mk != 2 else 0}"
-            self.krows.append((st, f"{self.step_id},4294967295,{task_id},{frag[3]},{tss}\t,{du},{wait / 1000},"
-                                   f"{k.csv_b},{met}\r\n"))
+            self.krows.append((st, st + d, f"{self.step_id},4294967295,{task_id},{frag[3]},{tss}\t,{du},",
+                               f",{k.csv_b},{met}\r\n"))
             ks = k.stats
             ks[0] += 1
             ks[1] += d
@@ -417,8 +416,16 @@ class RankSim(TemplateCompiler):
             seg.flush()
         if self.krows:
             self.krows.sort(key=lambda r: r[0])
-            self.kernel_csv.write_lines([r[1] for r in self.krows])
-            self.krows.clear()
+            # Wait Time(us): the start minus the end of the previous row in start order, over all streams
+            # (FORMATS.md 4.1); rows are final only up to the horizon, so later ones wait for the next flush
+            cut = len(self.krows) if final else sum(1 for r in self.krows if r[0] < horizon)
+            lines, prev = [], self.kd_prev_end
+            for st, end, head, tail in self.krows[:cut]:
+                lines.append(f"{head}{max(0, st - prev) / 1000 if prev is not None else 0}{tail}")
+                prev = end
+            self.kd_prev_end = prev
+            self.kernel_csv.write_lines(lines)
+            del self.krows[:cut]
         for rows, dst in ((self.l2rows, self.l2_csv), (self.op_rows, self.opdet_csv)):
             if rows:
                 dst.write_lines(rows)
