@@ -244,3 +244,14 @@ def ingest_ready(data_dir: Path, samples: dict[str, Path]) -> dict[str, str]:
         store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
         ids[name] = run.id
     return ids
+
+
+DB_SAMPLES = {"db_level0": REAL_SAMPLES / "msinsight_pytorch_2025" / "db" / "level0",
+              "db_level1": REAL_SAMPLES / "msinsight_pytorch_2025" / "db" / "level1"}
+
+
+@pytest.fixture(scope="session")
+def db_runs(runs) -> dict[str, str]:
+    """``{name: run_id}``: the text level0/level1 runs of ``runs`` and the db exports of level0/level1, in the same
+    store (so ``client`` serves them)."""
+    return {"level0": runs.ids["level0"], "level1": runs.ids["level1"], **ingest_ready(runs.data_dir, DB_SAMPLES)}
