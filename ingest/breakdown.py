@@ -19,6 +19,7 @@ request runner, or :class:`ConnRunner` over a plain DuckDB connection).
 
 from __future__ import annotations
 
+E2E_PARTS = ("computing_ns", "communication_not_overlapped_ns", "free_ns")
 CATEGORIES = ("computing_ns", "communication_not_overlapped_ns", "overlapped_ns", "communication_ns", "free_ns",
               "preparing_ns", "stage_ns", "bubble_ns", "communication_not_overlapped_and_exclude_receive_ns")
 
@@ -123,26 +124,42 @@ def derived_rows(db) -> list[dict]:
     return out
 
 
+def _complete(row: dict) -> bool:
+    """Whether the three parts of a step (Computing, Communication(Not Overlapped), Free) are all known."""
+    return all(row.get(k) is not None for k in E2E_PARTS)
+
+
 def breakdown(db, source: str = "auto") -> list[dict]:
     """Rows per (rank, step). ``source``: ``step_trace``, ``overlap`` or ``auto`` (step_trace where a rank has it,
-    the Overlap Analysis slices otherwise). Each row has the CATEGORIES (ns), ``e2e_ns`` = Computing +
-    Communication(Not Overlapped) + Free, ``computing_not_overlapped_ns`` and the three ratios of e2e."""
+    the Overlap Analysis slices otherwise, and instead of a step row missing a part of e2e when the rank has the
+    lane). Each row has the CATEGORIES (ns), ``e2e_ns`` = Computing + Communication(Not Overlapped) + Free,
+    ``computing_not_overlapped_ns`` and the three ratios of e2e; a row missing one of those parts is
+    ``incomplete``, with e2e and the ratios None."""
     if source == "step_trace":
         rows = step_trace_rows(db)
     elif source == "overlap":
         rows = derived_rows(db)
     else:
         rows = step_trace_rows(db)
+        derived = derived_rows(db)
+        # a rank whose step table misses a value (a cell that was not a number) is derived from its lane instead,
+        # when it has one: an empty Computing or Free would make its ratios and findings wrong
+        lane_ranks = {r["rank"] for r in derived}
+        replaced = {r["rank"] for r in rows if not _complete(r) and r["rank"] in lane_ranks}
+        rows = [r for r in rows if r["rank"] not in replaced]
         have = {r["rank"] for r in rows}
-        rows += [r for r in derived_rows(db) if r["rank"] not in have]
+        rows += [r for r in derived if r["rank"] not in have]
         rows.sort(key=lambda r: (r["rank"], -1 if r["step"] is None else r["step"]))
     for r in rows:
         for k in CATEGORIES:
             r[k] = _int(r.get(k))
         r["step"] = None if r["step"] is None else int(r["step"])
-        e2e = (r["computing_ns"] or 0) + (r["communication_not_overlapped_ns"] or 0) + (r["free_ns"] or 0)
+        r["incomplete"] = not _complete(r)
+        e2e = None if r["incomplete"] else \
+            r["computing_ns"] + r["communication_not_overlapped_ns"] + r["free_ns"]
         r["e2e_ns"] = e2e
-        r["computing_not_overlapped_ns"] = (r["computing_ns"] or 0) - (r["overlapped_ns"] or 0)
+        r["computing_not_overlapped_ns"] = None if r["computing_ns"] is None else \
+            r["computing_ns"] - (r["overlapped_ns"] or 0)
         r["computing_ratio"] = _ratio(r["computing_ns"], e2e)
         r["communication_ratio"] = _ratio(r["communication_not_overlapped_ns"], e2e)
         r["free_ratio"] = _ratio(r["free_ns"], e2e)

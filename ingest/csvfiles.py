@@ -195,7 +195,10 @@ class CsvLoad:
             first = rejects[0]
             self.warnings.append(f"{len(rejects)} rows could not be parsed and were skipped "
                                  f"(first at line {first[0]}: {first[2]})")
-        self._check_precision(raw if undecided else self._reader(src, None), plan)
+        text_source = raw if undecided else self._reader(src, None)
+        converted = [(h, t, expr or decided[t]) for h, t, expr in plan if (expr or decided[t]) != "{c}"]
+        self._check_conversions(text_source, converted)
+        self._check_precision(text_source, plan)
         self.cur.execute(f"DROP TABLE IF EXISTS {raw}")
         self.rows = self.cur.execute(f"SELECT count(*) FROM {self.out}").fetchone()[0]
         return self.rows
@@ -225,6 +228,32 @@ class CsvLoad:
                 out[target] = "to_bigint({c})"
         return out
 
+    def _check_conversions(self, raw: str, converted: list[tuple[str, str, str]]) -> None:
+        """Name the cells of numeric columns that hold something but gave no number ("not-a-number", "NaN",
+        "1e999", a NUL byte…): they are left empty, and the file is partial. Only the columns with empty values in
+        the typed table are looked at again (most have none)."""
+        if not converted:
+            return
+        nulls = self.cur.execute("SELECT " + ", ".join(f"count(*) - count({_quote_ident(t)})" for _, t, _ in converted)
+                                 + f" FROM {self.out}").fetchone()
+        suspects = [c for c, n in zip(converted, nulls) if n]
+        if not suspects:
+            return
+        parts = []
+        for h, _, expr in suspects:
+            q = _quote_ident(h)
+            bad = f"({expr.format(c=q)} IS NULL AND NOT is_blank({q}))"
+            parts += [f"count(*) FILTER (WHERE {bad})", f"arg_min({q}, src_row) FILTER (WHERE {bad})",
+                      f"min(src_row) FILTER (WHERE {bad})"]
+        row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()
+        for i, (h, _, _) in enumerate(suspects):
+            n, first, line = row[3 * i:3 * i + 3]
+            if n:
+                self.status = "partial"
+                shown = first if len(first) <= 40 else first[:39] + "…"
+                self.warnings.append(f"column '{h}': {n} values that are not numbers were left empty (the first, "
+                                     f"{shown!r}, in data row {line})")
+
     def _check_precision(self, raw: str, plan) -> None:
         if not self.may_hold_exponents:
             return
@@ -232,8 +261,10 @@ class CsvLoad:
                 if (expr or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(target)]
         if not cols:
             return
-        counts = self.cur.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE is_sci({_quote_ident(h)}))"
-                                                        for h in cols) + f" FROM {raw}").fetchone()
+        exprs = {h: expr for h, _, expr in plan}
+        counts = self.cur.execute("SELECT " + ", ".join(
+            f"count(*) FILTER (WHERE is_sci({_quote_ident(h)}) AND {(exprs[h] or '{c}').format(c=_quote_ident(h))} "
+            "IS NOT NULL)" for h in cols) + f" FROM {raw}").fetchone()
         for h, n in zip(cols, counts):
             if n:
                 self.warnings.append(

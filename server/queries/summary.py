@@ -11,10 +11,8 @@ encoder's) and the rank's ``extra_metadata`` says it was unreadable.
 from __future__ import annotations
 
 import json
-import re
 
-import numpy as np
-
+from ascendscope.ingest import jsonfile
 from ascendscope.ingest.breakdown import CATEGORIES, breakdown, derived_rows, step_trace_rows  # noqa: F401
 from ascendscope.server.queries import ns_str, ratio, sources
 
@@ -24,7 +22,6 @@ SLOW_RANK_FINDING_RATIO = 0.05
 TOP_OPERATORS = 10
 MAX_BREAKDOWN_ROWS = 20_000  # ranks × steps; the findings are computed over all of them
 MAX_JSON_DEPTH = 64  # real profiler metadata nests a few levels; the response encoder stops at 255
-JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 RANKS_SQL = """
 SELECT rank, device_id, folder, rank_source, profiler_level, torch_npu_version, cann_version, has_trace,
@@ -66,11 +63,13 @@ def _ranks_text(rs: list[dict], key: str, total: int) -> str:
 
 
 def findings(rows: list[dict]) -> list[dict]:
-    """Plain-words observations per step: host-bound ranks, exposed communication, the slowest rank."""
+    """Plain-words observations per step: host-bound ranks, exposed communication, the slowest rank. A row
+    missing a part of its step time (``incomplete``) says nothing: its ratios would be wrong."""
     out = []
     by_step: dict = {}
     for r in rows:
-        by_step.setdefault(r["step"], []).append(r)
+        if not r.get("incomplete"):
+            by_step.setdefault(r["step"], []).append(r)
     for step, rs in by_step.items():
         label = "" if step is None else f"Step {step}: "
         free = [r for r in rs if (r["free_ratio"] or 0) > FREE_FINDING_RATIO]
@@ -135,13 +134,8 @@ def _loads(text) -> tuple[dict, str | None]:
 
 
 def _too_deep(text: str) -> bool:
-    """Whether brackets in JSON text nest deeper than MAX_JSON_DEPTH (those inside strings not counted), found
-    without recursion or a Python loop."""
-    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
-        return False
-    chars = np.frombuffer(JSON_STRING.sub("", text).encode("utf-8", "replace"), dtype=np.uint8)
-    steps = np.isin(chars, (ord("["), ord("{"))).astype(np.int64) - np.isin(chars, (ord("]"), ord("}")))
-    return int(np.cumsum(steps).max(initial=0)) > MAX_JSON_DEPTH
+    """Whether brackets in JSON text nest deeper than MAX_JSON_DEPTH (those inside strings not counted)."""
+    return text.count("[") + text.count("{") > MAX_JSON_DEPTH and jsonfile.max_depth(text) > MAX_JSON_DEPTH
 
 
 def rank_metadata(db) -> list[dict]:
