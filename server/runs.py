@@ -143,17 +143,19 @@ class RunStore:
         return run
 
     def create_run_from_path(self, path: Path | str, *, name: str | None = None, reuse: bool = True) -> Run:
-        """A run for a profiling folder/file; an existing ready or pending run of the unchanged source is reused."""
+        """A run for a profiling folder/file; an existing run of the unchanged source is reused (a ready or pending
+        one first; else a failed one, which the caller may retry: opening a source again makes no second run)."""
         src = Path(path).expanduser().resolve()
         if not src.exists():
             raise FileNotFoundError(f"no such file or folder: {src}")
         fingerprint = source_fingerprint(src)
         existing = self.list()
         if reuse:
-            for run in existing:
-                if (run.origin == "path" and run.source == str(src) and run.source_fingerprint == fingerprint
-                        and run.status != "failed"):
-                    return run
+            same = [run for run in existing if run.origin == "path" and run.source == str(src)
+                    and run.source_fingerprint == fingerprint]
+            same.sort(key=lambda run: run.status == "failed")
+            if same:
+                return same[0]
         return self.create_run(name or _path_name(src, existing), str(src), fingerprint=fingerprint)
 
     def new_staging_dir(self) -> Path:

@@ -4,7 +4,7 @@
 // link reopens the same comparison.
 
 import { apiGet, isAbort } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
+import { $, append, clear, el } from "/static/js/common/dom.js";
 import { plotText } from "/static/js/common/escape.js";
 import { formatCount, pct } from "/static/js/common/format.js";
 import { ms, nsToMs, us } from "/static/js/common/time.js";
@@ -194,7 +194,7 @@ function renderComm() {
     { key: "synchronization_time_ns", label: "Synchronization (ms)", fmt: ms }];
   const totalKey = [{ label: "Rank total", render: () => "All ops (the Communication view's rank row)" }];
   const totalTable = total ? compareTable("cmp-comm-total", totalKey, totalFields, [total], "") : null;
-  clear($("#cmp-comm")).append(tableBar(c, rows.length, "op types"),
+  append(clear($("#cmp-comm")), tableBar(c, rows.length, "op types"),
     compareTable("cmp-comm-table", [{ label: "Op type", render: (r) => el("span", {}, r.op_type, " ", onlyBadge(r)) }],
       COMM_FIELDS, rows, "No communication ops (communication.json) on either side for these steps"),
     totalTable ? el("div", { class: "cmp-total" }, totalTable) : null);

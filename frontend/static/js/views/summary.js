@@ -2,7 +2,7 @@
 // from the Overlap Analysis lane), findings in plain words, top operators, the ranks' metadata and config.
 
 import { apiGet } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
+import { $, append, clear, el } from "/static/js/common/dom.js";
 import { num, pct } from "/static/js/common/format.js";
 import { currentRank, onRankChange } from "/static/js/common/nav.js";
 import { sourceNote } from "/static/js/common/sources.js";
@@ -141,7 +141,7 @@ function renderTable() {
   // ranks without a breakdown, and the file (or lane) each lacks
   const why = sourceNote(data.empty_sources?.breakdown, { id: "sum-breakdown-why" });
   const csv = el("a", { class: "btn v-csv", href: withQuery(`${apiBase}/summary/breakdown.csv`, { source: state.source }), download: "" }, "Export CSV");
-  host.append(el("div", { class: "v-table-bar" }, el("span", { class: "v-table-info" }, `${data.breakdown.length} rows`),
+  append(host, el("div", { class: "v-table-bar" }, el("span", { class: "v-table-info" }, `${data.breakdown.length} rows`),
     el("span", { class: "v-spacer" }), csv), el("div", { class: "v-table-wrap" }, el("table", { class: "grid v-table", id: "sum-breakdown" }, el("thead", {}, head), body)), why);
 }
 
@@ -157,7 +157,7 @@ function simpleTable(cols, rows, id) {
 function renderTop() {
   const top = data.top_operators;
   $("#sum-top-note").textContent = top.rank === null ? "no kernels in any rank" : `rank ${top.rank}, by device time`;
-  clear($("#sum-top")).append(sourceNote(data.empty_sources?.top_operators, { id: "sum-top-why" }), simpleTable([
+  append(clear($("#sum-top")), sourceNote(data.empty_sources?.top_operators, { id: "sum-top-why" }), simpleTable([
     { key: "type", label: "Type" }, { key: "accelerator_core", label: "Accelerator Core" },
     { key: "count", label: "Count", num: true },
     { key: "total_ns", label: "Total Time(μs)", num: true, render: (r) => us(r.total_ns) },
@@ -189,14 +189,15 @@ function flatten(obj, prefix = "") {
   for (const [k, v] of Object.entries(obj || {})) {
     const key = prefix ? `${prefix}.${k}` : k;
     if (v && typeof v === "object" && !Array.isArray(v)) out.push(...flatten(v, key));
-    else out.push([key, Array.isArray(v) ? v.join(", ") : v === null ? "null" : String(v)]);
+    else out.push([key, Array.isArray(v) ? v.join(", ") : v === null ? null : String(v)]);
   }
   return out;
 }
 
 function kvTable(title, pairs, id) {
   return el("div", {}, el("h3", { class: "v-subtitle" }, title), simpleTable(
-    [{ key: 0, label: "Key" }, { key: 1, label: "Value", render: (r) => (r[1] === "" ? el("span", { class: "v-note" }, "(unset)") : r[1]) }],
+    [{ key: 0, label: "Key" }, { key: 1, label: "Value", render: (r) => (r[1] === "" ? el("span", { class: "v-note" }, "(unset)")
+      : r[1] === null ? el("span", { class: "v-note", title: "null in the profiler's file" }, "(none)") : r[1]) }],
     pairs, id));
 }
 
