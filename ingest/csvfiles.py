@@ -56,6 +56,8 @@ TEXT_COLUMNS = {"name", "type", "op_state", "accelerator_core", "hf32_eligible",
                 "input_data_types", "input_formats", "output_shapes", "output_data_types", "output_formats",
                 "call_stack", "op_type", "core_type", "level", "api_name", "component", "stream_ptr",
                 "device_type", "op_name", "device"}
+# words a numeric column legitimately holds instead of a number (msprof's statistics give Device_id "host")
+NAMED_NON_NUMBERS = {"device_id": ("host",)}
 # step_trace_time.csv gives µs values without a unit in the header
 UNITLESS_US = {"step_trace": {"computing", "communication_not_overlapped", "overlapped", "communication", "free",
                               "stage", "bubble", "communication_not_overlapped_and_exclude_receive",
@@ -236,13 +238,23 @@ class CsvLoad:
             return
         nulls = self.cur.execute("SELECT " + ", ".join(f"count(*) - count({_quote_ident(t)})" for _, t, _ in converted)
                                  + f" FROM {self.out}").fetchone()
-        suspects = [c for c, n in zip(converted, nulls) if n]
+        suspects = [(c, n) for c, n in zip(converted, nulls) if n]
+        if not suspects:
+            return
+        # the common blanks ("", N/A) take plain comparisons: where they account for every empty value (the usual
+        # case, e.g. the N/A metrics of HCCL rows), no cell needs the costlier test below
+        plain = self.cur.execute("SELECT " + ", ".join(
+            f"count(*) FILTER (WHERE {_quote_ident(h)} IS NULL OR {_quote_ident(h)} IN ('', 'N/A'))"
+            for (h, _, _), _ in suspects) + f" FROM {raw}").fetchone()
+        suspects = [c for (c, n), blank in zip(suspects, plain) if n > blank]
         if not suspects:
             return
         parts = []
-        for h, _, expr in suspects:
+        for h, target, expr in suspects:
             q = _quote_ident(h)
-            bad = f"({expr.format(c=q)} IS NULL AND NOT is_blank({q}))"
+            named = ", ".join(f"'{w}'" for w in NAMED_NON_NUMBERS.get(target, ()))
+            words = f" AND {q} NOT IN ({named})" if named else ""
+            bad = f"({expr.format(c=q)} IS NULL AND NOT is_blank({q}){words})"
             parts += [f"count(*) FILTER (WHERE {bad})", f"arg_min({q}, src_row) FILTER (WHERE {bad})",
                       f"min(src_row) FILTER (WHERE {bad})"]
         row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()

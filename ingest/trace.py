@@ -304,11 +304,15 @@ CREATE OR REPLACE TABLE {p}pairs (local_flow BIGINT, src_seq BIGINT, dst_seq BIG
 """
 
 # args nested deeper than this are not kept (profilers write 2-3 levels): a recursive JSON parser or encoder in a
-# view would fail on them; candidates have a chain of this many openers, at least two characters each
+# view would fail on them. Candidates: long enough, holding a nesting step (an opener right after ':', ',' or '['),
+# found by plain substring tests (cheap on every event), then a chain of this many openers (a regular expression,
+# on those only); the depth itself is then measured exactly
 MAX_ARGS_DEPTH = 64
+_NESTING = ("[[", "[{", ":{", ": {", ":[", ": [", ",{", ", {", ",[", ", [")
 DEEP_ARGS_CANDIDATES = ("SELECT rowid, CAST(args AS VARCHAR) FROM {p}ev_t WHERE length(args) > "
-                        + str(2 * MAX_ARGS_DEPTH) + " AND regexp_matches(args, '([\\[{{][^\\]}}]*){{"
-                        + str(MAX_ARGS_DEPTH) + "}}')")
+                        + str(2 * MAX_ARGS_DEPTH) + " AND ("
+                        + " OR ".join("contains(args, '" + n.replace("{", "{{") + "')" for n in _NESTING)
+                        + ") AND regexp_matches(args, '([\\[{{][^\\]}}]*){{" + str(MAX_ARGS_DEPTH) + "}}')")
 DEEP_ARGS_NOTE = f'{{"args": "not loaded: nested deeper than {MAX_ARGS_DEPTH} levels"}}'
 # DuckDB's JSON reader holds one object in a buffer of maximum_object_size (16 MiB by default): a larger event is
 # cut out (an event of torch_npu or msprof is a few hundred bytes; one of MBs is damage or an attack)

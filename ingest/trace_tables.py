@@ -100,10 +100,9 @@ def add_trace_comm_ops(con) -> list[tuple[int, str, str]]:
                         {"rank": rank, "p2p": list(P2P_PREFIXES)}).fetchone()[0]
         if n:
             notes.append((rank, TRACE_WARNING_FILES["comm_ops"],
-                          f"{MISSING} (Level0 writes none): the Communication view lists the "
-                          f"trace's {n} communication operators with their elapse only; transit, wait, "
-                          "synchronization, bandwidth and the link matrix need communication.json (Level1 or "
-                          "Level2) or the db export's analysis.db"))
+                          f"{MISSING}: the Communication view lists the trace's {n} communication operators with "
+                          "their elapse only; transit, wait, synchronization, bandwidth and the link matrix need "
+                          "communication.json or the db export's analysis.db (a Level0 export writes neither)"))
     return notes
 
 

@@ -16,9 +16,10 @@ What goes where, with torch_npu's and msprof's schema (the 2025 sample's CANN 8.
   ``TASK_PMU_INFO`` their metrics (``*_time`` in ns); ``COMMUNICATION_OP`` the HCCL operators (group = the HCCL
   comm's 19-digit hash) and ``COMMUNICATION_TASK_INFO`` the plane tasks (each on the task of the HCCL stream at
   its start; none at Level0).
-* memory: ``MEMORY_RECORD``, ``NPU_MEM`` (memory_record's APP rows), ``OP_MEMORY`` and ``NPU_MODULE_MEM`` from the
-  memory CSVs, sizes in bytes (a GE block's name without ``cann::``, with no stream and no active totals);
-  counters ``AICORE_FREQ``, and ``HBM``, ``LLC``, ``ACC_PMU`` and ``SOC_BANDWIDTH_LEVEL`` rows on NPU_MEM's clock.
+* memory: ``MEMORY_RECORD``, ``NPU_MEM`` (memory_record's APP rows), ``OP_MEMORY``, ``NPU_OP_MEM`` (CANN's
+  records of the GE blocks: allocation and release) and ``NPU_MODULE_MEM`` from the memory CSVs, sizes in bytes
+  (a GE block's name without ``cann::``, with no stream and no active totals); counters ``AICORE_FREQ``, and
+  ``HBM``, ``LLC``, ``ACC_PMU`` and ``SOC_BANDWIDTH_LEVEL`` rows on NPU_MEM's clock.
 * ``STEP_TIME`` (device step ranges), ``STRING_IDS`` (CANN strings from 0, framework from ``1 << 28``, memory
   from ``2 << 28``), the ``ENUM_*`` tables, ``META_DATA``, ``NPU_INFO``, ``HOST_INFO``, ``SESSION_TIME_INFO``,
   ``RANK_DEVICE_MAP``; ``OVERLAP_ANALYSIS`` only when asked (MindStudio Insight adds it when it opens a file).
@@ -105,6 +106,8 @@ DDL = {
                  "releaseTotalReserved INTEGER, releaseTotalActive INTEGER, streamPtr INTEGER, deviceId INTEGER",
     "NPU_MEM": "type INTEGER, ddr NUMERIC, hbm NUMERIC, timestampNs INTEGER, deviceId INTEGER",
     "NPU_MODULE_MEM": "moduleId INTEGER, timestampNs INTEGER, totalReserved NUMERIC, deviceId INTEGER",
+    "NPU_OP_MEM": "operatorName INTEGER, addr INTEGER, type INTEGER, size INTEGER, timestampNs INTEGER, "
+                  "globalTid INTEGER, totalAllocate NUMERIC, totalReserve NUMERIC, component INTEGER, deviceId INTEGER",
     "AICORE_FREQ": "deviceId INTEGER, timestampNs NUMERIC, freq INTEGER",
     "HBM": "deviceId INTEGER, timestampNs INTEGER, bandwidth NUMERIC, hbmId INTEGER, type INTEGER",
     "LLC": "deviceId INTEGER, llcId INTEGER, timestampNs INTEGER, hitRate REAL, throughput INTEGER, mode INTEGER",
@@ -405,9 +408,17 @@ class _ProfilerDb:
             self.tables["MEMORY_RECORD"].append((s(r["Component"], MEMORY_STRINGS), ns(r["Timestamp(us)"]),
                                                  mb("Total Allocated(MB)"), mb("Total Reserved(MB)"),
                                                  mb("Total Active(MB)"), _int(r["Stream Ptr"]), dev))
-        for r in _csv(os.path.join(self.out, "operator_memory.csv")):
+        for i, r in enumerate(_csv(os.path.join(self.out, "operator_memory.csv"))):
             ge = r["Name"].startswith("cann::")
             mb, t = _bytes_of(r), _ns_of(r)
+            if ge:  # CANN's own record of a GE block: its allocation and release (NPU_OP_MEM)
+                for kind, at, total in ((0, "Allocation Time(us)", "Allocation Total Allocated(MB)"),
+                                        (1, "Release Time(us)", "Release Total Allocated(MB)")):
+                    if r[at].strip():
+                        self.tables["NPU_OP_MEM"].append((
+                            s(r["Name"].removeprefix("cann::")), 0x124000000000 + 4096 * i, kind,
+                            round(float(r["Size(KB)"]) * 1024), t(at), self.os_pid << 32, mb(total),
+                            mb(total.replace("Allocated", "Reserved")), s("GE"), dev))
             self.tables["OP_MEMORY"].append((
                 s(r["Name"].removeprefix("cann::"), MEMORY_STRINGS), round(float(r["Size(KB)"]) * 1024),
                 t("Allocation Time(us)"), t("Release Time(us)"), t("Active Release Time(us)"), t("Duration(us)"),

@@ -4,7 +4,7 @@ written by ``sample_data`` (so a checkout without ``../shared`` runs the same te
 :func:`build_tree` writes, under ``root``:
 
 * ``msinsight_pytorch_2025/{text,db}/level{0,1,2}/rank{0,1}_ascend_pt``: 2-rank runs of one step at each profiler
-  level, as a text export and as a db export (separate collections: another seed each, as the real ones are);
+  level, as a text export and as a db export of the same run (the real ones are two collections of one script);
   the Level1 db's rank 0 carries an ``OVERLAP_ANALYSIS`` table, the others derive the lane;
 * ``msinsight_st_4rank_2025q4/level2/rank_{0..3}_ascend_pt``: 4 ranks, text export with analysis.db beside it,
   no trace and no operator_details.csv; ranks 1 and 3 keep only the communication files, step_trace_time.csv
@@ -73,7 +73,7 @@ def build_tree(root: Path) -> None:
     for i, level in enumerate(("level0", "level1", "level2")):
         name = f"Level{level[-1]}"
         generate_run(pt / "text" / level, ranks=2, steps=1, ops_per_step=OPS_PER_STEP, seed=50 + i, level=name)
-        generate_run(pt / "db" / level, ranks=2, steps=1, ops_per_step=OPS_PER_STEP, seed=60 + i, level=name,
+        generate_run(pt / "db" / level, ranks=2, steps=1, ops_per_step=OPS_PER_STEP, seed=50 + i, level=name,
                      export="db", db_overlap_ranks=(0,) if level == "level1" else ())
     _st4(root / "msinsight_st_4rank_2025q4" / "level2")
     _fixtures(root / "msinsight_server_fixtures")
@@ -303,9 +303,18 @@ def _msprof_db(src: Path, dst: Path) -> None:
     shutil.copy(src, dst)
     con = sqlite3.connect(dst)
     for table in ("PYTORCH_API", "CONNECTION_IDS", "PYTORCH_CALLCHAINS", "MEMORY_RECORD", "OP_MEMORY", "STEP_TIME",
-                  "RANK_DEVICE_MAP"):
+                  "RANK_DEVICE_MAP", "COMMUNICATION_OP"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     con.execute("CREATE TABLE _COMPUTE_TASK_INFO_old_20251014 AS SELECT * FROM COMPUTE_TASK_INFO LIMIT 3")
+    con.execute("CREATE TABLE DDR (deviceId INTEGER, timestampNs INTEGER, read NUMERIC, write NUMERIC)")
+    con.execute("INSERT INTO DDR SELECT 0, timestampNs, 1000.0, 500.0 FROM NPU_MEM LIMIT 5")
+    con.execute("CREATE TABLE MSTX_EVENTS (startNs INTEGER, endNs INTEGER, eventType INTEGER, rangeId INTEGER, "
+                "category INTEGER, message INTEGER, globalTid INTEGER, endGlobalTid INTEGER, domainId INTEGER, "
+                "connectionId INTEGER)")
+    con.execute("INSERT INTO STRING_IDS SELECT max(id) + 1, 'twin marker' FROM STRING_IDS WHERE id < 268435456")
+    con.execute("INSERT INTO MSTX_EVENTS SELECT startNs, endNs, 2, row_number() OVER (), NULL, "
+                "(SELECT id FROM STRING_IDS WHERE value = 'twin marker'), globalTid, globalTid, NULL, NULL "
+                "FROM CANN_API LIMIT 3")
     con.commit()
     con.execute("VACUUM")
     con.close()
