@@ -138,3 +138,17 @@ def test_range_stats_say_their_durations_are_whole_slices(page, live_server, art
     expect(note).to_be_visible(timeout=10_000)
     expect(note).to_contain_text("whole slices")
     page.screenshot(path=str(artifacts_dir / "polish_range_stats.png"))
+
+
+def test_system_view_says_why_its_count_differs_from_the_operator_view(page, live_server, db_runs, artifacts_dir):
+    run = db_runs["db_level1"]
+    page.goto(f"{live_server.base_url}/runs/{run}/timeline")
+    expect(page.locator("#timeline")).to_have_attribute("data-ready", "true")
+    page.locator('.tl-panel-tab[data-tab="sysview"]').click()
+    expect(page.locator("#tl-sysview")).to_have_attribute("data-sv-state", "ready")
+    want = api(live_server, f"/api/runs/{run}/systemview/overall", rank=0)["notes"]
+    assert want and "communication operator" in want[0]
+    note = page.locator(".sv-note").first
+    expect(note).to_have_text(want[0])
+    note.scroll_into_view_if_needed()
+    page.locator("#tl-sysview").screenshot(path=str(artifacts_dir / "polish_systemview_db.png"))
