@@ -27,11 +27,16 @@ P2P_PREFIXES = ("hcom_send", "hcom_receive", "hcom_batchsendrecv")  # FORMATS.md
 MISSING = "not in this rank's output"
 TRACE_WARNING_FILES = {"kernels": "kernel_details.csv", "comm_ops": "communication.json"}
 
-RANKS_SQL = """
+# traced ranks with no row in a table
+LACKING_SQL = """
 SELECT r.rank FROM ranks r
-WHERE r.has_trace AND NOT EXISTS (SELECT 1 FROM kernels k WHERE k.rank = r.rank)
+WHERE r.has_trace AND NOT EXISTS (SELECT 1 FROM {table} x WHERE x.rank = r.rank)
 ORDER BY r.rank
 """
+# the rank's communication operators: the slices of its group lanes (the planes hold their tasks)
+COMM_OP_SLICES = """FROM slices s JOIN tracks tr ON tr.track_id = s.track_id
+    WHERE s.rank = $rank AND tr.kind = 'communication' AND s.depth = 0
+      AND NOT starts_with(coalesce(tr.thread_name, ''), 'Plane')"""
 ROWS_SQL = """
 WITH t AS (
     SELECT s.ts_ns AS start_ns, s.dur_ns AS duration_ns, s.name,
@@ -42,9 +47,7 @@ WITH t AS (
       AND (list_contains($types, s.args->>'Task Type') OR s.args->>'Accelerator Core' IS NOT NULL)
     UNION ALL
     SELECT s.ts_ns, s.dur_ns, s.name, 'HCCL', NULL, NULL, 1, s.slice_id
-    FROM slices s JOIN tracks tr ON tr.track_id = s.track_id
-    WHERE s.rank = $rank AND tr.kind = 'communication' AND s.depth = 0
-      AND NOT starts_with(coalesce(tr.thread_name, ''), 'Plane')),
+    """ + COMM_OP_SLICES + """),
 k AS (
     SELECT *, greatest(start_ns - coalesce(lag(start_ns + duration_ns) OVER w, start_ns), 0) AS wait_time_ns,
            row_number() OVER w AS src_row
@@ -60,11 +63,6 @@ ROW_COLUMNS = ("rank", "src_row", "step_id", "name", "type", "accelerator_core",
                "wait_time_ns", "stream_id", "task_id")
 
 
-COMM_RANKS_SQL = """
-SELECT r.rank FROM ranks r
-WHERE r.has_trace AND NOT EXISTS (SELECT 1 FROM comm_ops c WHERE c.rank = r.rank)
-ORDER BY r.rank
-"""
 COMM_OPS_SQL = """
 WITH o AS (
     SELECT s.name, s.ts_ns, s.dur_ns,
@@ -73,9 +71,7 @@ WITH o AS (
            (SELECT max(st.step) FROM steps st
             WHERE st.rank = $rank AND s.ts_ns >= st.device_start_ns AND s.ts_ns < st.device_end_ns) AS step_id,
            EXISTS (SELECT 1 FROM steps st WHERE st.rank = $rank) AS has_steps
-    FROM slices s JOIN tracks tr ON tr.track_id = s.track_id
-    WHERE s.rank = $rank AND tr.kind = 'communication' AND s.depth = 0
-      AND NOT starts_with(coalesce(tr.thread_name, ''), 'Plane'))
+    """ + COMM_OP_SLICES + """)
 SELECT CAST($rank AS INTEGER) AS rank,
        CASE WHEN step_id IS NOT NULL THEN 'step' || step_id WHEN NOT has_steps THEN 'step' END AS step, step_id,
        CASE WHEN list_has_any([starts_with(lower(name), p) FOR p IN $p2p], [true]) THEN 'p2p' ELSE 'collective' END
@@ -95,7 +91,7 @@ def fill_from_trace(con) -> list[tuple[int, str, str]]:
 def add_trace_comm_ops(con) -> list[tuple[int, str, str]]:
     """Fill ``comm_ops`` (elapse only) for each traced rank without any; return the warnings."""
     notes = []
-    for (rank,) in con.execute(COMM_RANKS_SQL).fetchall():
+    for (rank,) in con.execute(LACKING_SQL.format(table='comm_ops')).fetchall():
         n = con.execute("INSERT INTO comm_ops BY NAME " + COMM_OPS_SQL,
                         {"rank": rank, "p2p": list(P2P_PREFIXES)}).fetchone()[0]
         if n:
@@ -108,7 +104,7 @@ def add_trace_comm_ops(con) -> list[tuple[int, str, str]]:
 
 def add_trace_kernels(con) -> list[tuple[int, str, str]]:
     """Fill ``kernels`` for each traced rank without any; return the warnings ``(rank, file, message)``."""
-    ranks = [r for (r,) in con.execute(RANKS_SQL).fetchall()]
+    ranks = [r for (r,) in con.execute(LACKING_SQL.format(table='kernels')).fetchall()]
     if not ranks:
         return []
     have = {c for (c,) in con.execute(COLUMNS_SQL).fetchall()}
