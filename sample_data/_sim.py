@@ -30,7 +30,9 @@ RATIOS = [(f"{a},{round(_r() * 0.5, 3)},{round(_r(), 3)}", round(a * 100, 3))   
 class RankSim(TemplateCompiler):
     def __init__(self, rank, cfg, plan, rank_dir, group):
         self.rank, self.cfg, self.plan, self.group = rank, cfg, plan, group
-        self.rnd = random.Random(f"{cfg['seed']}-timing-{rank}").random
+        # another collection of the same script: the same model, other timings
+        collection = f"-{cfg['collection']}" if cfg.get("collection") else ""
+        self.rnd = random.Random(f"{cfg['seed']}-timing-{rank}{collection}").random
         self.dir = os.path.join(rank_dir, "ASCEND_PROFILER_OUTPUT")
         if os.path.isdir(self.dir):          # like torch_npu: the output folder is recreated on every parse
             shutil.rmtree(self.dir)

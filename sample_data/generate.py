@@ -3,7 +3,8 @@
 Contract
 --------
 ``generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap_lane=True, cann_lane=True,
-streams=2, hccl=True, trace_format="array", level="Level1", export="text", db_overlap_ranks=()) -> dict`` writes,
+streams=2, hccl=True, trace_format="array", level="Level1", export="text", db_overlap_ranks=(), collection=0) -> dict``
+writes,
 for every rank ``r`` (at Level1, as a text export)::
 
     out_dir/rank{r}_ascend_pt/
@@ -32,7 +33,8 @@ HostToDevice, fwdbwd; each s has one f except HostToDevice, where a launch with 
 
 The output is deterministic for a given set of arguments. The model structure (op sequence, kernels, collective op
 names) comes from ``random.Random(f"{seed}-structure")`` and is the same for every rank and step; timings come from
-one ``random.Random(f"{seed}-timing-{rank}")`` per rank. The trace is streamed to disk in chunks: memory use does not
+one ``random.Random(f"{seed}-timing-{rank}")`` per rank (``collection`` n > 0 adds ``-{n}``: another collection of
+the same model, as profiling one script twice gives). The trace is streamed to disk in chunks: memory use does not
 grow with the number of steps or ops.
 
 Trace content follows FORMATS.md (sections 1-6) and the 2025 Level1 sample:
@@ -85,7 +87,7 @@ EXPORTS = ("text", "db")
 
 def generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap_lane=True,
                  cann_lane=True, streams=2, hccl=True, trace_format="array", level="Level1", export="text",
-                 db_overlap_ranks=()) -> dict:
+                 db_overlap_ranks=(), collection=0) -> dict:
     if trace_format not in TRACE_FORMATS:
         raise ValueError(f"trace_format must be one of {TRACE_FORMATS}")
     if level not in _level.LEVELS or export not in EXPORTS:
@@ -100,7 +102,8 @@ def generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap
     srng = random.Random(f"{seed}-structure")
     plan = _catalog.build_plan(srng, ops_per_step, hccl)
     group = str(10_000_000_000_000_000_000 + srng.getrandbits(63))
-    cfg = dict(params, t0=T0_NS + (seed % 1000) * 3_600_000_000_000)
+    cfg = dict(params, t0=T0_NS + (seed % 1000) * 3_600_000_000_000 + collection * 600_000_000_000,
+               collection=collection)
     os.makedirs(out_dir, exist_ok=True)
     result = {"params": params, "group": group, "ranks": [], "total_bytes": 0}
     for r in range(ranks):

@@ -9,6 +9,7 @@ checkout without ``../shared`` would.
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 
@@ -24,3 +25,16 @@ PYTORCH_TEXT = REAL_SAMPLES / "msinsight_pytorch_2025" / "text"
 
 needs_real = pytest.mark.skipif(not HAVE_REAL, reason=f"conformance test: the real samples are not at {REAL_ROOT} "
                                                       "(its generated twin runs instead)")
+
+
+def _profiled_step() -> int | None:
+    """The one step the pytorch samples profiled (``ProfilerStep#50`` in the real ones; the twin's is another)."""
+    path = PYTORCH_TEXT / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
+    try:
+        with path.open(newline="") as fh:
+            return int(next(csv.DictReader(fh))["Step"])
+    except (OSError, StopIteration, KeyError, ValueError):
+        return None
+
+
+STEP = _profiled_step()

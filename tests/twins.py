@@ -3,8 +3,9 @@ written by ``sample_data`` (so a checkout without ``../shared`` runs the same te
 
 :func:`build_tree` writes, under ``root``:
 
-* ``msinsight_pytorch_2025/{text,db}/level{0,1,2}/rank{0,1}_ascend_pt``: 2-rank runs of one step at each profiler
-  level, as a text export and as a db export of the same run (the real ones are two collections of one script);
+* ``msinsight_pytorch_2025/{text,db}/level{0,1,2}/rank{0,1}_ascend_pt``: 2-rank runs of one step of one model at
+  each profiler level, as a text export and as a db export (each another collection of the same script, as the
+  real ones are);
   the Level1 db's rank 0 carries an ``OVERLAP_ANALYSIS`` table, the others derive the lane;
 * ``msinsight_st_4rank_2025q4/level2/rank_{0..3}_ascend_pt``: 4 ranks, text export with analysis.db beside it,
   no trace and no operator_details.csv; ranks 1 and 3 keep only the communication files, step_trace_time.csv
@@ -36,7 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "TWINS.md"
-OPS_PER_STEP = 260
+OPS_PER_STEP = 200
+SEED = 2  # the model (and seed) of tests/advice_sample.py: it has every kind of advice finding
 
 
 def _version() -> str:
@@ -72,9 +74,11 @@ def build_tree(root: Path) -> None:
     pt = root / "msinsight_pytorch_2025"
     for i, level in enumerate(("level0", "level1", "level2")):
         name = f"Level{level[-1]}"
-        generate_run(pt / "text" / level, ranks=2, steps=1, ops_per_step=OPS_PER_STEP, seed=50 + i, level=name)
-        generate_run(pt / "db" / level, ranks=2, steps=1, ops_per_step=OPS_PER_STEP, seed=50 + i, level=name,
-                     export="db", db_overlap_ranks=(0,) if level == "level1" else ())
+        # one script profiled at each level and in each format: the same model, another collection each
+        generate_run(pt / "text" / level, ranks=2, steps=1, ops_per_step=OPS_PER_STEP, seed=SEED, level=name,
+                     collection=1 + i)
+        generate_run(pt / "db" / level, ranks=2, steps=1, ops_per_step=OPS_PER_STEP, seed=SEED, level=name,
+                     export="db", db_overlap_ranks=(0,) if level == "level1" else (), collection=4 + i)
     _st4(root / "msinsight_st_4rank_2025q4" / "level2")
     _fixtures(root / "msinsight_server_fixtures")
     generate_msprof(root / "mindinsight_msprof_2dev_2023", devices=2, iterations=10, ops_per_step=30, seed=70)

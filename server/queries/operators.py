@@ -128,7 +128,8 @@ def _group_row(r: dict, keys: tuple[str, ...], total_ns: int) -> dict:
 def default_group_by(db, rank: int, kind: str = "all", step: int | None = None) -> tuple[str, str | None]:
     """The grouping a view opens with: by type, unless no kernel has a type (Level0 writes "N/A", a trace-only
     rank has none): then by name, and why."""
-    where = _kernel_where(rank, kind, step)
+    # the computing kernels decide: communication operators keep their op type even at Level0
+    where = _kernel_where(rank, "computing" if kind == "all" else kind, step)
     if "type" in table_columns(db, "kernels"):
         typed, n = db.rows(f"SELECT count(*) FILTER (WHERE {TYPED_SQL}), count(*) FROM kernels WHERE {where.sql()}",
                            where.params)[0]
@@ -163,8 +164,9 @@ def overview(db, rank: int, group_by: str | None = "type", kind: str = "all", st
     top = db.dicts(_group_query(keys, columns, where) + " ORDER BY total_ns DESC NULLS LAST LIMIT ?",
                    where.params + [top_n])
     top = [_group_row(r, keys, total) for r in top]
-    typed = "type" in columns and db.rows(f"SELECT count(*) FROM kernels WHERE {where.sql()} AND {TYPED_SQL}",
-                                          where.params)[0][0] > 0
+    computing = _kernel_where(rank, "computing" if kind == "all" else kind, step)
+    typed = "type" in columns and db.rows(f"SELECT count(*) FROM kernels WHERE {computing.sql()} AND {TYPED_SQL}",
+                                          computing.params)[0][0] > 0
     type_col = "type" if typed else "name"  # no kernel has a type: the type chart shows names
     types = db.dicts(f"""
         SELECT coalesce({type_col}, 'N/A') AS type, count(*) AS count, sum(duration_ns) AS total_ns

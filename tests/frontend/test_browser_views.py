@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from tests.conftest import needs_samples
+from tests.samples import STEP
 
 pytestmark = [needs_samples, pytest.mark.browser]
 
@@ -205,8 +206,8 @@ def test_summary_page(page, live_server, view_runs, artifacts_dir, run, ranks):
     assert bars and all(n == ranks for n in bars)
     assert page.locator("#sum-findings li").count() >= 2
     assert "host-bound" in page.locator("#sum-findings").inner_text().lower()
-    if run == "level1":  # one profiled step, numbered 50: a count, not the id alone
-        assert "1 (step 50)" in page.locator("#sum-base").inner_text()
+    if run == "level1":  # one profiled step, numbered 50 in the real sample: a count, not the id alone
+        assert f"1 (step {STEP})" in page.locator("#sum-base").inner_text()
     wait_rows(page, "sum-breakdown", ranks)
     wait_rows(page, "sum-ranks-table", ranks)
     shot(page, artifacts_dir, f"summary_{run}")

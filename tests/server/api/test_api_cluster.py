@@ -18,6 +18,7 @@ from tests.cluster_sample import (
     synthetic_cluster_run,
 )
 from tests.conftest import PYTORCH_TEXT, REAL_SAMPLES
+from tests.samples import STEP
 
 FIXTURES = REAL_SAMPLES / "msinsight_server_fixtures"
 
@@ -79,14 +80,14 @@ def test_overview_and_heatmap_equal_the_summary_breakdown(cluster_runs):
     rid = ids["level1"]
     summary = client.get(f"/api/runs/{rid}/summary").json()["breakdown"]
     ov = get(client, rid, "overview")
-    assert ov["ranks"]["rank"] == [0, 1] and ov["steps"] == [50]
+    assert ov["ranks"]["rank"] == [0, 1] and ov["steps"] == [STEP]
     assert ov["per_rank"]["step_ns"] == [r["e2e_ns"] for r in summary]
     assert ov["per_rank"]["exposed_comm_ns"] == [r["communication_not_overlapped_ns"] for r in summary]
     assert ov["slow_ranks"] == [] and ov["cluster_analysis"]["found"] is False
     for metric, key in (("step", "e2e_ns"), ("computing", "computing_ns"),
                         ("exposed_comm", "communication_not_overlapped_ns"), ("free", "free_ns")):
         h = get(client, rid, "heatmap", metric=metric)
-        assert h["ranks"] == [0, 1] and h["steps"] == [50]
+        assert h["ranks"] == [0, 1] and h["steps"] == [STEP]
         assert h["z"] == [[r[key]] for r in summary], metric
 
 

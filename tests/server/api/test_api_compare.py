@@ -14,6 +14,7 @@ import pytest
 
 from tests.compare_sample import add_kineto_run, add_stepless_run
 from tests.conftest import needs_samples
+from tests.samples import STEP
 
 pytestmark = needs_samples
 
@@ -60,12 +61,12 @@ def db_of(runs, run_id):
 @pytest.mark.parametrize("a, rank_a, b, rank_b", PAIRS)
 def test_breakdown_is_the_summary_row_of_each_side(client, ids, a, rank_a, b, rank_b):
     body = compare(client, ids, a, b, rank_a=rank_a, rank_b=rank_b)
-    assert (body["a"]["rank"], body["a"]["step"], body["b"]["rank"], body["b"]["step"]) == (rank_a, 50, rank_b, 50)
+    assert (body["a"]["rank"], body["a"]["step"], body["b"]["rank"], body["b"]["step"]) == (rank_a, STEP, rank_b, STEP)
     rows = {r["key"]: r for r in body["breakdown"]["rows"]}
     assert set(rows) == set(BREAKDOWN_FIELDS)
     for side, run, rank in (("a", a, rank_a), ("b", b, rank_b)):
         summary = get(client, f"/api/runs/{ids[run]}/summary")
-        row = next(r for r in summary["breakdown"] if r["rank"] == rank and r["step"] == 50)
+        row = next(r for r in summary["breakdown"] if r["rank"] == rank and r["step"] == STEP)
         assert body["breakdown"]["source"][side] == row["source"]
         for field in BREAKDOWN_FIELDS:
             assert rows[field][side] == row[field], (side, field)
@@ -82,7 +83,7 @@ def test_kernel_groups_are_the_operator_views(client, ids, a, rank_a, b, rank_b,
     body = compare(client, ids, a, b, rank_a=rank_a, rank_b=rank_b, group_by=group_by)["kernels"]
     sides = {}
     for side, run, rank in (("a", a, rank_a), ("b", b, rank_b)):
-        got = get(client, f"/api/runs/{ids[run]}/operators/groups", rank=rank, group_by=group_by, step=50, limit=500)
+        got = get(client, f"/api/runs/{ids[run]}/operators/groups", rank=rank, group_by=group_by, step=STEP, limit=500)
         assert not got["truncated"]
         sides[side] = {r["group_key"]: r for r in got["rows"]}
         assert body["source"][side] == "kernel_details" and body["step_filtered"][side]
@@ -209,7 +210,7 @@ def test_timeline_lanes_start_at_each_sides_step(client, ids, runs):
     assert (body["start_ns"], body["end_ns"]) == (lo, hi)
     for side, rank in (("a", 0), ("b", 1)):
         s = body[side]
-        hs, he, ds, de = step_row(runs, ids["level1"], rank, 50)
+        hs, he, ds, de = step_row(runs, ids["level1"], rank, STEP)
         assert s["align_on"] == "step" and int(s["align_ns"]) == hs
         assert s["marks"] == {"host_start": 0, "host_end": he - hs, "device_start": ds - hs, "device_end": de - hs}
         kinds = [lane["kind"] for lane in s["lanes"]]
@@ -227,7 +228,7 @@ def test_timeline_lanes_start_at_each_sides_step(client, ids, runs):
 def test_timeline_aligns_on_the_first_device_task(client, ids, runs):
     body = get(client, "/api/compare/timeline", a=ids["level1"], b=ids["level2"], align="device", width_px=800)
     for side, run in (("a", "level1"), ("b", "level2")):
-        hs, he, ds, de = step_row(runs, ids[run], 0, 50)
+        hs, he, ds, de = step_row(runs, ids[run], 0, STEP)
         assert body[side]["align_on"] == "device" and int(body[side]["align_ns"]) == ds
         assert body[side]["step_start_ns"] == hs - ds < 0
     # the default window covers both steps

@@ -9,6 +9,7 @@ import duckdb
 import pytest
 
 from tests.conftest import needs_samples
+from tests.samples import STEP
 
 pytestmark = needs_samples
 
@@ -337,7 +338,7 @@ def test_align_matches_the_same_occurrence_on_the_reference_rank(client, run1, s
         return sorted((s for s in src["slices"] if s["rank"] == rank and s["name"] == name),
                       key=lambda s: (s["ts_ns"], s["slice_id"]))
 
-    step1, step0 = named(1, "ProfilerStep#50")[0], named(0, "ProfilerStep#50")[0]
+    step1, step0 = named(1, f"ProfilerStep#{STEP}")[0], named(0, f"ProfilerStep#{STEP}")[0]
     body = get(client, f"/api/runs/{run1}/timeline/align", slice_id=step1["slice_id"], rank=0)
     assert body["match"]["slice_id"] == step0["slice_id"] and body["how"] == "occurrence"
     assert body["shift_ns"] == step0["ts_ns"] - step1["ts_ns"]

@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 from tests.conftest import needs_samples
+from tests.samples import STEP
 
 pytestmark = needs_samples
 
@@ -259,7 +260,7 @@ def test_summary_sources_and_findings(client, view_runs):
     auto = get(client, view_runs, "level1", "summary")
     assert auto["sources"] == ["step_trace"] and len(auto["breakdown"]) == 2
     derived = get(client, view_runs, "level1", "summary", source="overlap")
-    assert derived["sources"] == ["overlap"] and [r["step"] for r in derived["breakdown"]] == [50, 50]
+    assert derived["sources"] == ["overlap"] and [r["step"] for r in derived["breakdown"]] == [STEP, STEP]
     kinds = {f["kind"] for f in auto["findings"]}
     assert {"host_bound", "exposed_communication", "slowest_rank"} <= kinds
     assert any("host-bound" in f["text"].lower() for f in auto["findings"])
