@@ -21,6 +21,7 @@ LAT_LO, LAT_SPAN = 3000, 5000          # runtime launch -> task start latency, n
 CHUNK = 256                            # launches between flushes
 COUNTER_NS = 100_000                   # counter sampling period
 APP_EVERY = 200                        # one APP memory row / module-mem sample every 200 counter samples (20 ms)
+#                                        by default (generate_run's memory_every_ms)
 _r = random.Random(7).random
 METRICS_NA = ",".join([NA] * out.N_METRICS)
 RATIOS = [(f"{a},{round(_r() * 0.5, 3)},{round(_r(), 3)}", round(a * 100, 3))       # pipe ratios, cube util
@@ -43,6 +44,8 @@ class RankSim(TemplateCompiler):
         self.cann_pid, self.hw_pid, self.freq_pid, self.hccl_pid, self.mem_pid, self.ov_pid = (
             (pid << 10) | (sort << 5) | dev for sort in (7, 13, 14, 15, 19, 23))
         self.cann, self.hccl, self.overlap = cfg["cann_lane"], cfg["hccl"], cfg["overlap_lane"]
+        every_ms = cfg.get("memory_every_ms")
+        self.app_every = max(1, round(every_ms * 1e6 / COUNTER_NS)) if every_ms else APP_EVERY
         self.nstreams = n = max(1, int(cfg["streams"]))
         self.mod = n + 1                     # task starts on stream index i are = i (mod n+1): unique async ids
         self.sids = [2 + i for i in range(n + 1)]          # compute streams, then the HCCL stream
@@ -395,7 +398,7 @@ class RankSim(TemplateCompiler):
             E.append((t, f'{{"name": "APP/HBM", "ts": "{ts}", "pid": {self.mem_pid}, "tid": 0, '
                          f'"args": {{"KB": {kb}}}, "ph": "C"}}'))
             self.nE["C"] += 2
-            if self.ctr_n % APP_EVERY == 0:
+            if self.ctr_n % self.app_every == 0:
                 self.app_rows.append(["APP", ts + "\t", "", kb / 1024, "", "", f"NPU:{self.dev}"])
             self.ctr_n += 1
             self.next_ctr = t + COUNTER_NS

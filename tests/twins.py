@@ -99,7 +99,8 @@ def _st4(out: Path) -> None:
     from ascendscope.sample_data import _dbexport
     from ascendscope.sample_data.generate import generate_run
 
-    generate_run(out, ranks=4, steps=1, ops_per_step=OPS_PER_STEP, seed=80, level="Level2")
+    # memory sampled every 0.2 ms: enough points in a short run for the curves to be down-sampled
+    generate_run(out, ranks=4, steps=1, ops_per_step=OPS_PER_STEP, seed=80, level="Level2", memory_every_ms=0.2)
     for r in range(4):
         src = out / f"rank{r}_ascend_pt"
         rank_dir = out / f"rank_{r}_ascend_pt"
@@ -123,7 +124,12 @@ def _st4(out: Path) -> None:
                                     "data_parallel_size": 2, "context_parallel_size": 1,
                                     "expert_model_parallel_size": 1, "sequence_parallel": False, "world_size": 4,
                                     "rank": r}
+        meta["ENV_VARIABLES"]["PYTORCH_NPU_ALLOC_CONF"] = "expandable_segments:True"
         (rank_dir / "profiler_metadata.json").write_text(json.dumps(meta))
+        info_path = rank_dir / f"profiler_info_{r}.json"  # the newer torch_npu names its versions
+        info = json.loads(info_path.read_text())
+        info.update(torch_npu_version="2.7.1", cann_version="8.3.RC1")
+        info_path.write_text(json.dumps(info, indent=4))
 
 
 # -------------------------------------------------------------------------------------------------- fixtures
@@ -252,9 +258,23 @@ def _older_communication(od: Path, rank: int, group: str) -> None:
             "Bandwidth(GB/s)": 761.1383}, f"{rank}-{peer}": {
             "Transport Type": "RDMA", "Transit Time(ms)": 0.86381540625, "Transit Size(MB)": 20.97152,
             "Bandwidth(GB/s)": 24.2778}}}
-        matrix[step] = {"p2p": p2p_links, "collective": links}
+        matrix[step] = {"p2p": _with_total(p2p_links), "collective": _with_total(links)}
     (od / "communication.json").write_text(json.dumps(comm))
     (od / "communication_matrix.json").write_text(json.dumps(matrix))
+
+
+def _with_total(links: dict) -> dict:
+    """The older matrix's ``Total Op Info`` entry: per link, the ops' transit time and size summed."""
+    total: dict = {}
+    for op in links.values():
+        for pair, link in op.items():
+            t = total.setdefault(pair, {"Transport Type": link["Transport Type"], "Transit Time(ms)": 0.0,
+                                        "Transit Size(MB)": 0.0})
+            t["Transit Time(ms)"] += link["Transit Time(ms)"]
+            t["Transit Size(MB)"] += link["Transit Size(MB)"]
+    for t in total.values():
+        t["Bandwidth(GB/s)"] = round(t["Transit Size(MB)"] / t["Transit Time(ms)"], 4) if t["Transit Time(ms)"] else 0
+    return {**links, "Total Op Info": total}
 
 
 def _cluster_output(out: Path, fixtures: Path, group: str) -> None:
