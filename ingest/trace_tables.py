@@ -111,11 +111,12 @@ def add_trace_kernels(con) -> list[tuple[int, str, str]]:
     cols = [c for c in ROW_COLUMNS if c in have]
     notes = []
     for rank in ranks:
-        con.execute(f"INSERT INTO kernels ({', '.join(cols)}) SELECT {', '.join(cols)} FROM ({ROWS_SQL})",
-                    {"rank": rank, "types": list(COMPUTE_TASK_TYPES)})
+        params = {"rank": rank, "types": list(COMPUTE_TASK_TYPES)}
+        # counted from the rows made (the kernels table of a damaged CSV may lack accelerator_core)
         tasks, comm = con.execute("SELECT count(*) FILTER (WHERE accelerator_core <> 'HCCL'), "
-                                  "count(*) FILTER (WHERE accelerator_core = 'HCCL') FROM kernels WHERE rank = ?",
-                                  [rank]).fetchone()
+                                  f"count(*) FILTER (WHERE accelerator_core = 'HCCL') FROM ({ROWS_SQL})",
+                                  params).fetchone()
+        con.execute(f"INSERT INTO kernels ({', '.join(cols)}) SELECT {', '.join(cols)} FROM ({ROWS_SQL})", params)
         if tasks or comm:
             notes.append((rank, TRACE_WARNING_FILES["kernels"],
                           f"{MISSING}: its kernels are the trace's {tasks} Ascend Hardware compute "

@@ -226,6 +226,20 @@ def call_stack(module_file, variant):
             "<string>(1): <module>"]
 
 
+# with_stack's python_function frames around each step on the main thread (the real samples' spawn chain), outermost
+# first; inside the step each forward op, the dataloader and the optimizer get their call stack's inner frames
+PY_OUTER_FRAMES = ["<string>(1): <module>", "multiprocessing/spawn.py(116): spawn_main",
+                   "multiprocessing/spawn.py(129): _main", "multiprocessing/process.py(315): _bootstrap",
+                   "multiprocessing/process.py(108): run", "torch/multiprocessing/spawn.py(74): _wrap",
+                   f"{_TRAIN}(455): main"]
+
+
+def py_frames(stack):
+    """The python_function frames of a call stack inside a step (outermost first, without the two outermost
+    frames, which :data:`PY_OUTER_FRAMES` covers)."""
+    return list(reversed(stack[:-2])) if stack else []
+
+
 DATALOADER_STACK = [f"{_SITE}/torch/utils/data/dataloader.py(630): __next__", f"{_TRAIN}(381): train_step",
                     f"{_TRAIN}(455): main", "<string>(1): <module>"]
 OPTIMIZER_STACK = [f"{_SITE}/torch/optim/adamw.py(184): step",

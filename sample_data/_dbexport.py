@@ -4,7 +4,8 @@ profiler_info and the two databases, as torch_npu writes it). Meant for small ru
 
 What goes where, with torch_npu's and msprof's schema (the 2025 sample's CANN 8.0 columns):
 
-* ``PYTORCH_API``: the Python lane's torch ops (type 50001) and Enqueue / Dequeue (50002), times as text;
+* ``PYTORCH_API``: the Python lane's torch ops (type 50001), Enqueue / Dequeue (50002) and python_function
+  frames (50003), times as text;
   ``connectionId`` is a ``CONNECTION_IDS`` group: a torch op's holds the connection ids of the tasks it launched
   (its async_npu flows) and, for a forward / backward pair, one id shared by both; an Enqueue / Dequeue pair
   shares its correlation id (offset by ``5 << 28``, as torch_npu keeps framework ids apart from CANN's);
@@ -363,6 +364,10 @@ class _ProfilerDb:
                 cids = [FWK_CONNECTION + a["correlation_id"]]
                 row = [str(start), str(end), gtid, None, s(e["name"], FWK_STRINGS), None, None, None,
                        None, None, API_TYPES["queue"]]
+            elif cat == "python_function":
+                cids = []
+                row = [str(start), str(end), gtid, None, s(e["name"], FWK_STRINGS), None, None, None,
+                       None, None, API_TYPES["trace"]]
             else:
                 cids = launched.get(key, []) + fwdbwd.get(key, [])
                 stack = a.get("Call stack")

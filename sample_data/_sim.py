@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 
+from . import _catalog as cat
 from . import _csvs as out
 from ._compile import NA, TemplateCompiler, Thread
 from ._finish import finish_rank
@@ -20,6 +21,8 @@ FIRST_STEP = 10
 LAT_LO, LAT_SPAN = 3000, 5000          # runtime launch -> task start latency, ns
 CHUNK = 256                            # launches between flushes
 COUNTER_NS = 100_000                   # counter sampling period
+PY_OUTER_GAP_NS = 1_500                # a step's outer python_function frames start 1.5 µs apart
+PY_INNER_GAP_NS = 40                   # an op's frames 40 ns apart (ops on the main thread are >= 1 µs apart)
 APP_EVERY = 200                        # one APP memory row / module-mem sample every 200 counter samples (20 ms)
 #                                        by default (generate_run's memory_every_ms)
 _r = random.Random(7).random
@@ -44,6 +47,8 @@ class RankSim(TemplateCompiler):
         self.cann_pid, self.hw_pid, self.freq_pid, self.hccl_pid, self.mem_pid, self.ov_pid = (
             (pid << 10) | (sort << 5) | dev for sort in (7, 13, 14, 15, 19, 23))
         self.cann, self.hccl, self.overlap = cfg["cann_lane"], cfg["hccl"], cfg["overlap_lane"]
+        self.py_stack = bool(cfg.get("python_stack"))
+        self.py_id = 0
         every_ms = cfg.get("memory_every_ms")
         self.app_every = max(1, round(every_ms * 1e6 / COUNTER_NS)) if every_ms else APP_EVERY
         self.nstreams = n = max(1, int(cfg["streams"]))
@@ -354,9 +359,11 @@ class RankSim(TemplateCompiler):
         ps = self.t
         if self.next_ctr is None:
             self.next_ctr = ps - 40_000
-        t = self._node(self.dataloader, ps + 5000 + int(20000 * rnd()), -1)[0] + 2000 + int(8000 * rnd())
+        t = self._py_node(self.dataloader, ps + 5000 + int(20000 * rnd()), -1, cat.DATALOADER_STACK)
+        t += 2000 + int(8000 * rnd())
         for i, (key, v) in enumerate(plan.fwd):
-            t = self._node(self.fwd_nodes[key, v], t, self.seq_base + i)[0] + 1000 + int(8000 * rnd())
+            stack = cat.call_stack(cat.FORWARD[key][1], v) if self.py_stack else None
+            t = self._py_node(self.fwd_nodes[key, v], t, self.seq_base + i, stack) + 1000 + int(8000 * rnd())
             self._maybe_flush(t)
         tb = t + 20000 + int(60000 * rnd())
         for c in plan.comm_after.get(-1, ()):
@@ -371,19 +378,44 @@ class RankSim(TemplateCompiler):
         # the optimizer needs the reduced gradients: its kernels wait for the HCCL stream
         self.sfree[0] = max(self.sfree[0], self.sfree[-1])
         for _ in range(plan.n_opt):
-            t = self._node(self.optimizer, t, -1)[0] + 3000 + int(10000 * rnd())
+            t = self._py_node(self.optimizer, t, -1, cat.OPTIMIZER_STACK) + 3000 + int(10000 * rnd())
         t = self._node(self.step_end, t, -1)[0]
         end = t + 3000 + int(10000 * rnd())
         self.segA.buf.append(f'{self.ps_head}{sid}{self.ps_mid}{ts_str(ps)}", "dur": {(end - ps) / 1000}, '
                              f'"cat": "cpu_op", "args": {{"Sequence number": -1, "Fwd thread id": 0}}}}')
+        lo, hi = self._py_frames(cat.PY_OUTER_FRAMES, ps, end, PY_OUTER_GAP_NS) if self.py_stack else (ps, end)
         self.seq_base += len(plan.fwd)
         self.step_ranges.append((sid, self.cur_dev_start if self.cur_dev_start is not None else ps, end, ps))
         self.step_id = self.cur_dev_start = None
         if self.min_x is None:
-            self.min_x = ps
-        self.max_x_end = end
+            self.min_x = lo
+        self.max_x_end = hi
         self._flush(end, horizon=end)
         self.t = end + 50_000 + int(250_000 * rnd())
+
+    def _py_node(self, node, t, seq, stack):
+        """Run a top-level main-thread op from ``t``, inside its call stack's python_function frames when
+        ``python_stack``; return its end."""
+        end = self._node(node, t, seq)[0]
+        if self.py_stack:
+            self._py_frames(cat.py_frames(stack), t, end, PY_INNER_GAP_NS)
+        return end
+
+    def _py_frames(self, frames, start, end, gap):
+        """python_function slices (outermost first) enclosing [start, end], each ``gap`` ns wider than the next;
+        returns the outermost one's range."""
+        n = len(frames)
+        parent = None
+        for j, name in enumerate(frames):
+            s, e = start - (n - j) * gap, end + (n - j) * gap
+            self.py_id += 1
+            up = f', "Python parent id": {parent}' if parent is not None else ""
+            self.cann_chunk.append((s, f'{{"ph": "X", "name": "{name}", "pid": {self.pid}, "tid": {self.tid_main}, '
+                                       f'"ts": "{ts_str(s)}", "dur": {(e - s) / 1000}, "cat": "python_function", '
+                                       f'"args": {{"Python id": {self.py_id}{up}}}}}'))
+            parent = self.py_id
+            self.nE["X"] += 1
+        return (start - n * gap, end + n * gap) if n else (start, end)
 
     def _counters(self, upto):
         rnd, E = self.rnd, self.cann_chunk

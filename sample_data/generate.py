@@ -4,7 +4,9 @@ Contract
 --------
 ``generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap_lane=True, cann_lane=True,
 streams=2, hccl=True, trace_format="array", level="Level1", export="text", db_overlap_ranks=(), collection=0,
-memory_every_ms=20.0) -> dict`` writes (the APP memory rows and npu_module_mem samples every ``memory_every_ms``),
+memory_every_ms=20.0, python_stack=False) -> dict`` writes (the APP memory rows and npu_module_mem samples every
+``memory_every_ms``; with ``python_stack`` the main thread's ops sit inside with_stack's ``python_function`` frames,
+the spawn chain around each step and each op's call stack around it, as in the real samples),
 for every rank ``r`` (at Level1, as a text export)::
 
     out_dir/rank{r}_ascend_pt/
@@ -87,7 +89,7 @@ EXPORTS = ("text", "db")
 
 def generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap_lane=True,
                  cann_lane=True, streams=2, hccl=True, trace_format="array", level="Level1", export="text",
-                 db_overlap_ranks=(), collection=0, memory_every_ms=20.0) -> dict:
+                 db_overlap_ranks=(), collection=0, memory_every_ms=20.0, python_stack=False) -> dict:
     if trace_format not in TRACE_FORMATS:
         raise ValueError(f"trace_format must be one of {TRACE_FORMATS}")
     if level not in _level.LEVELS or export not in EXPORTS:
@@ -103,7 +105,7 @@ def generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap
     plan = _catalog.build_plan(srng, ops_per_step, hccl)
     group = str(10_000_000_000_000_000_000 + srng.getrandbits(63))
     cfg = dict(params, t0=T0_NS + (seed % 1000) * 3_600_000_000_000 + collection * 600_000_000_000,
-               collection=collection, memory_every_ms=memory_every_ms)
+               collection=collection, memory_every_ms=memory_every_ms, python_stack=python_stack)
     os.makedirs(out_dir, exist_ok=True)
     result = {"params": params, "group": group, "ranks": [], "total_bytes": 0}
     for r in range(ranks):

@@ -75,10 +75,13 @@ def build_tree(root: Path) -> None:
     for i, level in enumerate(("level0", "level1", "level2")):
         name = f"Level{level[-1]}"
         # one script profiled at each level and in each format: the same model, another collection each
+        # (profiled with_stack, as the real ones: the torch ops sit in deep python_function stacks; memory sampled
+        # every 0.5 ms: about as many APP samples in this short step as the real run has at 20 ms)
         generate_run(pt / "text" / level, ranks=2, steps=1, ops_per_step=OPS_PER_STEP, seed=SEED, level=name,
-                     collection=1 + i)
+                     collection=1 + i, python_stack=True, memory_every_ms=0.5)
         generate_run(pt / "db" / level, ranks=2, steps=1, ops_per_step=OPS_PER_STEP, seed=SEED, level=name,
-                     export="db", db_overlap_ranks=(0,) if level == "level1" else (), collection=4 + i)
+                     export="db", db_overlap_ranks=(0,) if level == "level1" else (), collection=4 + i,
+                     python_stack=True, memory_every_ms=0.5)
     _st4(root / "msinsight_st_4rank_2025q4" / "level2")
     _fixtures(root / "msinsight_server_fixtures")
     generate_msprof(root / "mindinsight_msprof_2dev_2023", devices=2, iterations=10, ops_per_step=30, seed=70)

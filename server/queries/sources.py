@@ -232,6 +232,13 @@ def from_trace(db, table: str) -> list[int]:
     return [int(r[0]) for r in db.rows(FROM_TRACE_SQL, [file, MISSING])] if file else []
 
 
+def lacked_by(db, table: str, ranks: list[int]) -> list[str]:
+    """What ``ranks`` lacked for ``table``, named in each rank's format (``communication.json``,
+    ``CommAnalyzerTime (analysis.db)``), each name once."""
+    run_files = _RunFiles(db)
+    return sorted({_source_label(TABLE_FEEDS[table], run_files.format_of(rank)) for rank in ranks})
+
+
 def _source_label(feed: Feed, fmt: str) -> str:
     if fmt == "db" and feed.db_kind:
         return f"{feed.db_label} ({DB_FILES[feed.db_kind].format(rank='N')})"

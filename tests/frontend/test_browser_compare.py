@@ -123,7 +123,7 @@ def test_a_gpu_kineto_trace_against_an_npu_run(page, live_server, kineto, artifa
     assert page.locator("#cmp-step-b").input_value() == str(first)
     lanes = page.evaluate("() => window.__compareTimeline.data.b.lanes.map((l) => l.kind)")
     assert lanes and set(lanes) == {"hardware"}
-    assert "no kernel_details.csv" in page.locator("#cmp-kernels-note").inner_text()
+    assert "B: the trace's device lanes (no kernel table)" in page.locator("#cmp-kernels-note").inner_text()
     assert page.locator("#cmp-breakdown .v-note.warn").inner_text().startswith("Side B has no step breakdown")
     page.locator("#cmp-timeline").screenshot(path=str(artifacts_dir / "compare_npu_vs_gpu_timeline.png"))
     page.select_option("#cmp-step-b", str(second))

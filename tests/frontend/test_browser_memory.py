@@ -26,8 +26,8 @@ def _allocations() -> list[dict]:
 
 ALLOCATIONS = _allocations()  # level1 rank 0's operator allocations (184 over ~54 ms in the real sample)
 _TIMES = [int(Decimal(r["Allocation Time(us)"].strip()) * 1000) for r in ALLOCATIONS] or [0]
-START = min(_TIMES) // 1_000_000 * 1_000_000  # the ms they start in (...694 ms in the real sample)
-_SCALE = (max(_TIMES) - START) / 55_000_000  # the markers below are placed as in the real sample's 55 ms
+START = min(_TIMES)  # ...694.6 ms in the real sample
+_SCALE = (max(_TIMES) - START) / 55_000_000  # the markers below are placed as in the real sample's ~55 ms
 
 
 def at(ms: float) -> str:

@@ -95,6 +95,7 @@ def test_text_and_db_export_of_one_run_agree_on_wait_time(tmp_path):
 def test_db_ge_allocations_are_named_like_the_text_export(db_run):
     """A GE block (no stream, no active totals) is "cann::<op>" in operator_memory.csv; the db reader names it so."""
     level, con = db_run
+    blocks = 0
     for rank in (0, 1):
         path = DB / level / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / f"ascend_pytorch_profiler_{rank}.db"
         with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True)) as src:
@@ -103,7 +104,9 @@ def test_db_ge_allocations_are_named_like_the_text_export(db_run):
             total = src.execute("SELECT count(*) FROM OP_MEMORY").fetchone()[0]
         got = con.execute("SELECT count(*) FILTER (WHERE starts_with(name, 'cann::')), count(*) FROM operator_memory "
                           "WHERE rank = ?", [rank]).fetchone()
-        assert got == (ge, total) and ge > 0
+        assert got == (ge, total)
+        blocks += ge
+    assert blocks > 0  # every real rank has some; a short generated one may not
 
 
 def test_db_group_lanes_are_named_by_index_with_the_group_in_the_args(db_run):

@@ -98,7 +98,9 @@ def test_level0_groups_kernels_by_name(client, db_runs):
 
 def test_level0_communication_lists_the_traces_ops_saying_what_is_missing(client, db_runs):
     ov = get(client, db_runs["level0"], "communication")
-    assert ov["from_trace_ranks"] == [0, 1]
+    assert ov["from_trace_ranks"] == [0, 1] and ov["from_trace_lacks"] == ["communication.json"]
+    db0 = get(client, db_runs["db_level0"], "communication")  # the db export names its table
+    assert db0["from_trace_ranks"] == [0, 1] and db0["from_trace_lacks"] == ["CommAnalyzerTime (analysis.db)"]
     for row in ov["totals"]["rows"]:
         assert row["elapse_only"] and row["elapse_time_ns"] > 0 and row["wait_time_ns"] is None
     assert ov["totals"]["most_waiting"] is None

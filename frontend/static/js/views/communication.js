@@ -282,8 +282,9 @@ async function reload() {
   const traced = ov.from_trace_ranks || [];
   if (traced.length) {
     $("#comm-trace-note").append(el("div", { class: "v-note warn", id: "comm-from-trace" },
-      `Rank${traced.length > 1 ? "s" : ""} ${traced.join(", ")}: no communication.json (a Level0 export writes none), `
-      + "so each operator's elapse comes from the trace's communication lane; transit, wait, synchronization, "
+      `Rank${traced.length > 1 ? "s" : ""} ${traced.join(", ")}: no `
+      + `${(ov.from_trace_lacks || ["communication.json"]).join(" or ")} (a Level0 export writes none); `
+      + "each operator's elapse comes from the trace's communication lane; transit, wait, synchronization, "
       + "bandwidth and the link matrix are missing (they need a Level1 or Level2 export)."));
   }
   renderTotals(ov.totals);
