@@ -18,7 +18,7 @@ from tests.conftest import ingesting_server as server
 
 pytestmark = [pytest.mark.browser, needs_samples]
 INGEST_TIMEOUT_MS = 90_000
-LEVEL0_WARNING = "bound to no slice"  # level0's first two warnings: flows whose CANN lane is not exported
+LEVEL0_WARNING = "bound to no slice"  # two of level0's warnings: flows whose CANN lane is not exported
 LEVEL0_WARNINGS = 4  # those and, per rank, its communication ops taken from the trace (no communication.json)
 
 
@@ -62,8 +62,11 @@ def test_one_upload_shows_its_progress_then_opens_with_its_warnings(tmp_path, le
         banner = page.locator("#run-warnings")
         expect(banner).to_be_visible()
         expect(banner.locator(".warn-title")).to_have_text(f"{LEVEL0_WARNINGS} ingest warnings")
+        expect(banner.locator(".warn-list li")).to_have_count(3)  # the first three, the rest behind "Show all"
+        expect(banner.locator("#run-warnings-more")).to_have_text(f"Show all {LEVEL0_WARNINGS}")
+        banner.locator("#run-warnings-more").click()
         expect(banner.locator(".warn-list li")).to_have_count(LEVEL0_WARNINGS)
-        expect(banner.locator(".warn-list li").first).to_contain_text(LEVEL0_WARNING)
+        expect(banner.locator(".warn-list li", has_text=LEVEL0_WARNING)).to_have_count(2)
         expect(page.locator("#rank-select option:not([value=''])")).to_have_count(2)
         page.screenshot(path=str(artifacts_dir / "run_warnings_banner.png"))
         banner.locator("#run-warnings-close").click()
@@ -115,7 +118,7 @@ def test_a_failed_run_shows_its_log_and_is_retried(tmp_path, level0_db, page, ar
         good = row(page, warned.id)
         good.get_by_role("button", name=f"{LEVEL0_WARNINGS} warnings").click()
         expect(good.locator(".run-warnings li")).to_have_count(LEVEL0_WARNINGS)
-        expect(good.locator(".run-warnings li").first).to_contain_text(LEVEL0_WARNING)
+        expect(good.locator(".run-warnings li", has_text=LEVEL0_WARNING)).to_have_count(2)
         page.screenshot(path=str(artifacts_dir / "runs_failed_log_and_warnings.png"))
 
         shutil.copytree(PYTORCH_TEXT / "level1", later)

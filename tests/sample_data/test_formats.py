@@ -104,3 +104,43 @@ def test_kineto_traces_of_the_gpu_twin(tmp_path, style):
     assert labels == {"CPU", "GPU 0"}
     assert ("baseTimeNanoseconds" in data) == (style == "new")
     assert all(isinstance(e["ts"], int) for e in evs if e.get("ph") == "X") == (style == "old")
+
+
+def test_python_stack_frames_nest_around_the_ops_and_reach_the_db_export(tmp_path):
+    """with_stack's python_function frames: on the main thread, each enclosing what it calls (a ProfilerStep inside
+    the spawn chain, each op inside its call stack), parents named by id; the db export stores them as type
+    50003. Without ``python_stack`` there are none (the default output is unchanged)."""
+    truth = generate_run(tmp_path / "text", ranks=1, steps=2, ops_per_step=80, seed=5, python_stack=True)
+    evs = events(tmp_path / "text" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+    xs = [e for e in evs if e.get("ph") == "X"]
+    assert len(xs) == truth["ranks"][0]["x_events"]
+    frames = [e for e in xs if e.get("cat") == "python_function"]
+    steps = [e for e in xs if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert frames and {(e["pid"], e["tid"]) for e in frames} == {(steps[0]["pid"], steps[0]["tid"])}
+
+    def span(e):
+        start = int(e["ts"].replace(".", ""))
+        return start, start + round(e["dur"] * 1000)
+
+    by_id = {e["args"]["Python id"]: e for e in frames}
+    for e in frames:  # a parent frame holds its child
+        parent = by_id.get(e["args"].get("Python parent id"))
+        if parent:
+            assert span(parent)[0] < span(e)[0] and span(e)[1] < span(parent)[1]
+    for step in steps:  # the seven outer frames hold the step, others sit inside it
+        lo, hi = span(step)
+        outer = [f for f in frames if span(f)[0] < lo and span(f)[1] > hi]
+        assert [f["name"] for f in sorted(outer, key=lambda f: span(f)[0])][0] == "<string>(1): <module>"
+        assert len(outer) == 7
+    main = [e for e in xs if (e["pid"], e["tid"]) == (steps[0]["pid"], steps[0]["tid"])]
+    for a in main:  # the main thread's slices nest: any two are disjoint or one holds the other
+        for b in main:
+            (a0, a1), (b0, b1) = span(a), span(b)
+            assert a1 <= b0 or b1 <= a0 or (a0 <= b0 and b1 <= a1) or (b0 <= a0 and a1 <= b1), (a["name"], b["name"])
+    generate_run(tmp_path / "db", ranks=1, steps=2, ops_per_step=80, seed=5, python_stack=True, export="db")
+    path = tmp_path / "db" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT count(*) FROM PYTORCH_API WHERE type = 50003").fetchone()[0] == len(frames)
+    generate_run(tmp_path / "plain", ranks=1, steps=1, ops_per_step=80, seed=5)
+    plain = events(tmp_path / "plain" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+    assert not [e for e in plain if e.get("cat") == "python_function"]
