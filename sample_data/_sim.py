@@ -37,6 +37,10 @@ class RankSim(TemplateCompiler):
         # another collection of the same script: the same model, other timings
         collection = f"-{cfg['collection']}" if cfg.get("collection") else ""
         self.rnd = random.Random(f"{cfg['seed']}-timing-{rank}{collection}").random
+        # what is the script's own (which ops allocate and how much, each kernel's duration before jitter) every
+        # numbered collection draws from one stream of its own, so two collections agree on it as real ones do;
+        # collection 0 draws it from the timing stream (the bundled sample stays as it was)
+        self.mrnd = random.Random(f"{cfg['seed']}-script-{rank}").random if collection else self.rnd
         self.dir = os.path.join(rank_dir, "ASCEND_PROFILER_OUTPUT")
         if os.path.isdir(self.dir):          # like torch_npu: the output folder is recreated on every parse
             shutil.rmtree(self.dir)
@@ -164,9 +168,10 @@ class RankSim(TemplateCompiler):
         B = self.segB.buf
         B.append(f'{th.enq}{ts}", "dur": {enq_dur / 1000}, "cat": "enqueue", "args": {{"correlation_id": {corr}}}}}')
         B.append(f'{th.enq_s}{corr}{th.at}{ts}", "cat": "async_task_queue"}}')
-        if L.hccl is None and rnd() < 0.4:
-            free_t = None if rnd() < 0.03 else t + 50_000 + int(rnd() ** 2 * 20_000_000)
-            self.mem.alloc_pta(t - 1, n.mem_name, 512 * (1 + int(2 ** (rnd() * 16))), free_t)
+        mrnd = self.mrnd
+        if L.hccl is None and mrnd() < 0.4:
+            free_t = None if mrnd() < 0.03 else t + 50_000 + int(mrnd() ** 2 * 20_000_000)
+            self.mem.alloc_pta(t - 1, n.mem_name, 512 * (1 + int(2 ** (mrnd() * 16))), free_t)
         dq = t + enq_dur + 1500 + int(6000 * rnd())
         if dq < self.deq_free:
             dq = self.deq_free
@@ -213,9 +218,9 @@ class RankSim(TemplateCompiler):
                 self._cann_x(self.wait_frags[1], r2, r2d, cid2 + 1)
                 self._htod_s(cid2 + 1, r2)
             acl_e = a2e
-        if L.kernels and rnd() < 0.03:
-            self.mem.alloc_ge(dq + 300, "cann::" + L.kernels[-1].kname, 1024 * (8 + int(rnd() * 50000)),
-                              dq + 30_300 + int(rnd() * 120_000))
+        if L.kernels and mrnd() < 0.03:
+            self.mem.alloc_ge(dq + 300, "cann::" + L.kernels[-1].kname, 1024 * (8 + int(mrnd() * 50000)),
+                              dq + 30_300 + int(mrnd() * 120_000))
         dq_e = acl_e + 300 + int(1200 * rnd())
         self.deq_free = dq_e + 200 + int(1300 * rnd())
         dts = ts_str(dq)
@@ -256,7 +261,12 @@ class RankSim(TemplateCompiler):
         if g > st:
             st = g
         st += (si - st) % self.mod
-        d = k.lo + int(k.span * rnd()) if fixed_dur is None else fixed_dur
+        if fixed_dur is not None:
+            d = fixed_dur
+        elif self.mrnd is rnd:
+            d = k.lo + int(k.span * rnd())
+        else:  # the script's duration of this kernel, within 2 % on another collection
+            d = int((k.lo + k.span * self.mrnd()) * (0.98 + 0.04 * rnd()))
         end = self.sfree[si] = st + d
         task_id = self.task_ids[si]
         self.task_ids[si] = task_id + 1

@@ -333,6 +333,10 @@ def _msprof_db(src: Path, dst: Path) -> None:
                   "RANK_DEVICE_MAP", "COMMUNICATION_OP"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     con.execute("CREATE TABLE _COMPUTE_TASK_INFO_old_20251014 AS SELECT * FROM COMPUTE_TASK_INFO LIMIT 3")
+    # plane tasks whose TASK row is missing (no times), as the real fixture has
+    cols = [c for _, c, *_ in con.execute("PRAGMA table_info(COMMUNICATION_TASK_INFO)")]
+    picked = ", ".join("(SELECT max(globalTaskId) FROM TASK) + rowid" if c == "globalTaskId" else c for c in cols)
+    con.execute(f"INSERT INTO COMMUNICATION_TASK_INFO SELECT {picked} FROM COMMUNICATION_TASK_INFO LIMIT 2")
     con.execute("CREATE TABLE DDR (deviceId INTEGER, timestampNs INTEGER, read NUMERIC, write NUMERIC)")
     con.execute("INSERT INTO DDR SELECT 0, timestampNs, 1000.0, 500.0 FROM NPU_MEM LIMIT 5")
     con.execute("CREATE TABLE MSTX_EVENTS (startNs INTEGER, endNs INTEGER, eventType INTEGER, rangeId INTEGER, "
