@@ -135,7 +135,8 @@ def test_bench_subcommand_reports_a_real_ingest(tmp_path):
     truth = json.loads(next(tmp_path.glob("run_*/truth.json")).read_text())
     assert report["events"] == sum(r["total_events"] for r in truth["ranks"]) > 0
     assert report["runs"] == 2 and 0 < report["wall_s"] <= report["wall_s_median"]
-    assert report["mb_per_s"] == pytest.approx(report["input_mb"] / report["wall_s"], rel=0.05)  # both rounded
+    # both rounded (MB/s to 0.1: on a loaded machine a 2 MB ingest can run below 1 MB/s)
+    assert report["mb_per_s"] == pytest.approx(report["input_mb"] / report["wall_s"], rel=0.05, abs=0.05)
     assert 50 < report["peak_rss_mb"] < 1500
     assert not list(tmp_path.glob("run_*/bench_*.duckdb"))  # the ingested files are removed
 
