@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import PYTORCH_TEXT, VIEW_SAMPLES, needs_samples
-from tests.samples import STEP, needs_real
+from tests.samples import HAVE_REAL, STEP, needs_real
 
 pytestmark = [needs_samples, pytest.mark.browser]
 
@@ -227,7 +227,12 @@ def test_summary_page(page, live_server, view_runs, artifacts_dir, run, ranks):
     assert bars and all(n == ranks for n in bars)
     findings = httpx.get(f"{live_server.base_url}/api/runs/{view_runs[run]}/summary", timeout=10).json()["findings"]
     assert page.locator("#sum-findings li").count() == len(findings) >= 1  # 2 or more in the real samples
-    assert "host-bound" in page.locator("#sum-findings").inner_text().lower()
+    shown = page.locator("#sum-findings").inner_text()
+    assert all(f["text"] in shown for f in findings), (findings, shown)
+    host_bound = any(f["kind"] == "host_bound" for f in findings)
+    assert ("host-bound" in shown.lower()) == host_bound
+    if HAVE_REAL or run == "level1":  # every real sample idles over 10 % of its step (the st4 and fixtures twins not)
+        assert host_bound
     if run == "level1":  # one profiled step, numbered 50 in the real sample: a count, not the id alone
         assert f"1 (step {STEP})" in page.locator("#sum-base").inner_text()
     wait_rows(page, "sum-breakdown", ranks)
@@ -247,7 +252,8 @@ def test_communication_page_click_through(page, live_server, view_runs, artifact
     wait_rows(page, "comm-rank-table-grid", 2)
     shot(page, artifacts_dir, "communication_level1")
     page.click("#comm-mode-matrix")
-    assert wait_chart(page, "comm-heatmap") > 3
+    # cells between ranks: the real sample's group spans 8 ranks, the twin's the 2 ranks it has (links 0-1, 1-0)
+    assert wait_chart(page, "comm-heatmap") >= (4 if HAVE_REAL else 2)
     shot(page, artifacts_dir, "communication_level1_matrix")
     assert not bad_paths(page)
     page.click("#comm-mode-duration")
