@@ -165,5 +165,5 @@ class Run:
         The run must be in the data dir that server serves (``open`` puts runs there)."""
         from ascendscope import jupyter
 
-        return jupyter.show(self, view, rank=rank, start_ns=start_ns, end_ns=end_ns, server=server, width=width,
+        return jupyter.show(self.id, view, rank=rank, start_ns=start_ns, end_ns=end_ns, server=server, width=width,
                             height=height, **params)

@@ -74,7 +74,7 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 SWAGGER_CDN = "https://cdn.jsdelivr.net"
 DOCS_CSP = ("default-src 'self'; script-src 'self' {cdn} {hashes}; style-src 'self' {cdn} 'unsafe-inline'; "
             "img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; object-src 'none'; "
-            "base-uri 'none'; frame-ancestors 'none'")
+            "base-uri 'none'; frame-ancestors 'self'")
 
 
 def plotly_js_path() -> Path:
