@@ -28,7 +28,7 @@ BATCH_ROWS = 50_000
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 TRACKS_SQL = """
-SELECT track_id, rank, pid, tid, process_name, thread_name, kind, label, process_sort_index, thread_sort_index,
+SELECT track_id, rank, pid, tid, process_name, thread_name, label, process_sort_index, thread_sort_index,
        counter_name
 FROM tracks WHERE rank IN (SELECT unnest(?::INTEGER[])) ORDER BY rank, sort_index, track_id
 """
@@ -85,7 +85,7 @@ class _Lanes:
         seen_pid: set[int] = set()
         dense = iter(range(1, 1 << 62))
         remap: dict[tuple[int, int], int] = {}
-        for (track_id, rank, pid, tid, pname, tname, kind, label, psort, tsort, counter) in tracks:
+        for (track_id, rank, pid, tid, pname, tname, label, psort, tsort, counter) in tracks:
             pid = 0 if pid is None else int(pid)
             if several_ranks:
                 key = (int(rank), pid)

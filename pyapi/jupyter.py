@@ -45,8 +45,9 @@ def server_process() -> dict:
 
 
 def jupyter_base_url() -> str:
-    """The Jupyter server's base URL as the notebook's page sees it (``/`` or ``/user/<name>/``): JupyterHub's
-    ``JUPYTERHUB_SERVICE_PREFIX``, else ``ASCENDSCOPE_JUPYTER_BASE_URL``, else the running Jupyter server's, else ``/``."""
+    """The Jupyter server's base URL as the notebook's page sees it (``/`` or ``/user/<name>/``):
+    ``ASCENDSCOPE_JUPYTER_BASE_URL``, else JupyterHub's ``JUPYTERHUB_SERVICE_PREFIX``, else the one running Jupyter
+    server's, else ``/``."""
     for var in ("ASCENDSCOPE_JUPYTER_BASE_URL", "JUPYTERHUB_SERVICE_PREFIX"):
         if os.environ.get(var):
             return _slash(os.environ[var])
