@@ -1,8 +1,8 @@
 """Read-only SQL over a run database: the rules every user-written query goes through (``Run.sql`` here, and any
 SQL console of the server), so that a query can read the documented tables (docs/schema.md) and nothing else.
 
-* The connection is opened read-only (a run file) or is an in-memory connection whose attached run files are
-  read-only (a sharded run: ``ingest.layout.connect``), and then ``enable_external_access`` is switched off and
+* The connection is an in-memory one whose attached run files are read-only (a run file, its tables as views; or
+  a sharded run: ``ingest.layout.connect``), and then ``enable_external_access`` is switched off and
   the configuration locked: no ``read_csv('/etc/passwd')``, no ``COPY … TO``, no ``ATTACH``, no ``INSTALL``/``LOAD``,
   and no ``SET`` that could turn it back on.
 * A query is exactly one statement, of a reading kind (``SELECT`` — which covers ``WITH``, ``FROM t``, ``VALUES``,
@@ -48,7 +48,19 @@ def connect(path: str | os.PathLike, ranks: list[int] | None = None) -> duckdb.D
         return lock_down(conn)
     if target.is_dir():
         raise FileNotFoundError(f"{target} holds no run (no {layout.MANIFEST})")
-    conn = duckdb.connect(str(target), read_only=True)
+    if not target.is_file():
+        raise FileNotFoundError(f"no such file: {target}")
+    # attached to a connection of its own, not opened with duckdb.connect(path): that would share (and lock down)
+    # the instance other code of this process, a server, already has open on the same file
+    conn = duckdb.connect(":memory:")
+    try:
+        conn.execute(f"ATTACH '{str(target).replace(chr(39), chr(39) * 2)}' AS run (READ_ONLY)")
+        for (table,) in conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'run' "
+                                     "ORDER BY table_name").fetchall():
+            conn.execute(f'CREATE VIEW main."{table}" AS SELECT * FROM run."{table}"')
+    except BaseException:
+        conn.close()
+        raise
     return lock_down(conn)
 
 

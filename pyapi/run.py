@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ascendscope import frames, readonly, tables
 from ascendscope.locate import Located
 from ascendscope.server.queries import DuckRunner
+from ascendscope.server.queries import communication as cq
 from ascendscope.server.queries import summary as sq
 from ascendscope.server.schema_check import check_schema
 
@@ -127,6 +128,14 @@ class Run:
         """Advice: the findings (category, severity, title, text, and the ``metrics`` they rest on) of one rank, or
         of all ranks with the cross-rank findings (``rank`` empty)."""
         return self.table("advice", rank=rank, arrow=arrow)
+
+    def communication_findings(self, step: str | None = None, group: str | None = None) -> dict[str, Any]:
+        """Communication: the slow ranks (elapse more than 10% below the longest), the rank that waits the most,
+        the slowest link per transport, and the view's advice in plain words."""
+        db = self._db()
+        totals = cq.rank_totals(db, step, group)
+        return {"slow_ranks": totals["slow_ranks"], "most_waiting": totals["most_waiting"],
+                "advice": totals["advice"], "slow_links": cq.slow_links(db, step, group)}
 
     # ---- SQL ---------------------------------------------------------------------------------------------------
     def sql(self, query: str, params: list | tuple | dict | None = None, *, arrow: bool = False,
