@@ -122,6 +122,10 @@ def _md_table(headers: list[str], rows: list[list]) -> list[str]:
     return out + [""]
 
 
+def _clip(text: str, limit: int = 600) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _ms(ns) -> str:
     return "" if ns is None else f"{ns / 1e6:,.3f}"
 
@@ -145,7 +149,7 @@ def sections(data: dict) -> list[tuple[str, list[str], list[list]]]:
         ("Ranks", ["rank", "device", "level", "torch_npu", "CANN", "trace", "profiler config"], [
             [r["rank"], r["device_id"], r["profiler_level"], r["torch_npu_version"], r["cann_version"],
              "yes" if r["has_trace"] else "no",
-             json.dumps({**(r["common_config"] or {}), **(r["experimental_config"] or {})}, sort_keys=True)[:300]]
+             _clip(json.dumps({**(r["common_config"] or {}), **(r["experimental_config"] or {})}, sort_keys=True))]
             for r in cfg["ranks"]]),
         ("Headline metrics", ["metric", "value", "what"], [
             [name, shown(name, m.get(name)) + (f" ({m['top_kernel_name']})" if name == "top_kernel" and
@@ -181,7 +185,7 @@ def sections(data: dict) -> list[tuple[str, list[str], list[list]]]:
         (f"Advice ({min(data['advice_total'], MAX_ADVICE)} of {data['advice_total']} findings)",
          ["severity", "rank", "finding", "numbers"], [
             [f["severity"], "all" if f["rank"] is None else f["rank"], f"{f['title']}: {f['text']}",
-             json.dumps(f["metrics"], sort_keys=True, default=str)[:400]] for f in data["advice"]]),
+             _clip(json.dumps(f["metrics"], sort_keys=True, default=str))] for f in data["advice"]]),
     ]
     return out
 
