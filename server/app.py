@@ -60,6 +60,7 @@ API_MODULES = (
     "systemview",
     "compare",
     "cluster",
+    "export",
 )
 
 STATIC_DIR = Path(frontend.__file__).resolve().parent / "static"
