@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import sys
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -30,8 +29,8 @@ ICON = Path(__file__).resolve().parent / "icon.svg"
 def server_process() -> dict:
     """The ``jupyter-server-proxy`` configuration: start ``ascendscope serve`` on the port the proxy picks."""
     token = secrets.token_urlsafe(24)
-    exe = shutil.which("ascendscope") or ""
-    command = [exe, "serve"] if exe else [sys.executable, "-m", "ascendscope.server.cli", "serve"]
+    # the Python running Jupyter loaded this entry point, so it has this ascendscope (PATH may name another)
+    command = [sys.executable, "-m", "ascendscope.server.cli", "serve"]
     return {
         "command": [*command, "--host", "127.0.0.1", "--port", "{port}", "--no-browser"],
         # in the environment, not on the command line where `ps` would show it

@@ -134,7 +134,8 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
 
 
 def _docs_page(app: FastAPI) -> HTMLResponse:
-    page = get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} API")
+    # relative to /docs, so that it stays under a proxy's prefix
+    page = get_swagger_ui_html(openapi_url=app.openapi_url.lstrip("/"), title=f"{app.title} API")
     html = page.body.decode()
     inline = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
     hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in inline)

@@ -132,7 +132,8 @@ class SecurityMiddleware:
     async def _redirect_without_token(self, scope, send) -> None:
         pairs = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
                  if k != TOKEN_PARAM]
-        location = scope.get("root_path", "") + scope["path"] + (f"?{urlencode(pairs)}" if pairs else "")
+        # relative (the page's own last segment), so it stays under the prefix of a proxy in front of us
+        location = (scope["path"].rsplit("/", 1)[-1] or "./") + (f"?{urlencode(pairs)}" if pairs else "")
         secure = "; Secure" if scope.get("scheme") == "https" else ""
         cookie = (f"{self.cookie_name}={self.cookie_value}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; "
                   f"SameSite=Lax{secure}")
