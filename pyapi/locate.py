@@ -97,7 +97,11 @@ def _ingest(src: Path, data_dir: Path, reingest: bool, timeout_s: float | None, 
 
     store = RunStore(data_dir)
     run = store.create_run_from_path(src, reuse=not reingest)
-    if run.status != "ready" or not _has_database(store, run.id):
+    if run.status == "ingesting" and not store.ingest_lock_free(run.id):  # a server's worker has it: wait for it
+        if not quiet:
+            print(f"ascendscope: waiting for the ingest of {src} (another process)", file=sys.stderr, flush=True)
+        run = _wait(store, run.id, None, timeout_s)
+    elif run.status != "ready" or not _has_database(store, run.id):
         if not quiet:
             print(f"ascendscope: ingesting {src} into {store.run_dir(run.id)}", file=sys.stderr, flush=True)
         queue = IngestQueue(store, workers=1, retries=0).start(resume=False)
@@ -117,12 +121,14 @@ def _has_database(store, run_id: str) -> bool:
 
 
 def _wait(store, run_id: str, queue, timeout_s: float | None):
+    """The run once ingested (or failed), by our ``queue`` or, with None, by another process."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         run = store.get(run_id)
-        if run.status in ("ready", "failed") and queue.wait_idle(0.05):
+        if run.status in ("ready", "failed") and (queue is None or queue.wait_idle(0.05)):
             return run
         if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError(f"{run.source} was not ingested within {timeout_s:g} s; the ingest was stopped "
-                               f"(open it again to start over)")
+            what = "the ingest was stopped (open it again to start over)" if queue is not None else \
+                "another process is still ingesting it"
+            raise TimeoutError(f"{run.source} was not ingested within {timeout_s:g} s; {what}")
         time.sleep(0.1)

@@ -38,7 +38,7 @@ def test_a_profiling_folder_is_ingested_once_into_the_data_dir(ingested, data_di
     assert ingested.ranks == [0, 1]
     with ascendscope.open(BUNDLED, data_dir=data_dir) as again:  # unchanged source: reused, not ingested again
         assert again.id == ingested.id
-    assert len(store.list()) == 1
+    assert len(store.list()) == 1 and seen == ["ingesting"]
 
 
 def test_a_run_folder_or_file_opens_as_it_is(ingested, runs, tmp_path):
@@ -136,3 +136,36 @@ def test_the_api_imports_no_web_stack(ingested, data_dir, source):
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert "pandas" in loaded and "duckdb" in loaded
     assert not loaded & set(WEB_STACK), sorted(loaded & set(WEB_STACK))
+
+
+def test_a_run_another_process_is_ingesting_is_waited_for(tmp_path, runs):
+    """A server's worker holds the run's ingest lock: open() waits for its outcome instead of ingesting beside it."""
+    import os
+    import shutil
+    import threading
+
+    from ascendscope.server.runs import RunStore
+
+    src = tmp_path / "src"
+    shutil.copytree(BUNDLED, src)
+    store = RunStore(tmp_path / "data")
+    run = store.create_run_from_path(src)
+    store.set_status(run.id, "ingesting")
+    lock = store.hold_ingest_lock(run.id)  # as the other process's worker does
+
+    seen = []
+
+    def other_worker():
+        seen.append(store.get(run.id).status)  # nobody re-queued the run under its worker
+        shutil.copy(runs.dbs["generated"], store.db_path(run.id))
+        store.set_status(run.id, "ready")
+        os.close(lock)
+
+    timer = threading.Timer(1.0, other_worker)
+    timer.start()
+    try:
+        with ascendscope.open(src, data_dir=tmp_path / "data", quiet=True) as opened:
+            assert opened.id == run.id and opened.ranks == [0, 1]
+    finally:
+        timer.join()
+    assert len(store.list()) == 1 and seen == ["ingesting"]
