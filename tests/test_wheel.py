@@ -58,7 +58,8 @@ def test_the_installed_api_opens_a_run_outside_the_checkout(installed, tmp_path)
     script = ("import ascendscope, sys\n"
               "from ascendscope import sample_data\n"
               "from pathlib import Path\n"
-              "run = ascendscope.open(Path(sample_data.__file__).parent / 'bundled', data_dir=sys.argv[1], quiet=True)\n"
+              "bundled = Path(sample_data.__file__).parent / 'bundled'\n"
+              "run = ascendscope.open(bundled, data_dir=sys.argv[1], quiet=True)\n"
               "print(run.ranks, len(run.steps()), sorted({m.split('.')[0] for m in sys.modules} & "
               "{'fastapi', 'uvicorn', 'starlette', 'jinja2'}))\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
