@@ -1,5 +1,6 @@
 """``ascendscope.open(...)`` answers with the views' numbers: every table method equals the rows the view's JSON API
-answers for the same run, on the real level1 sample and on the generated twin."""
+answers for the same run, on the real level1 sample and on the generated twin; the steps and communication also on
+the real level2, 4-rank (no trace) and 16-rank communication samples."""
 
 from __future__ import annotations
 
@@ -110,3 +111,23 @@ def test_unknown_tables_and_filters_are_refused(opened):
 
     with pytest.raises(QueryError, match="group_by"):
         run.kernels(group_by="colour")
+
+
+@pytest.mark.parametrize("name", ["level2", "st4", "fixtures"])
+def test_more_real_samples(view_runs, runs, client, name):
+    import ascendscope
+    from ascendscope.server.runs import RunStore
+
+    rid = view_runs[name]
+    with ascendscope.open(RunStore(runs.data_dir).db_path(rid)) as run:
+        assert run.id == rid
+        assert_rows_equal(run.steps(), client.get(f"/api/runs/{rid}/summary").json()["breakdown"])
+        assert_rows_equal(run.communication(), client.get(f"/api/runs/{rid}/communication/ranks").json()["rows"])
+        ops = client.get(f"/api/runs/{rid}/communication/ops", params={"limit": 500}).json()
+        frame = run.communication_ops()
+        assert len(frame) == ops["total"]
+        assert_rows_equal(frame.head(500), ops["rows"])
+        for rank in run.ranks[:2]:
+            view = client.get(f"/api/runs/{rid}/operators/groups",
+                              params={"rank": rank, "limit": 500, "group_by": "name"}).json()
+            assert_rows_equal(run.kernels(rank=rank).head(500), view["rows"])
