@@ -10,6 +10,7 @@ COPY server server
 COPY frontend frontend
 COPY sample_data sample_data
 COPY bench bench
+COPY pyapi pyapi
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

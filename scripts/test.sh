@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install everything the tests need (Debian's chromium for the browser tests, the project with its dev and ray
-# extras)
+# Install everything the tests need (Debian's chromium for the browser tests, the project with its dev, ray and
+# jupyter extras: the JupyterLab proxy is tested behind a real Jupyter server)
 # and run every test. This is exactly what CI runs (.ci/run). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,7 @@ fi
 if [ ! -x .venv/bin/pytest ] || [ pyproject.toml -nt .venv/.installed-dev ]; then
     "$PYTHON" -m venv .venv
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[dev,ray]"
+    .venv/bin/python -m pip install --quiet -e ".[dev,ray,jupyter]"
     touch .venv/.installed-dev
 fi
 

@@ -60,6 +60,7 @@ API_MODULES = (
     "systemview",
     "compare",
     "cluster",
+    "export",
 )
 
 STATIC_DIR = Path(frontend.__file__).resolve().parent / "static"
@@ -74,7 +75,7 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 SWAGGER_CDN = "https://cdn.jsdelivr.net"
 DOCS_CSP = ("default-src 'self'; script-src 'self' {cdn} {hashes}; style-src 'self' {cdn} 'unsafe-inline'; "
             "img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; object-src 'none'; "
-            "base-uri 'none'; frame-ancestors 'none'")
+            "base-uri 'none'; frame-ancestors 'self'")
 
 
 def plotly_js_path() -> Path:
@@ -133,7 +134,8 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
 
 
 def _docs_page(app: FastAPI) -> HTMLResponse:
-    page = get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} API")
+    # relative to /docs, so that it stays under a proxy's prefix
+    page = get_swagger_ui_html(openapi_url=app.openapi_url.lstrip("/"), title=f"{app.title} API")
     html = page.body.decode()
     inline = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
     hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in inline)

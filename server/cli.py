@@ -3,6 +3,10 @@
     ascendscope serve [PATH ...] [--host 127.0.0.1] [--port 8000] [--data-dir DIR] [--no-browser]
                       [--read-only] [--token TOKEN] [--allowed-hosts NAMES]
     ascendscope ingest PATH --out FILE.duckdb
+    ascendscope report RUN --format html|md|json -o FILE
+    ascendscope compare A B [--fail-if "step_time>+5%" ...]
+    ascendscope history RUN RUN ...
+    ascendscope export RUN (--table NAME | --timeline) -o FILE
 
 ``serve`` turns each PATH into a run (an unchanged source that was already ingested is reused) and ingests it
 in a worker process while the server is already up; with no PATH and an empty data dir it loads the bundled
@@ -29,6 +33,13 @@ from urllib.parse import quote
 from ascendscope.server.settings import Settings, settings_help
 
 SOURCE_SCAN_DEPTH = 5  # how deep a subfolder of a multi-run folder is searched for rank folders
+# subcommands whose module (ascendscope.<module>) owns its arguments (add_arguments) and its work (run)
+TOOLS = {
+    "report": ("report", "a self-contained report of a run (html with charts, md or json) for a CI job to attach"),
+    "compare": ("gate", "compare two runs' headline metrics; --fail-if makes it a regression gate (exit 1)"),
+    "history": ("history", "headline metrics across many runs in order, flagging the run where one jumped"),
+    "export": ("export", "a view's table as CSV/Parquet, or the timeline as Chrome/Perfetto trace JSON"),
+}
 
 
 def bundled_sample_path() -> Path | None:
@@ -43,7 +54,8 @@ def bundled_sample_path() -> Path | None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascendscope", description="Ascend NPU profiling dashboard.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,ingest,bench}")
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{serve,ingest,bench," + ",".join(TOOLS) + "}")
 
     serve = sub.add_parser("serve", help="serve the dashboard (ingesting PATHs first)",
                            formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -77,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", nargs="?", default="suite",
                        choices=["suite", "ingest", "query", "concurrency", "render"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
+    import importlib
+
+    for name, (module, text) in TOOLS.items():
+        tool = sub.add_parser(name, help=text, description=text)
+        importlib.import_module(f"ascendscope.{module}").add_arguments(tool)
     return parser
 
 
@@ -97,6 +114,10 @@ def _command(args: argparse.Namespace) -> int:
         import importlib
 
         return importlib.import_module(f"ascendscope.bench.{args.name}").main(args.options)
+    if args.command in TOOLS:
+        import importlib
+
+        return importlib.import_module(f"ascendscope.{TOOLS[args.command][0]}").run(args)
     return serve(args)
 
 
