@@ -253,38 +253,44 @@ def _estimate_rows(t, start: int, end: int) -> float:
 def counters(db, track_ids: list[int], start_ns: int | None, end_ns: int | None, width_px: int) -> dict:
     """Counter samples of the counter tracks in the window, per series, in columns. Above ``max_rows(width_px)``
     samples they are bucketed (the power of two just below :func:`lod_target_ns`): ``value`` is the bucket's max
-    and ``value_min`` its min. ``before``/``after`` are the nearest samples outside the window."""
+    and ``value_min`` its min. ``before``/``after`` are the nearest samples outside the window. Each track's answer
+    is computed once for concurrent requests and cached, as the slices are (:func:`viewport_answers`)."""
     start, end = window(db, start_ns, end_ns)
-    origin, cap = db.info.origin_ns, db.settings.max_counter_points
-    out = []
-    for tid in dict.fromkeys(track_ids):
-        counter = track(db, tid)
-        params = {"origin": origin, "track": tid, "start": start, "end": end, "limit": cap + 1}
-        count = db.one(COUNTER_COUNT_SQL, {k: params[k] for k in ("track", "start", "end")})[0]
-        bucket_ns = None
-        if count > max_rows(width_px):
-            bucket_ns = 1 << max(0, int(lod_target_ns(end - start, width_px)).bit_length() - 1)
-            rows = db.rows(COUNTER_LOD_SQL, params | {"bucket": bucket_ns})
-        else:
-            rows = [(s, t, v, None) for s, t, v in db.rows(COUNTER_EXACT_SQL, params)]
-        edges = {r[0]: r[1:] for r in db.rows(COUNTER_EDGES_SQL, {k: params[k] for k in
-                                                                  ("origin", "track", "start", "end")})}
-        by_series: dict[str, dict] = {}
-        for s, t, v, vmin in rows:
-            item = by_series.setdefault(s, {"series": s, "ts_ns": [], "value": []} |
-                                        ({"value_min": []} if bucket_ns else {}))
-            item["ts_ns"].append(t)
-            item["value"].append(v)
-            if bucket_ns:
-                item["value_min"].append(vmin)
-        for s, (b_ts, b_val, a_ts, a_val) in edges.items():
-            item = by_series.setdefault(s, {"series": s, "ts_ns": [], "value": []} |
-                                        ({"value_min": []} if bucket_ns else {}))
-            item["before"] = None if b_ts is None else {"ts_ns": b_ts, "value": b_val}
-            item["after"] = None if a_ts is None else {"ts_ns": a_ts, "value": a_val}
-        out.append({"track_id": tid, "name": counter.row["counter_name"], "lod": bucket_ns is not None,
-                    "bucket_ns": bucket_ns, "truncated": len(rows) > cap, "series": list(by_series.values())})
-    return {"origin_ns": ns_str(origin), "start_ns": ns_str(start), "end_ns": ns_str(end), "tracks": out}
+    wanted = {tid: track(db, tid) for tid in dict.fromkeys(track_ids)}
+    answers = db.shared("counters", (start, end, width_px), list(wanted),
+                        lambda ids: {tid: counter_track(db, wanted[tid], start, end, width_px) for tid in ids})
+    return {"origin_ns": ns_str(db.info.origin_ns), "start_ns": ns_str(start), "end_ns": ns_str(end),
+            "tracks": [answers[tid] for tid in wanted]}
+
+
+def counter_track(db, counter, start: int, end: int, width_px: int) -> dict:
+    """One counter track's answer for the window (see :func:`counters`)."""
+    origin, cap, tid = db.info.origin_ns, db.settings.max_counter_points, counter.track_id
+    params = {"origin": origin, "track": tid, "start": start, "end": end, "limit": cap + 1}
+    count = db.one(COUNTER_COUNT_SQL, {k: params[k] for k in ("track", "start", "end")})[0]
+    bucket_ns = None
+    if count > max_rows(width_px):
+        bucket_ns = 1 << max(0, int(lod_target_ns(end - start, width_px)).bit_length() - 1)
+        rows = db.rows(COUNTER_LOD_SQL, params | {"bucket": bucket_ns})
+    else:
+        rows = [(s, t, v, None) for s, t, v in db.rows(COUNTER_EXACT_SQL, params)]
+    edges = {r[0]: r[1:] for r in db.rows(COUNTER_EDGES_SQL, {k: params[k] for k in
+                                                              ("origin", "track", "start", "end")})}
+    by_series: dict[str, dict] = {}
+    for s, t, v, vmin in rows:
+        item = by_series.setdefault(s, {"series": s, "ts_ns": [], "value": []} |
+                                    ({"value_min": []} if bucket_ns else {}))
+        item["ts_ns"].append(t)
+        item["value"].append(v)
+        if bucket_ns:
+            item["value_min"].append(vmin)
+    for s, (b_ts, b_val, a_ts, a_val) in edges.items():
+        item = by_series.setdefault(s, {"series": s, "ts_ns": [], "value": []} |
+                                    ({"value_min": []} if bucket_ns else {}))
+        item["before"] = None if b_ts is None else {"ts_ns": b_ts, "value": b_val}
+        item["after"] = None if a_ts is None else {"ts_ns": a_ts, "value": a_val}
+    return {"track_id": tid, "name": counter.row["counter_name"], "lod": bucket_ns is not None,
+            "bucket_ns": bucket_ns, "truncated": len(rows) > cap, "series": list(by_series.values())}
 
 
 def flows(db, start_ns: int | None, end_ns: int | None, cats: list[str]) -> dict:
