@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ascendscope import frontend
 from ascendscope.server import pages
 from ascendscope.server.api import ApiError, FastJSONResponse
+from ascendscope.server.coordinator import IngestCoordinator
 from ascendscope.server.db import Databases
 from ascendscope.server.errors import HTTP_ANSWERS, http_answer
 from ascendscope.server.querypool import QueryPool
@@ -84,9 +85,10 @@ def plotly_js_path() -> Path:
 
 
 def create_app(settings: Settings | None = None, *, store: RunStore | None = None,
-               ingest_queue: IngestQueue | None = None) -> FastAPI:
-    """Build the app over ``settings.data_dir``. Ingestion runs only if an ``ingest_queue`` is given (the CLI
-    starts one); the app itself only ever reads finished databases."""
+               ingest_queue: IngestQueue | IngestCoordinator | None = None, own_ingest: bool = False) -> FastAPI:
+    """Build the app over ``settings.data_dir``. Ingestion runs only if an ``ingest_queue`` is given (a server
+    process gets an :class:`IngestCoordinator`, started and stopped with the app when ``own_ingest``; tests may
+    give an :class:`IngestQueue` they run themselves); the app itself only ever reads finished databases."""
     settings = settings or Settings.from_env()
     store = store or RunStore(settings.data_dir)
     databases = Databases(settings.max_open_databases, settings.max_loaded_ranks)
@@ -94,8 +96,14 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        yield
-        databases.close_all()
+        if own_ingest and ingest_queue is not None:
+            ingest_queue.start()
+        try:
+            yield
+        finally:
+            if own_ingest and ingest_queue is not None:
+                ingest_queue.stop()
+            databases.close_all()
 
     app = FastAPI(title="ascendscope", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   default_response_class=FastJSONResponse,

@@ -32,6 +32,8 @@ SETTINGS: tuple[Setting, ...] = (
             "where runs are stored: <data_dir>/runs/<id>/{run.json,manifest.json,cluster.duckdb,shards/}"),
     Setting("host", str, "127.0.0.1", "interface to listen on"),
     Setting("port", int, 8000, "TCP port to listen on"),
+    Setting("workers", int, 0, "server processes answering requests (0: one per core); they share the port, "
+                               "and one of them runs the ingest queue"),
     Setting("query_timeout_s", float, 10.0, "a database query running longer than this is interrupted"),
     Setting("query_slots", int, 0, "database queries run at once (0: one per core); the others wait their turn"),
     Setting("query_cache_mb", int, 64, "MB of recent timeline answers kept to answer other requests (0: none)"),

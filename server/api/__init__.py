@@ -110,10 +110,12 @@ StoreDep = Annotated[RunStore, Depends(get_store)]
 
 
 def get_run(run_id: Annotated[str, Path(description="run id, as listed by GET /api/runs")],
-            store: StoreDep) -> Run:
+            store: StoreDep, request: Request) -> Run:
     try:
         return store.get(run_id)
     except RunNotFound:
+        # deleted, maybe by another server process: close what this one still holds open of its files
+        get_databases(request).forget(run_id)
         raise ApiError(404, "run_not_found", f"no run with id {run_id!r}") from None
 
 
