@@ -31,10 +31,11 @@ from typing import Annotated, Any
 import duckdb
 import numpy as np
 import orjson
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Header, Path, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
+from ascendscope.server import columns
 from ascendscope.server.db import DamagedDatabase, Databases, RunInfo, query, request_scope
 from ascendscope.server.querypool import QueryPool
 from ascendscope.server.runs import Run, RunNotFound, RunStore
@@ -78,6 +79,29 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, (set, frozenset)):
         return list(obj)
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+class ColumnsResponse(Response):
+    """The compact binary answer of the column endpoints (:mod:`server.columns`)."""
+
+    media_type = columns.MEDIA_TYPE
+
+    def render(self, content: Any) -> bytes:
+        return columns.encode(content)
+
+
+AcceptQ = Annotated[str | None, Header(
+    description=f"`{columns.MEDIA_TYPE}` for the compact binary answer (typed arrays; see docs/schema.md), "
+                "else JSON")]
+COLUMN_RESPONSES = {200: {"description": "JSON by default; the binary columns format when `Accept` asks for it",
+                          "content": {"application/json": {},
+                                      columns.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+def column_answer(result: dict, accept: str | None) -> Response:
+    """``result`` as JSON, or as binary columns when ``accept`` asks for them; either way ``Vary: Accept``."""
+    cls = ColumnsResponse if columns.wants_columns(accept) else FastJSONResponse
+    return cls(result, headers={"Vary": "Accept"})
 
 
 def fast_json(handler):

@@ -271,24 +271,27 @@ def counter_track(db, counter, start: int, end: int, width_px: int) -> dict:
     bucket_ns = None
     if count > max_rows(width_px):
         bucket_ns = 1 << max(0, int(lod_target_ns(end - start, width_px)).bit_length() - 1)
-        rows = db.rows(COUNTER_LOD_SQL, params | {"bucket": bucket_ns})
+        cols = db.arrays(COUNTER_LOD_SQL, params | {"bucket": bucket_ns})
     else:
-        rows = [(s, t, v, None) for s, t, v in db.rows(COUNTER_EXACT_SQL, params)]
+        cols = db.arrays(COUNTER_EXACT_SQL, params)
     edges = {r[0]: r[1:] for r in db.rows(COUNTER_EDGES_SQL, {k: params[k] for k in
                                                               ("origin", "track", "start", "end")})}
+    # rows come ordered by series: each series is a slice of the columns (numpy, so they leave as typed arrays)
+    names = np.asarray(cols["series"], dtype=object)
+    cuts = [0, *(np.flatnonzero(names[1:] != names[:-1]) + 1).tolist(), len(names)]
+    value_keys = ("value", "value_min") if bucket_ns else ("value",)
+    values = {k: np.asarray(cols[k], dtype=np.float64) for k in value_keys}  # NULL → NaN → null in JSON
+    ts = np.asarray(cols["ts_ns"], dtype=np.int64)
     by_series: dict[str, dict] = {}
-    for s, t, v, vmin in rows:
-        item = by_series.setdefault(s, {"series": s, "ts_ns": [], "value": []} |
-                                    ({"value_min": []} if bucket_ns else {}))
-        item["ts_ns"].append(t)
-        item["value"].append(v)
-        if bucket_ns:
-            item["value_min"].append(vmin)
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        if b > a:
+            by_series[names[a]] = {"series": names[a], "ts_ns": ts[a:b], **{k: v[a:b] for k, v in values.items()}}
+    empty = {"ts_ns": ts[:0], **{k: v[:0] for k, v in values.items()}}
     for s, (b_ts, b_val, a_ts, a_val) in edges.items():
-        item = by_series.setdefault(s, {"series": s, "ts_ns": [], "value": []} |
-                                    ({"value_min": []} if bucket_ns else {}))
+        item = by_series.setdefault(s, {"series": s, **empty})
         item["before"] = None if b_ts is None else {"ts_ns": b_ts, "value": b_val}
         item["after"] = None if a_ts is None else {"ts_ns": a_ts, "value": a_val}
+    rows = names
     return {"track_id": tid, "name": counter.row["counter_name"], "lod": bucket_ns is not None,
             "bucket_ns": bucket_ns, "truncated": len(rows) > cap, "series": list(by_series.values())}
 
@@ -297,8 +300,8 @@ def flows(db, start_ns: int | None, end_ns: int | None, cats: list[str]) -> dict
     """Flows with an end in, or spanning, the window, in columns (with each end's slice depth)."""
     start, end = window(db, start_ns, end_ns)
     cap = db.settings.max_flows
-    cols = db.columns(FLOWS_IN_RANGE_SQL, {"origin": db.info.origin_ns, "cats": list(cats), "start": start,
-                                           "end": end, "limit": cap + 1})
+    cols = db.arrays(FLOWS_IN_RANGE_SQL, {"origin": db.info.origin_ns, "cats": list(cats), "start": start,
+                                          "end": end, "limit": cap + 1})
     truncated = len(cols["flow_id"]) > cap
     if truncated:
         cols = {k: v[:cap] for k, v in cols.items()}
