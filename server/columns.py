@@ -9,13 +9,15 @@ Layout (all integers little-endian)::
     zero padding                 to a multiple of 8 bytes from the start of the answer
     column data                  each column at its offset (from the start of this section, a multiple of 8)
 
-``body`` is the JSON answer itself, except that each numeric array is replaced by ``{"$col": i}``, column ``i`` of
-``columns`` (a column entry may carry a fourth number, ``base``, added to each of its values), and each array of strings by ``{"$str": i, "values": [distinct strings]}``, column ``i`` holding each
-row's index into ``values`` (-1 for null). Column types: ``i8``, ``i16``, ``i32``, ``i64``, ``f64`` (NaN where the
-JSON answer has null) and ``int53`` (integers carried as float64, exact up to 2**53, so JavaScript reads them as a
-``Float64Array`` with no conversion). Integers are sent in the narrowest of ``i8``/``i16``/``i32``/``int53``/``i64``
-that holds them, or that holds their distance from the smallest of them (then ``base``, within 2**53). Arrays that hold nulls stay JSON lists in the body. :func:`decode` turns an answer back into the
-JSON answer (``as_lists=True``: exactly what ``json.loads`` of the JSON answer gives) or into numpy arrays; the
+``body`` is the JSON answer itself, except that each numeric array is replaced by ``{"$col": i}``, column ``i``
+of ``columns`` (a column entry may carry a fourth number, ``base``, added to each of its values), and each array
+of strings by ``{"$str": i, "values": [distinct strings]}``, column ``i`` holding each row's index into
+``values`` (-1 for null). Column types: ``i8``, ``i16``, ``i32``, ``i64``, ``f64`` (NaN where the JSON answer has
+null) and ``int53`` (integers carried as float64, exact up to 2**53, so JavaScript reads them as a
+``Float64Array`` with no conversion). Integers are sent in the narrowest of ``i8``/``i16``/``i32``/``int53``/
+``i64`` that holds them, or that holds their distance from the smallest of them (then ``base``, within 2**53).
+Arrays that hold nulls stay JSON lists in the body. :func:`decode` turns an answer back into the JSON answer
+(``as_lists=True``: exactly what ``json.loads`` of the JSON answer gives) or into numpy arrays; the
 browser's decoder is ``frontend/static/js/common/columns.js``.
 """
 
