@@ -126,15 +126,17 @@ def publish(store, run_id: str, outputs: list[Path]) -> Path | None:
 
 
 def viewport(data: Path, run_id: str, clients: list[int], seconds: float) -> list[dict]:
-    from ascendscope.bench.concurrency import measure
+    from ascendscope.bench.concurrency import Scenario, measure
 
-    opts = argparse.Namespace(seconds=seconds, tracks_per_request=4, visible_tracks=24, width_px=1600, seed=0)
+    scenario = Scenario("viewport", 0, 0, 24, (1.0, 0.0, 0.0), tuple(clients))
+    opts = argparse.Namespace(seconds=seconds, seed=0, before=None, workers=None)
     rows = []
     for n in clients:
-        res = measure(data, run_id, n, False, opts)
+        res = measure(data, run_id, scenario, n, "after", opts)
         rows.append({"clients": n, "requests": res["requests"], "req_per_s": res["req_per_s"],
-                     "p50_ms": res["request_ms"]["p50"], "p95_ms": res["request_ms"]["p95"],
-                     "status": res["status"], "server_cpu_s": res["server_cpu_s"]})
+                     "p50_ms": res["latency_ms"]["p50"], "p95_ms": res["latency_ms"]["p95"],
+                     "errors": res["errors"],
+                     "server_cpu_s": round(res["cpu_ms_per_request"] * res["requests"] / 1000, 2)})
     return rows
 
 
