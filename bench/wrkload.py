@@ -34,11 +34,14 @@ def walk_config(meta: dict, run_id: str, *, visible: int, per_request: int = 4, 
     slice_tracks = [t["track_id"] for t in meta["tracks"] if t["kind"] != "counter" and t["slice_count"]]
     counter_tracks = [t["track_id"] for t in meta["tracks"] if t["kind"] == "counter"][:counters]
     per_view = max(1, round(min(visible, len(slice_tracks)) / per_request / max(mix[0], 0.05)))
+    # flows of one ticked category, the largest (as a user who ticks async_npu on the page)
+    cats = sorted(meta.get("flow_categories") or [], key=lambda c: -c["count"])[:1]
     return {"run": run_id, "origin_hi": origin // 10**9, "origin_lo": origin % 10**9,
             "span": int(meta["end_ns"]) - origin, "slice_tracks": slice_tracks, "counter_tracks": counter_tracks,
             "visible": min(visible, len(slice_tracks)), "per_request": per_request, "width_px": width_px,
             "slices_per_px": meta.get("slices_per_px", 2), "per_view": per_view,
             "mix": {"slices": mix[0], "counters": mix[1], "flows": mix[2]}, "seed": seed,
+            "flow_query": "".join(f"&cat={c['cat']}" for c in cats),
             "headers": {"Accept": COLUMNS_ACCEPT if binary else "application/json"}}
 
 

@@ -6,8 +6,8 @@
 -- is origin_hi * 1e9 + origin_lo: LuaJIT numbers are doubles, exact only below 2^53, so absolute times are printed
 -- from two integers), span (the run's extent in ns from its origin), slice_tracks, counter_tracks, visible,
 -- per_request, width_px, slices_per_px, mix {slices, counters, flows} (shares of requests), per_view (requests
--- per view) and seed. Windows are quantised as the page does (geometry.js quantize) and relative times stay below
--- 2^53 ns (104 days).
+-- per view), flow_query (the ticked categories, "&cat=…") and seed. Windows are quantised as the page does
+-- (geometry.js quantize) and relative times stay below 2^53 ns (104 days).
 
 local cfg = dofile(os.getenv("ASCENDSCOPE_WRK_CONFIG"))
 local threads = {}
@@ -99,7 +99,7 @@ function request()
     state.counter_k = state.counter_k + cfg.per_request
     return wrk.format("GET", base .. "counters?" .. q .. "&" .. window, cfg.headers)
   end
-  return wrk.format("GET", base .. "flows?" .. window, cfg.headers)
+  return wrk.format("GET", base .. "flows?" .. window .. cfg.flow_query, cfg.headers)
 end
 
 function done(summary, latency, requests)
