@@ -41,6 +41,7 @@ from ascendscope.server.coordinator import IngestCoordinator
 from ascendscope.server.db import Databases
 from ascendscope.server.errors import HTTP_ANSWERS, http_answer
 from ascendscope.server.querypool import QueryPool
+from ascendscope.server.requestclock import RequestClock
 from ascendscope.server.runs import RunStore
 from ascendscope.server.security import SecurityMiddleware
 from ascendscope.server.settings import Settings
@@ -92,7 +93,8 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     settings = settings or Settings.from_env()
     store = store or RunStore(settings.data_dir)
     databases = Databases(settings.max_open_databases, settings.max_loaded_ranks)
-    query_pool = QueryPool(settings.query_slots, settings.query_cache_mb * 10**6)
+    query_pool = QueryPool(settings.query_slots, settings.query_cache_mb * 10**6, heavy_slots=settings.heavy_slots,
+                           lock_dir=store.data_dir)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -137,6 +139,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     app.add_middleware(CatchAll, respond=respond)  # added first: it runs inside the security middleware
     app.add_middleware(SecurityMiddleware, token=settings.token, host=settings.host,
                        allowed_hosts=settings.allowed_hosts)
+    app.add_middleware(RequestClock)  # outermost: a request's deadline counts from its arrival
     return app
 
 

@@ -285,15 +285,19 @@ class Databases:
 
 
 def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict = (), *, timeout_s: float = 10.0,
-          fetch: str = "all"):
+          fetch: str = "all", cancel=None):
     """Run ``sql`` with bound ``params`` and fetch its result under a deadline of ``timeout_s``.
 
     ``fetch``: ``"all"`` (list of tuples), ``"one"`` (a tuple or None), ``"columns"`` (dict of column name to
     list, the shape the timeline answers in) or ``"arrays"`` (dict of column name to numpy array, for large
     answers serialised by ``FastJSONResponse`` without a Python list). Raises :class:`QueryTimeout`, or
-    :class:`DamagedDatabase` when the file cannot be read.
+    :class:`DamagedDatabase` when the file cannot be read. ``cancel`` (a ``server.requestclock.CancelToken``)
+    interrupts the query when the request's client goes away: then it raises ``ClientGone``.
     """
-    cancel = DEADLINES.call_later(timeout_s, cur.interrupt)
+    if cancel is not None:
+        cancel.check()
+    unwatch = cancel.watch(cur.interrupt) if cancel is not None else None
+    stop = DEADLINES.call_later(timeout_s, cur.interrupt)
     try:
         cur.execute(sql, params if isinstance(params, dict) else list(params))
         if fetch == "one":
@@ -306,6 +310,8 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
             return {n: _tolist(arrays[n]) for n in names}
         return cur.fetchall()
     except duckdb.InterruptException as exc:
+        if cancel is not None:
+            cancel.check()  # the client went away: ClientGone, not a timeout
         raise QueryTimeout(f"query took longer than {timeout_s:g} s") from exc
     except duckdb.Error as exc:
         damaged = damage(exc)
@@ -313,7 +319,9 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
             raise
         raise damaged from exc
     finally:
-        cancel()
+        stop()
+        if unwatch is not None:
+            unwatch()
 
 
 def _plain(array):

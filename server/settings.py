@@ -34,8 +34,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("port", int, 8000, "TCP port to listen on"),
     Setting("workers", int, 0, "server processes answering requests (0: one per core); they share the port, "
                                "and one of them runs the ingest queue"),
-    Setting("query_timeout_s", float, 10.0, "a database query running longer than this is interrupted"),
-    Setting("query_slots", int, 0, "database queries run at once (0: one per core); the others wait their turn"),
+    Setting("query_timeout_s", float, 10.0, "a request's database work must end this long after it arrived "
+                                            "(queueing included), else it is interrupted and answers 504"),
+    Setting("query_slots", int, 0, "database queries run at once per server process (0: one per core); the "
+                                   "others wait their turn"),
+    Setting("heavy_slots", int, 0, "heavy views (System View, Range Stats, search, Advice, Compare) run at once "
+                                   "across all server processes (0: half the cores, at least 1); viewport "
+                                   "requests never wait for them"),
     Setting("query_cache_mb", int, 64, "MB of recent timeline answers kept to answer other requests (0: none)"),
     Setting("max_slices_per_track", int, 50_000, "row cap for one track in one slices response"),
     Setting("max_tracks_per_request", int, 400, "track_id values accepted in one slices request"),
