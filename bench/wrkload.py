@@ -58,17 +58,18 @@ def lua_value(value) -> str:
 
 
 def run_wrk(base_url: str, script: str, clients: int, seconds: float, config: dict | None = None,
-            timeout_s: float = 10.0) -> dict:
-    """wrk with ``clients`` connections on ``clients`` threads for ``seconds``; the script's JSON summary with
-    ``req_per_s`` added. ``config`` (for walk.lua) is written to a temporary Lua file."""
-    env = dict(os.environ)
+            timeout_s: float = 10.0, path: str = "") -> dict:
+    """wrk with ``clients`` connections on ``clients`` threads for ``seconds`` on ``base_url + path``; the
+    script's JSON summary with ``req_per_s`` added. ``config`` (for walk.lua) is written to a temporary Lua
+    file."""
+    env = dict(os.environ, ASCENDSCOPE_WRK_DIR=str(WRK_DIR))
     with tempfile.TemporaryDirectory(prefix="ascendscope-wrk-") as tmp:
         if config is not None:
-            path = Path(tmp) / "config.lua"
-            path.write_text("return " + lua_value(config) + "\n")
-            env["ASCENDSCOPE_WRK_CONFIG"] = str(path)
+            config_file = Path(tmp) / "config.lua"
+            config_file.write_text("return " + lua_value(config) + "\n")
+            env["ASCENDSCOPE_WRK_CONFIG"] = str(config_file)
         cmd = [wrk_path(), "-t", str(clients), "-c", str(clients), "-d", f"{seconds:g}s",
-               "--timeout", f"{timeout_s:g}s", "-s", str(WRK_DIR / script), base_url]
+               "--timeout", f"{timeout_s:g}s", "-s", str(WRK_DIR / script), base_url + path]
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds + 120)
     if done.returncode != 0:
         raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")

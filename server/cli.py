@@ -72,11 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a benchmark: suite (the default: everything, beside the peers), "
                                          "ingest (MB/s, peak RSS), query (timeline request latency), concurrency "
-                                         "(the same with N users at once) or render (frame times in chromium)",
+                                         "(N users at once, before/after), heavy (System View, Range Stats, search, "
+                                         "Advice, Compare on 10 M slices) or render (frame times in chromium)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
-                       choices=["suite", "ingest", "query", "concurrency", "render"])
+                       choices=["suite", "ingest", "query", "concurrency", "heavy", "render"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     return parser
 

@@ -1,13 +1,3 @@
--- wrk script: GET /api/health (no database) beside a load, to see how long the server takes to answer at all;
--- prints the same JSON line as walk.lua.
+-- wrk script: GET /api/health (no database) beside a load, to see how long the server takes to answer at all.
+dofile(os.getenv("ASCENDSCOPE_WRK_DIR") .. "/summary.lua")
 wrk.path = "/api/health"
-
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    '{"requests": %d, "duration_us": %d, "bytes": %d, "errors": {"connect": %d, "read": %d, "write": %d, ' ..
-    '"status": %d, "timeout": %d}, "latency_ms": {"p50": %.2f, "p95": %.2f, "p99": %.2f, "max": %.2f}}\n',
-    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50) / 1000, latency:percentile(95) / 1000, latency:percentile(99) / 1000,
-    latency.max / 1000))
-end

@@ -9,6 +9,7 @@
 -- per view), flow_query (the ticked categories, "&cat=…") and seed. Windows are quantised as the page does
 -- (geometry.js quantize) and relative times stay below 2^53 ns (104 days).
 
+dofile(os.getenv("ASCENDSCOPE_WRK_DIR") .. "/summary.lua")
 local cfg = dofile(os.getenv("ASCENDSCOPE_WRK_CONFIG"))
 local threads = {}
 local counter = 0
@@ -100,14 +101,4 @@ function request()
     return wrk.format("GET", base .. "counters?" .. q .. "&" .. window, cfg.headers)
   end
   return wrk.format("GET", base .. "flows?" .. window .. cfg.flow_query, cfg.headers)
-end
-
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    '{"requests": %d, "duration_us": %d, "bytes": %d, "errors": {"connect": %d, "read": %d, "write": %d, ' ..
-    '"status": %d, "timeout": %d}, "latency_ms": {"p50": %.2f, "p95": %.2f, "p99": %.2f, "max": %.2f}}\n',
-    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50) / 1000, latency:percentile(95) / 1000, latency:percentile(99) / 1000,
-    latency.max / 1000))
 end
