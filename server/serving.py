@@ -26,8 +26,11 @@ ORPHAN_POLL_S = 0.25
 
 
 def worker_count(settings: Settings) -> int:
-    """``settings.workers``, 0 meaning one per core."""
-    return settings.workers if settings.workers > 0 else max(1, os.cpu_count() or 1)
+    """``settings.workers``, 0 meaning one per core this process may run on (a container's cpuset)."""
+    if settings.workers > 0:
+        return settings.workers
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, cores or 1)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
