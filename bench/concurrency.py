@@ -32,7 +32,7 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ascendscope.bench.served import Server
@@ -182,6 +182,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="measurements per (scenario, clients, version)")
     ap.add_argument("--workers", type=int, default=None, help="server processes of this version (default: its own)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mix", type=float, nargs=3, default=None, metavar=("SLICES", "COUNTERS", "FLOWS"),
+                    help="shares of the request kinds, instead of the scenario's")
     ap.add_argument("--soak", type=float, default=0.0, help="then load this version for this many seconds (RSS)")
     ap.add_argument("--store-1rank", default=None, help="a data dir holding the 1-rank run (else generated)")
     ap.add_argument("--store-8rank", default=None, help="a data dir holding the 8-rank run (else generated)")
@@ -199,6 +201,8 @@ def main(argv=None) -> int:
         stores = {"1rank": args.store_1rank, "8rank": args.store_8rank}
         for name in args.scenarios:
             sc = SCENARIOS[name]
+            if args.mix:
+                sc = replace(sc, mix=tuple(args.mix))
             plans.append((sc, *(one_store(Path(stores[name])) if stores[name] else prepare(cache, sc))))
     versions = ["before", "after"] if args.before else ["after"]
     rows = []
