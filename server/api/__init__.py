@@ -136,8 +136,9 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[RunStore, Depends(get_store)]
 
 
-def get_run(run_id: Annotated[str, Path(description="run id, as listed by GET /api/runs")],
-            store: StoreDep, request: Request) -> Run:
+# async too: one stat of run.json (parsed only when it changed: RunStore.get) costs less than a thread hop
+async def get_run(run_id: Annotated[str, Path(description="run id, as listed by GET /api/runs")],
+                  store: StoreDep, request: Request) -> Run:
     try:
         return store.get(run_id)
     except RunNotFound:
