@@ -44,7 +44,7 @@ from ascendscope.server.querypool import QueryPool
 from ascendscope.server.requestclock import RequestClock
 from ascendscope.server.runs import RunStore
 from ascendscope.server.security import SecurityMiddleware
-from ascendscope.server.settings import Settings
+from ascendscope.server.settings import Settings, cores, worker_count
 from ascendscope.server.worker import IngestQueue
 
 log = logging.getLogger("ascendscope.app")
@@ -79,6 +79,14 @@ DOCS_CSP = ("default-src 'self'; script-src 'self' {cdn} {hashes}; style-src 'se
             "base-uri 'none'; frame-ancestors 'none'")
 
 
+def query_threads(settings: Settings) -> int:
+    """DuckDB threads per query: ``query_threads``, or the cores divided among the server processes (the
+    processes already use every core; more threads per query only contend for them)."""
+    if settings.query_threads > 0:
+        return settings.query_threads
+    return max(1, cores() // worker_count(settings))
+
+
 def plotly_js_path() -> Path:
     import plotly  # only needed to locate the bundled file
 
@@ -92,7 +100,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     give an :class:`IngestQueue` they run themselves); the app itself only ever reads finished databases."""
     settings = settings or Settings.from_env()
     store = store or RunStore(settings.data_dir)
-    databases = Databases(settings.max_open_databases, settings.max_loaded_ranks)
+    databases = Databases(settings.max_open_databases, settings.max_loaded_ranks, threads=query_threads(settings))
     query_pool = QueryPool(settings.query_slots, settings.query_cache_mb * 10**6, heavy_slots=settings.heavy_slots,
                            lock_dir=store.data_dir)
 

@@ -25,7 +25,7 @@ import webbrowser
 from pathlib import Path
 from urllib.parse import quote
 
-from ascendscope.server.settings import Settings, settings_help
+from ascendscope.server.settings import Settings, settings_help, worker_count
 
 SOURCE_SCAN_DEPTH = 5  # how deep a subfolder of a multi-run folder is searched for rank folders
 
@@ -148,7 +148,7 @@ def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) ->
         if settings.token:
             url += f"?token={quote(settings.token, safe='')}"
         mode = " (read-only)" if settings.read_only else ""
-        workers = serving.worker_count(settings)
+        workers = worker_count(settings)
         print(f"ascendscope is serving {settings.data_dir}{mode} at {url} ({workers} "
               f"process{'es' if workers > 1 else ''})", file=sys.stderr, flush=True)
         if not settings.no_browser:

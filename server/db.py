@@ -178,7 +178,7 @@ def scope(ready: list[int], asked: tuple[int, ...] | None, about: tuple[int, ...
 
 
 class _Entry:
-    def __init__(self, path: Path, mtime_ns: int, ranks: tuple[int, ...] | None = None):
+    def __init__(self, path: Path, mtime_ns: int, ranks: tuple[int, ...] | None = None, threads: int | None = None):
         self.path, self.mtime_ns = path, mtime_ns
         self.loaded_ranks: list[int] | None = None
         try:
@@ -188,6 +188,8 @@ class _Entry:
                                                               manifest=manifest)
             else:
                 self.conn = duckdb.connect(str(path), read_only=True)
+            if threads:  # several server processes share the cores: no DuckDB threads beyond each one's share
+                self.conn.execute(f"SET threads = {int(threads)}")
         except duckdb.Error as exc:
             if isinstance(exc, duckdb.IOException) and "No such file" in str(exc):
                 raise FileNotFoundError(_first_line(exc)) from exc
@@ -206,8 +208,8 @@ class _Entry:
 class Databases:
     """Cache of read-only connections, keyed by run id and scope (the ranks a sharded run's connection loads)."""
 
-    def __init__(self, max_open: int = 16, max_loaded_ranks: int = MAX_LOADED_RANKS):
-        self.max_open = max_open
+    def __init__(self, max_open: int = 16, max_loaded_ranks: int = MAX_LOADED_RANKS, threads: int | None = None):
+        self.max_open, self.threads = max_open, threads
         self.max_loaded_ranks = max_loaded_ranks
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self._ready: dict[Path, tuple[int, list[int]]] = {}  # cluster.duckdb → (its mtime, ready ranks)
@@ -241,7 +243,7 @@ class Databases:
                 self._entries.pop(key)
                 entry = None
             if entry is None:
-                entry = _Entry(path, mtime_ns, ranks)
+                entry = _Entry(path, mtime_ns, ranks, self.threads)
                 self._entries[key] = entry
                 while len(self._entries) > self.max_open:
                     self._entries.popitem(last=False)

@@ -17,20 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from ascendscope.server.settings import SETTINGS, Settings
+from ascendscope.server.settings import SETTINGS, Settings, worker_count
 
 APP_FACTORY = "ascendscope.server.serving:app_from_env"
 READY_POLL_S = 0.1
 SUPERVISOR_ENV = "ASCENDSCOPE_SUPERVISOR_PID"  # set for worker processes: the supervisor they die with
 ORPHAN_POLL_S = 0.25
-
-
-def worker_count(settings: Settings) -> int:
-    """``settings.workers``, 0 meaning one per core this process may run on (a container's cpuset)."""
-    if settings.workers > 0:
-        return settings.workers
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, cores or 1)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

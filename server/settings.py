@@ -38,6 +38,8 @@ SETTINGS: tuple[Setting, ...] = (
                                             "(queueing included), else it is interrupted and answers 504"),
     Setting("query_slots", int, 0, "database queries run at once per server process (0: one per core); the "
                                    "others wait their turn"),
+    Setting("query_threads", int, 0, "DuckDB threads of one query (0: the cores divided among the server "
+                                     "processes, at least 1)"),
     Setting("heavy_slots", int, 0, "heavy views (System View, Range Stats, search, Advice, Compare) run at once "
                                    "across all server processes (0: half the cores, at least 1); viewport "
                                    "requests never wait for them"),
@@ -118,3 +120,14 @@ def settings_help() -> str:
     """The settings table as text, for ``ascendscope serve --help``."""
     return "\n".join(f"  {s.env:<38} {s.help} (default: {'not set' if s.default is None else s.default})"
                      for s in SETTINGS)
+
+
+def cores() -> int:
+    """The cores this process may run on (a container's cpuset, where the OS says it)."""
+    found = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, found or 1)
+
+
+def worker_count(settings) -> int:
+    """Server processes: ``settings.workers``, 0 meaning one per core."""
+    return settings.workers if settings.workers > 0 else cores()
