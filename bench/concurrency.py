@@ -39,6 +39,7 @@ from ascendscope.bench.served import Server
 from ascendscope.bench.wrkload import run_wrk, walk_config
 
 QUICK = {"clients": [1, 4], "seconds": 2.0}
+SOAK_SAMPLE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -120,25 +121,29 @@ def measure(data: Path, run_id: str, sc: Scenario, clients: int, version: str, a
 
 
 def soak(data: Path, run_id: str, sc: Scenario, args: argparse.Namespace) -> dict:
-    """The scenario at its highest client count for ``args.soak`` seconds; RSS of every server process."""
+    """The scenario at its highest client count for ``args.soak`` seconds; RSS of every server process at the
+    start (before any request), every ``SOAK_SAMPLE_S`` and at the end, and its peak."""
     clients = max(sc.clients)
     with Server(data, workers=args.workers) as srv:
         meta = srv.wait_ready(f"/api/runs/{run_id}/timeline/tracks")
         config = walk_config(meta, run_id, visible=sc.visible, mix=sc.mix, seed=args.seed + 7, binary=True)
         start = srv.rss_mb()
-        peak = dict(start)
+        series: list[tuple[float, dict]] = [(0.0, start)]
         out: dict = {}
         load = threading.Thread(target=lambda: out.update(run_wrk(srv.base, "walk.lua", clients, args.soak, config)))
+        began = time.monotonic()
         load.start()
         while load.is_alive():
-            load.join(5)
-            for pid, mb in srv.rss_mb().items():
-                peak[pid] = max(peak.get(pid, 0), mb)
+            load.join(SOAK_SAMPLE_S)
+            series.append((round(time.monotonic() - began, 1), srv.rss_mb()))
         end = srv.rss_mb()
+    pids = sorted({pid for _, rss in series for pid in rss})
     return {"scenario": sc.name, "clients": clients, "seconds": args.soak, "requests": out.get("requests"),
             "req_per_s": out.get("req_per_s"), "latency_ms": out.get("latency_ms"),
             "errors": sum((out.get("errors") or {}).values()),
-            "rss_mb": {str(pid): {"start": start.get(pid), "end": end.get(pid), "peak": peak[pid]} for pid in peak}}
+            "rss_mb": {str(pid): {"start": start.get(pid), "end": end.get(pid),
+                                  "peak": max(rss.get(pid, 0) for _, rss in series),
+                                  "series": [[t, rss.get(pid)] for t, rss in series]} for pid in pids}}
 
 
 def table(rows: list[dict]) -> str:
@@ -222,9 +227,10 @@ def main(argv=None) -> int:
         report["soak"] = soak(data, run_id, sc, args)
     print(table(rows))
     if args.soak:
-        print("\nsoak, RSS MB per server process (start → end, peak):")
+        print("\nsoak, RSS MB per server process (start, every 30 s, end; peak):")
         for pid, r in report["soak"]["rss_mb"].items():
-            print(f"  pid {pid}: {r['start']} → {r['end']} (peak {r['peak']})")
+            steps = " ".join(str(mb) for _, mb in r["series"])
+            print(f"  pid {pid}: {r['start']} → {r['end']} (peak {r['peak']}): {steps}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     if args.quick:
