@@ -40,6 +40,7 @@ from ascendscope.bench.wrkload import run_wrk, walk_config
 
 QUICK = {"clients": [1, 4], "seconds": 2.0}
 SOAK_SAMPLE_S = 30.0
+WARM_S = 1.0  # a short walk of another seed before each measurement: databases opened, nothing else shared
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def measure(data: Path, run_id: str, sc: Scenario, clients: int, version: str, a
     with Server(data, checkout=checkout, workers=workers) as srv:
         meta = srv.wait_ready(f"/api/runs/{run_id}/timeline/tracks")
         config = walk_config(meta, run_id, visible=sc.visible, mix=sc.mix, seed=args.seed, binary=True)
+        run_wrk(srv.base, "walk.lua", 1, WARM_S, dict(config, seed=args.seed + 99))  # every process opens the run
         side = {}
         probe = threading.Thread(target=lambda: side.update(run_wrk(srv.base, "health.lua", 1, args.seconds)))
         load = os.getloadavg()[0]

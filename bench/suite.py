@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="runs of ours and the floor per size (default 3, quick 1)")
     ap.add_argument("--peer-repeat", type=int, default=1, help="runs of each peer per size (default 1)")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 50])
-    ap.add_argument("--seconds", type=float, default=None, help="per viewport measurement (default 10, quick 1)")
+    ap.add_argument("--seconds", type=float, default=None, help="per viewport measurement (default 10, quick 3)")
     ap.add_argument("--timeout", type=float, default=1800, help="per tool run, seconds")
     ap.add_argument("--tb-max-ranks", type=int, default=64,
                     help="largest run given to the tb loader, which starts one process per rank at once")
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
     repeat = args.repeat or (1 if args.quick else 3)
-    seconds = args.seconds or (1.0 if args.quick else 10.0)
+    seconds = args.seconds or (3.0 if args.quick else 10.0)
 
     from ascendscope.server.runs import RunStore
 

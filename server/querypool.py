@@ -29,8 +29,9 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -45,7 +46,6 @@ except ImportError:  # no flock (Windows): the heavy slots are then per process 
     fcntl = None
 
 
-WAIT_STEP_S = 0.05  # how often a wait looks whether its client went away
 HEAVY_POLL_S = 0.02  # how often a heavy request tries the heavy slots
 
 
@@ -97,20 +97,30 @@ class QueryPool:
             ticket = threading.Lock()
             ticket.acquire()
             self._queue.append(ticket)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            step = min(WAIT_STEP_S, deadline - time.monotonic()) if cancel is not None else timeout_s
-            if step > 0 and ticket.acquire(timeout=step):
-                return True
-            gone = cancel is not None and cancel.cancelled
-            if gone or time.monotonic() >= deadline:
-                with self._lock:
-                    if ticket in self._queue:
-                        self._queue.remove(ticket)
-                        if gone:
-                            cancel.check()
-                        return False
-                return True  # handed a slot just as the wait ended
+        gone = []
+
+        def wake() -> None:  # the client went away: leave the queue now, unless a slot was handed over already
+            with self._lock:
+                if ticket in self._queue:
+                    self._queue.remove(ticket)
+                    gone.append(True)
+                    ticket.release()
+
+        unwatch = cancel.watch(wake) if cancel is not None else None
+        try:
+            got = ticket.acquire(timeout=timeout_s)
+        finally:
+            if unwatch is not None:
+                unwatch()
+        if gone:
+            cancel.check()
+        if got:
+            return True
+        with self._lock:
+            if ticket in self._queue:
+                self._queue.remove(ticket)
+                return False
+        return True  # handed a slot just as the wait timed out
 
     @contextmanager
     def _heavy(self, timeout_s: float, cancel=None) -> Iterator[None]:
@@ -190,16 +200,19 @@ class QueryPool:
 
     @staticmethod
     def _wait(flight: Future, deadline: float, cancel) -> object:
-        while True:
-            left = deadline - time.monotonic()
-            step = min(WAIT_STEP_S, left) if cancel is not None else left
-            try:
-                return flight.result(timeout=max(0.0, step))
-            except FutureTimeout:
-                if cancel is not None:
-                    cancel.check()
-                if time.monotonic() >= deadline:
-                    raise
+        """The flight's answer, waiting until ``deadline`` or until the client goes away (no polling)."""
+        if cancel is None:
+            return flight.result(timeout=max(0.0, deadline - time.monotonic()))
+        gone: Future = Future()
+        unwatch = cancel.watch(lambda: gone.done() or gone.set_result(None))
+        try:
+            futures_wait([flight, gone], timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_COMPLETED)
+        finally:
+            unwatch()
+        if flight.done():
+            return flight.result()
+        cancel.check()
+        raise FutureTimeout()
 
     def _compute(self, todo: list, compute: Callable, timeout_s: float, cancel=None) -> dict:
         try:
