@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import struct
+import weakref
 
 import numpy as np
 import orjson
@@ -34,7 +35,9 @@ MAGIC = b"ASC1"
 ALIGN = 8
 INT53 = 2 ** 53
 DTYPES = {"i8": "<i1", "i16": "<i2", "i32": "<i4", "i64": "<i8", "f64": "<f8", "int53": "<f8"}
-INT_TYPES = (("i8", np.int8), ("i16", np.int16), ("i32", np.int32))
+INT_TYPES = tuple((name, dtype, int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+                  for name, dtype in (("i8", np.int8), ("i16", np.int16), ("i32", np.int32)))
+_ENCODED: dict[int, tuple[weakref.ref, tuple[str, bytes, int]]] = {}  # id(array) → (ref, its encoding)
 
 
 def wants_columns(accept: str | None) -> bool:
@@ -83,17 +86,32 @@ def _array(a: np.ndarray, add) -> object:
     if a.ndim != 1:
         return a.tolist()
     kind = a.dtype.kind
-    if kind in "iu":
-        name, data, base = _int_column(a)
+    if kind in "iuf":
+        name, data, base = _column(a)
         return {"$col": add(name, data, len(a), base)}
-    if kind == "f":
-        return {"$col": add("f64", a.astype("<f8", copy=False).tobytes(), len(a))}
     if kind == "b":
         return a.tolist()
     if kind == "O" and all(v is None or isinstance(v, str) for v in a):
         codes, uniques = _dictionary(a)
         return {"$str": add("i32", codes.tobytes(), len(a)), "values": uniques}
     return a.tolist()
+
+
+def _column(a: np.ndarray) -> tuple[str, bytes, int]:
+    """A numeric array's (type, bytes, base), encoded once per array object: the timeline's answers are cached
+    and the same arrays go to every request that asks (``server.querypool``), so each is encoded once, not once
+    per request. The entry goes when the array does; an array must not change once encoded (answers never do)."""
+    key = id(a)
+    hit = _ENCODED.get(key)
+    if hit is not None and hit[0]() is a:
+        return hit[1]
+    encoded = _int_column(a) if a.dtype.kind in "iu" else ("f64", a.astype("<f8", copy=False).tobytes(), 0)
+    try:
+        ref = weakref.ref(a, lambda _, key=key: _ENCODED.pop(key, None))
+    except TypeError:  # an array that takes no weak reference: not remembered
+        return encoded
+    _ENCODED[key] = (ref, encoded)
+    return encoded
 
 
 def _int_column(a: np.ndarray) -> tuple[str, bytes, int]:
@@ -103,9 +121,8 @@ def _int_column(a: np.ndarray) -> tuple[str, bytes, int]:
         return "i8", b"", 0
     lo, hi = int(a.min()), int(a.max())
     for base in (0, lo) if -INT53 <= lo and hi <= INT53 else (0,):
-        for name, dtype in INT_TYPES:
-            info = np.iinfo(dtype)
-            if info.min <= lo - base and hi - base <= info.max:
+        for name, dtype, low, high in INT_TYPES:
+            if low <= lo - base and hi - base <= high:
                 return name, (a - base if base else a).astype(dtype).tobytes(), base
     if -INT53 <= lo and hi <= INT53:
         return "int53", a.astype("<f8").tobytes(), 0
