@@ -33,6 +33,7 @@ import secrets
 import shutil
 import threading
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ LOCK_FILE = ".run.lock"  # the web process and a worker both rewrite run.json: r
 INGEST_LOCK_FILE = ".ingest.lock"  # held by the run's live worker (its pid is written in it, for people)
 MAX_NAME_CHARS = 200
 MAX_LOG_BYTES = 64 << 10  # the tail of ingest.log the API hands out
+RACY_S = 1.0  # a run.json changed this recently is read again (see RecordCache)
 
 
 @dataclass
@@ -95,6 +97,45 @@ class DuplicateUpload(Exception):
         self.run = run
 
 
+class RecordCache:
+    """Parsed run.json files, each kept with the identity of the file it came from (inode, size, mtime, ctime),
+    so a request costs a ``stat`` instead of a read and a parse. A rewrite is a rename of a new file, so any
+    process's rewrite changes the identity; a file modified within :data:`RACY_S` of being read is not trusted
+    (its timestamp could be shared with a rewrite in the same clock tick, "racy git"), so it is read again until
+    it has been still for that long. Bounded: at most ``max_entries`` files, least recently used dropped."""
+
+    def __init__(self, max_entries: int = 4096):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[tuple, dict]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.reads = 0  # files actually read and parsed (tests count them)
+
+    def read(self, path: Path) -> dict:
+        st = os.stat(path)
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        key = str(path)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None and hit[0] == stamp:
+                self._entries.move_to_end(key)
+                return hit[1]
+        with open(path, encoding="utf-8") as src:
+            data = json.loads(src.read())
+            now_ns = time.time_ns()
+            same = os.fstat(src.fileno())
+        self.reads += 1
+        read_stamp = (same.st_ino, same.st_size, same.st_mtime_ns, same.st_ctime_ns)
+        with self._lock:
+            if read_stamp == stamp and now_ns - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_S * 1e9:
+                self._entries[key] = (stamp, data)
+                self._entries.move_to_end(key)
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
+            else:
+                self._entries.pop(key, None)
+        return data
+
+
 class RunStore:
     """Reads and writes run folders; safe to use from several threads and from the worker processes."""
 
@@ -103,6 +144,7 @@ class RunStore:
         self.runs_dir = self.data_dir / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._records = RecordCache()
 
     # -- paths
     def run_dir(self, run_id: str) -> Path:
@@ -184,9 +226,12 @@ class RunStore:
         return None
 
     def get(self, run_id: str) -> Run:
+        """The run's record, parsed from run.json only when the file changed (see :class:`RecordCache`: one
+        ``stat`` per call, and every process sees another's rewrite at once). The record is a new object each
+        time, but its dict and list fields are shared with the cache: replace them, never mutate them in place."""
         path = self.run_dir(run_id) / RUN_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = self._records.read(path)
         except (FileNotFoundError, NotADirectoryError):
             raise RunNotFound(run_id) from None
         known = Run.__dataclass_fields__
