@@ -152,13 +152,20 @@ def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) ->
         if sample is not None:
             print(f"no runs yet: opening the bundled sample ({sample})", file=sys.stderr)
             paths = [sample]
-    opened = []
+    opened, empty = [], []
     for source in (s for path in paths for s in split_sources(path.resolve())):
+        problem = _no_profiling_data(source)
+        if problem:  # no run for it (a run that can only fail, and a URL that only shows the failure)
+            print(f"error: {problem}", file=sys.stderr)
+            empty.append(source)
+            continue
         run = store.create_run_from_path(source)
-        if run.status in ("queued", "failed"):  # the server process that leads the ingest queue resumes it
-            run = store.set_status(run.id, "queued")
+        if run.status == "failed":  # opened again: ingested again, not a second run of the same source
+            run = store.reset_for_retry(run.id)  # queued: the server process that leads the ingest queue takes it
         print(f"run {run.id}: {run.source} ({run.status})", file=sys.stderr)
         opened.append(run.id)
+    if empty and not opened:
+        return 2
     if not settings.token and not settings.read_only and not _is_loopback(settings.host):
         print(f"warning: serving on {settings.host} without --token: anyone who can reach this port can upload and "
               f"delete runs (add --token TOKEN or --read-only)", file=sys.stderr)
@@ -176,6 +183,21 @@ def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) ->
             webbrowser.open(url)
 
     return 0 if serving.run(settings, args.log_level, announce) else 1
+
+
+def _no_profiling_data(source: Path) -> str | None:
+    """Why a folder given to ``serve`` cannot make a run (it holds no rank of any format), or None. Archives and
+    files are left to the ingest, which says what is wrong with them."""
+    from ascendscope.ingest.discover import discover
+
+    if not source.is_dir():
+        return None
+    found = discover(source)
+    if found.ranks:
+        return None
+    seen = "; ".join(f"{f}: {m}" for _, f, m in found.warnings[:3])
+    return (f"no profiling data in {source} (expected *_ascend_pt folders with ASCEND_PROFILER_OUTPUT, PROF_* "
+            "folders or trace files)" + (f" — {seen}" if seen else ""))
 
 
 def split_sources(path: Path) -> list[Path]:

@@ -52,6 +52,7 @@ RUN_FILE = "run.json"
 DB_FILE = "run.duckdb"
 LOG_FILE = "ingest.log"
 SOURCE_DIR = "source"  # an upload's extracted archive, removed once the run is ready
+UPLOAD_ARCHIVE = "upload.archive"  # the uploaded archive itself, kept (within a budget) to ingest it again
 WORK_DIR = "work"  # the worker's scratch folder (spill files) is WORK_DIR-<pid>, removed after every attempt
 STAGING_PREFIX = ".upload-"
 LOCK_FILE = ".run.lock"  # the web process and a worker both rewrite run.json: read-modify-write under a flock
@@ -184,17 +185,19 @@ class RunStore:
         return run
 
     def create_run_from_path(self, path: Path | str, *, name: str | None = None, reuse: bool = True) -> Run:
-        """A run for a profiling folder/file; an existing ready or pending run of the unchanged source is reused."""
+        """A run for a profiling folder/file; an existing run of the unchanged source is reused (a ready or pending
+        one first; else a failed one, which the caller may retry: opening a source again makes no second run)."""
         src = Path(path).expanduser().resolve()
         if not src.exists():
             raise FileNotFoundError(f"no such file or folder: {src}")
         fingerprint = source_fingerprint(src)
         existing = self.list()
         if reuse:
-            for run in existing:
-                if (run.origin == "path" and run.source == str(src) and run.source_fingerprint == fingerprint
-                        and run.status != "failed"):
-                    return run
+            same = [run for run in existing if run.origin == "path" and run.source == str(src)
+                    and run.source_fingerprint == fingerprint]
+            same.sort(key=lambda run: run.status == "failed")
+            if same:
+                return same[0]
         return self.create_run(name or _path_name(src, existing), str(src), fingerprint=fingerprint)
 
     def new_staging_dir(self) -> Path:
@@ -368,7 +371,7 @@ class RunStore:
             run = self.get(run_id)
             if run.status != "ready":  # someone got here first, or it is being re-ingested
                 return run
-            if run.origin == "upload" and not (self.run_dir(run_id) / SOURCE_DIR).is_dir():
+            if run.origin == "upload" and not self.can_restore_upload(run_id):
                 remedy = "the uploaded files were removed once it was ready: upload the archive again"
             else:
                 remedy = "Retry (on the runs page) ingests it again from its source"
@@ -381,11 +384,51 @@ class RunStore:
     def retry_problem(self, run: Run) -> str | None:
         """Why a failed run cannot be ingested again (its source is gone), or None."""
         if run.origin == "upload":
-            if not (self.run_dir(run.id) / SOURCE_DIR).is_dir():
+            if not self.can_restore_upload(run.id):
                 return "the uploaded files were removed once the run was ready: upload the archive again"
         elif not Path(run.source).exists():
             return "its source no longer exists on the server"
         return None
+
+    def can_restore_upload(self, run_id: str) -> bool:
+        """Whether an upload's files are there to ingest again: still extracted, or the archive was kept."""
+        folder = self.run_dir(run_id)
+        return (folder / SOURCE_DIR).is_dir() or (folder / UPLOAD_ARCHIVE).is_file()
+
+    def restore_upload(self, run: Run, limits) -> None:
+        """Extract an upload's kept archive again (under ``limits``, as the upload was) when its files are gone.
+        Raises ``ingest.archive.ArchiveError``."""
+        from ascendscope.ingest import archive
+
+        folder = self.run_dir(run.id)
+        if run.origin != "upload" or (folder / SOURCE_DIR).is_dir() or not (folder / UPLOAD_ARCHIVE).is_file():
+            return
+        partial = folder / f"{SOURCE_DIR}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            archive.unpack(folder / UPLOAD_ARCHIVE, partial, limits)
+            os.rename(partial, folder / SOURCE_DIR)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        self.append_log(run.id, "the kept upload archive was extracted again")
+
+    def trim_kept_uploads(self, max_bytes: int) -> list[str]:
+        """Remove the kept archives of the oldest uploads until the newest fit in ``max_bytes`` together; return
+        the run ids whose archive went."""
+        kept = []
+        for run in self.list():
+            path = self.run_dir(run.id) / UPLOAD_ARCHIVE
+            try:
+                kept.append((run.created, run.id, path.stat().st_size, path))
+            except FileNotFoundError:
+                continue
+        removed, total = [], 0
+        for _created, run_id, size, path in sorted(kept, reverse=True):
+            total += size
+            if total > max_bytes:
+                path.unlink(missing_ok=True)
+                removed.append(run_id)
+        return removed
 
     def reset_for_retry(self, run_id: str) -> Run:
         """A failed run back to ``queued`` with a fresh attempt count; its old database is removed."""

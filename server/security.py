@@ -20,7 +20,11 @@
 * with a token configured, requires it on every request except ``GET /api/health``: ``Authorization: Bearer
   TOKEN``, or the cookie a browser gets by visiting any page once with ``?token=TOKEN`` (the answer sets an
   HttpOnly, SameSite=Lax cookie and redirects to the same URL without the token, so it leaves the address
-  bar and the history). The cookie holds an HMAC of the token, never the token itself.
+  bar and the history). The cookie holds an HMAC of the token, never the token itself. The redirect always
+  stays on this server: a path that starts with two slashes, or a slash and a backslash (a browser reads either
+  as another host), is sent back with one leading slash;
+* answers 400 ``host_required`` to an HTTP/1.1 request without a ``Host`` header, as HTTP/1.1 requires (RFC 9112
+  §3.2; HTTP/1.0 clients may omit it).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import hmac
 import ipaddress
 import json
 from html import escape
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; font-src 'self' data:; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'self'")
@@ -51,6 +55,7 @@ COOKIE_MAX_AGE_S = 30 * 24 * 3600
 LOCAL_NAMES = frozenset({"localhost"})
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 MAX_SHOWN_HOST_CHARS = 100
+PATH_SAFE = "/:@!$&'()*+,;=-._~"  # characters a redirect's path keeps as they are (RFC 3986 pchar)
 
 
 class SecurityMiddleware:
@@ -80,6 +85,10 @@ class SecurityMiddleware:
             await send(message)
 
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        if b"host" not in headers and scope.get("http_version", "1.1") != "1.0":
+            await _error(send_with_headers, scope, 400, "host_required",
+                         "an HTTP/1.1 request must name the host it is for (a Host header)")
+            return
         open_path = scope["path"] in OPEN_PATHS
         if not self.token and not self.any_host and not open_path and not self._host_allowed(scope, headers):
             name = _hostname(headers[b"host"].decode("latin-1"))[:MAX_SHOWN_HOST_CHARS]
@@ -108,7 +117,7 @@ class SecurityMiddleware:
     def _host_allowed(self, scope, headers) -> bool:
         raw = headers.get(b"host")
         if raw is None:
-            return True  # HTTP/1.0 without Host: no browser sends that, so no rebinding either
+            return True  # HTTP/1.0 without Host (1.1 was refused already): no browser sends that, so no rebinding
         name = _hostname(raw.decode("latin-1"))
         if name in self.names or name.endswith(".localhost"):  # browsers resolve *.localhost to loopback
             return True
@@ -132,8 +141,10 @@ class SecurityMiddleware:
     async def _redirect_without_token(self, scope, send) -> None:
         pairs = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
                  if k != TOKEN_PARAM]
-        # relative (the page's own last segment), so it stays under the prefix of a proxy in front of us
-        location = (scope["path"].rsplit("/", 1)[-1] or "./") + (f"?{urlencode(pairs)}" if pairs else "")
+        # relative (the page's own last segment), so it stays under the prefix of a proxy in front of us; "./" and
+        # percent-encoding keep "//evil.example", "\\evil…" or "https:evil…" from reading as another host
+        last = quote(scope["path"].rsplit("/", 1)[-1], safe=PATH_SAFE)
+        location = "./" + last + (f"?{urlencode(pairs)}" if pairs else "")
         secure = "; Secure" if scope.get("scheme") == "https" else ""
         cookie = (f"{self.cookie_name}={self.cookie_value}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; "
                   f"SameSite=Lax{secure}")

@@ -67,6 +67,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_extracted_mb", int, 32_768, "MB an uploaded archive may expand to"),
     Setting("max_compression_ratio", float, 200.0,
             "an archive may expand to at most this many times its size (zip bombs)"),
+    Setting("kept_uploads_mb", int, 20_000,
+            "MB of uploaded archives kept so that Retry can ingest their runs again (oldest removed first; 0: none)"),
 )
 
 

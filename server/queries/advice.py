@@ -37,7 +37,7 @@ import hashlib
 from urllib.parse import urlencode
 
 from ascendscope.server.queries import communication as cq
-from ascendscope.server.queries import links, ns_str, ratio
+from ascendscope.server.queries import links, ns_str, ratio, sources
 from ascendscope.server.queries import summary as sq
 
 MAX_FINDINGS = 300
@@ -280,6 +280,14 @@ class Advisor:
         self.rank = rank if rank is not None else (ranks[0] if ranks else None)
         self.findings: list[dict] = []
         self.gaps: dict[int, dict] = {}  # slice_id → its gap row (GAP_COLUMNS), read once by gap_checks
+        self._source_names: dict[str, dict[int, str]] = {}
+
+    def source_name(self, table: str, rank: int | None) -> str:
+        """The file or table ``table``'s rows of ``rank`` came from (the db export's table for a db run)."""
+        if table not in self._source_names:
+            self._source_names[table] = sources.source_names(self.db, table)
+        names = self._source_names[table]
+        return names.get(rank) or sources.TABLE_FEEDS[table].text_name
 
     # ---- building blocks -----------------------------------------------------------------------------------------
     def instance(self, rank: int, slice_id, name, ts_ns, dur_ns, **extra) -> dict:
@@ -337,8 +345,8 @@ class Advisor:
         for r in rows:
             step = r["step"]
             where = f"Rank {self.rank}" + ("" if step is None else f", step {step}")
-            source = {"table": "step_trace", "file": "step_trace_time.csv"} if r["source"] == "step_trace" else \
-                {"table": "slices", "lane": "Overlap Analysis"}
+            source = {"table": "step_trace", "file": self.source_name("step_trace", self.rank)} \
+                if r["source"] == "step_trace" else {"table": "slices", "lane": "Overlap Analysis"}
             if r["source"] == "step_trace":
                 src = self.db.rows(STEP_TRACE_ROW_SQL, [self.rank, step])
                 source["src_row"] = int(src[0][0]) if src else None
@@ -447,8 +455,9 @@ class Advisor:
         types = self.db.rows(AICPU_TYPES_SQL, [self.rank])
         matches = links.match_slices(self.db, self.rank, [(r[3], r[1]) for r in rows], links.KERNEL_TOLERANCE_NS) \
             if self.traced.get(self.rank) else {}
+        where = self.source_name("kernels", self.rank)
         inst = [self.instance(self.rank, matches.get((int(start), name)) if start is not None else None, name, start,
-                              dur, src_row=int(src_row), type=typ, detail=f"{typ} · kernel_details.csv row {src_row}")
+                              dur, src_row=int(src_row), type=typ, detail=f"{typ} · {where} row {src_row}")
                 for src_row, name, typ, start, dur, _, _ in rows]
         top = ", ".join(f"{t} ×{c} ({_ms(ns)})" for t, c, ns in types)
         self.add("aicpu", "all", "warning" if share >= AICPU_WARNING_SHARE else "info",
@@ -457,7 +466,7 @@ class Advisor:
                  f"{_ms(compute)} of computing kernels; the largest: {top}. AI CPU kernels are much slower than AI "
                  "Core ones and break the pipeline: change the dtype or shape that sends the op to the AI CPU (often "
                  "int64 or dynamic shapes), or use an equivalent op that has an AI Core kernel.",
-                 rank=self.rank, source={"table": "kernels", "file": "kernel_details.csv",
+                 rank=self.rank, source={"table": "kernels", "file": self.source_name("kernels", self.rank),
                                          "where": "Accelerator Core = AI_CPU"},
                  instances=inst, instance_count=n,
                  metrics={"count": n, "total_ns": total, "compute_kernels_ns": compute, "share": share,
@@ -527,7 +536,7 @@ class Advisor:
 
     def slow_rank(self) -> None:
         totals = cq.rank_totals(self.db)
-        rows = totals["rows"]
+        rows = [r for r in totals["rows"] if not r["elapse_only"]]  # a rank of elapse only says nothing of waits
         if len(rows) < 2:
             return
         waits = {r["rank"]: r["wait_time_ns"] + r["synchronization_time_ns"] for r in rows}
@@ -552,7 +561,8 @@ class Advisor:
                  f"the others wait for rank {least['rank']} to arrive ({_ms(spread)}, {_pct(share)} of rank {rk}'s "
                  f"communication time). Look at what rank {least['rank']} does before its collectives (computation, "
                  "host dispatch, data loading).",
-                 rank=None, source={"table": "comm_ops", "file": "communication.json"}, instances=inst,
+                 rank=None, source={"table": "comm_ops", "file": self.source_name("comm_ops", least["rank"])},
+                 instances=inst,
                  instance_count=int(ops[0][5]) if ops else 0,
                  metrics={"waiting_rank": rk, "slow_rank": least["rank"], "spread_ns": spread, "share": share,
                           "per_rank": [{"rank": r["rank"], "ops": r["ops"], "elapse_time_ns": r["elapse_time_ns"],
@@ -583,7 +593,7 @@ class Advisor:
                      f"in {_ms(link['transit_time_ns'])}: {bw:.2f} GB/s, " + " and ".join(a for a in against if a)
                      + ". Check that link (cabling, contention with other traffic, its NIC or HCCS port); the "
                      f"instances are rank {src}'s ops that used {t}, slowest first.",
-                     rank=None, source={"table": "comm_matrix", "file": "communication_matrix.json"},
+                     rank=None, source={"table": "comm_matrix", "file": self.source_name("comm_matrix", src)},
                      instances=inst, instance_count=int(ops[0][6]) if ops else 0,
                      metrics={**link, "typical_gbps": typical, "below_median": below_median,
                               "below_typical": below_typical})

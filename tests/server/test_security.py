@@ -127,7 +127,7 @@ def test_token_link_sets_a_cookie_and_drops_the_token_from_the_url(runs):
         bad = browser.get(f"/runs/{level1}/summary?token=nope")
         assert bad.status_code == 401 and "set-cookie" not in bad.headers
         visit = browser.get(f"/runs/{level1}/summary?rank=1&token={TOKEN}")
-        assert visit.status_code == 303 and visit.headers["location"] == "summary?rank=1"  # relative: proxies
+        assert visit.status_code == 303 and visit.headers["location"] == "./summary?rank=1"  # relative: proxies
         cookie = visit.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and TOKEN not in cookie
         assert browser.get(f"/runs/{level1}/summary?rank=1").status_code == 200  # the client kept the cookie

@@ -30,7 +30,7 @@ SAMPLES = {  # name -> (folder, ranks)
     "st4": (REAL_SAMPLES / "msinsight_st_4rank_2025q4", 4),
 }
 RUN_FILES = {"run.json", "run.duckdb", "manifest.json", "cluster.duckdb", "shards", "ingest.log", ".run.lock",
-             ".ingest.lock"}
+             ".ingest.lock", "upload.archive"}  # the archive is kept for Retry (kept_uploads_mb)
 
 
 @pytest.fixture(scope="module")

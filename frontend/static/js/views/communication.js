@@ -280,6 +280,14 @@ async function reload() {
   // ranks without communication data (all of them, or some), and the file or table each lacks
   const why = sourceNote(ov.empty_sources?.ops, { id: "comm-empty" });
   if (why) $("#comm-trace-note").append(why);
+  const traced = ov.from_trace_ranks || [];
+  if (traced.length) {
+    $("#comm-trace-note").append(el("div", { class: "v-note warn", id: "comm-from-trace" },
+      `Rank${traced.length > 1 ? "s" : ""} ${traced.join(", ")}: no `
+      + `${(ov.from_trace_lacks || ["communication.json"]).join(" or ")} (a Level0 export writes none); `
+      + "each operator's elapse comes from the trace's communication lane; transit, wait, synchronization, "
+      + "bandwidth and the link matrix are missing (they need a Level1 or Level2 export)."));
+  }
   renderTotals(ov.totals);
   await Promise.all([loadGantt(), loadBandwidth()]);
   if (opsTable) opsTable.reset(); else buildOps();
