@@ -60,6 +60,7 @@ API_MODULES = (
     "systemview",
     "compare",
     "cluster",
+    "late_arrivals",
 )
 
 STATIC_DIR = Path(frontend.__file__).resolve().parent / "static"
