@@ -131,6 +131,7 @@ def write_wait_run(out_dir, *, ranks: int = 4, late_rank: int = 2, extra_us: int
             events += _step(r, k, mm[r], arrivals, cann)
         folder = out / f"rank{r}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
         folder.mkdir(parents=True, exist_ok=True)
+        (folder.parent / f"profiler_info_{r}.json").write_text(json.dumps({"rank_id": r}), encoding="utf-8")
         (folder / "trace_view.json").write_text(json.dumps(events), encoding="utf-8")
     last, early = max(arrivals), min(arrivals)
     step_us = last + TRANSFER_US + 5 + MUL_US + 5
@@ -142,7 +143,7 @@ def write_wait_run(out_dir, *, ranks: int = 4, late_rank: int = 2, extra_us: int
         "late_computing_us": mm[late_rank] + ADD_US,
         # critical paths of step 1 (element, µs on the path), from the step's start to its end
         "path_late": [("before", 12), ("AscendCL@aclnnMm", 6), ("gap", 12), ("MatMul", mm[late_rank]),
-                      ("Add", ADD_US), ("EVENT_WAIT", 0), ("gap", 10), (f"hcom_allReduce__123_0_1", TRANSFER_US),
+                      ("Add", ADD_US), ("EVENT_WAIT", 0), ("gap", 10), ("hcom_allReduce__123_0_1", TRANSFER_US),
                       ("EVENT_WAIT", 0), ("gap", 5), ("Mul", MUL_US), ("AscendCL@aclrtSynchronizeStream", 3),
                       ("gap", 2)],
         "path_waiting": [(f"rank {late_rank}", last), ("hcom_allReduce__123_0_1", TRANSFER_US), ("EVENT_WAIT", 0),

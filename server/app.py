@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ascendscope import frontend
 from ascendscope.server import pages
 from ascendscope.server.api import ApiError, FastJSONResponse
+from ascendscope.server.console import ConsoleDatabases
 from ascendscope.server.db import Databases
 from ascendscope.server.errors import HTTP_ANSWERS, http_answer
 from ascendscope.server.querypool import QueryPool
@@ -61,6 +62,8 @@ API_MODULES = (
     "compare",
     "cluster",
     "late_arrivals",
+    "critical_path",
+    "sqlconsole",
 )
 
 STATIC_DIR = Path(frontend.__file__).resolve().parent / "static"
@@ -97,6 +100,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     async def lifespan(app: FastAPI):
         yield
         databases.close_all()
+        app.state.console.close_all()
 
     app = FastAPI(title="ascendscope", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   default_response_class=FastJSONResponse,
@@ -104,6 +108,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
                               "strings; times inside timeline responses are ns relative to `origin_ns`.")
     app.state.settings, app.state.store, app.state.databases = settings, store, databases
     app.state.query_pool = query_pool
+    app.state.console = ConsoleDatabases(settings.max_loaded_ranks)  # the SQL console's locked connections
     app.state.ingest_queue = ingest_queue
     if ingest_queue is not None and ingest_queue.on_ready is None:
         ingest_queue.on_ready = databases.forget
