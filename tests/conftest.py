@@ -245,3 +245,22 @@ def ingest_ready(data_dir: Path, samples: dict[str, Path]) -> dict[str, str]:
         store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
         ids[name] = run.id
     return ids
+
+
+# --- late arrivals, critical path, SQL console (issue #20) ----------------------------------------------------------
+@pytest.fixture(scope="session")
+def wait_runs(runs, tmp_path_factory):
+    """``sample_data.waits`` runs (known late rank, critical path and what-if) in the store of ``runs``, so that
+    ``client`` and ``live_server`` serve them: ``waits``, ``waits_sharded``, ``waits_level0``
+    (tests/insight_sample.py)."""
+    from tests.insight_sample import add_wait_runs
+
+    return add_wait_runs(runs.data_dir, tmp_path_factory.mktemp("waits"))
+
+
+@pytest.fixture(scope="session")
+def late_synthetic(runs, tmp_path_factory):
+    """A 1,000-rank run whose cluster_collectives has known late ranks, in the store of ``runs``."""
+    from tests.insight_sample import synthetic_late_run
+
+    return synthetic_late_run(runs.data_dir, tmp_path_factory.mktemp("late-synthetic"))

@@ -14,7 +14,9 @@ Dependencies (the model):
   dependency is the one ready last; ``gap`` = start − its ready time (launch latency, scheduling) is kept by the
   model, on that edge only. An element without dependencies keeps its measured start.
 * *end* dependencies: a ``sync`` host call and a ``wait`` device task end when their *target* ends (the latest
-  device element ending inside them; for a wait task, on another stream), plus their measured tail; a
+  device element ending inside them; for a wait task, on another stream), plus their measured tail; so does the
+  step's host ``end`` (from the main thread's last call to the ProfilerStep's end) when a device element ends in
+  that time: the host waited for it (an implicit synchronize, e.g. ``.item()`` without a CANN lane); a
   ``collective`` completes ``transfer`` after the later of its own start and its last peer's arrival ``peer_ns``
   (another rank's, fixed: the model changes one rank), ``transfer = end − max(start, peer_ns)``.
 
@@ -132,9 +134,7 @@ class Model:
             else:
                 start[i] = e.start
             s = start[i]
-            if e.kind == "end":
-                end[i] = s
-            elif e.target is not None:
+            if e.target is not None:
                 t_end = el[e.target].end if measured else end[e.target]
                 by_target[i] = t_end >= s
                 end[i] = e.end if measured else max(s, t_end) + (e.end - el[e.target].end)
@@ -192,8 +192,7 @@ class Model:
                     break
                 cur, t = prev, back
                 continue
-            if e.kind != "end":
-                add("work", cur, s.start[cur], t if not at_end else s.end[cur])
+            add("work", cur, s.start[cur], t if not at_end else s.end[cur])
             if s.start[cur] <= lo or s.bind[cur] is None:
                 break
             p, anchor, off, kind = e.preds[s.bind[cur]]

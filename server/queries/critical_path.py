@@ -45,10 +45,11 @@ ASSUMPTIONS = (
     "Dependencies the trace does not show (an event without a wait task, memory or CPU contention) are not "
     "modelled; an element without a known dependency keeps its measured start.",
     "The step ends when its last device element or its host step (ProfilerStep) ends, whichever is later; the host "
-    "step ends after the main thread's last call, with the measured gap.",
+    "step ends after the main thread's last call, with the measured gap, or, when a device task ended in that gap, "
+    "that long after the task (the host waited for it).",
 )
 CATEGORY_OF = {"kernel": "kernel", "device": "device task", "wait": "event wait", "collective": "collective",
-               "host": "host call", "sync": "host synchronize", "end": "host"}
+               "host": "host call", "sync": "host synchronize", "end": "host after the last call"}
 GAP_WORDS = {"gap_launch": "launch latency", "gap_stream": "stream gap", "gap_thread": "host between calls",
              "gap_queue": "task queue latency", "before": "before the path"}
 
@@ -179,16 +180,17 @@ def _thread_order(b: _Builder) -> None:
 
 
 def _targets(b: _Builder) -> None:
-    """A sync ends with the latest device element ending inside it; a wait task, with one of another stream."""
+    """A sync (and the step's host end) ends with the latest device element ending inside it; a wait task, with
+    one of another stream."""
     dev = sorted((e.end, i) for i, e in enumerate(b.el) if e.kind in ("kernel", "device", "wait", "collective"))
     ends = [d[0] for d in dev]
     for i, e in enumerate(b.el):
-        if e.kind not in ("sync", "wait") or e.end <= e.start:
+        if e.kind not in ("sync", "wait", "end") or e.end <= e.start:
             continue
         k = bisect.bisect_right(ends, e.end) - 1
         while k >= 0 and ends[k] > e.start:
             j = dev[k][1]
-            if j != i and (e.kind == "sync" or b.el[j].lane != e.lane):
+            if j != i and (e.kind != "wait" or b.el[j].lane != e.lane):
                 e.target = j
                 break
             k -= 1
@@ -299,11 +301,14 @@ def load(db, rank: int, step: int | None) -> tuple[Model, dict]:
     _device(b, db.dicts(DEVICE_SQL.format(type_col=type_col), [rank, lo, hi, rank, hi, lo]))
     flows = db.dicts(FLOWS_SQL, [rank, lo, hi])
     _host(b, db.dicts(HOST_SQL, [rank, hi, lo]), flows, has_cann)
+    end = None
     if st["main_tid"] is not None:
-        b.add(Element("end", "step end (host)", int(st["host_end_ns"]), int(st["host_end_ns"]),
-                      ("thread", st["main_tid"])))
+        end = b.add(Element("end", "host until the step's end", int(st["host_end_ns"]), int(st["host_end_ns"]),
+                            ("thread", st["main_tid"])))
     _stream_order(b)
     _thread_order(b)
+    if end is not None and b.el[end].preds:  # the step's end: from the main thread's last call to the host end
+        b.el[end].start = min(b.el[b.el[end].preds[0][0]].end, b.el[end].end)
     _targets(b)
     if db.rows(PEERS_TABLE_SQL)[0][0]:
         _peers(b, db.dicts(PEERS_SQL, [rank, hi, lo]))

@@ -249,7 +249,7 @@ def instance(db, group_id: str, op_name: str, seq: int, *, kernels: bool = False
     rows = db.dicts(ONE_SQL, [MIN_LEAD_NS, MIN_LEAD_NS, group_id, op_name, seq])
     if not rows:
         raise NotFound("instance_not_found", f"no collective {op_name!r} #{seq} in group {group_id!r} on two ranks")
-    out = _instance_json(rows[0])
+    out = {"available": True, **_instance_json(rows[0])}
     arrivals = db.dicts(ARRIVALS_SQL, [group_id, op_name, seq, MAX_ARRIVALS + 1])
     out["arrivals"] = {
         "rank": [int(a["rank"]) for a in arrivals[:MAX_ARRIVALS]],

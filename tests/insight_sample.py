@@ -1,0 +1,115 @@
+"""Runs for the late-arrival, critical-path and SQL-console tests (issue #20):
+
+* :func:`add_wait_runs`: ``sample_data.waits`` runs (whose late rank, critical path and what-if are known by
+  construction) ingested into a run store: ``waits`` (4 ranks, rank 2 late by 300 µs, 2 steps) as one file and
+  ``waits_sharded`` as a sharded run, and ``waits_level0`` (the same without a CANN lane);
+* :func:`synthetic_late_run`: a run of many ranks whose ``cluster_collectives`` is filled by SQL with known late
+  ranks (1,000 ranks × 20 steps × 2 groups by default, in seconds), and nothing else but the small run tables.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from ascendscope.ingest import collectives, commfiles
+from ascendscope.ingest.cluster import build_cluster_tables, load_cluster_analysis
+from ascendscope.ingest.pipeline import ingest_path
+from ascendscope.ingest.schema import CORE_DDL, EMPTY_TABLES
+from ascendscope.ingest.shards import ingest_sharded
+from ascendscope.sample_data.waits import write_wait_run
+
+T0_NS = 1_736_408_883_000_000_000
+BASE_ARRIVAL_NS = 1_000_000
+STEP_NS = 10_000_000
+LEAD_NS = 400_000  # the late rank of each instance arrives this much after the others
+
+
+@dataclass
+class WaitRuns:
+    ids: dict[str, str]
+    truth: dict
+    truth_level0: dict
+    sources: dict[str, Path]
+
+
+def add_wait_runs(data_dir: Path, work: Path) -> WaitRuns:
+    from ascendscope.server.runs import RunStore
+
+    store = RunStore(data_dir)
+    truth = write_wait_run(work / "waits", ranks=4, late_rank=2, extra_us=300, steps=2)
+    truth0 = write_wait_run(work / "waits_level0", ranks=2, late_rank=0, extra_us=120, steps=1, cann=False)
+    ids = {}
+    for name, src, sharded in (("waits", work / "waits", False), ("waits_sharded", work / "waits", True),
+                               ("waits_level0", work / "waits_level0", False)):
+        run = store.create_run(name, str(src))
+        if sharded:
+            summary = ingest_sharded(src, store.run_dir(run.id), workers=2)
+        else:
+            summary = ingest_path(src, store.db_path(run.id))
+        store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
+        ids[name] = run.id
+    return WaitRuns(ids, truth, truth0, {"waits": work / "waits", "waits_level0": work / "waits_level0"})
+
+
+@dataclass
+class SyntheticLate:
+    run_id: str
+    ranks: int
+    steps: int
+    path: Path
+
+    def late_rank(self, step: int, group: int) -> int:
+        """The late rank of the instance of group ``group`` at ``step``, as the table was built."""
+        candidate = (step * 37 + group * 101 + 5) % self.ranks
+        return candidate if candidate % 2 == group else group
+
+    def group_ranks(self, group: int) -> list[int]:
+        return [r for r in range(self.ranks) if r % 2 == group]
+
+
+# group g holds the ranks r with r % 2 = g; at step s its one collective's late rank is (37 s + 101 g + 5) % ranks
+# when that rank is in the group, else the group's first rank (g). Every rank's window starts 900 µs before its
+# base arrival (base + (r % 7) µs); the late rank computes LEAD_NS longer and arrives LEAD_NS after its base
+SYNTHETIC_SQL = f"""
+INSERT INTO cluster_collectives
+SELECT r, 'g' || g, 'hcom_allReduce__00' || g || '_' || s || '_1', 'hcom_allReduce_', 0, s, 'communication',
+       NULL, NULL, base_ns + CASE WHEN late THEN {LEAD_NS} ELSE 0 END, base_ns + 2000000, base_ns - 900000,
+       600000 + CASE WHEN late THEN {LEAD_NS} ELSE 0 END, 0, 0, 300000, 0, NULL, NULL
+FROM (
+  SELECT r, g, s, late, {T0_NS} + s * {STEP_NS} + {BASE_ARRIVAL_NS} + (r % 7) * 1000 AS base_ns
+  FROM (SELECT r, r % 2 AS g, s,
+               r = CASE WHEN (s * 37 + (r % 2) * 101 + 5) % ? % 2 = r % 2 THEN (s * 37 + (r % 2) * 101 + 5) % ?
+                        ELSE r % 2 END AS late
+        FROM range(?) a(r), range(?) b(s)))
+"""
+
+
+def synthetic_late_run(data_dir: Path, work: Path, *, ranks: int = 1000, steps: int = 20,
+                       name: str = "late-synthetic") -> SyntheticLate:
+    from ascendscope.server.runs import RunStore
+
+    path = work / f"{name}.duckdb"
+    con = duckdb.connect(str(path))
+    for ddl in CORE_DDL + list(EMPTY_TABLES.values()):
+        con.execute(ddl)
+    for table in commfiles.COLUMNS:
+        commfiles.create_table(con, table, [], None)
+    con.execute("CREATE TABLE lod_levels (level INTEGER, bucket_ns BIGINT, row_count BIGINT)")
+    con.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('source_path', ?)", [name])
+    con.execute(f"""INSERT INTO ranks (rank, device_id, folder, rank_source, has_trace, start_ns, end_ns)
+                    SELECT r, r % 16, 'rank' || r || '_ascend_pt', 'profiler_info_file', false, {T0_NS},
+                           {T0_NS} + {steps * STEP_NS} FROM range({ranks}) t(r)""")
+    build_cluster_tables(con)
+    load_cluster_analysis(con, work / "no-such-folder")
+    con.execute(collectives.DDL)
+    con.execute(SYNTHETIC_SQL, [ranks, ranks, ranks, steps])
+    con.close()
+    store = RunStore(data_dir)
+    run = store.create_run(name, name)
+    shutil.copy(path, store.db_path(run.id))
+    store.set_status(run.id, "ready")
+    return SyntheticLate(run.id, ranks, steps, path)
