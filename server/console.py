@@ -3,8 +3,10 @@
 A console connection is never the views' connection (``server.db``): it is opened for the console alone and then
 locked, so nothing a user types can loosen it:
 
-* a single-file run: the file opened read-only; a sharded run: an in-memory database that attaches
-  ``cluster.duckdb`` and the scope's shards read-only with the documented table names as views
+* an in-memory database of its own (a connection to the file itself would share the views' database instance,
+  and lock it too) that attaches, read-only, a single-file run's file (a view per table: its tables by their
+  names, for every cursor), or a
+  sharded run's ``cluster.duckdb`` and the scope's shards with the documented table names as views
   (``layout.connect``, as the views read it);
 * then ``enable_external_access = false`` (no file, network, ATTACH, COPY, INSTALL or LOAD from here on: DuckDB
   refuses to turn it back on while the database runs), no extension auto-install or auto-load, a memory limit,
@@ -25,6 +27,7 @@ from pathlib import Path
 import duckdb
 
 from ascendscope.ingest import layout
+from ascendscope.ingest.layout import _sql_path
 from ascendscope.server.db import DamagedDatabase, is_sharded, scope
 
 MEMORY_LIMIT = "2GB"
@@ -50,8 +53,12 @@ class Console:
                 self.all_ranks = [e["rank"] for e in manifest["shards"] if e["status"] == "ready"]
                 self.conn, self.loaded = layout.connect(path.parent, None if ranks is None else list(ranks),
                                                         manifest=manifest)
-            else:
-                self.conn = duckdb.connect(str(path), read_only=True)
+            else:  # a database instance of its own: duckdb.connect(path) would share (and lock) the views' one
+                self.conn = duckdb.connect(":memory:")
+                self.conn.execute(f"ATTACH '{_sql_path(path)}' AS run (READ_ONLY)")
+                for (table,) in self.conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = "
+                                                  "'run' AND schema_name = 'main'").fetchall():
+                    self.conn.execute(f'CREATE VIEW main."{table}" AS SELECT * FROM run.main."{table}"')
             for sql in LOCK_SQL:
                 self.conn.execute(sql)
         except (duckdb.Error, OSError, ValueError) as exc:
