@@ -27,7 +27,6 @@ from pathlib import Path
 import duckdb
 
 from ascendscope.ingest import layout
-from ascendscope.ingest.layout import _sql_path
 from ascendscope.server.db import DamagedDatabase, is_sharded, scope
 
 MEMORY_LIMIT = "2GB"
@@ -55,7 +54,8 @@ class Console:
                                                         manifest=manifest)
             else:  # a database instance of its own: duckdb.connect(path) would share (and lock) the views' one
                 self.conn = duckdb.connect(":memory:")
-                self.conn.execute(f"ATTACH '{_sql_path(path)}' AS run (READ_ONLY)")
+                quoted = str(path).replace("'", "''")  # our own path, never user input
+                self.conn.execute(f"ATTACH '{quoted}' AS run (READ_ONLY)")
                 for (table,) in self.conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = "
                                                   "'run' AND schema_name = 'main'").fetchall():
                     self.conn.execute(f'CREATE VIEW main."{table}" AS SELECT * FROM run.main."{table}"')

@@ -85,7 +85,8 @@ def test_the_row_cap(client, wait_runs):
     assert body["row_count"] == sc.MAX_ROWS and body["truncated"] and body["row_cap"] == sc.MAX_ROWS
     small = q(client, wait_runs.ids["waits"], "SELECT range AS i FROM range(20000)", limit=10).json()
     assert small["row_count"] == 10 and small["truncated"]
-    csv = client.get(f"/api/runs/{wait_runs.ids['waits']}/query.csv", params={"sql": "SELECT range AS i FROM range(20000)"})
+    csv = client.get(f"/api/runs/{wait_runs.ids['waits']}/query.csv",
+                     params={"sql": "SELECT range AS i FROM range(20000)"})
     assert csv.status_code == 200 and csv.headers["X-Row-Count"] == "20000" and csv.headers["X-Truncated"] == "false"
     assert csv.text.splitlines()[:3] == ["i", "0", "1"]
 
