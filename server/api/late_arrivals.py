@@ -12,7 +12,17 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from ascendscope.server.api import ApiError, Int64, RunDbDep, fast_json
-from ascendscope.server.api.viewparams import DEFAULT_LIMIT, LimitQ, OffsetQ, OrderQ, SortQ, StepQ, page
+from ascendscope.server.api.viewparams import (
+    DEFAULT_LIMIT,
+    LimitQ,
+    OffsetQ,
+    OrderQ,
+    SortQ,
+    StepQ,
+    csv_response,
+    page,
+)
+from ascendscope.server.queries import MAX_CSV_ROWS, csv_text
 from ascendscope.server.queries import late_arrivals as la
 
 router = APIRouter(prefix="/api/runs/{run_id}/late_arrivals", tags=["late arrivals"])
@@ -38,6 +48,13 @@ def late_table(db: RunDbDep, step: StepQ = None, sort: SortQ = None, order: Orde
     """One step's collective instances: the last rank, its lead over the next, the wait it caused and why
     (sort: ``wait_caused``, ``lead``, ``max_wait``, ``ranks``, ``start``)."""
     return la.table(db, step, page(offset, limit), sort, order)
+
+
+@router.get("/table.csv")
+def late_table_csv(db: RunDbDep, step: StepQ = None):
+    """The step's instances as CSV (at most 100,000; ``X-Truncated`` says when there were more)."""
+    rows = la.table_csv_rows(db, step, MAX_CSV_ROWS + 1)
+    return csv_response(csv_text(la.CSV_COLUMNS, rows), f"{db.run.id}_late_arrivals.csv")
 
 
 @router.get("/instance")

@@ -27,6 +27,7 @@ difference of each part of the window (``computing``, ``other_comm``, ``launch_b
 
 from __future__ import annotations
 
+from ascendscope.ingest.collectives import IS_COMPUTE_SQL
 from ascendscope.server.queries import NotFound, Page, QueryError, ns_str, paged
 
 MIN_LEAD_NS = 2_000
@@ -148,13 +149,14 @@ WHERE list_contains(?::INTEGER[], c.rank) OR c.rank = i.late_rank
 ORDER BY i.first_ns, i.group_id, i.op_name, i.seq, c.rank
 """
 # the late rank's own slices inside its window: kernels (compute lanes) and host API calls, clipped
-WINDOW_ITEMS_SQL = """
-SELECT t.kind, s.name, count(*) AS count,
+WINDOW_ITEMS_SQL = f"""
+SELECT CASE WHEN t.kind = 'cann' THEN 'host' WHEN ({IS_COMPUTE_SQL}) THEN 'kernel' ELSE 'device' END AS kind,
+       s.name, count(*) AS count,
        sum(least(s.ts_ns + s.dur_ns, ?) - greatest(s.ts_ns, ?)) AS ns, arg_max(s.slice_id, s.dur_ns) AS slice_id
 FROM slices s JOIN tracks t ON t.track_id = s.track_id
 WHERE s.rank = ? AND s.ts_ns < ? AND s.ts_ns + s.dur_ns > ? AND s.dur_ns > 0
   AND ((t.kind = 'hardware' AND s.depth = 0) OR (t.kind = 'cann' AND s.depth = 0))
-GROUP BY t.kind, s.name ORDER BY ns DESC LIMIT ?
+GROUP BY ALL ORDER BY ns DESC LIMIT ?
 """
 
 
@@ -241,6 +243,22 @@ def table(db, step: int | None, page: Page, sort: str | None = None, order: str 
     return out
 
 
+CSV_COLUMNS = ("step", "group_id", "op_name", "seq", "ranks", "group_size", "last_rank", "attributed", "lead_ns",
+               "wait_caused_ns", "max_wait_ns", "first_ns", "last_ns", "cause", "cause_delta_ns", "top_kernel",
+               "top_kernel_ns")
+
+
+def table_csv_rows(db, step: int | None, max_rows: int) -> list[list]:
+    """The step's instances as CSV rows (:data:`CSV_COLUMNS`), the longest caused wait first."""
+    out = table(db, step, Page(0, max_rows))
+    if not out.get("available"):
+        return []
+    return [[r["step"], r["group_id"], r["op_name"], r["seq"], r["ranks"], r["group_size"], r["last_rank"],
+             r["attributed"], r["lead_ns"], r["wait_caused_ns"], r["max_wait_ns"], r["first_ns"], r["last_ns"],
+             r["cause"]["part"], r["cause"]["delta_ns"], r["cause"]["top_kernel"], r["cause"]["top_kernel_ns"]]
+            for r in out["rows"]]
+
+
 def instance(db, group_id: str, op_name: str, seq: int, *, kernels: bool = False) -> dict:
     """One instance: every rank's arrival and wait (latest first, at most :data:`MAX_ARRIVALS`), the cause and,
     with ``kernels``, the late rank's kernels and host calls inside its window (read from its own slices)."""
@@ -265,7 +283,7 @@ def instance(db, group_id: str, op_name: str, seq: int, *, kernels: bool = False
     if kernels and rank is not None and start is not None and rows[0]["late_source"] == "trace":
         end = int(rows[0]["last_ns"])
         items = db.dicts(WINDOW_ITEMS_SQL, [end, int(start), rank, end, int(start), MAX_WINDOW_ITEMS])
-        out["window_items"] = [{"kind": "kernel" if r["kind"] == "hardware" else "host", "name": r["name"],
+        out["window_items"] = [{"kind": r["kind"], "name": r["name"],
                                 "count": int(r["count"]), "ns": _i(r["ns"]), "slice_id": _i(r["slice_id"])}
                                for r in items]
     return out

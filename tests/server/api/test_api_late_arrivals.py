@@ -49,11 +49,20 @@ def test_instance_lists_every_arrival_and_the_late_ranks_window(client, wait_run
                                                                                  3: 300 * US}
     items = {(i["kind"], i["name"]): i["ns"] for i in inst["window_items"]}
     assert items[("kernel", "MatMul")] == 400 * US and items[("kernel", "Add")] == 50 * US
+    assert ("device", "EVENT_WAIT") in items and ("host", "AscendCL@aclnnMm") in items
     r = client.get(f"/api/runs/{run}/late_arrivals/instance",
                    params={"group_id": "0", "op_name": "hcom_allReduce__123_0_1", "rank": 1})
     assert r.status_code == 400 and r.json()["error"]["code"] == "not_last_rank"
     r = client.get(f"/api/runs/{run}/late_arrivals/instance", params={"group_id": "0", "op_name": "nope"})
     assert r.status_code == 404
+
+
+def test_table_as_csv(client, wait_runs):
+    r = client.get(f"/api/runs/{wait_runs.ids['waits']}/late_arrivals/table.csv", params={"step": 2})
+    assert r.status_code == 200 and r.headers["X-Row-Count"] == "1"
+    head, row = r.text.splitlines()
+    assert head.startswith("step,group_id,op_name,seq,ranks,group_size,last_rank")
+    assert row.startswith("2,0,hcom_allReduce__123_1_1,0,4,4,2,True,300000,900000,") and "computing" in row
 
 
 def test_totals_caused_and_suffered(client, wait_runs):

@@ -9,7 +9,7 @@ import { apiGet } from "/static/js/common/api.js";
 import { $, clear, el } from "/static/js/common/dom.js";
 import { formatCount } from "/static/js/common/format.js";
 import { ms } from "/static/js/common/time.js";
-import { runPage } from "/static/js/common/urls.js";
+import { runPage, withQuery } from "/static/js/common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { apiBase, runId } from "./run.js";
 import { DataTable } from "./table.js";
@@ -156,6 +156,7 @@ export async function initLateArrivals() {
     id: "cl-late-rows", columns: COLUMNS, sort: "wait_caused", pageSize: 15, details,
     rowKey: (r) => `${r.group_id}|${r.op_name}|${r.seq}`,
     load: (p) => apiGet(`${api}/table`, { ...p, q: undefined, step: step ?? undefined }),
+    csv: () => withQuery(`${api}/table.csv`, { step: step ?? undefined }),
     onRows: (page) => {
       $("#cl-late-note").textContent = `${formatCount(page.total)} collective instances matched across ranks ` +
         `(same group, op name and occurrence); the last rank is attributed when it leads the next by ` +
