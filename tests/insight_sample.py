@@ -9,18 +9,16 @@
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
-from ascendscope.ingest import collectives, commfiles
+from ascendscope.ingest import collectives
 from ascendscope.ingest.cluster import build_cluster_tables, load_cluster_analysis
 from ascendscope.ingest.pipeline import ingest_path
-from ascendscope.ingest.schema import CORE_DDL, EMPTY_TABLES
 from ascendscope.ingest.shards import ingest_sharded
 from ascendscope.sample_data.waits import write_wait_run
+from tests.cluster_sample import _register as register
+from tests.cluster_sample import empty_run
 
 T0_NS = 1_736_408_883_000_000_000
 BASE_ARRIVAL_NS = 1_000_000
@@ -90,26 +88,11 @@ FROM (
 
 def synthetic_late_run(data_dir: Path, work: Path, *, ranks: int = 1000, steps: int = 20,
                        name: str = "late-synthetic") -> SyntheticLate:
-    from ascendscope.server.runs import RunStore
-
     path = work / f"{name}.duckdb"
-    con = duckdb.connect(str(path))
-    for ddl in CORE_DDL + list(EMPTY_TABLES.values()):
-        con.execute(ddl)
-    for table in commfiles.COLUMNS:
-        commfiles.create_table(con, table, [], None)
-    con.execute("CREATE TABLE lod_levels (level INTEGER, bucket_ns BIGINT, row_count BIGINT)")
-    con.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('source_path', ?)", [name])
-    con.execute(f"""INSERT INTO ranks (rank, device_id, folder, rank_source, has_trace, start_ns, end_ns)
-                    SELECT r, r % 16, 'rank' || r || '_ascend_pt', 'profiler_info_file', false, {T0_NS},
-                           {T0_NS} + {steps * STEP_NS} FROM range({ranks}) t(r)""")
+    con = empty_run(path, name, ranks, T0_NS, steps * STEP_NS)
     build_cluster_tables(con)
     load_cluster_analysis(con, work / "no-such-folder")
     con.execute(collectives.DDL)
     con.execute(SYNTHETIC_SQL, [ranks, ranks, ranks, steps])
     con.close()
-    store = RunStore(data_dir)
-    run = store.create_run(name, name)
-    shutil.copy(path, store.db_path(run.id))
-    store.set_status(run.id, "ready")
-    return SyntheticLate(run.id, ranks, steps, path)
+    return SyntheticLate(register(data_dir, name, path, name), ranks, steps, path)
