@@ -43,7 +43,7 @@ CAUSE_WORDS = {
     "other_comm": "spent longer in other collectives",
     "launch_bound": "waited longer for kernel launches (host in CANN API calls)",
     "free": "sat idle longer with nothing queued (host busy elsewhere)",
-    "preparing": "took longer before its first device task",
+    "preparing": "took longer before its first computation or collective",
 }
 SORTS = {"wait_caused": "wait_caused_ns", "lead": "lead_ns", "start": "first_ns", "ranks": "ranks",
          "max_wait": "max_wait_ns"}

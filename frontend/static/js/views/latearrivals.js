@@ -16,7 +16,7 @@ import { DataTable } from "./table.js";
 
 const api = `${apiBase}/late_arrivals`;
 export const PART_LABELS = { late_start: "started later", computing: "computing", other_comm: "other collectives",
-  launch_bound: "launch-bound idle", free: "idle, nothing queued", preparing: "before the first device task" };
+  launch_bound: "launch-bound idle", free: "idle, nothing queued", preparing: "before the first computation" };
 const PARTS = ["computing", "other_comm", "launch_bound", "free", "preparing"];
 const PAD_NS = 20000n;
 
