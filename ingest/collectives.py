@@ -31,8 +31,9 @@ rank, not a group that waits for its last member.
   (Communication(Not Overlapped): collectives of other groups, p2p), ``launch_bound_ns`` (Free while the host
   was inside a CANN API call that is not a synchronize: the device waited for a launch), ``free_ns`` (the rest of
   Free: the host had queued nothing) and ``preparing_ns`` (the rest of the window, not covered by the lane:
-  before the lane's first compute or communication task). The five add up to the window. NULL for a rank without the lane (no trace);
-  ``launch_bound_ns`` is NULL (and Free all ``free_ns``) for a rank without a CANN lane (Level0).
+  before the lane's first compute or communication task). The five add up to the window. NULL for a rank
+  without the lane (no trace); ``launch_bound_ns`` is NULL (and Free all ``free_ns``) for a rank without a CANN
+  lane (Level0).
 * ``top_kernel`` / ``top_kernel_ns``: the compute task name (Ascend Hardware lanes) with the most time inside
   the window.
 """
