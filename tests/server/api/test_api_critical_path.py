@@ -106,6 +106,7 @@ def _replays_measured(model: Model) -> None:
     s = model.schedule(lambda e: 1.0)
     assert s.start == [e.start for e in model.el] and s.end == [e.end for e in model.el]
     segs = model.walk(s)
+    assert segs == model.walk(model.measured)  # the same binding choices as the measured times'
     assert segs[0]["start"] == model.step_start and segs[-1]["end"] == s.step_end
     assert all(a["end"] == b["start"] for a, b in zip(segs, segs[1:]))
 
