@@ -167,7 +167,7 @@ def available(db) -> bool:
 def _unavailable() -> dict:
     return {"available": False,
             "message": "this run was ingested before the late-arrival table (cluster_collectives) existed: ingest "
-                       "it again (Retry on the runs page, or ascendscope ingest) to analyse late arrivals"}
+                       "its source again (open or upload it anew, or ascendscope ingest) to analyse late arrivals"}
 
 
 def _i(v) -> int | None:
