@@ -52,9 +52,16 @@ TABLE_SQL = """
 SELECT count(*) FROM information_schema.tables WHERE table_name = 'cluster_collectives'
 """
 # one row per rank and instance, with the instance's facts beside it
+# one row per rank and instance, with the instance's facts beside it; {keys} (a fragment of KEYS) picks the
+# instances: every rank of an instance that has a row matching it
 RANKED_CTE = """
-WITH c AS (
-  SELECT *, count(DISTINCT rank) OVER (PARTITION BY group_id) AS group_size FROM cluster_collectives
+WITH sizes AS (
+  SELECT group_id, count(DISTINCT rank) AS group_size FROM cluster_collectives GROUP BY group_id
+), keys AS (
+  SELECT DISTINCT group_id, op_name, seq FROM cluster_collectives WHERE {keys}
+), c AS (
+  SELECT x.*, z.group_size FROM cluster_collectives x JOIN keys USING (group_id, op_name, seq)
+  JOIN sizes z USING (group_id)
 ), r AS (
   SELECT *, count(*) OVER w AS ranks, max(start_ns) OVER w AS last_ns, min(start_ns) OVER w AS first_ns,
          min(step) OVER w AS inst_step,
@@ -62,6 +69,8 @@ WITH c AS (
          row_number() OVER (PARTITION BY group_id, op_name, seq ORDER BY start_ns, rank) AS arrival_order
   FROM c WINDOW w AS (PARTITION BY group_id, op_name, seq)
 )"""
+KEYS = {"all": "TRUE", "step": "step IS NOT DISTINCT FROM ?", "one": "group_id = ? AND op_name = ? AND seq = ?",
+        "window": "start_ns < ? AND end_ns > ?"}
 INSTANCES_CTE = RANKED_CTE + """, inst AS (
   SELECT group_id, op_name, seq, any_value(op_type) AS op_type, any_value(inst_step) AS step,
          any_value(ranks) AS ranks, any_value(group_size) AS group_size,
@@ -76,7 +85,7 @@ INSTANCES_CTE = RANKED_CTE + """, inst AS (
          CASE WHEN last_ns - second_ns >= ? THEN wait_ns ELSE 0 END AS wait_caused_ns
   FROM inst
 )"""
-STEPS_SQL = INSTANCES_CTE + """
+STEPS_SQL = INSTANCES_CTE.format(keys=KEYS["all"]) + """
 SELECT step, count(*) AS instances, sum(wait_ns) AS wait_ns, sum(wait_caused_ns) AS wait_caused_ns,
        count(*) FILTER (WHERE attributed) AS attributed, count(*) FILTER (WHERE ranks < group_size) AS partial
 FROM att GROUP BY step ORDER BY step NULLS FIRST
@@ -98,17 +107,18 @@ LEFT JOIN cluster_collectives l ON l.group_id = a.group_id AND l.op_name = a.op_
                                AND l.rank = a.late_rank
 LEFT JOIN cluster_collectives f ON f.group_id = a.group_id AND f.op_name = a.op_name AND f.seq = a.seq
                                AND f.rank = a.ref_rank"""
-TABLE_ROWS_SQL = INSTANCES_CTE + DETAIL_SELECT + """
+TABLE_ROWS_SQL = INSTANCES_CTE.format(keys=KEYS["step"]) + DETAIL_SELECT + """
 WHERE a.step IS NOT DISTINCT FROM ? ORDER BY {order}, a.first_ns, a.group_id, a.op_name LIMIT ? OFFSET ?"""
-TABLE_COUNT_SQL = INSTANCES_CTE + "SELECT count(*) FROM att WHERE step IS NOT DISTINCT FROM ?"
-ONE_SQL = INSTANCES_CTE + DETAIL_SELECT + " WHERE a.group_id = ? AND a.op_name = ? AND a.seq = ?"
+TABLE_COUNT_SQL = INSTANCES_CTE.format(keys=KEYS["step"]) + "SELECT count(*) FROM att WHERE step IS NOT DISTINCT FROM ?"
+ONE_SQL = (INSTANCES_CTE.format(keys=KEYS["one"]) + DETAIL_SELECT
+           + " WHERE a.group_id = ? AND a.op_name = ? AND a.seq = ?")
 ARRIVALS_SQL = """
 SELECT rank, start_ns, end_ns, slice_id, track_id, window_start_ns,
        max(start_ns) OVER () - start_ns AS wait_ns
 FROM cluster_collectives WHERE group_id = ? AND op_name = ? AND seq = ?
 ORDER BY start_ns DESC, rank LIMIT ?
 """
-TOTALS_SQL = INSTANCES_CTE + """, caused AS (
+TOTALS_SQL = INSTANCES_CTE.format(keys=KEYS["all"]) + """, caused AS (
   SELECT late_rank AS rank, sum(wait_caused_ns) AS wait_caused_ns, count(*) AS times_last
   FROM att WHERE attributed GROUP BY late_rank
 ), suffered AS (
@@ -120,7 +130,7 @@ SELECT s.rank, s.instances, s.wait_suffered_ns, coalesce(c.wait_caused_ns, 0) AS
 FROM suffered s LEFT JOIN caused c USING (rank)
 ORDER BY coalesce(c.wait_caused_ns, 0) DESC, s.wait_suffered_ns DESC, s.rank LIMIT ?
 """
-TOTALS_STEP_SQL = INSTANCES_CTE + """, caused AS (
+TOTALS_STEP_SQL = INSTANCES_CTE.format(keys=KEYS["step"]) + """, caused AS (
   SELECT late_rank AS rank, sum(wait_caused_ns) AS wait_caused_ns, count(*) AS times_last
   FROM att WHERE attributed AND step IS NOT DISTINCT FROM ? GROUP BY late_rank
 ), suffered AS (
@@ -133,13 +143,12 @@ FROM suffered s LEFT JOIN caused c USING (rank)
 ORDER BY coalesce(c.wait_caused_ns, 0) DESC, s.wait_suffered_ns DESC, s.rank LIMIT ?
 """
 # the instances whose span meets a time window, with the ranks of `ranks` that took part
-CHAINS_SQL = RANKED_CTE + """, inst AS (
+CHAINS_SQL = RANKED_CTE.format(keys=KEYS["window"]) + """, inst AS (
   SELECT group_id, op_name, seq, any_value(last_ns) AS last_ns, any_value(first_ns) AS first_ns,
          max(end_ns) AS end_ns, max(rank) FILTER (WHERE late_order = 1) AS late_rank,
          coalesce(max(start_ns) FILTER (WHERE late_order = 2), any_value(first_ns)) AS second_ns,
          any_value(ranks) AS ranks
   FROM r WHERE ranks > 1 GROUP BY group_id, op_name, seq
-  HAVING any_value(first_ns) < ? AND max(end_ns) > ?
   ORDER BY sum(last_ns - start_ns) DESC LIMIT ?
 )
 SELECT i.group_id, i.op_name, i.seq, i.last_ns, i.second_ns, i.late_rank, i.ranks, c.rank, c.slice_id, c.track_id,
@@ -233,7 +242,7 @@ def table(db, step: int | None, page: Page, sort: str | None = None, order: str 
     direction = {"asc": "ASC", "desc": "DESC"}.get((order or "desc").lower())
     if direction is None:
         raise QueryError("bad_order", "order must be 'asc' or 'desc'")
-    params = [MIN_LEAD_NS, MIN_LEAD_NS, step]
+    params = [step, MIN_LEAD_NS, MIN_LEAD_NS, step]
     total = int(db.rows(TABLE_COUNT_SQL, params)[0][0])
     sql = TABLE_ROWS_SQL.format(order=f"a.{SORTS[key]} {direction} NULLS LAST")
     rows = db.dicts(sql, params + [page.limit, page.offset])
@@ -264,7 +273,7 @@ def instance(db, group_id: str, op_name: str, seq: int, *, kernels: bool = False
     with ``kernels``, the late rank's kernels and host calls inside its window (read from its own slices)."""
     if not available(db):
         return _unavailable()
-    rows = db.dicts(ONE_SQL, [MIN_LEAD_NS, MIN_LEAD_NS, group_id, op_name, seq])
+    rows = db.dicts(ONE_SQL, [group_id, op_name, seq, MIN_LEAD_NS, MIN_LEAD_NS, group_id, op_name, seq])
     if not rows:
         raise NotFound("instance_not_found", f"no collective {op_name!r} #{seq} in group {group_id!r} on two ranks")
     out = {"available": True, **_instance_json(rows[0])}
@@ -297,7 +306,7 @@ def totals(db, step: int | None = None, limit: int = MAX_TOTAL_ROWS) -> dict:
     if step is None:
         rows = db.dicts(TOTALS_SQL, [MIN_LEAD_NS, MIN_LEAD_NS, limit + 1])
     else:
-        rows = db.dicts(TOTALS_STEP_SQL, [MIN_LEAD_NS, MIN_LEAD_NS, step, step, limit + 1])
+        rows = db.dicts(TOTALS_STEP_SQL, [step, MIN_LEAD_NS, MIN_LEAD_NS, step, step, limit + 1])
     keep = rows[:limit]
     return {"available": True, "step": step, "truncated": len(rows) > limit,
             **{k: [_i(r[k]) for r in keep] for k in ("rank", "instances", "wait_caused_ns", "wait_suffered_ns",

@@ -131,7 +131,7 @@ def test_a_run_without_the_table_says_so(client, runs):
     store.set_status(run.id, "ready")
     for path in ("steps", "totals"):
         body = get(client, run.id, path)
-        assert body["available"] is False and "ingest it again" in body["message"]
+        assert body["available"] is False and "ingest its source again" in body["message"]
 
 
 @needs_samples
