@@ -10,6 +10,11 @@ requests (steps, one step's table, totals per rank, the timeline's wait chains f
 late rank's kernels), the critical path of the late rank with a what-if, and two SQL console queries (one on
 ``cluster_collectives``, one on a rank table). Prints one JSON object: the ingest, the table sizes, p50/max per
 request, and whether every answer named the known late rank.
+
+    ascendscope bench insights --table-only --ranks 1000 --steps 100
+
+times the late-arrival queries alone on a ``cluster_collectives`` table of ranks × steps rows filled by SQL
+(``sample_data.waits.fill_synthetic_collectives``, known late ranks), in memory: no ingest, no server.
 """
 
 from __future__ import annotations
@@ -33,6 +38,34 @@ def _time(fn, repeat: int) -> tuple[dict, object]:
     return {"p50_ms": round(statistics.median(times), 1), "max_ms": round(max(times), 1)}, out
 
 
+def table_only(ranks: int, steps: int, repeat: int) -> dict:
+    import duckdb
+
+    from ascendscope.sample_data.waits import STEP_NS, T0_NS, fill_synthetic_collectives, synthetic_late_rank
+    from ascendscope.server.queries import DuckRunner, Page
+    from ascendscope.server.queries import late_arrivals as la
+
+    con = duckdb.connect(":memory:")
+    t0 = time.perf_counter()
+    fill_synthetic_collectives(con, ranks, steps)
+    out: dict = {"ranks": ranks, "steps": steps, "rows": ranks * steps, "fill_s": round(time.perf_counter() - t0, 2)}
+    db = DuckRunner(con)
+    step = steps // 2
+    timings = {}
+    timings["steps"], _ = _time(lambda: la.steps(db), repeat)
+    timings["table (one step)"], table = _time(lambda: la.table(db, step, Page(0, 15)), repeat)
+    timings["totals"], totals = _time(lambda: la.totals(db), repeat)
+    timings["chains (64 ranks, 10 steps)"], _ = _time(
+        lambda: la.chains(db, T0_NS, T0_NS + 10 * STEP_NS, list(range(64))), repeat)
+    first = table["rows"][0]
+    timings["instance"], _ = _time(lambda: la.instance(db, first["group_id"], first["op_name"], first["seq"]), repeat)
+    out["timings"] = timings
+    out["checks"] = {"late_ranks": sorted(r["late_rank"] for r in table["rows"]) ==
+                     sorted(synthetic_late_rank(step, g, ranks) for g in (0, 1)),
+                     "totals_ranks": len(totals["rank"]) == ranks}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ascendscope bench insights", description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=1000)
@@ -42,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", action="store_true", help="keep an ingest already in --out")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--table-only", action="store_true", help="time the late-arrival queries on a synthetic table")
     args = ap.parse_args(argv)
+    if args.table_only:
+        print(json.dumps(table_only(args.ranks, args.steps, args.repeat), indent=1))
+        return 0
 
     from fastapi.testclient import TestClient
 

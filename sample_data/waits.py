@@ -18,6 +18,9 @@ it). Every rank runs, in each step ``k`` (times in µs from the step's start ``k
 So every rank but the late one arrives at 190 µs, the late one at 190 + ``extra_us``; each other rank waits
 ``extra_us``; every step lasts 480 + ``extra_us`` µs on every rank. The returned truth holds these numbers and the
 what-if answers (MatMul of the late rank sped up by 2, 4, 8).
+
+``fill_synthetic_collectives(con, ranks, steps)`` fills a ``cluster_collectives`` table of any size by SQL, whose
+late ranks are :func:`synthetic_late_rank` (for the 1,000-rank tests and ``ascendscope bench insights``).
 """
 
 from __future__ import annotations
@@ -144,3 +147,42 @@ def write_wait_run(out_dir, *, ranks: int = 4, late_rank: int = 2, extra_us: int
         # what-if on the late rank: MatMul sped up by a factor saves min(its saving, the late rank's lead)
         "whatif_late_us": {f: min(mm[late_rank] - mm[late_rank] / f, last - early) for f in (2, 4, 8)},
     }
+
+
+# --- a cluster_collectives table of any size -------------------------------------------------------------------
+T0_NS = T0_US * 1000
+BASE_ARRIVAL_NS = 1_000_000
+STEP_NS = 10_000_000
+LEAD_NS = 400_000  # the late rank of each instance arrives this much after the others
+
+# group g holds the ranks r with r % 2 = g; at step s its one collective's late rank is (37 s + 101 g + 5) % ranks
+# when that rank is in the group, else the group's first rank (g). Every rank's window starts 900 µs before its
+# base arrival (base + (r % 7) µs); the late rank computes LEAD_NS longer and arrives LEAD_NS after its base
+SYNTHETIC_SQL = f"""
+INSERT INTO cluster_collectives
+SELECT r, 'g' || g, 'hcom_allReduce__00' || g || '_' || s || '_1', 'hcom_allReduce_', 0, s, 'communication',
+       NULL, NULL, base_ns + CASE WHEN late THEN {LEAD_NS} ELSE 0 END, base_ns + 2000000, base_ns - 900000,
+       600000 + CASE WHEN late THEN {LEAD_NS} ELSE 0 END, 0, 0, 300000, 0, NULL, NULL
+FROM (
+  SELECT r, g, s, late, {T0_NS} + s * {STEP_NS} + {BASE_ARRIVAL_NS} + (r % 7) * 1000 AS base_ns
+  FROM (SELECT r, r % 2 AS g, s,
+               r = CASE WHEN (s * 37 + (r % 2) * 101 + 5) % ? % 2 = r % 2 THEN (s * 37 + (r % 2) * 101 + 5) % ?
+                        ELSE r % 2 END AS late
+        FROM range(?) a(r), range(?) b(s)))
+"""
+
+
+
+
+def synthetic_late_rank(step: int, group: int, ranks: int) -> int:
+    """The late rank of group ``group``'s collective at ``step`` in :func:`fill_synthetic_collectives`'s table."""
+    candidate = (step * 37 + group * 101 + 5) % ranks
+    return candidate if candidate % 2 == group else group
+
+
+def fill_synthetic_collectives(con, ranks: int, steps: int) -> None:
+    """(Re)create ``cluster_collectives`` in ``con`` with ``ranks × steps`` rows (see SYNTHETIC_SQL)."""
+    from ascendscope.ingest import collectives
+
+    con.execute(collectives.DDL)
+    con.execute(SYNTHETIC_SQL, [ranks, ranks, ranks, steps])

@@ -12,18 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascendscope.ingest import collectives
 from ascendscope.ingest.cluster import build_cluster_tables, load_cluster_analysis
 from ascendscope.ingest.pipeline import ingest_path
 from ascendscope.ingest.shards import ingest_sharded
-from ascendscope.sample_data.waits import write_wait_run
+from ascendscope.sample_data.waits import (
+    LEAD_NS,
+    STEP_NS,
+    T0_NS,
+    fill_synthetic_collectives,
+    synthetic_late_rank,
+    write_wait_run,
+)
 from tests.cluster_sample import _register as register
 from tests.cluster_sample import empty_run
 
-T0_NS = 1_736_408_883_000_000_000
-BASE_ARRIVAL_NS = 1_000_000
-STEP_NS = 10_000_000
-LEAD_NS = 400_000  # the late rank of each instance arrives this much after the others
+__all__ = ["LEAD_NS", "STEP_NS", "T0_NS", "add_wait_runs", "synthetic_late_run"]
 
 
 @dataclass
@@ -62,28 +65,10 @@ class SyntheticLate:
 
     def late_rank(self, step: int, group: int) -> int:
         """The late rank of the instance of group ``group`` at ``step``, as the table was built."""
-        candidate = (step * 37 + group * 101 + 5) % self.ranks
-        return candidate if candidate % 2 == group else group
+        return synthetic_late_rank(step, group, self.ranks)
 
     def group_ranks(self, group: int) -> list[int]:
         return [r for r in range(self.ranks) if r % 2 == group]
-
-
-# group g holds the ranks r with r % 2 = g; at step s its one collective's late rank is (37 s + 101 g + 5) % ranks
-# when that rank is in the group, else the group's first rank (g). Every rank's window starts 900 µs before its
-# base arrival (base + (r % 7) µs); the late rank computes LEAD_NS longer and arrives LEAD_NS after its base
-SYNTHETIC_SQL = f"""
-INSERT INTO cluster_collectives
-SELECT r, 'g' || g, 'hcom_allReduce__00' || g || '_' || s || '_1', 'hcom_allReduce_', 0, s, 'communication',
-       NULL, NULL, base_ns + CASE WHEN late THEN {LEAD_NS} ELSE 0 END, base_ns + 2000000, base_ns - 900000,
-       600000 + CASE WHEN late THEN {LEAD_NS} ELSE 0 END, 0, 0, 300000, 0, NULL, NULL
-FROM (
-  SELECT r, g, s, late, {T0_NS} + s * {STEP_NS} + {BASE_ARRIVAL_NS} + (r % 7) * 1000 AS base_ns
-  FROM (SELECT r, r % 2 AS g, s,
-               r = CASE WHEN (s * 37 + (r % 2) * 101 + 5) % ? % 2 = r % 2 THEN (s * 37 + (r % 2) * 101 + 5) % ?
-                        ELSE r % 2 END AS late
-        FROM range(?) a(r), range(?) b(s)))
-"""
 
 
 def synthetic_late_run(data_dir: Path, work: Path, *, ranks: int = 1000, steps: int = 20,
@@ -92,7 +77,6 @@ def synthetic_late_run(data_dir: Path, work: Path, *, ranks: int = 1000, steps: 
     con = empty_run(path, name, ranks, T0_NS, steps * STEP_NS)
     build_cluster_tables(con)
     load_cluster_analysis(con, work / "no-such-folder")
-    con.execute(collectives.DDL)
-    con.execute(SYNTHETIC_SQL, [ranks, ranks, ranks, steps])
+    fill_synthetic_collectives(con, ranks, steps)
     con.close()
     return SyntheticLate(register(data_dir, name, path, name), ranks, steps, path)
