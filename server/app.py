@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ascendscope import frontend
 from ascendscope.server import pages
 from ascendscope.server.api import ApiError, FastJSONResponse
+from ascendscope.server.console import ConsoleDatabases
 from ascendscope.server.coordinator import IngestCoordinator
 from ascendscope.server.db import Databases
 from ascendscope.server.errors import HTTP_ANSWERS, http_answer
@@ -63,6 +64,9 @@ API_MODULES = (
     "compare",
     "cluster",
     "export",
+    "late_arrivals",
+    "critical_path",
+    "sqlconsole",
 )
 
 STATIC_DIR = Path(frontend.__file__).resolve().parent / "static"
@@ -115,6 +119,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
             if own_ingest and ingest_queue is not None:
                 ingest_queue.stop()
             databases.close_all()
+            app.state.console.close_all()
 
     app = FastAPI(title="ascendscope", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   default_response_class=FastJSONResponse,
@@ -122,6 +127,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
                               "strings; times inside timeline responses are ns relative to `origin_ns`.")
     app.state.settings, app.state.store, app.state.databases = settings, store, databases
     app.state.query_pool = query_pool
+    app.state.console = ConsoleDatabases(settings.max_loaded_ranks)  # the SQL console's locked connections
     app.state.ingest_queue = ingest_queue
     if ingest_queue is not None and ingest_queue.on_ready is None:
         ingest_queue.on_ready = databases.forget

@@ -38,10 +38,11 @@ VIEWS = (
     ("communication", "Communication"),
     ("advice", "Advice"),
     ("cluster", "Cluster"),
+    ("query", "SQL"),
 )
 VIEW_NAMES = tuple(v for v, _ in VIEWS)
 # their templates load /vendor/plotly.min.js
-PLOTLY_VIEWS = ("operator", "memory", "summary", "communication", "cluster")
+PLOTLY_VIEWS = ("operator", "memory", "summary", "communication", "cluster", "query")
 
 router = APIRouter(include_in_schema=False)
 

@@ -80,6 +80,10 @@ if (root) {
       return tl.range ? { start_ns: tl.abs(tl.range.start), end_ns: tl.abs(tl.range.end) } : null;
     },
     setRange: (startAbs, endAbs) => tl.setRange(tl.rel(startAbs), tl.rel(endAbs)),
+    /** The analysis overlays: toggles, what the last frame drew, the loaded wait chains and critical path. */
+    get insights() {
+      return tl.insights ? tl.insights.debug() : null;
+    },
     get systemView() {
       const sv = tl.panel.systemView;
       return { rank: sv.rank, page: sv.page, scope: sv.scope ? { start_ns: tl.abs(sv.scope.start),

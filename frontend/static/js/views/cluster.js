@@ -11,6 +11,7 @@ import { num } from "../common/format.js";
 import { ms } from "../common/time.js";
 import { runPage } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
+import { initLateArrivals } from "./latearrivals.js";
 import { apiBase as runBase, runId } from "./run.js";
 
 const apiBase = `${runBase}/cluster`;
@@ -328,6 +329,7 @@ async function start() {
     await loadHeatmap(heat);
     document.body.dataset.clusterPaintMs = String(Math.round(performance.now()));
     await matrix;
+    await initLateArrivals();
     document.body.dataset.clusterReady = "1";
   } catch (err) {
     showError(err);
