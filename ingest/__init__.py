@@ -5,4 +5,4 @@ of per-rank shards, ``ingest/layout.py``) and ``ascendscope ingest`` (CLI, ``ing
 The tables written are the contract documented in ``docs/schema.md``.
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2

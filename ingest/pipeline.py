@@ -34,6 +34,7 @@ import duckdb
 from . import SCHEMA_VERSION, archive, commfiles, csvfiles, jsonfile, lod, overlap, readers, sqlfuncs, trace, tracefile
 from .discover import Discovery, RankSource, discover
 from .layout import MAX_SHARD_RANK, SLICE_ID_BITS, TRACK_ID_BITS
+from .readers import text as text_reader
 from .schema import CORE_DDL, EMPTY_TABLES
 
 # file kinds that yield a timeline (appended by the trace writer in rank order)
@@ -88,7 +89,7 @@ class Progress:
 class RankResult:
     src: RankSource
     idx: int
-    prefix: str
+    prefix: str  # its stage's (see Stage)
     files: list[dict] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)
     has_trace: bool = False
@@ -99,9 +100,60 @@ class RankResult:
     trace_device_id: int | None = None  # from the trace's process labels ("NPU 3")
     csv_prefix: str = ""  # where the typed CSV tables are made: the run's own tables when there is one rank
     trace_entry: dict | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class Stage:
+    """The ranks staged together under one prefix: one rank (every file staged on its own, by its reader), or a
+    group of small text-export ranks (``many``: each file kind of all of them staged at once, see
+    ``readers.text.stage_many``). Its trace writer waits for ``nested``."""
+
+    idx: int
+    prefix: str
+    members: list[RankResult]
+    many: bool = False
     nested: threading.Event = field(default_factory=threading.Event)  # set once slices are final (or on failure)
     nest_ok: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    failed: bool = False  # the group's traces failed together: each is loaded again alone
+
+    @property
+    def ranks(self) -> list[int]:
+        return [res.src.rank for res in self.members]
+
+
+GROUP_BYTES = 32 << 20  # small ranks are staged (and sharded) together up to this much input …
+GROUP_RANKS = 256  # … and this many ranks
+
+
+def groupable(src: RankSource) -> bool:
+    """A rank whose files are all text-export files (their kinds have a batch stager)."""
+    return bool(src.files) and all(kind in text_reader.FILE_KINDS for kind in src.files)
+
+
+def plan_groups(ranks: list[RankSource], target_bytes: int = GROUP_BYTES, max_ranks: int = GROUP_RANKS
+                ) -> list[list[int]]:
+    """Indices of ``ranks`` in groups: consecutive groupable ranks together while their input stays under
+    ``target_bytes`` (a rank at least that big, or one of another format, is a group of its own)."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for i, src in enumerate(ranks):
+        n = sum(readers.size(kind, path) for kind, path in src.files.items())
+        if not groupable(src) or n >= target_bytes:
+            if current:
+                groups.append(current)
+                current, size = [], 0
+            groups.append([i])
+            continue
+        if current and (size + n > target_bytes or len(current) >= max_ranks):
+            groups.append(current)
+            current, size = [], 0
+        current.append(i)
+        size += n
+    if current:
+        groups.append(current)
+    return groups
 
 
 def _display(path: Path, root: Path) -> str:
@@ -111,63 +163,131 @@ def _display(path: Path, root: Path) -> str:
         return path.name
 
 
-def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: Path,
+def _stage_file(con, stage: Stage, res: RankResult, kind: str, path: Path, root: Path, work: Path,
                 progress: Progress, split_read: bool) -> None:
     """Load one file of one rank into staging tables; problems become warnings of that rank."""
     try:
-        _stage(con, res, kind, path, root, work, progress, split_read)
+        _stage(con, stage, res, kind, path, root, work, progress, split_read)
     finally:
         if kind in TIMELINE_KINDS:
-            res.nested.set()  # whatever happened, never keep the writer waiting
+            stage.nested.set()  # whatever happened, never keep the writer waiting
 
 
-def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, progress: Progress,
-           split_read: bool) -> None:
-    cur = con.cursor()
-    sqlfuncs.install(cur)
-    rank = res.src.rank
+def _entry(res: RankResult, kind: str, path: Path, root: Path) -> tuple[dict, int]:
     display = _display(path, root)
     if (group := readers.label(kind, path)) is not None:
         display = f"{display}/{group}"
     size = readers.size(kind, path)
+    return {"rank": res.src.rank, "file": display, "kind": kind, "size_bytes": size, "rows": None,
+            "status": "loaded"}, size
+
+
+def _stage(con, stage: Stage, res: RankResult, kind: str, path: Path, root: Path, work: Path, progress: Progress,
+           split_read: bool) -> None:
+    cur = con.cursor()
+    sqlfuncs.install(cur)
+    rank = res.src.rank
+    entry, size = _entry(res, kind, path, root)
+    display = entry["file"]
     progress.file_start(rank, display, size)
     t0 = time.perf_counter()
-    entry = {"rank": rank, "file": display, "kind": kind, "size_bytes": size, "rows": None, "status": "loaded"}
     warnings: list[str] = []
     try:
         if size == 0:
             raise tracefile.TraceFileError("empty file")
 
         def nested():
-            res.nest_ok = True
-            res.nested.set()
+            stage.nest_ok = True
+            stage.nested.set()
 
         got = readers.stage(readers.Job(
             cur=cur, prefix=res.prefix, csv_prefix=res.csv_prefix, rank=rank, display=display,
             workdir=work / f"r{res.idx}", on_progress=lambda f: progress.file_progress(rank, display, int(f * size)),
             on_nested=nested, split_read=split_read), kind, path)
-        res.has_trace = res.has_trace or got.timeline
-        res.overlap_source = got.overlap_source or res.overlap_source
-        res.tables.extend(got.tables)
-        for name, rows in got.comm.items():
-            res.comm.setdefault(name, []).extend(rows)
-        entry["rows"], entry["status"] = got.rows, got.status
-        warnings.extend(got.warnings)
-    except (tracefile.TraceFileError, duckdb.Error, ValueError, OSError, UnicodeError) as exc:
-        entry["status"] = "failed"
-        warnings.append(f"not loaded: {_message(exc)}")
+        _took(res, got, entry, warnings)
     except Exception as exc:  # noqa: BLE001 - an unexpected bug must not take the other files down with it
-        entry["status"] = "failed"
-        warnings.append(f"not loaded (internal error {type(exc).__name__}): {_message(exc)}")
+        _failed(entry, warnings, exc)
     finally:
         cur.close()
     entry["seconds"] = round(time.perf_counter() - t0, 3)
+    _record(res, kind, entry, warnings)
+    progress.file_done(rank, display, size, entry["seconds"])
+
+
+def _took(res: RankResult, got, entry: dict, warnings: list[str]) -> None:
+    """What staging a file gave (``readers.Staged``), into its rank's result and file entry."""
+    res.has_trace = res.has_trace or got.timeline
+    res.overlap_source = got.overlap_source or res.overlap_source
+    res.tables.extend(got.tables)
+    for name, rows in got.comm.items():
+        res.comm.setdefault(name, []).extend(rows)
+    entry["rows"], entry["status"] = got.rows, got.status
+    warnings.extend(got.warnings)
+
+
+def _failed(entry: dict, warnings: list[str], exc: BaseException) -> None:
+    entry["status"] = "failed"
+    if isinstance(exc, (tracefile.TraceFileError, duckdb.Error, ValueError, OSError, UnicodeError)):
+        warnings.append(f"not loaded: {_message(exc)}")
+    else:
+        warnings.append(f"not loaded (internal error {type(exc).__name__}): {_message(exc)}")
+
+
+def _record(res: RankResult, kind: str, entry: dict, warnings: list[str]) -> None:
     with res.lock:
         if kind in TIMELINE_KINDS:
             res.trace_entry = entry
         res.files.append(entry)
-        res.warnings.extend((display, w) for w in warnings)
-    progress.file_done(rank, display, size, entry["seconds"])
+        res.warnings.extend((entry["file"], w) for w in warnings)
+
+
+def _stage_kind(con, stage: Stage, kind: str, root: Path, work: Path, progress: Progress) -> None:
+    """One file kind of every rank of a group, staged at once (``readers.text.stage_many``); each rank gets its
+    file entry and warnings as if its file had been staged alone. The time is shared out by size."""
+    cur = con.cursor()
+    sqlfuncs.install(cur)
+    members = [res for res in stage.members if kind in res.src.files]
+    entries = {res.src.rank: _entry(res, kind, res.src.files[kind], root) for res in members}
+    total = sum(size for _, size in entries.values()) or 1
+    label = f"{members[0].src.files[kind].name} ×{len(members)}"
+    progress.file_start(stage.ranks[0], label, total)
+    t0 = time.perf_counter()
+
+    def nested():
+        stage.nest_ok = True
+        stage.nested.set()
+
+    job = readers.Job(cur=cur, prefix=stage.prefix, csv_prefix=members[0].csv_prefix, rank=members[0].src.rank,
+                      display=label, workdir=work / f"g{stage.idx}_{kind}",
+                      on_progress=lambda f: progress.file_progress(stage.ranks[0], label, int(f * total)),
+                      on_nested=nested)
+    try:
+        got = text_reader.stage_many(job, kind, [(res.src.rank, res.src.files[kind], entries[res.src.rank][0]["file"])
+                                                 for res in members])
+    except Exception as exc:  # noqa: BLE001 - the kind failed for the whole group
+        if kind in TIMELINE_KINDS:
+            stage.failed = True  # its ranks' traces are loaded again one by one
+            got = None
+        else:
+            got = dict.fromkeys((res.src.rank for res in members), exc)
+    finally:
+        cur.close()
+        if kind in TIMELINE_KINDS:
+            stage.nested.set()
+    seconds = time.perf_counter() - t0
+    for res in members:
+        entry, size = entries[res.src.rank]
+        if got is None:
+            continue
+        warnings: list[str] = []
+        outcome = got.get(res.src.rank)
+        if isinstance(outcome, BaseException) or outcome is None:
+            _failed(entry, warnings, outcome or ValueError("not staged"))
+        else:
+            _took(res, outcome, entry, warnings)
+        entry["seconds"] = round(seconds * size / total, 3)
+        _record(res, kind, entry, warnings)
+    progress.file_done(stage.ranks[0], label, total, round(seconds, 3))
 
 
 def _message(exc: BaseException) -> str:
@@ -175,69 +295,121 @@ def _message(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:500]
 
 
-def _device_id(cur, res: RankResult, from_trace: bool = False) -> int | None:
-    p = res.prefix
-    probes = []
+DEVICE_FROM_TRACE = """
+SELECT rank, arg_min(regexp_extract(label, 'NPU\\s+([0-9]+)', 1), local_track) FROM {p}tracks
+WHERE label LIKE 'NPU %' GROUP BY rank
+"""
+DEVICE_FROM_MEMORY = """
+SELECT rank, arg_min(regexp_extract({column}, 'NPU:?\\s*([0-9]+)', 1), src_row) FROM {table}
+WHERE {column} LIKE 'NPU%' GROUP BY rank
+"""
+
+
+def _device_ids(cur, stage: Stage, from_trace: bool = False) -> None:
+    """Each member's device id: from its trace's process labels ("NPU 3"), or from its memory CSVs."""
+    members = {res.src.rank: res for res in stage.members}
     if from_trace:
-        probes.append(f"SELECT regexp_extract(label, 'NPU\\s+([0-9]+)', 1) FROM {p}tracks "
-                      "WHERE label LIKE 'NPU %' LIMIT 1")
+        probes = [DEVICE_FROM_TRACE.format(p=stage.prefix)]
     else:
-        if "memory_record" in res.tables:
-            probes.append(f"SELECT regexp_extract(device_type, 'NPU:?\\s*([0-9]+)', 1) "
-                          f"FROM {res.csv_prefix}memory_record WHERE device_type LIKE 'NPU%' LIMIT 1")
-        if "npu_module_mem" in res.tables:
-            probes.append(f"SELECT regexp_extract(device, 'NPU:?\\s*([0-9]+)', 1) FROM {res.csv_prefix}npu_module_mem "
-                          "LIMIT 1")
+        csv_prefix = stage.members[0].csv_prefix
+        probes = [DEVICE_FROM_MEMORY.format(table=f"{csv_prefix}{table}", column=column)
+                  for table, column in (("memory_record", "device_type"), ("npu_module_mem", "device"))
+                  if any(table in res.tables for res in stage.members)]
     for sql in probes:
         try:
-            row = cur.execute(sql).fetchone()
+            rows = cur.execute(sql).fetchall()
         except duckdb.Error:
             continue
-        if row and row[0] not in (None, ""):
-            return int(row[0])
-    return None
+        for rank, value in rows:
+            res = members.get(int(rank))
+            if res is None or value in (None, ""):
+                continue
+            if from_trace and res.trace_device_id is None:
+                res.trace_device_id = int(value)
+            elif not from_trace and res.device_id is None:
+                res.device_id = int(value)
 
 
-def _write_traces(con, results: list[RankResult], trace_tasks: dict, bases: IdBases) -> None:
-    """Append each rank's trace tables to the run's tables, in rank order and as soon as they are ready: its
-    tracks and slices once nested (while its flows are still being derived, and later ranks and the CSVs still
-    load), then its flows, counters and steps, each part in one transaction; a rank that fails part way is
-    removed again. Then free its staging tables."""
+def _write_traces(con, stages: list[Stage], trace_tasks: dict, bases: IdBases | None, at: list[int]) -> None:
+    """Append each stage's trace tables to the run's tables, in stage order and as soon as they are ready: its
+    tracks and slices once nested (while its flows are still being derived, and later stages and the CSVs still
+    load), then its flows, counters and steps, each part in one transaction; a stage that fails part way is
+    removed again. Then free its staging tables. ``bases``: each rank's fixed id range (a shard), else ids
+    follow on from ``at`` (track, slice, flow: the next free of each), which is advanced."""
     cur = con.cursor()
-    toff, soff, foff = bases.track, bases.slice, bases.slice
     try:
-        for res in results:
-            task = trace_tasks.get(res.idx)
+        for stage in stages:
+            task = trace_tasks.get(stage.idx)
             if task is None:
                 continue
-            res.nested.wait()
-            if not res.nest_ok:
+            stage.nested.wait()
+            traced = [res for res in stage.members if res.has_trace or res.trace_entry is not None]
+            if not stage.nest_ok or stage.failed:
                 task.result()
-                trace.drop_stage(cur, res.prefix)
+                trace.drop_stage(cur, stage.prefix)
                 continue
+            ranks = [res.src.rank for res in stage.members]
             try:
-                res.trace_device_id = _device_id(cur, res, from_trace=True)
-                n_tracks, n_slices = _in_transaction(cur, trace.write_slices, res.prefix, res.src.rank, toff,
-                                                     soff, overlap.DERIVED_PID)
-                _check_id_range(bases, n_tracks, n_slices, toff - bases.track, soff - bases.slice)
+                _device_ids(cur, stage, from_trace=True)
+                counts = trace.staged_counts(cur, stage.prefix, flows=False)
+                rows = _offsets(counts, bases, at, flows=False)
+                trace.write_offsets(cur, stage.prefix, rows)
+                _in_transaction(cur, trace.write_slices, stage.prefix, overlap.DERIVED_PID)
                 task.result()
+                if stage.failed:
+                    raise _GroupFailed()
                 # (a transaction only sees tables that existed when it began: the flows are newer)
-                if res.has_trace:
-                    n_flows = _in_transaction(cur, trace.write_rest, res.prefix, res.src.rank, toff, soff, foff)
-                    toff, soff, foff = toff + n_tracks, soff + n_slices, foff + n_flows
+                if any(res.has_trace for res in stage.members):
+                    counts = trace.staged_counts(cur, stage.prefix)
+                    trace.write_offsets(cur, stage.prefix, _offsets(counts, bases, at, flows=True))
+                    _in_transaction(cur, trace.write_rest, stage.prefix)
+                    _advance(at, counts, bases)
                 else:  # failed after nesting: nothing of it is kept
-                    _in_transaction(cur, trace.unwrite, res.src.rank)
+                    _in_transaction(cur, trace.unwrite, ranks)
+            except _GroupFailed:
+                _in_transaction(cur, trace.unwrite, ranks)
             except (duckdb.Error, IdRangeError) as exc:
-                _in_transaction(cur, trace.unwrite, res.src.rank)
-                res.has_trace = False
-                with res.lock:
-                    if res.trace_entry is not None:
-                        res.trace_entry["status"] = "failed"
-                        res.warnings.append((res.trace_entry["file"], f"not loaded: {_message(exc)}"))
+                _in_transaction(cur, trace.unwrite, ranks)
+                if stage.many and len(traced) > 1:
+                    stage.failed = True
+                    continue
+                for res in traced:
+                    res.has_trace = False
+                    with res.lock:
+                        if res.trace_entry is not None:
+                            res.trace_entry["status"] = "failed"
+                            res.warnings.append((res.trace_entry["file"], f"not loaded: {_message(exc)}"))
             finally:
-                trace.drop_stage(cur, res.prefix)
+                trace.drop_stage(cur, stage.prefix)
     finally:
         cur.close()
+
+
+class _GroupFailed(Exception):
+    """A group's traces failed together (each is loaded again alone)."""
+
+
+def _offsets(counts: dict, bases: IdBases | None, at: list[int], flows: bool) -> list[tuple]:
+    """Offsets rows (trace.write_offsets) for the staged ranks ``counts`` (trace.staged_counts): each rank's ids
+    from its fixed range (``bases``: a function of the rank), or following on from ``at``. Checks that every
+    rank fits its range."""
+    rows = []
+    t, s, f = at
+    for rank, (n_tracks, t_base, n_slices, s_base, n_flows, f_base) in sorted(counts.items()):
+        b = bases(rank) if callable(bases) else IdBases(track=t, slice=s)
+        _check_id_range(b, n_tracks, n_slices, 0, 0)
+        rows.append((rank, rank, b.track - t_base, b.slice - s_base, (b.slice if callable(bases) else f) - f_base))
+        if not callable(bases):
+            t, s, f = t + n_tracks, s + n_slices, f + (n_flows if flows else 0)
+    return rows
+
+
+def _advance(at: list[int], counts: dict, bases) -> None:
+    if callable(bases):
+        return
+    at[0] += sum(c[0] for c in counts.values())
+    at[1] += sum(c[2] for c in counts.values())
+    at[2] += sum(c[4] for c in counts.values())
 
 
 def _check_id_range(bases: IdBases, n_tracks: int, n_slices: int, used_tracks: int, used_slices: int) -> None:
@@ -260,24 +432,26 @@ def _in_transaction(cur, work, *args):
     return result
 
 
-def _assemble_files(con, results: list[RankResult], staged: list, work: Path) -> None:
-    """The tables of the CSV and JSON files, from every rank's staging tables (runs while traces still load)."""
+def _assemble_files(con, stages: list[Stage], staged: list, work: Path) -> None:
+    """The tables of the CSV and JSON files, from every stage's staging tables (runs while traces still load)."""
     wait(staged)
     cur = con.cursor()
-    for res in results:
-        res.device_id = _device_id(cur, res)  # the memory CSVs name the device; read them before they go
+    for stage in stages:
+        _device_ids(cur, stage)  # the memory CSVs name the device; read them before they go
+    results = [res for stage in stages for res in stage.members]
+    prefixes = list(dict.fromkeys(res.csv_prefix for res in results))
     for table in sorted(set(csvfiles.TABLES.values())):
-        direct = [res for res in results if res.csv_prefix == "main."]
-        if direct:  # one rank: its table was made in place (or is missing or failed: then it is made empty)
-            if not any(table in res.tables for res in direct):
+        if prefixes == ["main."]:  # one rank: its table was made in place (or is missing or failed: made empty)
+            if not any(table in res.tables for res in results):
                 cur.execute(f"DROP TABLE IF EXISTS main.{table}")
                 cur.execute(EMPTY_TABLES[table])
             continue
-        parts = [f"SELECT * FROM {res.csv_prefix}{table}" for res in results if table in res.tables]
-        if parts:
-            cur.execute(f"CREATE TABLE {table} AS " + " UNION ALL BY NAME ".join(parts))
-            for res in results:
-                cur.execute(f"DROP TABLE IF EXISTS {res.csv_prefix}{table}")
+        have = [p for p in prefixes if any(res.csv_prefix == p and table in res.tables for res in results)]
+        if have:
+            cur.execute(f"CREATE TABLE {table} AS " + " UNION ALL BY NAME ".join(f"SELECT * FROM {p}{table}"
+                                                                               for p in have))
+            for p in prefixes:
+                cur.execute(f"DROP TABLE IF EXISTS {p}{table}")
         else:
             cur.execute(EMPTY_TABLES[table])
     for name in commfiles.COLUMNS:
@@ -285,21 +459,38 @@ def _assemble_files(con, results: list[RankResult], staged: list, work: Path) ->
     cur.close()
 
 
+def insert_rows(con, table: str, rows: list) -> None:
+    """Append ``rows`` (sequences of one length, in the table's column order) to ``table`` in one statement (a
+    statement per row costs a millisecond: seconds for the files of a thousand ranks)."""
+    if not rows:
+        return
+    import pyarrow as pa
+
+    columns = list(zip(*rows))
+    con.register("_rows", pa.table({f"c{i}": pa.array(list(c)) for i, c in enumerate(columns)}))
+    try:
+        con.execute(f"INSERT INTO {table} SELECT * FROM _rows")
+    finally:
+        con.unregister("_rows")
+
+
+EXTENTS_SQL = "SELECT rank, min(min_ts_ns), max(max_end_ns) FROM tracks WHERE slice_count > 0 GROUP BY rank"
+
+
 def _assemble(con, results: list[RankResult], root: Path, src_path: Path, started: float,
-              extra_warnings: list[tuple], progress: Progress, defer_lod: bool) -> dict:
+              extra_warnings: list[tuple], progress: Progress) -> dict:
     # runs without a memory CSV: the trace's process labels ("NPU 3") may name the device
     devices = {res.idx: next((d for d in (res.device_id, res.trace_device_id, res.src.device_id) if d is not None),
                              None) for res in results}
     con.execute("DETACH stage")  # staging is done: give its memory to the level-of-detail build
-    if defer_lod:  # a shard: built once the whole run's widths are known (ingest.shards)
-        lod.build(con, defer=True)
-    else:
-        progress.phase("building the level-of-detail tables")
-        lod.build(con)
+    progress.phase("building the level-of-detail tables")
+    lod.build(con)
     progress.phase("writing metadata")
 
     warnings = list(extra_warnings)
     files = []
+    ranks = []
+    extents = {int(r): (lo, hi) for r, lo, hi in con.execute(EXTENTS_SQL).fetchall()}
     for res in results:
         r = res.src.rank
         warnings.extend((r, f, m) for f, m in res.warnings)
@@ -312,29 +503,25 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
             except ValueError as exc:
                 warnings.append((r, _display(res.src.metadata_path, root), f"invalid JSON, ignored: {exc}"))
         exp = (info.get("config") or {}).get("experimental_config") or {} if info else {}
-        extent = con.execute("SELECT min(min_ts_ns), max(max_end_ns) FROM tracks WHERE rank = ? AND slice_count > 0",
-                             [r]).fetchone()
-        con.execute("INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-            r, devices[res.idx], _display(res.src.folder, root) if res.src.folder != root else ".",
-            res.src.rank_source, exp.get("_profiler_level"), info.get("torch_npu_version"),
-            info.get("cann_version"), res.has_trace, res.overlap_source, extent[0], extent[1],
-            json.dumps(info) if info else None, json.dumps(metadata) if metadata is not None else None])
+        extent = extents.get(r, (None, None))
+        ranks.append([r, devices[res.idx], _display(res.src.folder, root) if res.src.folder != root else ".",
+                      res.src.rank_source, exp.get("_profiler_level"), info.get("torch_npu_version"),
+                      info.get("cann_version"), res.has_trace, res.overlap_source, extent[0], extent[1],
+                      json.dumps(info) if info else None, json.dumps(metadata) if metadata is not None else None])
         for extra in (res.src.profiler_info_path, res.src.metadata_path):
             if extra is not None:
                 files.append({"rank": r, "file": _display(extra, root), "kind": extra.stem.rstrip("_0123456789"),
                               "size_bytes": extra.stat().st_size, "rows": None, "status": "loaded",
                               "seconds": 0.0})
-    if files:
-        con.executemany("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [[f["rank"], f["file"], f["kind"], f["size_bytes"], f["rows"], f["status"], f["seconds"]]
-                         for f in files])
-    if warnings:
-        con.executemany("INSERT INTO warnings VALUES (?, ?, ?)", [list(w) for w in warnings])
+    insert_rows(con, "ranks", ranks)
+    insert_rows(con, "files", [[f["rank"], f["file"], f["kind"], f["size_bytes"], f["rows"], f["status"],
+                                f["seconds"]] for f in files])
+    insert_rows(con, "warnings", warnings)
     bytes_read = sum(f["size_bytes"] for f in files)
     meta = {"schema_version": str(SCHEMA_VERSION), "ascendscope_version": _version(), "source_path": str(src_path),
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "ingest_seconds": f"{time.perf_counter() - started:.3f}", "bytes_read": str(bytes_read)}
-    con.executemany("INSERT INTO meta VALUES (?, ?)", list(meta.items()))
+    insert_rows(con, "meta", list(meta.items()))
     build_cluster_tables(con)
     return summarize(con)
 
@@ -423,21 +610,71 @@ def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
     return disc
 
 
-def ingest_rank(source: RankSource, root: str | os.PathLike, out: str | os.PathLike, *, src_path: str,
-                scratch: str | None = None, workers: int = 2, memory_limit: str = "1GB",
-                threads: int | None = None) -> dict:
-    """One rank (found by :func:`discover` under ``root``) into its own shard ``out``, with the rank's fixed id
-    range and without its level-of-detail tables (see ``ingest.shards``). A plain function of picklable
-    arguments: process pools and Ray tasks run it as it is. Returns the shard's summary plus ``lod_inputs``."""
+def ingest_shard(sources: list[RankSource], root: str | os.PathLike, out: str | os.PathLike, *, src_path: str,
+                 scratch: str | None = None, workers: int = 2, memory_limit: str = "1GB", threads: int | None = None,
+                 progress_path: str | None = None) -> dict:
+    """Some ranks (found by :func:`discover` under ``root``) into their own shard ``out``, each rank with its fixed
+    id range (see ``ingest.shards``). A plain function of picklable arguments: process pools and Ray tasks run it
+    as it is. ``progress_path``: a file where the bytes done so far are kept up to date (``FileProgress``), for
+    the process that waits for this one. Returns the shard's summary."""
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="ascendscope-shard-", dir=scratch) as work_dir:
-        summary = write_ranks([source], Path(root), Path(out), src_path=Path(src_path), work=Path(work_dir),
-                              progress=Progress(), workers=workers, memory_limit=memory_limit, extra_warnings=[],
-                              started=started, bases=rank_id_bases(source.rank), threads=threads,
-                              keep_open=lod.inputs)
-    summary["lod_inputs"] = summary.pop("extra")
+    progress = FileProgress(progress_path) if progress_path else Progress()
+    try:
+        with tempfile.TemporaryDirectory(prefix="ascendscope-shard-", dir=scratch) as work_dir:
+            summary = write_ranks(list(sources), Path(root), Path(out), src_path=Path(src_path), work=Path(work_dir),
+                                  progress=progress, workers=workers, memory_limit=memory_limit, extra_warnings=[],
+                                  started=started, bases=rank_id_bases, threads=threads)
+    finally:
+        if progress_path:
+            Path(progress_path).unlink(missing_ok=True)
+    summary.pop("extra", None)
     summary["seconds"] = round(time.perf_counter() - started, 3)
     return summary
+
+
+class FileProgress(Progress):
+    """Progress of a task in another process, as the bytes done so far in a small file (rewritten at most every
+    ``interval_s``; ``read_done_bytes`` reads it). A file works the same for a pool worker and a Ray task."""
+
+    def __init__(self, path: str, interval_s: float = 0.5):
+        self.path, self.interval_s = Path(path), interval_s
+        self.lock = threading.Lock()
+        self.done = 0
+        self.partial: dict[str, int] = {}
+        self.last = 0.0
+
+    def file_progress(self, rank: int, name: str, done_bytes: int) -> None:
+        with self.lock:
+            self.partial[name] = done_bytes
+        self._write()
+
+    def file_done(self, rank: int, name: str, size: int, seconds: float) -> None:
+        with self.lock:
+            self.partial.pop(name, None)
+            self.done += size
+        self._write()
+
+    def _write(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if now - self.last < self.interval_s:
+                return
+            self.last = now
+            done = self.done + sum(self.partial.values())
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}")
+        try:
+            tmp.write_text(str(done), encoding="ascii")
+            os.replace(tmp, self.path)
+        except OSError:  # progress is a courtesy: never fail the ingest for it
+            pass
+
+
+def read_done_bytes(path: str | os.PathLike) -> int:
+    """The bytes a ``FileProgress`` says are done (0 when it has said nothing yet)."""
+    try:
+        return int(Path(path).read_text(encoding="ascii") or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 SMALL_SHARD_BYTES = 64 << 20  # a shard of less input than this is written in small blocks
@@ -456,10 +693,12 @@ def _file_config(ranks: list[RankSource], shard: bool) -> dict:
 
 def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Path, work: Path, progress: Progress,
                 workers: int, memory_limit: str, extra_warnings: list[tuple], started: float,
-                bases: IdBases | None = None, threads: int | None = None, keep_open=None) -> dict:
-    """Write ``ranks`` into the DuckDB file ``out`` (through a temp name, renamed when complete). With ``bases``
-    (a shard) the level-of-detail tables are left empty. ``keep_open(con)`` runs last on the file (its result is
-    the summary's ``extra``)."""
+                bases=None, threads: int | None = None, keep_open=None,
+                groups: list[list[int]] | None = None) -> dict:
+    """Write ``ranks`` into the DuckDB file ``out`` (through a temp name, renamed when complete). ``bases``: a
+    function giving each rank its fixed id range (a shard, see :func:`rank_id_bases`); else ids follow on from
+    rank to rank. ``groups``: which ranks are staged together (indices; default :func:`plan_groups`).
+    ``keep_open(con)`` runs last on the file (its result is the summary's ``extra``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_duckdb(out, _file_config(ranks, shard=bases is not None)) as con:
         con.execute(f"SET memory_limit = '{_checked_size(memory_limit)}'")
@@ -472,32 +711,72 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
         sqlfuncs.install(con)
         for ddl in CORE_DDL:
             con.execute(ddl)
-        results = [RankResult(src=s, idx=i, prefix=f"stage._r{i}_") for i, s in enumerate(ranks)]
-        for res in results:  # one rank: no union of ranks to build, so its CSV tables are made in place
-            res.csv_prefix = "main." if len(results) == 1 else res.prefix
-        # one task per file, biggest first, so a rank's trace and CSVs (and other ranks) load side by side
-        tasks = sorted(((res, kind, path) for res in results for kind, path in res.src.files.items()),
-                       key=lambda t: -readers.size(t[1], t[2]))
+        results = [RankResult(src=s, idx=i, prefix="") for i, s in enumerate(ranks)]
+        stages = []
+        for gi, members in enumerate(groups if groups is not None else plan_groups(ranks)):
+            stage = Stage(idx=gi, prefix=f"stage._g{gi}_", members=[results[i] for i in members],
+                          many=len(members) > 1)
+            for res in stage.members:  # one rank: no union of ranks to build, so its CSV tables are made in place
+                res.prefix, res.csv_prefix = stage.prefix, "main." if len(results) == 1 else stage.prefix
+            stages.append(stage)
+        tasks = _tasks(stages)
         # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in halves
         split_read = sum(1 for t in tasks if t[1] in TIMELINE_KINDS) < max(1, workers)
+        at = [0, 0, 0]
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            stage = {pool.submit(_stage_file, con, *t, root, work, progress, split_read): t for t in tasks}
+            # one task per file (or per file kind of a group), biggest first, so a rank's trace and CSVs (and
+            # other ranks) load side by side
+            futures = {_submit(pool, con, t, root, work, progress, split_read): t for t in tasks}
             # (a db export makes CSV-shaped tables too: the assembly also waits for it)
-            others = [f for f, t in stage.items() if t[1] not in readers.TIMELINE_ONLY]
-            traces = {t[0].idx: f for f, t in stage.items() if t[1] in TIMELINE_KINDS}
+            others = [f for f, t in futures.items() if t[1] not in readers.TIMELINE_ONLY]
+            traces = {t[2].idx: f for f, t in futures.items() if t[1] in TIMELINE_KINDS}
             # the CSV/JSON tables are assembled as soon as they are staged, while traces still load
-            assembled = pool.submit(_assemble_files, con, results, others, work)
-            _write_traces(con, results, traces, bases or IdBases())
-            for fut in [assembled, *stage]:
+            assembled = pool.submit(_assemble_files, con, stages, others, work)
+            _write_traces(con, stages, traces, bases, at)
+            for fut in [assembled, *futures]:
                 fut.result()
+            # a group whose traces failed together: each loaded again alone, so one bad trace fails only its rank
+            again = [Stage(idx=len(stages) + i, prefix=f"stage._a{i}_", members=[res])
+                     for i, res in enumerate(res for st in stages if st.failed for res in st.members
+                                             if any(k in TIMELINE_KINDS for k in res.src.files))]
+            retry = {}
+            for stage in again:
+                res = stage.members[0]
+                res.prefix = stage.prefix
+                kind = next(k for k in res.src.files if k in TIMELINE_KINDS)
+                retry[stage.idx] = pool.submit(_stage_file, con, stage, res, kind, res.src.files[kind], root, work,
+                                               progress, False)
+            _write_traces(con, again, retry, bases, at)
         for res in results:
             res.files.sort(key=lambda f: (f["kind"] not in TIMELINE_KINDS, f["file"]))
         progress.phase("assembling the timeline tables")
-        summary = _assemble(con, results, root, src_path, started, extra_warnings, progress, bases is not None)
+        summary = _assemble(con, results, root, src_path, started, extra_warnings, progress)
         if keep_open is not None:
             summary["extra"] = keep_open(con)
         progress.phase("writing the file")
     return summary
+
+
+def _tasks(stages: list[Stage]) -> list[tuple]:
+    """(size, kind, stage, rank result or None, path or None) per file of a lone rank, per file kind of a group."""
+    tasks = []
+    for stage in stages:
+        if stage.many:
+            kinds = dict.fromkeys(k for res in stage.members for k in res.src.files)
+            for kind in kinds:
+                size = sum(readers.size(kind, res.src.files[kind]) for res in stage.members if kind in res.src.files)
+                tasks.append((size, kind, stage, None, None))
+        else:
+            res = stage.members[0]
+            tasks.extend((readers.size(kind, path), kind, stage, res, path) for kind, path in res.src.files.items())
+    return sorted(tasks, key=lambda t: -t[0])
+
+
+def _submit(pool, con, task: tuple, root: Path, work: Path, progress: Progress, split_read: bool):
+    _, kind, stage, res, path = task
+    if res is None:
+        return pool.submit(_stage_kind, con, stage, kind, root, work, progress)
+    return pool.submit(_stage_file, con, stage, res, kind, path, root, work, progress, split_read)
 
 
 @contextmanager
