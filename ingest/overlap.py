@@ -23,10 +23,10 @@ DERIVED_PID = -2
 LANES = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
 COMPUTE_TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU", "DSA_SQE")
 
-# the ranks of the stage, and whether each has its own Overlap Analysis lane
+# the ranks of the stage, and those with their own Overlap Analysis lane (a metadata event names it)
+RANKS = "SELECT DISTINCT rank FROM {p}ev ORDER BY rank"
 HAS_OVERLAP = """
-SELECT rank, bool_or(ph = 'M' AND name = 'process_name' AND args->>'name' = 'Overlap Analysis')
-FROM {p}ev GROUP BY rank ORDER BY rank
+SELECT DISTINCT rank FROM {p}ev WHERE ph = 'M' AND name = 'process_name' AND args->>'name' = 'Overlap Analysis'
 """
 
 INTERVALS = """
@@ -84,7 +84,8 @@ def derive_ranks(cur, prefix: str, rank: int | None = None) -> dict[int, int]:
         from .trace import fill_rank
 
         fill_rank(cur, prefix, rank)
-    missing = [r for r, own in cur.execute(HAS_OVERLAP.format(p=prefix)).fetchall() if not own]
+    own = {r for (r,) in cur.execute(HAS_OVERLAP.format(p=prefix)).fetchall()}
+    missing = [r for (r,) in cur.execute(RANKS.format(p=prefix)).fetchall() if r not in own]
     if not missing:
         return {}
     cols = cur.execute(INTERVALS.format(p=prefix, compute=str(COMPUTE_TASK_TYPES)), [missing]).fetchnumpy()

@@ -687,8 +687,9 @@ class TraceLoad:
 
 def fill_rank(cur, prefix: str, rank: int) -> None:
     """Give ``rank`` to the staged events without one (a reader that builds its events in SQL, or a derived
-    lane appended to them)."""
-    cur.execute(f"UPDATE {prefix}ev_t SET rank = ? WHERE rank IS NULL", [int(rank)])
+    lane appended to them). A trace read here has its ranks already: one cheap count says so."""
+    if cur.execute(f"SELECT count(*) FILTER (WHERE rank IS NULL) FROM {prefix}ev_t").fetchall()[0][0]:
+        cur.execute(f"UPDATE {prefix}ev_t SET rank = ? WHERE rank IS NULL", [int(rank)])
 
 
 def _batches(counts: list[tuple[int, int]], limit: int):

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import duckdb
 
-from ascendscope.ingest import commfiles
+from ascendscope.ingest import SCHEMA_VERSION, commfiles
 from ascendscope.ingest.cluster import build_cluster_tables, load_cluster_analysis
+from ascendscope.ingest.lod import LOD_LEVELS_DDL
 from ascendscope.ingest.schema import CORE_DDL, EMPTY_TABLES
 
 BASE_COMPUTING_NS = 2_000_000
@@ -64,8 +65,8 @@ def synthetic_cluster_run(data_dir: Path, work: Path, *, ranks: int = 1000, step
         con.execute(ddl)
     for table in commfiles.COLUMNS:
         commfiles.create_table(con, table, [], None)
-    con.execute("CREATE TABLE lod_levels (level INTEGER, bucket_ns BIGINT, row_count BIGINT)")
-    con.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('source_path', ?)", [name])
+    con.execute(LOD_LEVELS_DDL)
+    con.execute("INSERT INTO meta VALUES ('schema_version', ?), ('source_path', ?)", [str(SCHEMA_VERSION), name])
     t0 = 1_736_408_883_600_000_000
     con.execute(f"""INSERT INTO ranks (rank, device_id, folder, rank_source, has_trace, start_ns, end_ns)
                     SELECT r, r % 16, 'rank' || r || '_ascend_pt', 'profiler_info_file', false, {t0}, {t0} + 1000
