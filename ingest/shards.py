@@ -6,16 +6,16 @@ opened while it ingests.
 1. discovers the ranks once (so rank ids and file names are those of a single-file ingest) and plans the shards:
    small ranks together, up to ``pipeline.GROUP_BYTES`` of input, so the fixed cost of a task and a file is paid
    once for many ranks; a big rank alone (``pipeline.plan_groups``);
-2. starts the shard tasks on an executor (``ingest.executors``: a process pool, or Ray), at most one per worker
-   at a time, each next one picked when a slot frees: the shards holding the ranks ``wanted()`` names (the ranks
-   a user opened) first, then in rank order. Each task writes ``shards/<name>.duckdb`` — exactly a single-file
-   run database of its ranks, each rank with its fixed id range (``pipeline.rank_id_bases``) and the shard's own
-   level-of-detail widths — through a temp name, and keeps the bytes it has read in a small file, so progress
-   moves within a task;
-3. meanwhile loads the small files of every rank (``SMALL_KINDS``: step_trace_time.csv, communication*.json,
-   the db export's analysis.db …) into ``cluster.duckdb`` with the ranks and the cluster tables, and writes the
-   first manifest (``status: ingesting``, every shard ``pending``): the Cluster, Summary and Communication views
+2. loads the small files of every rank (``SMALL_KINDS``: step_trace_time.csv, communication*.json, the db
+   export's analysis.db …) into ``cluster.duckdb`` with the ranks and the cluster tables, and writes the first
+   manifest (``status: ingesting``, every shard ``pending``): the Cluster, Summary and Communication views
    answer from here on;
+3. then runs the shard tasks on an executor (``ingest.executors``: a process pool, or Ray), at most one per
+   worker at a time, each next one picked when a slot frees: the shards holding the ranks ``wanted()`` names (the
+   ranks a user opened) first, then in rank order. Each task writes ``shards/<name>.duckdb`` — exactly a
+   single-file run database of its ranks, each rank with its fixed id range (``pipeline.rank_id_bases``) and the
+   shard's own level-of-detail widths — through a temp name, and keeps the bytes it has read in a small file, so
+   progress moves within a task;
 4. as shards finish, gathers their run-wide rows (``ranks``, ``files``, ``warnings`` and every ``cluster_*``
    table) into ``cluster.duckdb`` (rewritten whole, temp + rename, at most every few seconds) and marks them
    ``ready`` in the manifest, which is rewritten *after* the cluster tables it relies on: a reader that reads
@@ -141,8 +141,10 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
     work.mkdir()
     batch = runner = None
     try:
+        timing: dict[str, float] = {}
         try:
             disc = pipeline.prepare(src_path, work / "extracted", progress)
+            timing["discover_s"] = round(time.perf_counter() - started, 3)
         except NoProfilingData:
             (out / MANIFEST).unlink(missing_ok=True)  # an old run of this folder is not this source's
             raise
@@ -163,26 +165,31 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
                   "progress_path": str(out / PROGRESS_DIR / f"{Path(plan[i].file).stem}.bytes")} for i in todo]
         if todo:
             runner = make_executor(executor, workers=n, ray_address=ray_address)
+            # (its tasks start once the small files are published: those answer the first views, and soonest alone)
             batch = runner.start(pipeline.ingest_shard, calls, order=_priority([plan[i] for i in todo], wanted))
-            batch._fill()  # the first tasks start while the small files load
         cluster = ClusterTables(out, disc, src_path, started)
         try:
             progress.phase("reading the small files of every rank")
+            t0 = time.perf_counter()
             cluster.load_small(work, memory_limit)
             for e in entries:
                 if e["status"] == "ready":
                     cluster.add_shard(e)
             cluster.write()
             _write_manifest(out, entries, src_path, "ingesting")
+            timing["small_s"] = round(time.perf_counter() - t0, 3)
             progress.phase("reading the ranks")
             if batch is not None:
                 _wait(batch, todo, plan, entries, cluster, out, src_path, progress)
             progress.phase("writing the cluster tables")
+            t0 = time.perf_counter()
             cluster.write(final=True)
+            timing["cluster_write_s"] = round(time.perf_counter() - t0, 3)
             summary = cluster.summary(entries)
         finally:
             cluster.close()
-        _write_manifest(out, entries, src_path, "complete")
+        timing["total_s"] = round(time.perf_counter() - started, 3)
+        _write_manifest(out, entries, src_path, "complete", timing)
         _remove_stale(out, {e["file"] for e in entries})
     finally:
         if batch is not None and not batch.done:
@@ -442,13 +449,15 @@ class ClusterTables:
         self.con.close()
 
 
-def _write_manifest(out: Path, entries: list[dict], src_path: Path, status: str) -> None:
+def _write_manifest(out: Path, entries: list[dict], src_path: Path, status: str, timing: dict | None = None) -> None:
     counts = {"ready": 0, "pending": 0, "failed": 0}
     for e in entries:
         counts[e["status"]] = counts.get(e["status"], 0) + len(e["ranks"])
     manifest = {"format_version": FORMAT_VERSION, "schema_version": SCHEMA_VERSION, "source": str(src_path),
                 "created": datetime.now(UTC).isoformat(timespec="seconds"), "status": status, "cluster": CLUSTER_DB,
                 "ranks": counts | {"total": sum(counts.values())},
+                # seconds of the coordinator's own steps (bench.scaling projects a run onto N nodes from them)
+                "timing": timing or {},
                 "shards": [{k: v for k, v in e.items() if k != "reused"} for e in entries]}
     tmp = out / f".{MANIFEST}.tmp-{os.getpid()}-{threading.get_ident()}"
     tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")

@@ -295,7 +295,8 @@ FLOW_COUNTS = ("coalesce(f.n_flows, 0), coalesce(f.flow_base, 0)",
                "LEFT JOIN (SELECT rank, count(*) AS n_flows, min(local_flow) - 1 AS flow_base FROM {p}flows "
                "GROUP BY rank) f USING (rank)")
 
-STAGE_TABLES = ("ev_t", "x", "nest", "fe", "pairs", "tracks", "flows", "counters", "steps", "offsets")
+STAGE_TABLES = ("ev_t", "x", "nest", "fe", "pairs", "bound", "matched", "tracks", "flows", "counters", "steps",
+                "offsets")
 
 
 def staged_counts(cur, prefix: str, flows: bool = True) -> dict[int, tuple[int, int, int, int, int, int]]:
@@ -342,10 +343,20 @@ def drop_stage(cur, prefix: str) -> None:
 NEST_TABLES = """
 CREATE OR REPLACE TABLE {p}nest (local_id BIGINT, seq BIGINT, local_track BIGINT, ts_ns BIGINT, dur_ns BIGINT,
                                  depth INTEGER, parent_local BIGINT);
-CREATE OR REPLACE TABLE {p}pairs (local_flow BIGINT, src_seq BIGINT, dst_seq BIGINT, src_track BIGINT,
-                                  src_ts_ns BIGINT, src_local BIGINT, dst_track BIGINT, dst_ts_ns BIGINT,
-                                  dst_local BIGINT);
+CREATE OR REPLACE TABLE {p}bound (seq BIGINT, local_id BIGINT);
+CREATE OR REPLACE TABLE {p}matched (src_seq BIGINT, dst_seq BIGINT);
 """
+# the flows, numbered rank by rank in pair_flows' order (start ts, start seq, finish seq), with the slices their
+# ends bound to (0: none)
+PAIRS = """
+CREATE OR REPLACE TABLE {p}pairs AS
+SELECT row_number() OVER (ORDER BY s.rank, s.ts_ns, m.src_seq, m.dst_seq) AS local_flow, m.src_seq, m.dst_seq,
+       s.local_track AS src_track, s.ts_ns AS src_ts_ns, coalesce(sb.local_id, 0) AS src_local,
+       d.local_track AS dst_track, d.ts_ns AS dst_ts_ns, coalesce(db.local_id, 0) AS dst_local
+FROM {p}matched m JOIN {p}fe s ON s.seq = m.src_seq JOIN {p}fe d ON d.seq = m.dst_seq
+LEFT JOIN {p}bound sb ON sb.seq = m.src_seq LEFT JOIN {p}bound db ON db.seq = m.dst_seq
+"""
+PAIR_BATCH_ENDS = 1_000_000  # flow ends paired at a time (whole (cat, id) keys): numpy memory stays bounded
 
 _RECORD_AT = re.compile(r"in record/value (\d+)")
 _DUPLICATE_KEY = re.compile(r'has duplicate key "([^"]*)"')
@@ -622,15 +633,12 @@ class TraceLoad:
 
     def _nest(self) -> None:
         """Order, depth and parent of every slice ({p}nest), and the flows with the slices their ends bind to
-        ({p}pairs), computed by ``ingest.nesting``, slices one batch of whole tracks at a time. Flows are numbered
-        rank by rank (in pair_flows' order within a rank), as slices are (tracks are numbered rank by rank)."""
+        ({p}pairs), computed by ``ingest.nesting``: slices one batch of whole tracks at a time (with the flow ends
+        on those tracks), flow ends one batch of whole (cat, id) keys at a time, so memory stays bounded however
+        big the trace. Flows are numbered rank by rank, in pair_flows' order within a rank."""
         p = self.p
         self.sql(FLOW_ENDS)
         self.sql(NEST_TABLES)
-        ends = self.cur.execute(f"SELECT seq, local_track, ts_ns, ph = 's' AS is_start, "
-                                f"ph = 's' OR bind_enclosing AS enclosing, fkey, rank FROM {p}fe").fetchnumpy()
-        ends = {k: np.asarray(v) for k, v in ends.items()}
-        bound = np.zeros(len(ends["seq"]), dtype=np.int64)
         counts = self.cur.execute(f"SELECT local_track, count(*) FROM {p}x GROUP BY local_track "
                                   "ORDER BY local_track").fetchall()
         first_id = 1
@@ -644,18 +652,23 @@ class TraceLoad:
             self._append(f"{p}nest", {"local_id": nested.local_id, "seq": nested.seq,
                                       "local_track": nested.track, "ts_ns": nested.ts, "dur_ns": nested.dur,
                                       "depth": nested.depth, "parent_local": nested.parent})
-            here = (ends["local_track"] >= lo) & (ends["local_track"] <= hi)
-            bound[here] = nesting.bind(nested, ends["local_track"][here], ends["ts_ns"][here],
-                                       ends["enclosing"][here])
+            ends = self.cur.execute(f"SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing AS enclosing "
+                                    f"FROM {p}fe WHERE local_track BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
+            if len(ends["seq"]):
+                bound = nesting.bind(nested, ends["local_track"], ends["ts_ns"], ends["enclosing"])
+                self._append(f"{p}bound", {"seq": np.asarray(ends["seq"]), "local_id": bound})
             first_id += n
-        src, dst = nesting.pair_flows(ends["fkey"], ends["is_start"], ends["ts_ns"], ends["seq"])
-        by_rank = np.argsort(ends["rank"][src], kind="stable")  # a rank's flows together, in their own order
-        src, dst = src[by_rank], dst[by_rank]
-        self._append(f"{p}pairs", {
-            "local_flow": np.arange(1, len(src) + 1, dtype=np.int64),
-            "src_seq": ends["seq"][src], "dst_seq": ends["seq"][dst],
-            "src_track": ends["local_track"][src], "src_ts_ns": ends["ts_ns"][src], "src_local": bound[src],
-            "dst_track": ends["local_track"][dst], "dst_ts_ns": ends["ts_ns"][dst], "dst_local": bound[dst]})
+        keys = self.cur.execute(f"SELECT fkey, count(*) FROM {p}fe GROUP BY fkey ORDER BY fkey").fetchall()
+        for lo, hi, _ in _batches(keys, PAIR_BATCH_ENDS):
+            ends = self.cur.execute(f"SELECT seq, ts_ns, ph = 's' AS is_start, fkey FROM {p}fe "
+                                    "WHERE fkey BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
+            src, dst = nesting.pair_flows(ends["fkey"], ends["is_start"], ends["ts_ns"], ends["seq"])
+            if len(src):
+                seq = np.asarray(ends["seq"])
+                self._append(f"{p}matched", {"src_seq": seq[src], "dst_seq": seq[dst]})
+        self.sql(PAIRS)
+        for t in ("bound", "matched"):
+            self.cur.execute(f"DROP TABLE IF EXISTS {p}{t}")
 
     def _append(self, table: str, columns: dict) -> None:
         self.cur.register("_nest_rows", arrow_table(columns))

@@ -71,11 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a benchmark: suite (the default: everything, beside the peers), "
                                          "ingest (MB/s, peak RSS), query (timeline request latency), concurrency "
-                                         "(the same with N users at once) or render (frame times in chromium)",
+                                         "(the same with N users at once), render (frame times in chromium) or "
+                                         "scaling (a sharded ingest projected onto N nodes)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
-                       choices=["suite", "ingest", "query", "concurrency", "render"])
+                       choices=["suite", "ingest", "query", "concurrency", "render", "scaling"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     return parser
 
