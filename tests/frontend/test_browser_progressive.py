@@ -9,25 +9,16 @@ worker side is tested in tests/server/test_progressive.py. Generated data only.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.browser_helpers import poll
 from tests.conftest import serving
+from tests.run_helpers import pin
 
 pytestmark = pytest.mark.browser
 
 READY = "() => window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
 DRAWN = "() => window.__timeline.stats.slices > 0"
-
-
-def _pin(run_dir, pending):
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    for e in manifest["shards"]:
-        e["status"] = "pending" if set(e["ranks"]) & set(pending) else "ready"
-    manifest["status"] = "ingesting" if pending else "complete"
-    (run_dir / "manifest.json").write_text(json.dumps(manifest))
 
 
 @pytest.fixture()
@@ -42,7 +33,7 @@ def half_way(tmp_path):
     store = RunStore(tmp_path / "data")
     run = store.create_run("three ranks", str(tmp_path / "src"))
     ingest_sharded(tmp_path / "src", store.run_dir(run.id), workers=1, group_bytes=0)
-    _pin(store.run_dir(run.id), [2])
+    pin(store.run_dir(run.id), [2])
     store.set_status(run.id, "ingesting", progress={"phase": "reading", "text": "reading rank 2", "percent": 61.0,
                                                     "done_bytes": 600_000, "total_bytes": 1_000_000,
                                                     "mb_per_s": 3.2, "eta_s": 14.0})
@@ -86,7 +77,7 @@ def test_a_pending_rank_opens_by_itself_once_loaded(page, half_way, artifacts_di
     assert store.wanted_ranks(run_id) == [2]  # opening it moved it to the front of the ingest queue
     page.screenshot(path=str(artifacts_dir / "progressive_pending_rank.png"))
     # rank 2's shard is published (the worker rewrites the manifest), then the run is ready
-    _pin(store.run_dir(run_id), [])
+    pin(store.run_dir(run_id), [])
     store.set_status(run_id, "ready")
     page.wait_for_function("() => !document.getElementById('run-ingesting')", timeout=20_000)
     page.wait_for_function(READY, timeout=20_000)

@@ -8,11 +8,9 @@ rank its own shard, ``group_bytes=0``), with a real SIGKILL. Generated data only
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import pytest
 from ascendscope.ingest.shards import ingest_sharded, read_manifest
 from ascendscope.sample_data.generate import generate_run
 from ascendscope.server.runs import RunStore
+from tests.run_helpers import pin, wait
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +27,6 @@ def three_ranks(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("three") / "run"
     generate_run(src, ranks=3, steps=2, ops_per_step=40, seed=3)
     return src
-
-
-def _pin(run_dir: Path, pending: list[int]) -> None:
-    """The run's manifest as it is while the shards of ``pending`` are still being written."""
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    for e in manifest["shards"]:
-        e["status"] = "pending" if set(e["ranks"]) & set(pending) else "ready"
-    manifest["status"] = "ingesting" if pending else "complete"
-    (run_dir / "manifest.json").write_text(json.dumps(manifest))
 
 
 @pytest.fixture()
@@ -50,7 +40,7 @@ def half_way(three_ranks, tmp_path):
     store = RunStore(tmp_path / "data")
     run = store.create_run("half", str(three_ranks))
     ingest_sharded(three_ranks, store.run_dir(run.id), workers=1, group_bytes=0)
-    _pin(store.run_dir(run.id), [2])
+    pin(store.run_dir(run.id), [2])
     store.set_status(run.id, "ingesting", progress={"phase": "reading", "text": "reading rank 2", "percent": 40.0,
                                                     "eta_s": 12.0})
     with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as client:
@@ -91,7 +81,7 @@ def test_nothing_cached_is_served_once_a_rank_appears(half_way):
     client, store, run_id = half_way
     before = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
     assert before["loaded_ranks"] == [0, 1]
-    _pin(store.run_dir(run_id), [])  # rank 2's shard is published
+    pin(store.run_dir(run_id), [])  # rank 2's shard is published
     after = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
     assert after["loaded_ranks"] == [0, 1, 2] and {t["rank"] for t in after["tracks"]} == {0, 1, 2}
     track = max((t for t in after["tracks"] if t["rank"] == 2), key=lambda t: t["slice_count"])
@@ -110,7 +100,7 @@ def test_a_run_with_no_shard_ready_yet_answers_empty(three_ranks, tmp_path):
     store = RunStore(tmp_path / "data")
     run = store.create_run("early", str(three_ranks))
     ingest_sharded(three_ranks, store.run_dir(run.id), workers=1)
-    _pin(store.run_dir(run.id), [0, 1, 2])
+    pin(store.run_dir(run.id), [0, 1, 2])
     store.set_status(run.id, "ingesting")
     with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as client:
         tracks = client.get(f"/api/runs/{run.id}/timeline/tracks").json()
@@ -133,16 +123,6 @@ def queue_on(store, retries: int = 1, **options):
         yield queue
     finally:
         queue.stop()
-
-
-def wait(fn, timeout_s: float = 120.0, every_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s} s")
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +158,7 @@ def test_a_rank_is_browsable_while_another_still_ingests(uneven, tmp_path):
         queue.enqueue(run.id)
         # rank 0's shard is published while rank 5's is still being written
         wait(lambda: (m := _manifest(store, run.id)) and 0 in [r for e in m["shards"] if e["status"] == "ready"
-                                                              for r in e["ranks"]])
+                                                              for r in e["ranks"]], 300)
         body = client.get(f"/api/runs/{run.id}").json()
         if body["status"] == "ingesting":  # (a very fast machine may have finished meanwhile)
             assert 0 not in body["pending_ranks"] and body["ranks_state"]["ready"] >= 1
@@ -208,7 +188,7 @@ def test_the_rank_a_user_opens_jumps_the_queue(tmp_path):
     with queue_on(store, workers=1) as queue, TestClient(create_app(
             Settings.from_env(environ={}, data_dir=str(store.data_dir)), store=store, ingest_queue=queue)) as client:
         queue.enqueue(run.id)
-        wait(lambda: store.servable(store.get(run.id)) or store.get(run.id).status == "ready")
+        wait(lambda: store.servable(store.get(run.id)) or store.get(run.id).status == "ready", 300)
         page = client.get(f"/runs/{run.id}/timeline", params={"rank": 7})
         assert page.status_code == 200
         assert queue.wait_idle(300)
