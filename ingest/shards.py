@@ -49,7 +49,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import SCHEMA_VERSION, pipeline, readers
+from . import SCHEMA_VERSION, archive, pipeline, readers
 from .executors import default_workers, make_executor
 from .layout import (
     CLUSTER_DB,
@@ -93,32 +93,34 @@ class Shard:
         return [s.rank for s in self.sources]
 
 
-def plan_shards(disc, group_bytes: int = pipeline.GROUP_BYTES) -> list[Shard]:
-    """The shards of a run: ``pipeline.plan_groups`` of its ranks, each named after its ranks."""
+def plan_shards(disc, group_bytes: int = pipeline.GROUP_BYTES, archive: Path | None = None) -> list[Shard]:
+    """The shards of a run: ``pipeline.plan_groups`` of its ranks, each named after its ranks. ``archive``: the
+    run was extracted from this file (its files' times are those of the extraction, not of the source)."""
     out = []
     for members in pipeline.plan_groups(disc.ranks, group_bytes):
         sources = [disc.ranks[i] for i in members]
         ranks = [s.rank for s in sources]
         file = shard_name(ranks[0]) if len(ranks) == 1 else shard_name(ranks[0], ranks[-1])
         size = sum(readers.size(k, p) for s in sources for k, p in s.files.items())
-        out.append(Shard(file=file, sources=sources, input_bytes=size, source_id=source_id(sources, disc.root)))
+        out.append(Shard(file=file, sources=sources, input_bytes=size,
+                         source_id=source_id(sources, disc.root, archive)))
     return out
 
 
-def source_id(sources: list, root: Path) -> str:
-    """A digest of what a shard is made from: each rank's files (path below the root, size, mtime) and the
-    versions of the code and schema that read them."""
-    parts = [pipeline._version(), SCHEMA_VERSION, FORMAT_VERSION]
+def source_id(sources: list, root: Path, archive: Path | None = None) -> str:
+    """A digest of what a shard is made from: each rank's files (path below the root, size, and mtime, or the
+    archive's size and mtime when the files were extracted from one) and the versions of the code and schema that
+    read them."""
+    parts: list = [pipeline._version(), SCHEMA_VERSION, FORMAT_VERSION]
+    if archive is not None:
+        st = archive.stat()
+        parts.append(["archive", st.st_size, st.st_mtime_ns])
     for src in sources:
         files = []
-        for kind, path in sorted(src.files.items()):
-            for part in readers.parts(kind, path):
-                st = part.stat()
-                files.append([kind, pipeline._display(part, root), st.st_size, st.st_mtime_ns])
-        for extra in (src.profiler_info_path, src.metadata_path):
-            if extra is not None:
-                st = extra.stat()
-                files.append(["info", pipeline._display(extra, root), st.st_size, st.st_mtime_ns])
+        extras = [("info", p) for p in (src.profiler_info_path, src.metadata_path) if p is not None]
+        for kind, part in [(k, q) for k, path in sorted(src.files.items()) for q in readers.parts(k, path)] + extras:
+            st = part.stat()
+            files.append([kind, pipeline._display(part, root), st.st_size, None if archive else st.st_mtime_ns])
         parts.append([src.rank, pipeline._display(src.folder, root), files])
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
@@ -148,7 +150,7 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
         except NoProfilingData:
             (out / MANIFEST).unlink(missing_ok=True)  # an old run of this folder is not this source's
             raise
-        plan = plan_shards(disc, group_bytes)
+        plan = plan_shards(disc, group_bytes, src_path if archive.is_archive(src_path) else None)
         entries = _entries(plan, _previous(out) if resume else {}, out)
         todo = [i for i, e in enumerate(entries) if e["status"] != "ready"]
         (out / SHARDS_DIR).mkdir(exist_ok=True)

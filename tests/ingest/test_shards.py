@@ -424,3 +424,42 @@ def test_a_lone_rank_gets_every_core(tmp_path, monkeypatch):
     summary = ingest_sharded(src, tmp_path / "run", workers=2)
     assert summary["ranks"] == [0]
     assert seen["workers"] == 1 and set(seen["threads"]) == {2}
+
+
+def test_ready_shards_of_an_unchanged_source_are_kept(generated, tmp_path):
+    """Ingesting again into the folder keeps every shard made from the same files (a resumed ingest does not
+    redo finished ranks), redoes the one whose files changed, and reuses nothing made by another version."""
+    src = tmp_path / "src"
+    shutil.copytree(generated, src)
+    out = tmp_path / "run"
+    first = ingest_sharded(src, out, workers=2, group_bytes=0)
+    assert first["reused"] == 0
+    stats = {p.name: p.stat() for p in (out / "shards").glob("*.duckdb")}
+    again = ingest_sharded(src, out, workers=2, group_bytes=0)
+    assert again["reused"] == 3
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "shards").glob("*.duckdb")} == \
+        {name: (st.st_ino, st.st_mtime_ns) for name, st in stats.items()}
+    assert {k: v for k, v in again.items() if k not in ("seconds", "reused", "shards")} == \
+        {k: v for k, v in first.items() if k not in ("seconds", "reused", "shards")}
+    csv = src / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    csv.write_text(csv.read_text() + "\n")
+    changed = ingest_sharded(src, out, workers=2, group_bytes=0)
+    assert changed["reused"] == 2
+    assert (out / "shards" / "rank_00001.duckdb").stat().st_mtime_ns != stats["rank_00001.duckdb"].st_mtime_ns
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["schema_version"] = 0  # a manifest another version wrote: nothing of it is trusted
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert ingest_sharded(src, out, workers=2, group_bytes=0)["reused"] == 0
+
+
+def test_shards_extracted_from_an_archive_are_kept_too(generated, tmp_path):
+    """An archive is extracted afresh each time (new file times): its own size and time say it is the same."""
+    import zipfile
+
+    zipped = tmp_path / "run.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        for path in sorted(generated.rglob("*")):
+            if path.is_file():
+                z.write(path, path.relative_to(generated))
+    ingest_sharded(zipped, tmp_path / "run", workers=1)
+    assert ingest_sharded(zipped, tmp_path / "run", workers=1)["reused"] == 1
