@@ -66,6 +66,11 @@ def test_a_rank_is_browsable_while_another_ingests(page, half_way, artifacts_dir
     poll(page, "() => [...document.querySelectorAll('#rank-select option')].map(o => o.textContent)"
                ".includes('2 (loading)')")
     page.screenshot(path=str(artifacts_dir / "progressive_timeline.png"))
+    # rank 2 is loaded meanwhile (the run still ingests): the banner offers it, the page is not reloaded under the user
+    pin(store.run_dir(run_id), [])
+    page.locator("#run-ingesting .ingest-refresh").wait_for(timeout=20_000)
+    assert page.locator("#run-ingesting .ingest-refresh").inner_text() == "1 more loaded: refresh"
+    assert drawn_ranks(page) == {0}
 
 
 def test_a_pending_rank_opens_by_itself_once_loaded(page, half_way, artifacts_dir):

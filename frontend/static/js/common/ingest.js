@@ -1,8 +1,8 @@
 // The banner of a run's pages while the run still ingests (base.html renders it, only for such a run): which ranks
 // are loaded and which are pending, the ingest's progress and ETA, refreshed from GET /api/runs/{id} every few
 // seconds. The rank selector marks the pending ranks "(loading)". When the rank on screen was pending and is
-// loaded, or the whole run is ready, the page reloads by itself if it was showing nothing of that rank; otherwise
-// the banner offers a Refresh. Opening a pending rank (?rank=) moves it to the front of the ingest queue (the
+// loaded, the page reloads by itself (it was showing nothing of that rank); ranks loaded meanwhile, or the whole
+// run once ready, are offered by a refresh link. Opening a pending rank (?rank=) moves it to the front of the ingest queue (the
 // server notes it); the banner says so.
 
 import { apiGet } from "./api.js";
@@ -36,13 +36,18 @@ function markStates(pending, failed) {
   }
 }
 
-function render(run, pending, failed) {
+function render(run, pending, failed, readyAtLoad) {
   const rank = currentRank();
   const state = run.ranks_state || { ready: (run.ranks || []).length - pending.length - failed.length,
     pending: pending.length, failed: failed.length, total: (run.ranks || []).length };
   const line = el("div", { class: "ingest-line" },
     el("span", { class: "ingest-title" }, "Still ingesting"), " ", ranksText(state));
   if (pending.length) line.append(` · pending: rank${pending.length === 1 ? "" : "s"} ${ranksList(pending)}`);
+  const more = state.ready - readyAtLoad;  // loaded since this page was: shown after a reload
+  if (more > 0) {
+    line.append(" · ", el("a", { href: location.href, class: "ingest-refresh" },
+      `${more.toLocaleString("en-US")} more loaded: refresh`));
+  }
   const details = el("div", { class: "ingest-detail muted" }, progressText(run.progress));
   if (rank !== null && pending.includes(rank)) {
     details.prepend(el("b", {}, `Rank ${rank} is next in the queue; this page reloads when it is loaded. `));
@@ -61,6 +66,7 @@ async function follow() {
   let failed = [...(page.ingest.failed || [])];
   const onScreen = currentRank();
   const waitingFor = onScreen !== null && pending.includes(onScreen) ? onScreen : null;
+  const readyAtLoad = (page.ranks || []).length - pending.length - failed.length;
   markStates(pending, failed);
   for (;;) {
     let run;
@@ -88,7 +94,7 @@ async function follow() {
       banner.classList.add("ingest-finished");
       return;
     }
-    render(run, pending, failed);
+    render(run, pending, failed, readyAtLoad);
     await new Promise((r) => setTimeout(r, POLL_MS));
   }
 }
