@@ -93,7 +93,10 @@ def build_cluster_tables(con) -> None:
 
     con.execute(CLUSTER_RANKS_SQL)
     con.execute(CLUSTER_STEPS_DDL)
-    rows = breakdown(DuckRunner(con))
+    # the breakdown of a rank with step_trace_time.csv is that file's: the derivation from the Overlap Analysis
+    # slices (a scan of every slice) is only needed when some rank lacks it
+    lacking = con.execute("SELECT count(*) FROM ranks WHERE rank NOT IN (SELECT rank FROM step_trace)").fetchall()
+    rows = breakdown(DuckRunner(con), "auto" if lacking[0][0] else "step_trace")
     if rows:
         # one Arrow table: executemany costs a round trip per row (minutes at 1,000 ranks × 100 steps)
         import pyarrow as pa

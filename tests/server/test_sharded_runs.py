@@ -166,11 +166,18 @@ def test_a_request_for_rank_1_attaches_only_its_shard(served):
     assert databases.info(run["sharded"], path, scope).ranks == [0, 1]  # the rank picker still offers both
 
 
-def test_a_shard_of_several_ranks_loads_them_all(tmp_path):
+@pytest.mark.parametrize("sample", ["level1", "generated"])
+def test_a_shard_of_several_ranks_loads_them_all(tmp_path, sample):
     """Small ranks share a shard: asking for one attaches that shard, and the answer says both are loaded."""
-    if not SOURCE.is_dir():
+    source = SOURCE
+    if sample == "generated":
+        from ascendscope.sample_data.generate import generate_run
+
+        source = tmp_path / "gen"
+        generate_run(source, ranks=2, steps=2, ops_per_step=30)
+    elif not SOURCE.is_dir():
         pytest.skip(f"real sample {SOURCE} not found")
-    ingest_sharded(SOURCE, tmp_path / "run", workers=1)
+    ingest_sharded(source, tmp_path / "run", workers=1)
     (entry,) = read_manifest(tmp_path / "run")["shards"]
     assert entry["ranks"] == [0, 1] and entry["file"] == "shards/ranks_00000-00001.duckdb"
     databases = Databases(max_loaded_ranks=1)
