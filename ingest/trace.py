@@ -574,55 +574,63 @@ class TraceLoad:
 
         self.fill_rank()
         s(TRACKS)
-        s(RAW_SLICES)
-        for rank, negative, unclosed in s(f"SELECT rank, count(*) FILTER (WHERE negative_dur), "
-                                          f"count(*) FILTER (WHERE unclosed) FROM {self.p}x GROUP BY rank "
-                                          "ORDER BY rank").fetchall():
-            if negative:
-                self.note(rank, f"{negative} slices with a negative dur were loaded with dur 0")
-            if unclosed:
-                self.note(rank, f"{unclosed} B events without a matching E were loaded with dur 0")
-        skipped = s(f"""WITH k AS (SELECT rank, seq, ph, ph IN ('X','B','E','i','I','C','s','f') AND ts_ns IS NULL
-                                                  AND bad_dur IS NOT TRUE AS bad_ts, bad_dur IS TRUE AS bad_dur
-                                        FROM {self.p}ev)
-                        SELECT rank, count(*) FILTER (WHERE bad_ts),
-                               count(*) FILTER (WHERE ph NOT IN ('X','B','E','i','I','C','s','f','M')
-                                                OR ph IS NULL),
-                               string_agg(DISTINCT ph, ', ') FILTER (WHERE ph NOT IN ('X','B','E','i','I','C','s',
-                                                                                       'f','M')),
-                               min(seq) FILTER (WHERE bad_ts), count(*) FILTER (WHERE bad_dur),
-                               min(seq) FILTER (WHERE bad_dur)
-                        FROM k GROUP BY rank ORDER BY rank""").fetchall()
-        for rank, bad_ts, other, phases, first_bad_ts, bad_dur, first_bad_dur in skipped:
-            if bad_ts:
-                self.note(rank, f"{bad_ts} events without a usable ts were skipped"
-                                f"{self._where_seq(rank, first_bad_ts)}")
-            if bad_dur:
-                self.note(rank, f"{bad_dur} X events whose dur is not a usable duration (not a number, infinite, "
-                                "or ending beyond the int64 range of ns) were skipped"
-                                f"{self._where_seq(rank, first_bad_dur)}")
-            if other:
-                self.note(rank, f"{other} events of phases not shown yet ({phases or 'none'}) were skipped")
-        self._nest()
+        # the counters need only the events and the tracks: derived on a second cursor while the slices are
+        # nested here (numpy on one core), so the other core is not idle
+        counters = _Beside(self.cur, COUNTERS.format(p=self.p))
+        try:
+            s(RAW_SLICES)
+            for rank, negative, unclosed in s(f"SELECT rank, count(*) FILTER (WHERE negative_dur), "
+                                              f"count(*) FILTER (WHERE unclosed) FROM {self.p}x GROUP BY rank "
+                                              "ORDER BY rank").fetchall():
+                if negative:
+                    self.note(rank, f"{negative} slices with a negative dur were loaded with dur 0")
+                if unclosed:
+                    self.note(rank, f"{unclosed} B events without a matching E were loaded with dur 0")
+            skipped = s(f"""WITH k AS (SELECT rank, seq, ph, ph IN ('X','B','E','i','I','C','s','f') AND ts_ns IS NULL
+                                                      AND bad_dur IS NOT TRUE AS bad_ts, bad_dur IS TRUE AS bad_dur
+                                            FROM {self.p}ev)
+                            SELECT rank, count(*) FILTER (WHERE bad_ts),
+                                   count(*) FILTER (WHERE ph NOT IN ('X','B','E','i','I','C','s','f','M')
+                                                    OR ph IS NULL),
+                                   string_agg(DISTINCT ph, ', ') FILTER (WHERE ph NOT IN ('X','B','E','i','I','C','s',
+                                                                                           'f','M')),
+                                   min(seq) FILTER (WHERE bad_ts), count(*) FILTER (WHERE bad_dur),
+                                   min(seq) FILTER (WHERE bad_dur)
+                            FROM k GROUP BY rank ORDER BY rank""").fetchall()
+            for rank, bad_ts, other, phases, first_bad_ts, bad_dur, first_bad_dur in skipped:
+                if bad_ts:
+                    self.note(rank, f"{bad_ts} events without a usable ts were skipped"
+                                    f"{self._where_seq(rank, first_bad_ts)}")
+                if bad_dur:
+                    self.note(rank, f"{bad_dur} X events whose dur is not a usable duration (not a number, infinite, "
+                                    "or ending beyond the int64 range of ns) were skipped"
+                                    f"{self._where_seq(rank, first_bad_dur)}")
+                if other:
+                    self.note(rank, f"{other} events of phases not shown yet ({phases or 'none'}) were skipped")
+            self._nest()
+            advance()
+            self.on_nested()
+            s(FLOWS)
+            for rank, cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in s(FLOW_STATS).fetchall():
+                parts = []
+                if lonely_s:
+                    parts.append(f"{lonely_s} flow starts without a finish")
+                if lonely_f:
+                    parts.append(f"{lonely_f} flow finishes without a start")
+                if ub_s:
+                    why = ""
+                    if ub_s_empty:
+                        why = f" ({ub_s_empty} on a lane without slices, as at Level0: CANN API slices not exported)"
+                    parts.append(f"{ub_s} flow starts bound to no slice{why}")
+                if ub_d:
+                    parts.append(f"{ub_d} flow finishes bound to no slice")
+                if parts:
+                    self.note(rank, f"flows '{cat or '(no cat)'}': " + ", ".join(parts))
+        except BaseException:
+            counters.join()  # (its own error, if any, is moot now)
+            raise
+        counters.result()
         advance()
-        self.on_nested()
-        s(FLOWS)
-        for rank, cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in s(FLOW_STATS).fetchall():
-            parts = []
-            if lonely_s:
-                parts.append(f"{lonely_s} flow starts without a finish")
-            if lonely_f:
-                parts.append(f"{lonely_f} flow finishes without a start")
-            if ub_s:
-                why = ""
-                if ub_s_empty:
-                    why = f" ({ub_s_empty} on a lane without slices, as at Level0: CANN API slices not exported)"
-                parts.append(f"{ub_s} flow starts bound to no slice{why}")
-            if ub_d:
-                parts.append(f"{ub_d} flow finishes bound to no slice")
-            if parts:
-                self.note(rank, f"flows '{cat or '(no cat)'}': " + ", ".join(parts))
-        s(COUNTERS)
         for rank, bad in s(f"SELECT rank, count(*) FROM {self.p}counters WHERE value IS NULL GROUP BY rank "
                            "ORDER BY rank").fetchall():
             self.note(rank, f"{bad} counter values that are not numbers were stored as NULL")
@@ -696,6 +704,32 @@ class TraceLoad:
                                         "USING (local_track) GROUP BY t.rank").fetchall():
             out.setdefault(int(rank), {"slices": 0, "flows": 0, "counters": 0, "events": 0})["slices"] = int(n)
         return out
+
+
+class _Beside:
+    """One statement run on a cursor of its own in a thread, beside the caller's; ``result()`` waits for it (and
+    raises what it raised)."""
+
+    def __init__(self, cur, sql: str):
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(cur.cursor(), sql), name="trace-beside", daemon=True)
+        self.thread.start()
+
+    def _run(self, cur, sql: str) -> None:
+        try:
+            cur.execute(sql)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
+            self.error = exc
+        finally:
+            cur.close()
+
+    def join(self) -> None:
+        self.thread.join()
+
+    def result(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def fill_rank(cur, prefix: str, rank: int) -> None:

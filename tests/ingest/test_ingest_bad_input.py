@@ -244,8 +244,8 @@ def test_a_trace_failing_after_its_slices_are_written_leaves_no_rows(tmp_path, m
 
     def failing_sql(self, template, params=None, **names):
         # (the two ranks are staged together first, then, that having failed, each alone)
-        if template is trace.COUNTERS and self.cur.execute(f"SELECT bool_or(rank = 1) FROM {self.p}ev").fetchone()[0]:
-            raise duckdb.Error("simulated failure deriving the counters")
+        if template is trace.STEPS and self.cur.execute(f"SELECT bool_or(rank = 1) FROM {self.p}ev").fetchone()[0]:
+            raise duckdb.Error("simulated failure deriving the steps")
         return real_sql(self, template, params, **names)
 
     monkeypatch.setattr(trace.TraceLoad, "sql", failing_sql)
@@ -256,7 +256,7 @@ def test_a_trace_failing_after_its_slices_are_written_leaves_no_rows(tmp_path, m
         assert con.execute(f"SELECT count(*) FROM {table} WHERE rank = 1").fetchone()[0] == 0, table
     assert con.execute("SELECT has_trace FROM ranks ORDER BY rank").fetchall() == [(True,), (False,)]
     assert ("rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json",
-            "not loaded: simulated failure deriving the counters") in _warnings(con)
+            "not loaded: simulated failure deriving the steps") in _warnings(con)
     kernels = PYTORCH_TEXT / "level1" / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     assert con.execute("SELECT count(*) FROM kernels WHERE rank = 1").fetchone()[0] == csv_rows(kernels)
 
