@@ -120,8 +120,8 @@ def source_id(sources: list, root: Path, archive: Path | None = None) -> str:
         extras = [("info", p) for p in (src.profiler_info_path, src.metadata_path) if p is not None]
         for kind, part in [(k, q) for k, path in sorted(src.files.items()) for q in readers.parts(k, path)] + extras:
             st = part.stat()
-            files.append([kind, pipeline._display(part, root), st.st_size, None if archive else st.st_mtime_ns])
-        parts.append([src.rank, pipeline._display(src.folder, root), files])
+            files.append([kind, pipeline.display_name(part, root), st.st_size, None if archive else st.st_mtime_ns])
+        parts.append([src.rank, pipeline.display_name(src.folder, root), files])
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 
@@ -370,7 +370,7 @@ class ClusterTables:
 
     def fail(self, shard: Shard, error: str) -> None:
         for src in shard.sources:
-            self.failed.append((src.rank, pipeline._display(src.folder, self.disc.root),
+            self.failed.append((src.rank, pipeline.display_name(src.folder, self.disc.root),
                                 f"not loaded: the shard task failed: {error}"))
 
     def write(self, final: bool = False) -> None:
