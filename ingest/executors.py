@@ -151,6 +151,9 @@ class Batch:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def warm(self, fn: Callable) -> None:
+        """Start the workers now, each running ``fn()`` (imports), before any call is submitted."""
+
 
 def iterate(batch: Batch) -> Iterator[tuple[int, object, str | None]]:
     """Every result of ``batch`` as it comes; stops its running calls if the loop is left early."""
@@ -184,12 +187,20 @@ class _PoolBatch(Batch):
         self.pool: ProcessPoolExecutor | None = None
         self.stopping = None
 
-    def _submit(self, i: int):
+    def _pool(self) -> ProcessPoolExecutor:
         if self.pool is None:
             self.stopping = self.ex.context.Event()  # set by stop(): every worker of this pool exits
             self.pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=self.ex.context,
                                             initializer=_exit_with_owner, initargs=(os.getpid(), self.stopping))
-        return self.pool.submit(self.fn, **self.calls[i])
+        return self.pool
+
+    def _submit(self, i: int):
+        return self._pool().submit(self.fn, **self.calls[i])
+
+    def warm(self, fn: Callable) -> None:
+        pool = self._pool()
+        for _ in range(self.slots):  # (the pool starts its processes with the first submission)
+            pool.submit(fn)
 
     def poll(self, timeout_s: float | None = None) -> list[tuple[int, object, str | None]]:
         self._fill()

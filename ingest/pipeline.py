@@ -210,6 +210,10 @@ def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
     return disc
 
 
+def warm_up() -> None:
+    """Nothing: a pool worker that runs it has imported this module (and DuckDB) before its first shard."""
+
+
 def ingest_shard(sources: list[RankSource], root: str | os.PathLike, out: str | os.PathLike, *, src_path: str,
                  scratch: str | None = None, workers: int = 2, memory_limit: str = "1GB", threads: int | None = None,
                  progress_path: str | None = None) -> dict:
@@ -218,7 +222,8 @@ def ingest_shard(sources: list[RankSource], root: str | os.PathLike, out: str | 
     as it is. ``progress_path``: a file where the bytes done so far are kept up to date (``FileProgress``), for
     the process that waits for this one. Returns the shard's summary."""
     started = time.perf_counter()
-    progress = FileProgress(progress_path) if progress_path else Progress()
+    total = sum(readers.size(kind, path) for src in sources for kind, path in src.files.items())
+    progress = FileProgress(progress_path, total) if progress_path else Progress()
     try:
         with tempfile.TemporaryDirectory(prefix="ascendscope-shard-", dir=scratch) as work_dir:
             summary = write_ranks(list(sources), Path(root), Path(out), src_path=Path(src_path), work=Path(work_dir),
@@ -234,14 +239,26 @@ def ingest_shard(sources: list[RankSource], root: str | os.PathLike, out: str | 
 
 class FileProgress(Progress):
     """Progress of a task in another process, as the bytes done so far in a small file (rewritten at most every
-    ``interval_s``; ``read_done_bytes`` reads it). A file works the same for a pool worker and a Ray task."""
+    ``interval_s``; ``read_done_bytes`` reads it). A file works the same for a pool worker and a Ray task. The
+    files read count for ``FILES_SHARE`` of the task's ``total`` bytes, its closing steps (the timeline tables,
+    the level of detail, the metadata, the file) for the rest, so the count moves until the task ends."""
 
-    def __init__(self, path: str, interval_s: float = 0.5):
-        self.path, self.interval_s = Path(path), interval_s
+    FILES_SHARE = 0.85
+    CLOSING_STEPS = 4  # the phases write_ranks announces once the files are read
+
+    def __init__(self, path: str, total: int = 0, interval_s: float = 0.5):
+        self.path, self.total, self.interval_s = Path(path), total, interval_s
         self.lock = threading.Lock()
         self.done = 0
+        self.steps = 0
         self.partial: dict[str, int] = {}
         self.last = 0.0
+
+    def phase(self, text: str) -> None:
+        with self.lock:
+            self.steps = min(self.CLOSING_STEPS, self.steps + 1)
+            self.last = 0.0  # a step is worth telling at once
+        self._write()
 
     def file_progress(self, rank: int, name: str, done_bytes: int) -> None:
         with self.lock:
@@ -260,7 +277,8 @@ class FileProgress(Progress):
             if now - self.last < self.interval_s:
                 return
             self.last = now
-            done = self.done + sum(self.partial.values())
+            done = int(self.FILES_SHARE * (self.done + sum(self.partial.values()))
+                       + (1 - self.FILES_SHARE) * self.total * self.steps / self.CLOSING_STEPS)
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}")
         try:
             tmp.write_text(str(done), encoding="ascii")

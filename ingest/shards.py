@@ -167,8 +167,10 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
                   "progress_path": str(out / PROGRESS_DIR / f"{Path(plan[i].file).stem}.bytes")} for i in todo]
         if todo:
             runner = make_executor(executor, workers=n, ray_address=ray_address)
-            # (its tasks start once the small files are published: those answer the first views, and soonest alone)
+            # its tasks start once the small files are published (those answer the first views, and soonest alone);
+            # its processes start now, and import what they need meanwhile
             batch = runner.start(pipeline.ingest_shard, calls, order=_priority([plan[i] for i in todo], wanted))
+            batch.warm(pipeline.warm_up)
         cluster = ClusterTables(out, disc, src_path, started)
         try:
             progress.phase("reading the small files of every rank")
