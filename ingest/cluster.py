@@ -13,7 +13,9 @@ Contract:
     ``exposed_comm_ns`` = Communication(Not Overlapped);
   - ``cluster_comm_matrix``: per rank file, step, comm type, group, op type and link, the summed size and time of
     ``comm_matrix`` (the per-op-type ``total`` slot, or the per-op rows of the older format, op names reduced to
-    their type), bandwidth = size / time.
+    their type), bandwidth = size / time;
+  - ``cluster_collectives``: one row per collective op instance per rank with what the rank did before it
+    (``ingest/collectives.py``).
 
   Every row is computed from one rank's own rows, so the tables of several shards concatenated equal the tables
   built over the whole run. Readers deduplicate matrix links carried by several rank files (the source rank's
@@ -35,7 +37,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from . import jsonfile
+from . import collectives, jsonfile
 from .breakdown import ConnRunner, breakdown
 from .commfiles import _SLOT, _ms_to_ns, _num, _split_key, _step_id
 
@@ -88,7 +90,8 @@ ORDER BY rank, step, comm_type, group_id, op_type, src_rank, dst_rank
 
 
 def build_cluster_tables(con) -> None:
-    """Create ``cluster_ranks``, ``cluster_steps`` and ``cluster_comm_matrix`` from the run tables of ``con``."""
+    """Create ``cluster_ranks``, ``cluster_steps``, ``cluster_comm_matrix`` and ``cluster_collectives`` from the run
+    tables of ``con``."""
     con.execute(CLUSTER_RANKS_SQL)
     con.execute(CLUSTER_STEPS_DDL)
     rows = breakdown(ConnRunner(con))
@@ -108,6 +111,7 @@ def build_cluster_tables(con) -> None:
         finally:
             con.unregister("cluster_steps_batch")
     con.execute(CLUSTER_MATRIX_SQL)
+    collectives.build(con)  # cluster_collectives: the late-arrival analysis's instances (ingest/collectives.py)
 
 
 # --- cluster_analysis_output -------------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """HTML pages: the runs list, one page per run view (``/runs/{id}/{view}``) and the Compare page (``/compare``).
 
+Pages name every URL relative to the dashboard's root (``root``: ``../../`` on a run's view), never as an absolute
+path, so a proxy may serve the dashboard under a prefix of its own (JupyterLab: ``ascendscope.jupyter``).
+
 A view page is the template ``server/templates/<view>.html`` extending ``base.html`` (which carries the run tabs
 and the rank selector); adding a view's page means adding its template. A view whose template does not exist yet
 renders a placeholder, so the tabs never lead to a 404.
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -34,10 +38,11 @@ VIEWS = (
     ("communication", "Communication"),
     ("advice", "Advice"),
     ("cluster", "Cluster"),
+    ("query", "SQL"),
 )
 VIEW_NAMES = tuple(v for v, _ in VIEWS)
 # their templates load /vendor/plotly.min.js
-PLOTLY_VIEWS = ("operator", "memory", "summary", "communication", "cluster")
+PLOTLY_VIEWS = ("operator", "memory", "summary", "communication", "cluster", "query")
 
 router = APIRouter(include_in_schema=False)
 
@@ -56,7 +61,8 @@ def compare_page(request: Request):
 
 @router.get("/runs/{run_id}")
 def run_page(run_id: str):
-    return RedirectResponse(f"/runs/{run_id}/timeline", status_code=307)
+    # relative, so that it stays under the prefix of a proxy in front of us (/runs/x -> /runs/x/timeline)
+    return RedirectResponse(f"{quote(run_id, safe='')}/timeline", status_code=307)
 
 
 @router.get("/runs/{run_id}/{view}", response_class=HTMLResponse)
@@ -76,13 +82,28 @@ def view_page(request: Request, run_id: str, view: str):
         return templates.TemplateResponse(request, "base.html", ctx)
 
 
+def root_of(path: str) -> str:
+    """The relative way from a page at ``path`` back to the dashboard's root: ``/`` → ``./``,
+    ``/runs/x/timeline`` → ``../../``. Every URL a page names starts with it, so the pages work unchanged under
+    a proxy's prefix (``/user/me/ascendscope/runs/x/timeline``)."""
+    return "../" * (path.count("/") - 1) or "./"
+
+
 def _context(request: Request, run, view: str) -> dict:
     ranks: list[int] = []
-    if run is not None and run.status == "ready":
-        store, databases = request.app.state.store, request.app.state.databases
+    ingest = None  # a run served while it ingests: its ranks by state
+    store = request.app.state.store
+    servable = run is not None and store.servable(run)
+    if servable:
+        databases = request.app.state.databases
         try:
             info = databases.info(run.id, store.db_path(run.id))
             ranks = info.ranks
+            if run.status != "ready":
+                ingest = {"pending": info.pending_ranks, "failed": info.failed_ranks}
+                asked = _rank_param(request)
+                if asked is not None and asked in info.pending_ranks:  # the rank the user opened loads next
+                    store.want_ranks(run.id, [asked])
         except (DamagedDatabase, FileNotFoundError) as exc:  # the page says the run failed, and why
             try:
                 reason = str(exc) if isinstance(exc, DamagedDatabase) else "the file is missing"
@@ -96,6 +117,7 @@ def _context(request: Request, run, view: str) -> dict:
                 pass
         except Exception:  # noqa: BLE001 - a broken database still gets a page; the API reports the error
             ranks = []
+        servable = store.servable(run)  # (the run may have been marked failed just now)
     run_json = None
     if run is not None:
         run = public_run(request, run, request.app.state.store.data_dir)
@@ -103,11 +125,14 @@ def _context(request: Request, run, view: str) -> dict:
         run_json["warning_count"] = (run.summary or {}).get("warning_count") or 0
     settings = request.app.state.settings
     page = {"view": view, "run_id": run.id if run else None, "run": run_json, "ranks": ranks,
-            "read_only": settings.read_only, "max_upload_bytes": settings.max_upload_mb * 1_000_000}
+            "read_only": settings.read_only, "max_upload_bytes": settings.max_upload_mb * 1_000_000,
+            "ingest": ingest}
     return {
+        "root": root_of(request.scope["path"]),
         "view": view,
         "views": VIEWS,
         "run": run,
+        "servable": servable,
         "run_id": run.id if run else None,
         "ranks": ranks,
         "all_ranks_option": view in ("timeline", "communication"),  # views that can show every rank at once
@@ -118,7 +143,15 @@ def _context(request: Request, run, view: str) -> dict:
     }
 
 
+def _rank_param(request: Request) -> int | None:
+    try:
+        return int(request.query_params.get("rank", ""))
+    except ValueError:
+        return None
+
+
 def error_page(request: Request, status: int, message: str) -> str:
-    ctx = {"request": request, "view": "error", "views": VIEWS, "run": None, "run_id": None, "ranks": [],
+    ctx = {"request": request, "root": root_of(request.scope["path"]), "view": "error", "views": VIEWS, "run": None,
+           "servable": False, "run_id": None, "ranks": [],
            "page_json": "{}", "placeholder": None, "error_status": status, "error_message": message}
     return templates.get_template("base.html").render(ctx)

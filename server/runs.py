@@ -33,6 +33,7 @@ import secrets
 import shutil
 import threading
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,9 +56,12 @@ UPLOAD_ARCHIVE = "upload.archive"  # the uploaded archive itself, kept (within a
 WORK_DIR = "work"  # the worker's scratch folder (spill files) is WORK_DIR-<pid>, removed after every attempt
 STAGING_PREFIX = ".upload-"
 LOCK_FILE = ".run.lock"  # the web process and a worker both rewrite run.json: read-modify-write under a flock
+WANTED_FILE = "wanted.json"  # the ranks users opened in a run still ingesting, newest first (the worker's queue jump)
+MAX_WANTED = 8  # ranks remembered there
 INGEST_LOCK_FILE = ".ingest.lock"  # held by the run's live worker (its pid is written in it, for people)
 MAX_NAME_CHARS = 200
 MAX_LOG_BYTES = 64 << 10  # the tail of ingest.log the API hands out
+RACY_S = 1.0  # a run.json changed this recently is read again (see RecordCache)
 
 
 @dataclass
@@ -96,6 +100,45 @@ class DuplicateUpload(Exception):
         self.run = run
 
 
+class RecordCache:
+    """Parsed run.json files, each kept with the identity of the file it came from (inode, size, mtime, ctime),
+    so a request costs a ``stat`` instead of a read and a parse. A rewrite is a rename of a new file, so any
+    process's rewrite changes the identity; a file modified within :data:`RACY_S` of being read is not trusted
+    (its timestamp could be shared with a rewrite in the same clock tick, "racy git"), so it is read again until
+    it has been still for that long. Bounded: at most ``max_entries`` files, least recently used dropped."""
+
+    def __init__(self, max_entries: int = 4096):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[tuple, dict]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.reads = 0  # files actually read and parsed (tests count them)
+
+    def read(self, path: Path) -> dict:
+        st = os.stat(path)
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        key = str(path)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None and hit[0] == stamp:
+                self._entries.move_to_end(key)
+                return hit[1]
+        with open(path, encoding="utf-8") as src:
+            data = json.loads(src.read())
+            now_ns = time.time_ns()
+            same = os.fstat(src.fileno())
+        self.reads += 1
+        read_stamp = (same.st_ino, same.st_size, same.st_mtime_ns, same.st_ctime_ns)
+        with self._lock:
+            if read_stamp == stamp and now_ns - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_S * 1e9:
+                self._entries[key] = (stamp, data)
+                self._entries.move_to_end(key)
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
+            else:
+                self._entries.pop(key, None)
+        return data
+
+
 class RunStore:
     """Reads and writes run folders; safe to use from several threads and from the worker processes."""
 
@@ -104,6 +147,7 @@ class RunStore:
         self.runs_dir = self.data_dir / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._records = RecordCache()
 
     # -- paths
     def run_dir(self, run_id: str) -> Path:
@@ -119,6 +163,39 @@ class RunStore:
         if single.exists() or not (run_dir / layout.MANIFEST).exists():
             return single
         return run_dir / layout.CLUSTER_DB
+
+    def servable(self, run: Run) -> bool:
+        """Whether the run's views can be served: it is ready, or it is still ingesting (or queued to resume)
+        and its sharded layout is published (a manifest: its ready shards can be read)."""
+        if run.status == "ready":
+            return True
+        if run.status not in ("queued", "ingesting"):
+            return False
+        run_dir = self.run_dir(run.id)
+        return (run_dir / layout.MANIFEST).is_file() and (run_dir / layout.CLUSTER_DB).is_file()
+
+    def want_ranks(self, run_id: str, ranks: list[int]) -> None:
+        """Note that a user opened ``ranks`` of a run still ingesting: its worker loads their shards next
+        (``wanted_ranks``). Written only when the wish changes (temp file + rename)."""
+        now = self.wanted_ranks(run_id)
+        fresh = list(dict.fromkeys([*ranks, *now]))[:MAX_WANTED]
+        if fresh == now:
+            return
+        target = self.run_dir(run_id) / WANTED_FILE
+        tmp = target.with_name(f".{WANTED_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            tmp.write_text(json.dumps({"ranks": fresh, "at": time.time()}), encoding="utf-8")
+            os.replace(tmp, target)
+        except (FileNotFoundError, NotADirectoryError):  # deleted meanwhile
+            tmp.unlink(missing_ok=True)
+
+    def wanted_ranks(self, run_id: str) -> list[int]:
+        """The ranks users asked for while the run ingests, newest first ([] when none)."""
+        try:
+            data = json.loads((self.run_dir(run_id) / WANTED_FILE).read_text(encoding="utf-8"))
+            return [int(r) for r in data.get("ranks", [])][:MAX_WANTED]
+        except (OSError, ValueError, TypeError, AttributeError):
+            return []
 
     def remove_database(self, run_id: str) -> None:
         """The run's database in either layout (the manifest first: without it the folder holds no run)."""
@@ -187,9 +264,12 @@ class RunStore:
         return None
 
     def get(self, run_id: str) -> Run:
+        """The run's record, parsed from run.json only when the file changed (see :class:`RecordCache`: one
+        ``stat`` per call, and every process sees another's rewrite at once). The record is a new object each
+        time, but its dict and list fields are shared with the cache: replace them, never mutate them in place."""
         path = self.run_dir(run_id) / RUN_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = self._records.read(path)
         except (FileNotFoundError, NotADirectoryError):
             raise RunNotFound(run_id) from None
         known = Run.__dataclass_fields__
@@ -256,18 +336,23 @@ class RunStore:
             os.close(fd)
         return True
 
-    def remove_scratch(self, run_id: str) -> None:
-        """Temp databases and scratch folders of earlier attempts; the caller holds the run's ingest lock."""
+    def remove_scratch(self, run_id: str) -> list[Path]:
+        """Temp databases and scratch folders of earlier attempts (and of pool workers killed mid-shard); the
+        caller holds the run's ingest lock. The shards an interrupted ingest finished stay: its manifest says
+        which, and the next attempt keeps them. Returns the temp files removed."""
         run_dir = self.run_dir(run_id)
+        gone = []
         for pattern in (f"{DB_FILE}.tmp-*", f"{layout.CLUSTER_DB}.tmp-*", f".{layout.MANIFEST}.tmp-*",
                         f"{layout.SHARDS_DIR}/*.tmp-*"):
             for leftover in run_dir.glob(pattern):
                 leftover.unlink(missing_ok=True)
-        for scratch in [*run_dir.glob(f"{WORK_DIR}*"), *run_dir.glob(".work-*")]:  # the sharded ingest's own
-            shutil.rmtree(scratch, ignore_errors=True)
-        if not (run_dir / layout.MANIFEST).exists():  # shards of an ingest that never finished
+                gone.append(leftover)
+        for scratch in [*run_dir.glob(f"{WORK_DIR}*"), *run_dir.glob(".work-*"), run_dir / ".progress"]:
+            shutil.rmtree(scratch, ignore_errors=True)  # the sharded ingest's own
+        if not (run_dir / layout.MANIFEST).exists():  # shards of an ingest that never published a manifest
             (run_dir / layout.CLUSTER_DB).unlink(missing_ok=True)
             shutil.rmtree(run_dir / layout.SHARDS_DIR, ignore_errors=True)
+        return gone
 
     def hold_ingest_lock(self, run_id: str) -> int | None:
         """Take the run's ingest lock without waiting: the open fd (the lock lasts until it is closed or this
@@ -399,10 +484,15 @@ class RunStore:
         return run
 
     def sweep(self) -> None:
-        """At startup: remove half-received uploads and half-deleted runs left by a previous process."""
+        """At startup: remove half-received uploads and half-deleted runs left by a previous process, and the
+        temp files that killed ingest tasks left in finished runs (a worker killed mid-shard leaves its
+        half-written shard, ~100 MB, beside a run that still became ready)."""
         for child in self.runs_dir.iterdir():
             if child.name.startswith((STAGING_PREFIX, ".deleted-")):
                 shutil.rmtree(child, ignore_errors=True)
+        for run in self.list():
+            if run.status in ("ready", "failed"):
+                self.clean_partial(run.id)
 
     @contextmanager
     def _record_lock(self, run_id: str):

@@ -3,8 +3,9 @@
 :class:`SecurityMiddleware` (pure ASGI, so an upload's body still streams):
 
 * adds the security headers to every response — a Content-Security-Policy that allows scripts, styles and
-  connections from this origin only (no inline script, no eval, no framing), ``nosniff``, ``no-referrer`` and
-  ``X-Frame-Options: DENY``. A route that needs another policy sets its own CSP header, which is kept: the
+  connections from this origin only (no inline script, no eval; framed only by pages of this same origin, as a
+  notebook behind the same Jupyter proxy frames a view for ``Run.show``), ``nosniff``, ``no-referrer`` and
+  ``X-Frame-Options: SAMEORIGIN``. A route that needs another policy sets its own CSP header, which is kept: the
   chart pages allow inline *styles* for plotly.js (:data:`CSP_WITH_PLOTLY`), the API docs page its CDN;
 * without a token, refuses (400 ``host_not_allowed``) a request whose ``Host`` is not a name this server answers
   to: DNS rebinding points an attacker's host name at 127.0.0.1, after which a page from that name reads the
@@ -36,7 +37,7 @@ from html import escape
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; font-src 'self' data:; "
-       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'self'")
 # plotly.js injects its stylesheet (<style> elements) and style attributes at run time: the pages that load it
 # allow inline styles — never inline scripts
 CSP_WITH_PLOTLY = CSP.replace("style-src 'self';", "style-src 'self' 'unsafe-inline';")
@@ -44,7 +45,7 @@ SECURITY_HEADERS = (
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
-    (b"x-frame-options", b"DENY"),
+    (b"x-frame-options", b"SAMEORIGIN"),
     (b"cross-origin-opener-policy", b"same-origin"),
 )
 OPEN_PATHS = ("/api/health",)  # answered without a token (container health checks)
@@ -140,9 +141,10 @@ class SecurityMiddleware:
     async def _redirect_without_token(self, scope, send) -> None:
         pairs = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
                  if k != TOKEN_PARAM]
-        # "//evil.example/x" (or "/\\evil…") would send the browser to another host: keep one leading slash
-        path = "/" + (scope.get("root_path", "") + scope["path"]).lstrip("/\\")
-        location = quote(path, safe=PATH_SAFE) + (f"?{urlencode(pairs)}" if pairs else "")
+        # relative (the page's own last segment), so it stays under the prefix of a proxy in front of us; "./" and
+        # percent-encoding keep "//evil.example", "\\evil…" or "https:evil…" from reading as another host
+        last = quote(scope["path"].rsplit("/", 1)[-1], safe=PATH_SAFE)
+        location = "./" + last + (f"?{urlencode(pairs)}" if pairs else "")
         secure = "; Secure" if scope.get("scheme") == "https" else ""
         cookie = (f"{self.cookie_name}={self.cookie_value}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; "
                   f"SameSite=Lax{secure}")

@@ -255,3 +255,22 @@ def db_runs(runs) -> dict[str, str]:
     """``{name: run_id}``: the text level0/level1 runs of ``runs`` and the db exports of level0/level1, in the same
     store (so ``client`` serves them)."""
     return {"level0": runs.ids["level0"], "level1": runs.ids["level1"], **ingest_ready(runs.data_dir, DB_SAMPLES)}
+
+
+# --- late arrivals, critical path, SQL console (issue #20) ----------------------------------------------------------
+@pytest.fixture(scope="session")
+def wait_runs(runs, tmp_path_factory):
+    """``sample_data.waits`` runs (known late rank, critical path and what-if) in the store of ``runs``, so that
+    ``client`` and ``live_server`` serve them: ``waits``, ``waits_sharded``, ``waits_level0``
+    (tests/insight_sample.py)."""
+    from tests.insight_sample import add_wait_runs
+
+    return add_wait_runs(runs.data_dir, tmp_path_factory.mktemp("waits"))
+
+
+@pytest.fixture(scope="session")
+def late_synthetic(runs, tmp_path_factory):
+    """A 1,000-rank run whose cluster_collectives has known late ranks, in the store of ``runs``."""
+    from tests.insight_sample import synthetic_late_run
+
+    return synthetic_late_run(runs.data_dir, tmp_path_factory.mktemp("late-synthetic"))

@@ -12,16 +12,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP = ("server", "ingest", "frontend", "sample_data", "bench")
+PACKAGE_ROOT = "pyapi"  # the folder of `ascendscope` itself
 
 
 def module_files() -> dict[str, Path]:
     """``ascendscope.x.y`` -> its file, for every Python file the package ships."""
     found = {}
-    for top in TOP:
+    for top in (PACKAGE_ROOT, *TOP):
         for path in (ROOT / top).rglob("*.py"):
             if "__pycache__" in path.parts:
                 continue
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[0] == PACKAGE_ROOT:
+                parts.pop(0)
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(["ascendscope", *parts])] = path

@@ -431,4 +431,4 @@ def test_the_advice_page_and_tab(client, advice_runs):
     assert r.status_code == 200
     assert 'id="advice-view"' in r.text and "/static/js/views/advice.js" in r.text
     assert "plotly" not in r.text  # no charts: the page keeps the strict style policy
-    assert f'href="/runs/{run_id}/advice"' in client.get(f"/runs/{run_id}/timeline").text
+    assert f'href="../../runs/{run_id}/advice"' in client.get(f"/runs/{run_id}/timeline").text

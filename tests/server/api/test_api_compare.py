@@ -387,9 +387,9 @@ def test_the_compare_page_is_served_under_the_chart_policy(client):
 
     r = client.get("/compare")
     assert r.status_code == 200 and r.headers["content-security-policy"] == CSP_WITH_PLOTLY
-    assert 'src="/static/js/views/compare.js"' in r.text and "<script>" not in r.text
+    assert 'src="./static/js/views/compare.js"' in r.text and "<script>" not in r.text
     page = client.get("/").text
-    assert 'href="/compare"' in page
+    assert 'href="./compare"' in page
 
 
 def test_a_rank_without_a_trace_has_tables_but_no_lanes(client, ids):

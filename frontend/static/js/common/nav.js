@@ -4,7 +4,7 @@
 // (or a slice) the server did not load, or a rank picked that it has not loaded, reloads the page asking for that
 // rank, and a note next to the selector says which ranks are loaded.
 //
-// Views import { page, currentRank, onRankChange } from "/static/js/common/nav.js".
+// Views import { page, currentRank, onRankChange } from "./nav.js".
 
 import { apiGet } from "./api.js";
 import { el } from "./dom.js";

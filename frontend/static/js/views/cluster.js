@@ -4,13 +4,14 @@
 // run's cluster tables (/api/runs/{id}/cluster/…), so a run of 1,000 ranks paints from three small requests.
 // DOM is built with textContent only; data strings handed to plotly go through plotText.
 
-import { apiGet } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { num } from "/static/js/common/format.js";
-import { ms } from "/static/js/common/time.js";
-import { runPage } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { $, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { num } from "../common/format.js";
+import { ms } from "../common/time.js";
+import { runPage } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
+import { initLateArrivals } from "./latearrivals.js";
 import { apiBase as runBase, runId } from "./run.js";
 
 const apiBase = `${runBase}/cluster`;
@@ -328,6 +329,7 @@ async function start() {
     await loadHeatmap(heat);
     document.body.dataset.clusterPaintMs = String(Math.round(performance.now()));
     await matrix;
+    await initLateArrivals();
     document.body.dataset.clusterReady = "1";
   } catch (err) {
     showError(err);

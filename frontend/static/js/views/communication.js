@@ -3,15 +3,15 @@
 // (linked to the timeline when the rank has a trace). Matrix: a rank × rank heatmap for one matrix key.
 // Filters: step, group, op (top bar) and the rank selector ("All ranks" allowed) for the bandwidth and op table.
 
-import { apiGet } from "/static/js/common/api.js";
-import { colorFor } from "/static/js/common/colors.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { fixed, num } from "/static/js/common/format.js";
-import { currentRank, onRankChange } from "/static/js/common/nav.js";
-import { sourceLine, sourceNote } from "/static/js/common/sources.js";
-import { ms, nsToMs } from "/static/js/common/time.js";
-import { withQuery } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { colorFor } from "../common/colors.js";
+import { $, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { fixed, num } from "../common/format.js";
+import { currentRank, onRankChange } from "../common/nav.js";
+import { sourceLine, sourceNote } from "../common/sources.js";
+import { ms, nsToMs } from "../common/time.js";
+import { withQuery } from "../common/urls.js";
 import { timelineLink } from "./blocks.js";
 import { baseLayout, plot } from "./charts.js";
 import { field, select } from "./controls.js";
@@ -198,6 +198,7 @@ function buildOps() {
     },
     load: (p) => apiGet(`${apiBase}/communication/ops`, { ...params(), ...p }),
     csv: (p) => withQuery(`${apiBase}/communication/ops.csv`, { ...params(), ...p }),
+    parquet: (p) => withQuery(`${apiBase}/export/communication_ops.parquet`, { ...params(), ...p }),
     onRows: (d) => { $("#comm-ops-note").textContent = `${state.rank === null ? "all ranks" : `rank ${state.rank}`} · sorted by start time by default`; },
   });
   opsTable.reload();

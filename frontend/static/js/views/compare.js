@@ -3,12 +3,12 @@
 // B − A deltas, as /api/compare answers them. The sides live in the URL (?a=&b=&rank_a=&step_a=…), so a copied
 // link reopens the same comparison.
 
-import { apiGet, isAbort } from "/static/js/common/api.js";
-import { $, append, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { formatCount, pct } from "/static/js/common/format.js";
-import { ms, nsToMs, us } from "/static/js/common/time.js";
-import { COMPARE_API, RUNS_API, runPage, urlParam, withQuery } from "/static/js/common/urls.js";
+import { apiGet, isAbort } from "../common/api.js";
+import { $, append, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { formatCount, pct } from "../common/format.js";
+import { ms, nsToMs, us } from "../common/time.js";
+import { COMPARE_API, RUNS_API, runPage, urlParam, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { CompareTimeline } from "./comparetimeline.js";
 import { field, select } from "./controls.js";

@@ -6,15 +6,15 @@
 // zoomed range (a checkbox, on once zoomed); a double click or Reset clears both. A section without data says
 // which file or table would have fed it.
 
-import { apiGet } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { num } from "/static/js/common/format.js";
-import { loadMarkers, onMarkersChange, regions } from "/static/js/common/markers.js";
-import { currentRank, onRankChange } from "/static/js/common/nav.js";
-import { sourceLine, sourceNote } from "/static/js/common/sources.js";
-import { absNs, addNs, ms, msToNs, nsToMs, relMs, relNs } from "/static/js/common/time.js";
-import { runPage, withQuery } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { $, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { num } from "../common/format.js";
+import { loadMarkers, onMarkersChange, regions } from "../common/markers.js";
+import { currentRank, onRankChange } from "../common/nav.js";
+import { sourceLine, sourceNote } from "../common/sources.js";
+import { absNs, addNs, ms, msToNs, nsToMs, relMs, relNs } from "../common/time.js";
+import { runPage, withQuery } from "../common/urls.js";
 import { timelineLink } from "./blocks.js";
 import { baseLayout, CHART_COLORS, dataRange, plot } from "./charts.js";
 import { field, select } from "./controls.js";
@@ -401,6 +401,7 @@ function buildTable() {
     rowClass: (r) => (r.is_peak ? "peak" : null),
     load: (p) => apiGet(`${apiBase}/memory/allocations`, { ...tableParams(), ...p }),
     csv: (p) => withQuery(`${apiBase}/memory/allocations.csv`, { ...tableParams(), ...p }),
+    parquet: (p) => withQuery(`${apiBase}/export/memory_allocations.parquet`, { ...tableParams(), ...p }),
     onRows: (data) => {
       host.dataset.windowed = String(!!(state.onlyWindow && state.window));
       if (state.at !== null && data.live_kb !== undefined && data.live_kb !== null) {

@@ -1,14 +1,14 @@
 // Operator view: kernel time by type / core (pies), the top-N groups (bar), the group table with each group's
 // kernels (linked to the timeline), and the host torch ops. Everything is per rank (the top-bar selector).
 
-import { apiGet } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { num, pct } from "/static/js/common/format.js";
-import { currentRank, onRankChange } from "/static/js/common/nav.js";
-import { sourceLine, sourceNote } from "/static/js/common/sources.js";
-import { nsToMs, nsToUs, relNs, us } from "/static/js/common/time.js";
-import { withQuery } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { $, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { num, pct } from "../common/format.js";
+import { currentRank, onRankChange } from "../common/nav.js";
+import { sourceLine, sourceNote } from "../common/sources.js";
+import { nsToMs, nsToUs, relNs, us } from "../common/time.js";
+import { withQuery } from "../common/urls.js";
 import { timelineLink } from "./blocks.js";
 import { baseLayout, CHART_COLORS, plot } from "./charts.js";
 import { field, select } from "./controls.js";
@@ -148,6 +148,8 @@ function instancesFor(group) {
     columns: INSTANCE_COLUMNS, pageSize: 10, sort: "start", order: "asc", id: null,
     load: (p) => apiGet(`${apiBase}/operators/instances`, { ...common(), group_key: group.group_key, ...p }),
     csv: (p) => withQuery(`${apiBase}/operators/instances.csv`, { ...common(), group_key: group.group_key, ...p }),
+    parquet: (p) => withQuery(`${apiBase}/export/kernel_instances.parquet`,
+      { ...common(), group_key: group.group_key, ...p, q: undefined }),
     onRows: (data) => {
       if (!data.has_trace) box.querySelector(".v-no-trace") || box.prepend(el("div", { class: "v-note warn v-no-trace" },
         "This rank has no trace: the kernels cannot be shown on the timeline."));
@@ -169,6 +171,7 @@ function buildGroupsTable() {
     rowKey: (r) => r.group_key,
     load: (p) => apiGet(`${apiBase}/operators/groups`, { ...common(), ...p }),
     csv: (p) => withQuery(`${apiBase}/operators/groups.csv`, { ...common(), ...p }),
+    parquet: (p) => withQuery(`${apiBase}/export/kernels.parquet`, { ...common(), ...p }),
     details: (row) => instancesFor(row),
   });
   groupsTable.filterTo = (text) => {
@@ -212,6 +215,7 @@ function buildTorchTable() {
       filter: "Filter by name…", empty: () => sourceLine(torchWhy, "No torch ops for this filter"),
       load: (p) => apiGet(`${apiBase}/operators/torch`, { rank: state.rank ?? undefined, group_by: group, ...p }),
       csv: (p) => withQuery(`${apiBase}/operators/torch.csv`, { rank: state.rank ?? undefined, group_by: group, ...p }),
+      parquet: (p) => withQuery(`${apiBase}/export/operators.parquet`, { rank: state.rank ?? undefined, group_by: group, ...p }),
     });
     torchTable.reload();
   };

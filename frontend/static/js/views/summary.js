@@ -1,13 +1,13 @@
 // Summary view: base info, the per-rank stacked time breakdown with ratio lines (step_trace_time.csv or derived
 // from the Overlap Analysis lane), findings in plain words, top operators, the ranks' metadata and config.
 
-import { apiGet } from "/static/js/common/api.js";
-import { $, append, clear, el } from "/static/js/common/dom.js";
-import { num, pct } from "/static/js/common/format.js";
-import { currentRank, onRankChange } from "/static/js/common/nav.js";
-import { sourceNote } from "/static/js/common/sources.js";
-import { ms, nsToUs, us } from "/static/js/common/time.js";
-import { runPage, withQuery } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { $, append, clear, el } from "../common/dom.js";
+import { num, pct } from "../common/format.js";
+import { currentRank, onRankChange } from "../common/nav.js";
+import { sourceNote } from "../common/sources.js";
+import { ms, nsToUs, us } from "../common/time.js";
+import { runPage, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { field, select } from "./controls.js";
 import { apiBase, markRanks, runId, showRank } from "./run.js";
@@ -141,8 +141,10 @@ function renderTable() {
   // ranks without a breakdown, and the file (or lane) each lacks
   const why = sourceNote(data.empty_sources?.breakdown, { id: "sum-breakdown-why" });
   const csv = el("a", { class: "btn v-csv", href: withQuery(`${apiBase}/summary/breakdown.csv`, { source: state.source }), download: "" }, "Export CSV");
+  const parquet = el("a", { class: "btn v-parquet", href: withQuery(`${apiBase}/export/steps.parquet`, { source: state.source }),
+    download: "", title: "The breakdown as Parquet" }, "Parquet");
   append(host, el("div", { class: "v-table-bar" }, el("span", { class: "v-table-info" }, `${data.breakdown.length} rows`),
-    el("span", { class: "v-spacer" }), csv), el("div", { class: "v-table-wrap" }, el("table", { class: "grid v-table", id: "sum-breakdown" }, el("thead", {}, head), body)), why);
+    el("span", { class: "v-spacer" }), csv, parquet), el("div", { class: "v-table-wrap" }, el("table", { class: "grid v-table", id: "sum-breakdown" }, el("thead", {}, head), body)), why);
 }
 
 function simpleTable(cols, rows, id) {
