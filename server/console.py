@@ -49,7 +49,7 @@ class Console:
         try:
             if is_sharded(path):
                 manifest = layout.read_manifest(path.parent)
-                self.all_ranks = [e["rank"] for e in manifest["shards"] if e["status"] == "ready"]
+                self.all_ranks = sorted(layout.ready_shards(manifest))  # a shard may hold several ranks
                 self.conn, self.loaded = layout.connect(path.parent, None if ranks is None else list(ranks),
                                                         manifest=manifest)
             else:  # a database instance of its own: duckdb.connect(path) would share (and lock) the views' one
@@ -81,7 +81,7 @@ class ConsoleDatabases:
     def scope(self, path: Path, asked: tuple[int, ...] | None) -> tuple[int, ...] | None:
         if not is_sharded(path):
             return None
-        ready = [e["rank"] for e in layout.read_manifest(path.parent)["shards"] if e["status"] == "ready"]
+        ready = sorted(layout.ready_shards(layout.read_manifest(path.parent)))
         if asked:
             asked = tuple(asked[:self.max_loaded_ranks])
         return scope(ready, asked, None, self.max_loaded_ranks)
