@@ -8,12 +8,14 @@ Contract:
   - ``cluster_ranks``: one row per rank (device, folder, time range, slice / kernel / communication-op / step /
     warning counts, whether it has a trace);
   - ``cluster_steps``: one row per (rank, step): the step breakdown of the Summary view (``step_trace_time.csv``
-    where the rank has it, else derived from its Overlap Analysis lane — the very SQL of
-    ``server/queries/summary.py``), with ``step_ns`` = Computing + Communication(Not Overlapped) + Free and
+    where the rank has it, else derived from its Overlap Analysis lane — the very SQL of ``ingest/breakdown.py``,
+    which the Summary view uses too), with ``step_ns`` = Computing + Communication(Not Overlapped) + Free and
     ``exposed_comm_ns`` = Communication(Not Overlapped);
   - ``cluster_comm_matrix``: per rank file, step, comm type, group, op type and link, the summed size and time of
     ``comm_matrix`` (the per-op-type ``total`` slot, or the per-op rows of the older format, op names reduced to
-    their type), bandwidth = size / time.
+    their type), bandwidth = size / time;
+  - ``cluster_collectives``: one row per collective op instance per rank with what the rank did before it
+    (``ingest/collectives.py``).
 
   Every row is computed from one rank's own rows, so the tables of several shards concatenated equal the tables
   built over the whole run. Readers deduplicate matrix links carried by several rank files (the source rank's
@@ -35,14 +37,15 @@ import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from . import jsonfile
+from . import collectives, jsonfile
+from .breakdown import ConnRunner, breakdown
 from .commfiles import _SLOT, _ms_to_ns, _num, _split_key, _step_id
 
 CLUSTER_DIR = "cluster_analysis_output"
 MAX_SEARCH_DEPTH = 3
 MAX_WARNINGS_PER_FILE = 20  # then one line counts the rest
 
-# the step breakdown's columns, as summary.breakdown() names them -> cluster_steps names
+# the step breakdown's columns, as breakdown.breakdown() names them -> cluster_steps names
 STEP_COLUMNS = (
     ("computing_ns", "computing_ns"), ("communication_ns", "communication_ns"),
     ("communication_not_overlapped_ns", "exposed_comm_ns"), ("overlapped_ns", "overlapped_ns"),
@@ -87,16 +90,11 @@ ORDER BY rank, step, comm_type, group_id, op_type, src_rank, dst_rank
 
 
 def build_cluster_tables(con) -> None:
-    """Create ``cluster_ranks``, ``cluster_steps`` and ``cluster_comm_matrix`` from the run tables of ``con``."""
-    from ascendscope.server.queries import DuckRunner
-    from ascendscope.server.queries.summary import breakdown
-
+    """Create ``cluster_ranks``, ``cluster_steps``, ``cluster_comm_matrix`` and ``cluster_collectives`` from the run
+    tables of ``con``."""
     con.execute(CLUSTER_RANKS_SQL)
     con.execute(CLUSTER_STEPS_DDL)
-    # the breakdown of a rank with step_trace_time.csv is that file's: the derivation from the Overlap Analysis
-    # slices (a scan of every slice) is only needed when some rank lacks it
-    lacking = con.execute("SELECT count(*) FROM ranks WHERE rank NOT IN (SELECT rank FROM step_trace)").fetchall()
-    rows = breakdown(DuckRunner(con), "auto" if lacking[0][0] else "step_trace")
+    rows = breakdown(ConnRunner(con))
     if rows:
         # one Arrow table: executemany costs a round trip per row (minutes at 1,000 ranks × 100 steps)
         import pyarrow as pa
@@ -113,6 +111,7 @@ def build_cluster_tables(con) -> None:
         finally:
             con.unregister("cluster_steps_batch")
     con.execute(CLUSTER_MATRIX_SQL)
+    collectives.build(con)  # cluster_collectives: the late-arrival analysis's instances (ingest/collectives.py)
 
 
 # --- cluster_analysis_output -------------------------------------------------------------------------------------

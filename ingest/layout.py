@@ -53,6 +53,16 @@ def ready_shards(manifest: dict) -> dict[int, str]:
     return {r: e["file"] for e in manifest["shards"] if e["status"] == "ready" for r in e["ranks"]}
 
 
+def shard_aliases(manifest: dict) -> dict[int, str]:
+    """rank -> the name :func:`connect` attaches its ready shard under: ``r<the shard's first rank>`` (the
+    server reads one rank's viewport from that shard alone)."""
+    ready = ready_shards(manifest)
+    first: dict[str, int] = {}
+    for rank, file in ready.items():
+        first[file] = min(first.get(file, rank), rank)
+    return {rank: f"r{first[file]}" for rank, file in ready.items()}
+
+
 def manifest_ranks(manifest: dict) -> dict[str, list[int]]:
     """The run's ranks by the state of their shard: ``ready``, ``pending`` (still ingesting) and ``failed``."""
     out: dict[str, list[int]] = {"ready": [], "pending": [], "failed": []}
@@ -83,8 +93,10 @@ def connect(out_dir: str | os.PathLike, ranks: list[int] | None = None, *, manif
         if threads:
             con.execute(f"SET threads = {int(threads)}")
         con.execute(f"ATTACH '{_sql_path(root / manifest.get('cluster', CLUSTER_DB))}' AS cluster (READ_ONLY)")
-        for i, file in enumerate(files):
-            con.execute(f"ATTACH '{_sql_path(root / file)}' AS s{i} (READ_ONLY)")
+        aliases = shard_aliases(manifest)
+        alias_of = {ready[r]: aliases[r] for r in loaded}
+        for file in files:
+            con.execute(f"ATTACH '{_sql_path(root / file)}' AS {alias_of[file]} (READ_ONLY)")
         tables: dict[str, list[str]] = {}
         empty: set[str] = set()
         for db, schema, table in con.execute("SELECT database_name, schema_name, table_name FROM duckdb_tables() "
@@ -93,7 +105,7 @@ def connect(out_dir: str | os.PathLike, ranks: list[int] | None = None, *, manif
                 tables.setdefault(table, []).append(db)
             elif db == "cluster" and schema == EMPTY_SCHEMA:
                 empty.add(table)
-        shard_dbs = [f"s{i}" for i in range(len(files))]
+        shard_dbs = [alias_of[file] for file in files]
         for table, dbs in tables.items():
             if "cluster" in dbs:
                 sql = f'SELECT * FROM cluster."{table}"'

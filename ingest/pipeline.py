@@ -31,7 +31,16 @@ from pathlib import Path
 
 import duckdb
 
-from . import SCHEMA_VERSION, archive, csvfiles, jsonfile, lod, readers, sqlfuncs
+from . import (
+    SCHEMA_VERSION,
+    archive,
+    csvfiles,
+    jsonfile,
+    lod,
+    readers,
+    sqlfuncs,
+    trace_tables,
+)
 from .discover import Discovery, RankSource, discover
 from .schema import CORE_DDL
 from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are this module's interface too
@@ -114,6 +123,7 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
                               "size_bytes": extra.stat().st_size, "rows": None, "status": "loaded",
                               "seconds": 0.0})
     insert_rows(con, "ranks", ranks)
+    warnings.extend(trace_tables.fill_from_trace(con))  # ranks with a trace but no kernel or communication rows
     insert_rows(con, "files", [[f["rank"], f["file"], f["kind"], f["size_bytes"], f["rows"], f["status"],
                                 f["seconds"]] for f in files])
     insert_rows(con, "warnings", warnings)

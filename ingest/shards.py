@@ -359,6 +359,12 @@ class ClusterTables:
             have = {t for (t,) in self.con.execute("SELECT table_name FROM duckdb_tables() "
                                                    "WHERE database_name = 's'").fetchall()}
             for table in sorted(have):
+                if table in EARLY_TABLES and self.tables.get(table):
+                    # rows a shard made from its traces for ranks whose small files had none (ingest.trace_tables:
+                    # a Level0 or msprof rank's communication operators)
+                    self.con.execute(f'INSERT INTO "shard_{table}" BY NAME SELECT * FROM s."{table}" '
+                                     f'WHERE rank NOT IN (SELECT DISTINCT rank FROM "small_{table}")')
+                    continue
                 if not (table in RUN_TABLES[1:] or table.startswith(CLUSTER_PREFIX)):
                     continue
                 if table not in self.tables:  # a cluster table only the shards have
@@ -384,7 +390,10 @@ class ClusterTables:
         self.con.execute(f"ATTACH '{_sql_path(tmp)}' AS out (BLOCK_SIZE {pipeline.SMALL_BLOCK_BYTES})")
         try:
             for table, ranked in sorted(self.tables.items()):
-                if table in EARLY_TABLES or not ranked:
+                if table in EARLY_TABLES and ranked:  # the small files' rows, and those shards made for the others
+                    sql = (f'SELECT * FROM "small_{table}" UNION ALL BY NAME SELECT * FROM "shard_{table}" '
+                           'ORDER BY rank NULLS FIRST')
+                elif table in EARLY_TABLES or not ranked:
                     sql = f'SELECT * FROM "small_{table}"'
                 else:
                     sql = (f'SELECT * FROM "small_{table}" WHERE NOT list_contains(?, rank) '

@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from . import nesting, tracefile
+from . import jsonfile, nesting, tracefile
 from .columns import arrow_table
 
 KIND_ORDER = ["python", "cann", "hardware", "communication", "overlap", "counter", "other"]
@@ -67,6 +67,12 @@ RANK_OF_FILE = "CAST(list_extract(?::INTEGER[], list_position(?::VARCHAR[], file
 # an int64 (a B/E pair's dur is E - B); beyond, it is skipped like a ts that is not a number
 TS_LIMIT = 1 << 62
 UNUSABLE_TS = f"UPDATE {{p}}ev_t SET ts_ns = NULL WHERE ts_ns <= -{TS_LIMIT} OR ts_ns >= {TS_LIMIT}"
+# a negative time is before 1970: no profiler writes one (times are epoch ns, or a device clock counting up from
+# boot); one such event would stretch the run over decades, so it is skipped like an unusable ts
+NEGATIVE_TS = ["CREATE OR REPLACE TABLE {p}neg AS SELECT coalesce(rank, ?) AS rank, rowid AS seq FROM {p}ev_t "
+               "WHERE ts_ns < 0",
+               "UPDATE {p}ev_t SET ts_ns = NULL WHERE ts_ns < 0"]
+NEGATIVE_TS_COUNT = "SELECT rank, count(*), min(seq) FROM {p}neg GROUP BY rank"
 # an X event ending past the int64 range of ns cannot be placed on the timeline: skipped like a bad dur
 MARK_OVERFLOWING_ENDS = """
 UPDATE {p}ev_t SET bad_dur = true, ts_ns = NULL
@@ -296,7 +302,7 @@ FLOW_COUNTS = ("coalesce(f.n_flows, 0), coalesce(f.flow_base, 0)",
                "GROUP BY rank) f USING (rank)")
 
 STAGE_TABLES = ("ev_t", "x", "nest", "fe", "pairs", "bound", "matched", "tracks", "flows", "counters", "steps",
-                "offsets")
+                "offsets", "neg")
 
 
 def staged_counts(cur, prefix: str, flows: bool = True) -> dict[int, tuple[int, int, int, int, int, int]]:
@@ -358,6 +364,20 @@ LEFT JOIN {p}bound sb ON sb.seq = m.src_seq LEFT JOIN {p}bound db ON db.seq = m.
 """
 PAIR_BATCH_ENDS = 1_000_000  # flow ends paired at a time (whole (cat, id) keys): numpy memory stays bounded
 
+# args nested deeper than this are not kept (profilers write 2-3 levels): a recursive JSON parser or encoder in a
+# view would fail on them. Candidates: long enough, holding a nesting step (an opener right after ':', ',' or '['),
+# found by plain substring tests (cheap on every event), then a chain of this many openers (a regular expression,
+# on those only); the depth itself is then measured exactly
+MAX_ARGS_DEPTH = 64
+_NESTING = ("[[", "[{", ":{", ": {", ":[", ": [", ",{", ", {", ",[", ", [")
+DEEP_ARGS_CANDIDATES = ("SELECT rowid, CAST(args AS VARCHAR) FROM {p}ev_t WHERE length(args) > "
+                        + str(2 * MAX_ARGS_DEPTH) + " AND ("
+                        + " OR ".join("contains(args, '" + n.replace("{", "{{") + "')" for n in _NESTING)
+                        + ") AND regexp_matches(args, '([\\[{{][^\\]}}]*){{" + str(MAX_ARGS_DEPTH) + "}}')")
+DEEP_ARGS_NOTE = f'{{"args": "not loaded: nested deeper than {MAX_ARGS_DEPTH} levels"}}'
+# DuckDB's JSON reader holds one object in a buffer of maximum_object_size (16 MiB by default): a larger event is
+# cut out (an event of torch_npu or msprof is a few hundred bytes; one of MBs is damage or an attack)
+MAX_EVENT_BYTES = (16 << 20) - (64 << 10)
 _RECORD_AT = re.compile(r"in record/value (\d+)")
 _DUPLICATE_KEY = re.compile(r'has duplicate key "([^"]*)"')
 
@@ -386,6 +406,7 @@ class TraceLoad:
         self.skipped: list[int] = []  # original indices of the events removed from the file DuckDB reads
         self.extra: dict = {}  # the top-level keys beside traceEvents, once read()
         self.locate = None  # (rank, seq) -> " (the first at byte N)", for a stage of several traces
+        self.negative: dict[int, tuple[int, int]] = {}  # rank -> events with a ts before 1970, the first's seq
 
     def _read_with_progress(self, path: Path | list[Path], ranks: list[int] | None = None) -> None:
         try:
@@ -464,6 +485,19 @@ class TraceLoad:
                     path = prepared.path
                     self.skipped = []  # prepared afresh from the original
                     continue
+                if "maximum_object_size" in msg:  # one event larger than the reader holds: that event goes
+                    path, big = tracefile.drop_large_events(path, self.workdir, MAX_EVENT_BYTES)
+                    if not big:
+                        raise tracefile.TraceFileError(msg.splitlines()[0]) from exc
+                    originals = [(self._original_index(i), size) for i, size in big]
+                    for original, size in originals:
+                        self.skipped.append(original)
+                        limit_mb = MAX_EVENT_BYTES / (1 << 20)
+                        self.warnings.append(f"an event of {size / (1 << 20):.1f} MB {self._where(original)} was "
+                                             f"skipped: one event may take at most {limit_mb:.0f} MB (a huge string "
+                                             "in its args?); the events around it were loaded")
+                    self.status = "partial"
+                    continue
                 m = _RECORD_AT.search(msg)
                 dup = _DUPLICATE_KEY.search(msg)
                 if m and (dup or "Malformed JSON" in msg or "malformed" in msg.lower()):
@@ -494,11 +528,32 @@ class TraceLoad:
         self.sql(EV_VIEW)
         lo, hi, x_hi, dur_hi = self.sql("SELECT min(ts_ns), max(ts_ns), max(ts_ns) FILTER (WHERE ph = 'X'), "
                                         "max(dur_ns) FILTER (WHERE ph = 'X') FROM {p}ev_t").fetchone()
+        if lo is not None and lo < 0:  # before 1970: a run would span decades; skipped, counted apart
+            self.sql(NEGATIVE_TS[0], [self.rank])
+            self.sql(NEGATIVE_TS[1])
+            self.negative = {int(r): (int(n), int(first)) for r, n, first in self.sql(NEGATIVE_TS_COUNT).fetchall()}
         if lo is not None and (lo <= -TS_LIMIT or hi >= TS_LIMIT):
             self.sql(UNUSABLE_TS)
         if x_hi is not None and dur_hi is not None and x_hi + dur_hi > INT64_MAX:
             self.sql(MARK_OVERFLOWING_ENDS)
+        self._bound_args_depth()
         self.on_progress(self.READ_SHARE)
+
+    def _bound_args_depth(self) -> None:
+        """Replace the args of events nested deeper than MAX_ARGS_DEPTH (a parser or encoder recursing through
+        them would fail later, when a view shows the slice) with a note; warn with the first one's offset. The
+        regular expression only finds candidates (a chain of openers); the depth itself is measured exactly."""
+        rows = self.sql(DEEP_ARGS_CANDIDATES).fetchall()
+        deep = [seq for seq, args in rows if jsonfile.max_depth(args) > MAX_ARGS_DEPTH]
+        if not deep:
+            return
+        self.cur.execute(f"UPDATE {self.p}ev_t SET args = ? WHERE rowid IN (SELECT unnest(?))",
+                         [DEEP_ARGS_NOTE, deep])
+        for rank, count, first in self.cur.execute(
+                f"SELECT coalesce(rank, ?), count(*), min(rowid) FROM {self.p}ev_t WHERE rowid IN (SELECT unnest(?)) "
+                "GROUP BY 1 ORDER BY 1", [self.rank, deep]).fetchall():
+            self.note(int(rank), f"{count} events with args nested deeper than {MAX_ARGS_DEPTH} levels were loaded "
+                                 f"without their args{self._where_seq(int(rank), first)}")
 
     def _original_index(self, index: int) -> int:
         """The place in the original file of the ``index``-th event of the file read (some may be removed)."""
@@ -598,9 +653,17 @@ class TraceLoad:
                                    min(seq) FILTER (WHERE bad_dur)
                             FROM k GROUP BY rank ORDER BY rank""").fetchall()
             for rank, bad_ts, other, phases, first_bad_ts, bad_dur, first_bad_dur in skipped:
-                if bad_ts:
-                    self.note(rank, f"{bad_ts} events without a usable ts were skipped"
-                                    f"{self._where_seq(rank, first_bad_ts)}")
+                negative, first_negative = self.negative.get(rank, (0, None))
+                if negative:
+                    self.note(rank, f"{negative} events with a negative ts (before 1970) were skipped"
+                                    f"{self._where_seq(rank, first_negative)}; the events around them were loaded")
+                if bad_ts - negative:
+                    first = first_bad_ts if not negative else self.sql(
+                        f"SELECT min(seq) FROM {self.p}ev WHERE rank = ? AND ts_ns IS NULL AND bad_dur IS NOT TRUE "
+                        f"AND ph IN ('X','B','E','i','I','C','s','f') AND seq NOT IN (SELECT seq FROM {self.p}neg)",
+                        [rank]).fetchone()[0]
+                    self.note(rank, f"{bad_ts - negative} events without a usable ts were skipped"
+                                    f"{self._where_seq(rank, first)}")
                 if bad_dur:
                     self.note(rank, f"{bad_dur} X events whose dur is not a usable duration (not a number, infinite, "
                                     "or ending beyond the int64 range of ns) were skipped"

@@ -49,6 +49,22 @@ def _register(data_dir: Path, name: str, db: Path, source: str) -> str:
     return run.id
 
 
+def empty_run(path: Path, name: str, ranks: int, t0_ns: int, span_ns: int):
+    """A run database holding only the empty tables every run has and ``ranks`` ranks without a trace, each from
+    ``t0_ns`` for ``span_ns``; the open connection."""
+    con = duckdb.connect(str(path))
+    for ddl in CORE_DDL + list(EMPTY_TABLES.values()):
+        con.execute(ddl)
+    for table in commfiles.COLUMNS:
+        commfiles.create_table(con, table, [], None)
+    con.execute(LOD_LEVELS_DDL)
+    con.execute("INSERT INTO meta VALUES ('schema_version', ?), ('source_path', ?)", [str(SCHEMA_VERSION), name])
+    con.execute(f"""INSERT INTO ranks (rank, device_id, folder, rank_source, has_trace, start_ns, end_ns)
+                    SELECT r, r % 16, 'rank' || r || '_ascend_pt', 'profiler_info_file', false, {int(t0_ns)},
+                           {int(t0_ns) + int(span_ns)} FROM range({int(ranks)}) t(r)""")
+    return con
+
+
 def step_value(rank: int, step: int, slow: set[int]) -> tuple[int, int, int]:
     """(computing, exposed communication, free) of a rank at a step, in ns: a little spread, slow ranks longer."""
     wobble = (rank * 7919 + step * 104_729) % 20_000
@@ -60,17 +76,7 @@ def synthetic_cluster_run(data_dir: Path, work: Path, *, ranks: int = 1000, step
                           slow_ranks: tuple[int, ...] = (17, 503, 998), slow_link: tuple[int, int] = (41, 42),
                           name: str = "cluster-synthetic") -> SyntheticRun:
     path = work / f"{name}.duckdb"
-    con = duckdb.connect(str(path))
-    for ddl in CORE_DDL + list(EMPTY_TABLES.values()):
-        con.execute(ddl)
-    for table in commfiles.COLUMNS:
-        commfiles.create_table(con, table, [], None)
-    con.execute(LOD_LEVELS_DDL)
-    con.execute("INSERT INTO meta VALUES ('schema_version', ?), ('source_path', ?)", [str(SCHEMA_VERSION), name])
-    t0 = 1_736_408_883_600_000_000
-    con.execute(f"""INSERT INTO ranks (rank, device_id, folder, rank_source, has_trace, start_ns, end_ns)
-                    SELECT r, r % 16, 'rank' || r || '_ascend_pt', 'profiler_info_file', false, {t0}, {t0} + 1000
-                    FROM range({ranks}) t(r)""")
+    con = empty_run(path, name, ranks, 1_736_408_883_600_000_000, 1000)
     slow = ", ".join(str(r) for r in slow_ranks)
     # the numbers of step_value(), in SQL: executemany would take minutes for 100,000 rows
     con.execute(f"""

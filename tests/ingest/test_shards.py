@@ -256,7 +256,7 @@ def test_connect_attaches_only_the_ranks_asked_for(generated, tmp_path):
         assert loaded == [1]
         dbs = {d for (d,) in con.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal"
                                          ).fetchall()}
-        assert dbs == {"memory", "cluster", "s0"}
+        assert dbs == {"memory", "cluster", "r1"}  # a shard is attached as r<its first rank>
         assert con.execute("SELECT DISTINCT rank FROM tracks").fetchall() == [(1,)]
         # the run-wide tables still list every rank
         assert con.execute("SELECT count(*) FROM ranks").fetchone()[0] == 3

@@ -2,6 +2,7 @@
 // debug/automation surface (lane positions, drawn arrows, view, geometry, markers, offsets, System View state)
 // used by the browser tests.
 
+import { attachExport } from "./export.js";
 import { DEPTH_PX, FOLDED_ROWS, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
 import { rowTop } from "./hittest.js";
 import { attachInput } from "./input.js";
@@ -11,6 +12,7 @@ const root = document.getElementById("timeline");
 
 if (root) {
   const tl = new Timeline(root);
+  attachExport(root, document.getElementById("tl-export"));
   window.__timeline = {
     ready: false,
     error: null,
@@ -78,6 +80,10 @@ if (root) {
       return tl.range ? { start_ns: tl.abs(tl.range.start), end_ns: tl.abs(tl.range.end) } : null;
     },
     setRange: (startAbs, endAbs) => tl.setRange(tl.rel(startAbs), tl.rel(endAbs)),
+    /** The analysis overlays: toggles, what the last frame drew, the loaded wait chains and critical path. */
+    get insights() {
+      return tl.insights ? tl.insights.debug() : null;
+    },
     get systemView() {
       const sv = tl.panel.systemView;
       return { rank: sv.rank, page: sv.page, scope: sv.scope ? { start_ns: tl.abs(sv.scope.start),

@@ -19,6 +19,7 @@ import { DataStore } from "./data.js";
 import { buildFlowPicker } from "./flowpicker.js";
 import { DEPTH_PX, FOLDED_ROWS, HEADER_PX, MORE_PX, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
 import { rowTop } from "./hittest.js";
+import { Insights } from "./insights.js";
 import { buildTree, indexTree, layout, renderLabels, shownDepths, stickLabel } from "./lanes.js";
 import { MarkerBar } from "./markerbar.js";
 import { Offsets, parseOffset } from "./offsets.js";
@@ -115,6 +116,7 @@ export class Timeline {
       onChange: () => this.renderSearch(),
     });
     this.markers = new MarkerBar(this);
+    this.insights = new Insights(this);  // wait chains and the critical path (insights.js)
     this.markers.bindList(this.$("tl-markers-btn"), this.$("tl-markers-pop"));
     this.menu = new ContextMenu(this.root);
     this.rankFilter = currentRank();
@@ -787,6 +789,7 @@ export class Timeline {
     this.data.ensure(v, this.W, vis.slices, vis.counters);
     const state = this.drawState();
     this.arrows = this.renderer.draw(state);
+    this.insights.draw(state);
     this.renderer.drawRuler(state, this.hoverX);
     this.renderer.drawOverlay(state, this.hover);
     this.root.dataset.viewStartNs = this.abs(v.start);
@@ -794,6 +797,7 @@ export class Timeline {
     this.$("tl-span").textContent = formatDuration(v.span);
     this.placeRangeButton();
     this.updateStatus();
+    this.refreshHover?.();  // the slices moved under a still mouse (a key pan, a zoom): its tooltip follows
   }
 
   drawOverlayOnly() {

@@ -1,0 +1,213 @@
+"""The SQL console: one read-only statement over a run's documented tables, time-limited and row-capped.
+
+Contract: :func:`check` refuses (``QueryError``, 400) anything but exactly one ``SELECT`` statement — ``SELECT``,
+``WITH … SELECT``, ``VALUES``, ``FROM …``, ``DESCRIBE`` / ``SHOW`` / ``SUMMARIZE`` parse as one — judged by DuckDB's
+own parser (``extract_statements``: ATTACH, COPY, INSTALL, LOAD, SET, PRAGMA, CALL, EXPORT, CREATE, UPDATE… are
+other statement types), and any call of :data:`BLOCKED_FUNCTIONS` (functions that run SQL from a string, or show
+server paths and settings), found in DuckDB's parse tree (``json_serialize_sql``). What gets past it runs on a
+locked connection (``server/console.py``: no file or network access, no ``SET``): a file name or URL in a query
+fails there. :func:`run` fetches at most ``max_rows`` rows (``truncated`` says when there were more) under a
+deadline that interrupts the query.
+
+Values leave JSON-ready: integers beyond 2**53 (epoch ns) as decimal strings, other non-JSON types as text.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import re
+import threading
+import time
+import uuid
+
+import duckdb
+
+from ascendscope.server.db import QueryTimeout
+from ascendscope.server.deadlines import DEADLINES
+from ascendscope.server.queries import QueryError
+
+MAX_SQL_CHARS = 20_000
+MAX_ROWS = 5_000
+MAX_CELL_CHARS = 2_000
+EXACT_INT = 2 ** 53
+BLOCKED_FUNCTIONS = frozenset({
+    "query", "query_table", "json_execute_serialized_sql", "current_setting", "getenv", "duckdb_databases",
+    "duckdb_settings", "duckdb_temporary_files", "duckdb_extensions", "duckdb_secrets", "duckdb_memory",
+    "duckdb_logs", "duckdb_log_contexts", "pragma_database_list", "pragma_database_size", "pragma_storage_info",
+    "pragma_metadata_info", "pragma_user_agent", "pragma_platform", "which_secret",
+})
+ALLOWED_TYPES = ("StatementType.SELECT",)
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# one parser for every request: extract_statements and json_serialize_sql touch no data
+_PARSER = duckdb.connect(":memory:")
+_PARSER.execute("SET enable_external_access = false")
+_PARSER.execute("SET lock_configuration = true")
+_PARSER_LOCK = threading.Lock()
+
+# docs/schema.md, "Example queries": the same text (a test keeps the two equal), one click away in the console
+EXAMPLES = (
+    ("The ten longest kernels of rank 0",
+     "SELECT name, duration_ns / 1e3 AS us FROM kernels WHERE rank = 0 ORDER BY duration_ns DESC LIMIT 10;"),
+    ("The kernel each torch op launched",
+     "SELECT o.name AS op, k.name AS kernel, k.dur_ns\n"
+     "FROM flows f JOIN slices o ON o.slice_id = f.src_slice_id JOIN slices k ON k.slice_id = f.dst_slice_id\n"
+     "WHERE f.cat = 'async_npu';"),
+    ("Kernel time per type and rank",
+     "SELECT rank, type, count(*) AS kernels, sum(duration_ns) / 1e6 AS ms\n"
+     "FROM kernels GROUP BY rank, type ORDER BY ms DESC LIMIT 20;"),
+    ("Step time per rank and step",
+     "SELECT rank, step, step_ns / 1e6 AS step_ms, computing_ns / 1e6 AS computing_ms, free_ns / 1e6 AS free_ms\n"
+     "FROM cluster_steps ORDER BY step, rank;"),
+    ("Collectives that waited longest for their last rank",
+     "SELECT group_id, op_name, seq, arg_max(rank, start_ns) AS last_rank,\n"
+     "       (max(start_ns) - min(start_ns)) / 1e3 AS spread_us, count(*) AS ranks\n"
+     "FROM cluster_collectives GROUP BY group_id, op_name, seq HAVING count(*) > 1\n"
+     "ORDER BY spread_us DESC LIMIT 20;"),
+)
+# one line per documented table (docs/schema.md has the columns' meaning)
+TABLE_NOTES = {
+    "meta": "schema version, source, ingest time", "ranks": "one row per rank: device, folder, time range",
+    "files": "every input file seen, its kind, rows and status", "warnings": "everything not loaded as it was",
+    "tracks": "timeline lanes (per rank, pid, tid)", "slices": "every trace slice (X events), nested",
+    "flows": "flow arrows paired to their slices", "counters": "counter samples (C events)",
+    "steps": "ProfilerStep ranges, host and device", "slice_lod": "level-of-detail summary of slices",
+    "lod_levels": "the level-of-detail widths", "kernels": "kernel_details.csv", "operators": "operator_details.csv",
+    "op_statistic": "op_statistic.csv", "api_statistic": "api_statistic.csv", "step_trace": "step_trace_time.csv",
+    "memory_record": "memory_record.csv", "operator_memory": "operator_memory.csv",
+    "npu_module_mem": "npu_module_mem.csv", "l2_cache": "l2_cache.csv", "comm_ops": "communication.json, per op",
+    "comm_bandwidth": "communication.json, per op and transport",
+    "comm_size_distribution": "communication.json, packet sizes", "comm_matrix": "communication_matrix.json",
+    "cluster_ranks": "per rank: counts (whole run)", "cluster_steps": "per rank and step: the breakdown (whole run)",
+    "cluster_comm_matrix": "per rank file and link (whole run)",
+    "cluster_collectives": "per collective instance and rank: arrival and window (whole run)",
+    "cluster_analysis_files": "cluster_analysis_output files",
+    "cluster_analysis_step_trace": "cluster_step_trace_time.csv",
+    "cluster_analysis_comm_matrix": "cluster_communication_matrix.json",
+    "cluster_analysis_comm_ops": "cluster_communication.json, per op and rank",
+    "cluster_analysis_comm_bandwidth": "cluster_communication.json, per transport",
+    "cluster_analysis_groups": "communication_group.json",
+}
+SCHEMA_SQL = """
+SELECT table_name, column_name, data_type FROM information_schema.columns
+WHERE table_schema = 'main' AND table_catalog = current_catalog() ORDER BY table_name, ordinal_position
+"""
+
+
+def _functions(tree) -> set[str]:
+    out: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            name = node.get("function_name")
+            if isinstance(name, str):
+                out.add(name.lower())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
+
+
+def check(sql: str) -> str:
+    """The statement to run, or ``QueryError`` saying why it is refused."""
+    text = (sql or "").strip()
+    if not text:
+        raise QueryError("empty_query", "type a SELECT statement")
+    if len(text) > MAX_SQL_CHARS:
+        raise QueryError("query_too_long", f"a query has at most {MAX_SQL_CHARS:,} characters")
+    with _PARSER_LOCK:
+        try:
+            statements = _PARSER.extract_statements(text)
+        except duckdb.Error as exc:
+            raise QueryError("syntax_error", _first_line(exc)) from None
+        if len(statements) != 1:
+            raise QueryError("one_statement", f"one statement at a time ({len(statements)} given)")
+        kind = str(statements[0].type)
+        if kind not in ALLOWED_TYPES:
+            raise QueryError("read_only", f"only SELECT statements run here ({kind.split('.')[-1]} refused: the "
+                                          "console is read-only, without ATTACH, COPY, INSTALL, LOAD or SET)")
+        tree = json.loads(_PARSER.execute("SELECT json_serialize_sql(?::VARCHAR)", [text]).fetchone()[0])
+    if not tree.get("error"):
+        blocked = sorted(_functions(tree) & BLOCKED_FUNCTIONS)
+        if blocked:
+            raise QueryError("function_refused", f"{', '.join(blocked)}: not available in the console (it runs "
+                                                 "SQL from a string or shows server settings)")
+    return text
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
+
+
+def cell(v):
+    """A value as JSON takes it (see the module note)."""
+    if v is None or isinstance(v, (bool, str)):
+        return v if not isinstance(v, str) or len(v) <= MAX_CELL_CHARS else v[:MAX_CELL_CHARS] + "…"
+    if isinstance(v, int):
+        return v if -EXACT_INT <= v <= EXACT_INT else str(v)
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else None
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
+        return v.isoformat()
+    if isinstance(v, datetime.timedelta):
+        return str(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).hex()
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return [cell(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): cell(x) for k, x in v.items()}
+    return str(v)
+
+
+def run(conn, sql: str, *, timeout_s: float, max_rows: int = MAX_ROWS) -> dict:
+    """Run one checked statement on a cursor of the console connection ``conn``: ``{columns, types, rows,
+    row_count, truncated, elapsed_ms}``. Raises ``QueryError`` for a query DuckDB rejects, ``QueryTimeout`` (504) for
+    one that ran out of time."""
+    text = check(sql)
+    cur = conn.cursor()
+    cancel = DEADLINES.call_later(timeout_s, cur.interrupt)
+    t0 = time.perf_counter()
+    try:
+        cur.execute(text)
+        names = [d[0] for d in cur.description] if cur.description else []
+        types = [str(d[1]) for d in cur.description] if cur.description else []
+        rows = cur.fetchmany(max_rows + 1)
+    except duckdb.InterruptException:
+        raise QueryTimeout(f"the query ran longer than {timeout_s:g} s and was stopped") from None
+    except duckdb.Error as exc:
+        raise QueryError("query_failed", _first_line(exc)) from None
+    finally:
+        cancel()
+        cur.close()
+    return {"columns": names, "types": types, "rows": [[cell(v) for v in r] for r in rows[:max_rows]],
+            "row_count": min(len(rows), max_rows), "truncated": len(rows) > max_rows, "row_cap": max_rows,
+            "elapsed_ms": round((time.perf_counter() - t0) * 1000, 1)}
+
+
+def schema(conn) -> list[dict]:
+    """The tables and views the console sees, with their columns and a note for the documented ones."""
+    cur = conn.cursor()
+    try:
+        rows = cur.execute(SCHEMA_SQL).fetchall()
+    finally:
+        cur.close()
+    tables: dict[str, dict] = {}
+    for table, column, data_type in rows:
+        if not NAME_RE.match(table):
+            continue
+        t = tables.setdefault(table, {"name": table, "note": TABLE_NOTES.get(table), "columns": []})
+        t["columns"].append({"name": column, "type": data_type})
+    documented = [tables[n] for n in TABLE_NOTES if n in tables]
+    return documented + [t for n, t in sorted(tables.items()) if n not in TABLE_NOTES]
+
+
+def examples() -> list[dict]:
+    return [{"title": t, "sql": s} for t, s in EXAMPLES]

@@ -1,0 +1,162 @@
+"""The SQL console's API (/api/runs/{id}/query): one read-only SELECT, time-limited, row-capped, without file or
+network access — each refusal tested — on single-file and sharded runs, in read-only and token mode."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from ascendscope.server.app import create_app
+from ascendscope.server.queries import sql_console as sc
+from ascendscope.server.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def q(client, run_id, sql, **params):
+    return client.get(f"/api/runs/{run_id}/query", params={"sql": sql, **params})
+
+
+def test_a_select_answers_columns_types_and_rows(client, wait_runs):
+    r = q(client, wait_runs.ids["waits"], "SELECT rank, count(*) AS n, min(ts_ns) AS first FROM slices "
+                                          "GROUP BY rank ORDER BY rank")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["columns"] == ["rank", "n", "first"] and body["types"][:2] == ["INTEGER", "BIGINT"]
+    assert [row[0] for row in body["rows"]] == [0, 1, 2, 3] and not body["truncated"]
+    assert isinstance(body["rows"][0][2], str)  # epoch ns beyond 2**53 leave as decimal strings
+    assert int(body["rows"][0][2]) == 1_736_408_883_000_000_000
+
+
+# (what, sql, status, error code)
+REFUSED = [
+    ("ATTACH", "ATTACH '/tmp/other.duckdb' AS other", 400, "read_only"),
+    ("DETACH", "DETACH cluster", 400, "read_only"),
+    ("COPY to a file", "COPY (SELECT 1) TO '/tmp/ascendscope-console.csv'", 400, "read_only"),
+    ("COPY from a file", "COPY slices FROM '/etc/hosts'", 400, "read_only"),
+    ("INSTALL", "INSTALL httpfs", 400, "read_only"),
+    ("LOAD", "LOAD httpfs", 400, "read_only"),
+    ("SET", "SET enable_external_access = true", 400, "read_only"),
+    ("PRAGMA", "PRAGMA database_list", 400, "read_only"),
+    ("CALL", "CALL pragma_version()", 400, "read_only"),
+    ("CREATE", "CREATE TABLE t AS SELECT 1", 400, "read_only"),
+    ("DELETE", "DELETE FROM slices", 400, "read_only"),
+    ("EXPORT", "EXPORT DATABASE '/tmp/ascendscope-export'", 400, "read_only"),
+    ("two statements", "SELECT 1; SELECT 2", 400, "one_statement"),
+    ("a statement hidden after a select", "SELECT 1; ATTACH '/tmp/x.duckdb' AS x", 400, "one_statement"),
+    ("read a file by function", "SELECT * FROM read_csv('/etc/hosts')", 400, "query_failed"),
+    ("read a file by name", "SELECT * FROM '/etc/hosts'", 400, "query_failed"),
+    ("read a text file", "SELECT * FROM read_text('/etc/hostname')", 400, "query_failed"),
+    ("list files", "SELECT * FROM glob('/etc/*')", 400, "query_failed"),
+    ("network", "SELECT * FROM read_parquet('https://example.com/x.parquet')", 400, "query_failed"),
+    ("SQL from a string", "SELECT * FROM query('SELECT 42')", 400, "function_refused"),
+    ("server paths", "SELECT * FROM duckdb_databases()", 400, "function_refused"),
+    ("server settings", "SELECT current_setting('temp_directory')", 400, "function_refused"),
+    ("settings table", "SELECT * FROM duckdb_settings()", 400, "function_refused"),
+    ("an empty query", "   ", 400, "empty_query"),
+    ("a syntax error", "SELEC 1", 400, "syntax_error"),
+]
+
+
+@pytest.mark.parametrize("what,sql,status,code", REFUSED, ids=[r[0] for r in REFUSED])
+def test_refused(client, wait_runs, what, sql, status, code):
+    for run in ("waits", "waits_sharded"):
+        r = q(client, wait_runs.ids[run], sql)
+        assert r.status_code == status, (what, r.text)
+        assert r.json()["error"]["code"] == code, (what, r.text)
+        assert "/tmp/pytest" not in r.text  # no server path in the message
+    assert not Path("/tmp/ascendscope-console.csv").exists() and not Path("/tmp/ascendscope-export").exists()
+
+
+def test_the_console_connection_stays_locked(client, wait_runs):
+    """A setting cannot be changed from a query either: lock_configuration (and a SELECT is all that runs)."""
+    r = q(client, wait_runs.ids["waits"], "SELECT value FROM duckdb_settings() WHERE name = 'lock_configuration'")
+    assert r.status_code == 400
+    # the views' own connection is another one: the timeline still answers
+    assert client.get(f"/api/runs/{wait_runs.ids['waits']}/timeline/tracks").status_code == 200
+
+
+def test_the_row_cap(client, wait_runs):
+    r = q(client, wait_runs.ids["waits"], "SELECT range AS i FROM range(20000)")
+    body = r.json()
+    assert body["row_count"] == sc.MAX_ROWS and body["truncated"] and body["row_cap"] == sc.MAX_ROWS
+    small = q(client, wait_runs.ids["waits"], "SELECT range AS i FROM range(20000)", limit=10).json()
+    assert small["row_count"] == 10 and small["truncated"]
+    csv = client.get(f"/api/runs/{wait_runs.ids['waits']}/query.csv",
+                     params={"sql": "SELECT range AS i FROM range(20000)"})
+    assert csv.status_code == 200 and csv.headers["X-Row-Count"] == "20000" and csv.headers["X-Truncated"] == "false"
+    assert csv.text.splitlines()[:3] == ["i", "0", "1"]
+
+
+def test_the_time_limit(runs, wait_runs):
+    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_timeout_s=0.5))
+    with TestClient(app) as c:
+        r = q(c, wait_runs.ids["waits"], "SELECT sum(a.range * b.range) FROM range(200000) a, range(200000) b")
+        assert r.status_code == 504 and r.json()["error"]["code"] == "query_timeout"
+        assert q(c, wait_runs.ids["waits"], "SELECT 1 AS one").json()["rows"] == [[1]]  # the console still answers
+
+
+def test_schema_lists_the_documented_tables_and_examples(client, wait_runs):
+    body = client.get(f"/api/runs/{wait_runs.ids['waits_sharded']}/query/schema").json()
+    names = [t["name"] for t in body["tables"]]
+    for table in ("slices", "flows", "kernels", "cluster_collectives", "cluster_steps", "meta"):
+        assert table in names
+    assert names.index("meta") < names.index("slices")  # documented order
+    slices = next(t for t in body["tables"] if t["name"] == "slices")
+    assert {"slice_id", "ts_ns", "dur_ns", "args"} <= {c["name"] for c in slices["columns"]}
+    assert body["examples"] and body["loaded_ranks"] == [0, 1, 2, 3] and body["ranks"] == 4
+
+
+def test_every_documented_table_has_a_note_and_the_examples_are_in_the_docs():
+    doc = (ROOT / "docs" / "schema.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `([a-z_0-9]+)` \|", doc, re.M))
+    assert documented and documented <= set(sc.TABLE_NOTES), documented - set(sc.TABLE_NOTES)
+    for _title, sql in sc.EXAMPLES:
+        assert sql in doc, sql
+
+
+@pytest.mark.parametrize("run", ["waits", "waits_sharded", "generated"])
+def test_every_example_runs(client, wait_runs, runs, run):
+    run_id = wait_runs.ids.get(run) or runs.ids[run]
+    for title, sql in sc.EXAMPLES:
+        r = q(client, run_id, sql)
+        assert r.status_code == 200, (title, r.text)
+
+
+def test_a_big_sharded_run_loads_the_ranks_asked_for(runs, wait_runs):
+    """Above max_loaded_ranks the rank tables hold the ranks asked for (else the first); the cluster tables hold all."""
+    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), max_loaded_ranks=2))
+    run = wait_runs.ids["waits_sharded"]
+    with TestClient(app) as c:
+        one = q(c, run, "SELECT DISTINCT rank FROM slices ORDER BY rank").json()
+        assert one["rows"] == [[0]] and one["loaded_ranks"] == [0] and one["ranks"] == 4
+        two = q(c, run, "SELECT DISTINCT rank FROM slices ORDER BY rank", ranks="2,3").json()
+        assert two["rows"] == [[2], [3]] and two["loaded_ranks"] == [2, 3]
+        capped = q(c, run, "SELECT count(DISTINCT rank) FROM slices", ranks="0,1,2,3").json()
+        assert capped["rows"] == [[2]]  # at most max_loaded_ranks shards
+        everyone = q(c, run, "SELECT count(DISTINCT rank) FROM cluster_collectives").json()
+        assert everyone["rows"] == [[4]]
+
+
+def test_read_only_and_token_mode(runs, wait_runs):
+    run = wait_runs.ids["waits"]
+    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), read_only=True, token="s3cret"))
+    with TestClient(app) as c:
+        assert q(c, run, "SELECT 1").status_code == 401
+        r = c.get(f"/api/runs/{run}/query", params={"sql": "SELECT 1 AS one"},
+                  headers={"Authorization": "Bearer s3cret"})
+        assert r.status_code == 200 and r.json()["rows"] == [[1]]
+
+
+def test_cells_become_json():
+    import datetime
+    import decimal
+
+    assert sc.cell(2 ** 60) == str(2 ** 60) and sc.cell(5) == 5 and sc.cell(float("nan")) is None
+    assert sc.cell(decimal.Decimal("1.50")) == "1.50" and sc.cell(b"\x01\xff") == "01ff"
+    assert sc.cell(datetime.date(2025, 1, 9)) == "2025-01-09" and sc.cell([2 ** 60, {"a": 1}]) == [str(2 ** 60),
+                                                                                                   {"a": 1}]
+    assert len(sc.cell("x" * 5000)) == sc.MAX_CELL_CHARS + 1
