@@ -332,7 +332,7 @@ def targets(sizes: list[dict], ray: dict) -> list[dict]:
 
 def table(report: dict) -> str:
     lines = [f"ascendscope bench suite ({'quick' if report['quick'] else 'full'}), {report['cpus']} cores, "
-             f"load {report['load_start']} → {report['load_end']}", ""]
+             f"load {report['load_start']} → {report['load_end']}, {report.get('seconds', 0) / 60:.1f} min", ""]
     head = f"{'ranks':>5} {'MB/rank':>8} {'tool':<20} {'input MB':>9} {'wall s':>8} {'cpu s':>8} {'MB/s':>8} " \
            f"{'peak RSS':>9} {'tree RSS':>9} {'ours ×':>7}  views / rank 0 / ready (s) · progress first / still (s)"
     lines += [head, "-" * len(head)]
@@ -417,6 +417,7 @@ def main(argv=None) -> int:
                                                  "duckdb": pkg_version("duckdb"),
                                                  **{p: pkg_version(d) for p, d in PEER_PACKAGES.items()}},
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sizes": []}
+    t0 = time.perf_counter()
     try:
         for ranks, mb, tools_here in sizes:
             print(f"[{ranks} rank(s) × {mb:g} MB] generating (once) …", file=sys.stderr, flush=True)
@@ -466,6 +467,7 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["load_end"] = load()
+    report["seconds"] = round(time.perf_counter() - t0, 1)  # the whole suite, generation included
     report["targets"] = targets(report["sizes"], report["ray"])
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
