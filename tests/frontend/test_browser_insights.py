@@ -101,6 +101,8 @@ def test_critical_path_what_if(page, live_server, wait_runs, artifacts_dir):
     assert "Estimated step: 580 µs (measured 780 µs): 200 µs saved" in text
     assert page.locator(".cp-assumptions li").count() >= 5
     page.locator("#tl-panel").screenshot(path=str(artifacts_dir / "timeline_critical_path_whatif.png"))
+    assert page.locator(".cp-assumptions").get_attribute("open") is not None  # stated beside the estimate
+    page.locator(".cp-whatif").screenshot(path=str(artifacts_dir / "critical_path_whatif_result.png"))
 
 
 @needs_samples
