@@ -126,6 +126,8 @@ def test_sql_console(page, live_server, wait_runs, artifacts_dir):
     shown = [float(t) for t in page.locator("#q-table tbody tr td:nth-child(3)").all_inner_texts()]
     assert shown == sorted(shown, reverse=True) and len(set(shown)) > 1
     assert page.locator("#q-chart .main-svg").count() >= 1
+    # the chart's y by default is the first measure (step_ms), not a key column (step)
+    assert page.locator("#q-y option:checked").inner_text() == "step_ms"
     assert "/query.csv?sql=" in page.locator("#q-csv").get_attribute("href")
     page.screenshot(path=str(artifacts_dir / "sql_console.png"))
     # a link reproduces the query

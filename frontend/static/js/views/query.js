@@ -16,6 +16,7 @@ import { apiBase } from "./run.js";
 const api = `${apiBase}/query`;
 const NUMERIC = /^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT|FLOAT|DOUBLE|DECIMAL)/i;
 const MAX_CHART_POINTS = 5000;
+const KEY_COLUMN = /^(rank|step|seq|id|.*_id|group.*|device.*|stream.*|tid|pid)$/i;
 
 let result = null;
 let sort = { col: null, dir: 1 };
@@ -75,7 +76,11 @@ function fillAxes() {
   $("#q-chart").hidden = cols.length < 2;
   if (cols.length < 2) return;
   const want = { x: urlParam("x"), y: urlParam("y") };
-  const firstNumeric = result.types.findIndex((t, i) => i > 0 && NUMERIC.test(t));
+  // y by default: the first measure after the first column (a number that is not a rank, step or id), else the
+  // first number
+  const numericAt = (i) => i > 0 && NUMERIC.test(result.types[i]);
+  const measure = cols.findIndex((c, i) => numericAt(i) && !KEY_COLUMN.test(c));
+  const firstNumeric = measure >= 0 ? measure : cols.findIndex((c, i) => numericAt(i));
   for (const axis of ["x", "y"]) {
     const sel = clear($(`#q-${axis}`));
     sel.append(...cols.map((c, i) => el("option", { value: String(i) }, c)));
