@@ -10,6 +10,7 @@ COPY server server
 COPY frontend frontend
 COPY sample_data sample_data
 COPY bench bench
+COPY pyapi pyapi
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
@@ -23,7 +24,8 @@ RUN pip install --no-cache-dir --no-index --find-links=/wheels /wheels/ascendsco
     && rm -rf /wheels
 USER 10001:10001
 # The defaults of `ascendscope serve` inside the container: listen on all interfaces, keep runs in the volume,
-# never try to open a browser. Flags given after the image name win (e.g. `serve --read-only --token T /import`);
+# never try to open a browser; one server process per core the container gets (ASCENDSCOPE_WORKERS to change
+# it). Flags given after the image name win (e.g. `serve --read-only --token T /import`);
 # ASCENDSCOPE_TOKEN, ASCENDSCOPE_READ_ONLY and the other settings can be passed with -e.
 ENV ASCENDSCOPE_HOST=0.0.0.0 \
     ASCENDSCOPE_DATA_DIR=/data \

@@ -1,185 +1,242 @@
-"""Concurrent timeline users: N clients at once, each replaying the query benchmark's random walk, against a real
-server.
+"""Many users at once: ``wrk`` walks against real servers, this version beside an older one, in the same minutes.
 
-    ascendscope bench concurrency --slices 10000000 --clients 1 50
+    ascendscope bench concurrency --before /tmp/before          # the table of docs/benchmarks.md
+    ascendscope bench concurrency --quick                       # a smoke run on a small generated run
 
-Serves the cached synthetic run of ``bench.query`` with ``ascendscope serve`` in a child process (uvicorn, as in
-production; a fresh server for each measurement, so no answer is cached from the one before). N clients on one
-asyncio loop then send ``/timeline/slices`` requests over keep-alive connections for ``--seconds``, each client
-one request after the other (closed loop), so N requests are in flight at every moment:
+Scenarios (``--scenarios``), each on a generated run (``sample_data.generate``, ingested once into a store under
+``--cache``; ``--store-1rank``/``--store-8rank`` reuse a store already made):
 
-* ``distinct``: client i walks its own random walk (seed + i), as N users looking at different places;
-* ``identical``: every client walks the same walk, so each request arrives N times at once.
+* ``1rank``: one rank of ~1 M slices; every request is ``/timeline/slices`` for 4 of the 24 tracks on screen at
+  1,600 px, at 1 and 50 clients;
+* ``8rank``: 8 ranks, 8.8 GB of input; requests as a page makes them: 70 % slices (4 of 60 tracks on screen),
+  15 % counters (4 of 16 counter tracks), 15 % flows, at 1, 5 and 50 clients.
 
-Reports per request p50/p95/p99/max, requests per second, errors by HTTP status and the CPU seconds of the server
-and of the clients (they share the machine). The client is a minimal HTTP/1.1 reader so that it costs little CPU.
+Each connection of wrk runs on its own thread and walks its own random W/A/S/D path (``bench/wrk/walk.lua``),
+with windows quantised as the page quantises them, asking for the binary columns as the page does (an older server
+answers JSON). Each measurement gets a fresh server (no answer cached from the one before); the before and after
+servers alternate measurement by measurement and ``--repeat`` times, so both see the same load from the rest of
+the machine. At the highest client count, a second wrk asks ``/api/health`` on one connection meanwhile.
+
+Reported per measurement: requests/s, latency p50/p95/p99/max, errors (socket errors, timeouts, non-2xx), server
+CPU per request (all its processes), KB per answer, the load average, and health p99. ``--soak S`` then runs the
+8-rank mix at 50 clients for S seconds against this version and reports the RSS of every server process at the
+start, the end and its peak. ``--json FILE`` keeps everything.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import random
-import socket
-import subprocess
+import statistics
 import sys
+import threading
 import time
-from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
-from urllib.parse import urlencode
 
-import psutil
+from ascendscope.bench.served import Server
+from ascendscope.bench.wrkload import run_wrk, walk_config
 
-from ascendscope.bench.query import percentile, prepare_store, walk
-
-QUICK = {"slices": 200_000, "clients": [1, 4], "seconds": 2.0}
-
-
-class Connection:
-    """One keep-alive HTTP/1.1 connection that GETs a path and reads the whole answer (Content-Length framed)."""
-
-    def __init__(self, host: str, port: int):
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def get(self, target: str) -> tuple[int, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        self.writer.write(f"GET {target} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
-        head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        status = int(head[0].split()[1])
-        length = next((int(h.split(":", 1)[1]) for h in head[1:] if h.lower().startswith("content-length:")), None)
-        if length is None:
-            raise RuntimeError(f"answer without Content-Length to {target}: {head[0]}")
-        return status, await self.reader.readexactly(length)
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            await self.writer.wait_closed()
+QUICK = {"clients": [1, 4], "seconds": 2.0}
+SOAK_SAMPLE_S = 30.0
+WARM_S = 1.0  # a short walk of another seed before each measurement: databases opened, nothing else shared
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    ranks: int
+    target_mb: float  # per rank, for sample_data.generate
+    visible: int
+    mix: tuple[float, float, float]  # slices, counters, flows
+    clients: tuple[int, ...]
 
 
-def start_server(data: Path, port: int) -> subprocess.Popen:
-    env = dict(os.environ, ASCENDSCOPE_TOKEN="")
-    return subprocess.Popen([sys.executable, "-m", "ascendscope.server.cli", "serve", "--data-dir", str(data), "--host",
-                             "127.0.0.1", "--port", str(port), "--no-browser", "--read-only", "--log-level",
-                             "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+SCENARIOS = {
+    "1rank": Scenario("1rank", 1, 390, 24, (1.0, 0.0, 0.0), (1, 50)),
+    "8rank": Scenario("8rank", 8, 800, 60, (0.70, 0.15, 0.15), (1, 5, 50)),
+}
+QUICK_SCENARIO = Scenario("quick", 2, 0, 24, (0.70, 0.15, 0.15), (1, 4))
 
 
-async def wait_ready(proc: subprocess.Popen, port: int, run_id: str, timeout_s: float = 120) -> dict:
-    """The run's track list, once the server answers it (which also opens the run's database)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited: {proc.stderr.read().strip()}")
-        conn = Connection("127.0.0.1", port)
-        try:
-            status, body = await conn.get(f"/api/runs/{run_id}/timeline/tracks")
-            if status != 200:
-                raise SystemExit(f"track list failed ({status}): {body[:300]!r}")
-            return json.loads(body)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SystemExit("the server did not start") from None
-            await asyncio.sleep(0.1)
-        finally:
-            await conn.close()
+def prepare(cache: Path, sc: Scenario) -> tuple[Path, str]:
+    """A store with the scenario's generated run, ready (generated and ingested once, then reused)."""
+    from ascendscope.ingest.shards import ingest_sharded
+    from ascendscope.sample_data.generate import generate_run, ops_for_target_mb
+    from ascendscope.server.runs import RunStore
+
+    data = cache / f"concurrency_{sc.name}"
+    store = RunStore(data)
+    ready = [r for r in store.list() if r.status == "ready"]
+    if ready:
+        return data, ready[0].id
+    src = cache / f"concurrency_{sc.name}_src"
+    if not src.exists():
+        ops = ops_for_target_mb(sc.target_mb, steps=3, seed=0) if sc.target_mb else 60
+        print(f"generating {sc.ranks} rank(s), {ops} ops per step …", file=sys.stderr, flush=True)
+        generate_run(src, ranks=sc.ranks, steps=3, ops_per_step=ops, seed=0)
+    run = store.create_run(sc.name, str(src))
+    print(f"ingesting {src} …", file=sys.stderr, flush=True)
+    summary = ingest_sharded(src, store.run_dir(run.id))
+    store.set_status(run.id, "ready", summary={"ranks": summary.get("ranks")})
+    return data, run.id
 
 
-async def run_clients(port: int, run_id: str, meta: dict, clients: int, identical: bool, seconds: float,
-                      args: argparse.Namespace) -> tuple[list[float], Counter, int]:
-    tracks = [t for t in meta["tracks"] if t["slice_count"]]
-    t0, t1 = int(meta["start_ns"]), int(meta["end_ns"])
-    latencies: list[float] = []
-    statuses: Counter = Counter()
-    sizes = [0]
-    stop = time.perf_counter() + seconds
+def one_store(data: Path) -> tuple[Path, str]:
+    from ascendscope.server.runs import RunStore
 
-    async def client(i: int) -> None:
-        conn = Connection("127.0.0.1", port)
-        views = walk(random.Random(args.seed + (0 if identical else i)), tracks, t0, t1, args.visible_tracks)
-        try:
-            for start, end, visible in views:
-                for k in range(0, len(visible), args.tracks_per_request):
-                    if time.perf_counter() >= stop:
-                        return
-                    query = urlencode({"track_id": visible[k:k + args.tracks_per_request], "start_ns": start,
-                                       "end_ns": end, "width_px": args.width_px}, doseq=True)
-                    q = time.perf_counter()
-                    status, body = await conn.get(f"/api/runs/{run_id}/timeline/slices?{query}")
-                    latencies.append((time.perf_counter() - q) * 1000)
-                    statuses[status] += 1
-                    sizes[0] += len(body)
-        finally:
-            await conn.close()
-
-    await asyncio.gather(*(client(i) for i in range(clients)))
-    return latencies, statuses, sizes[0]
+    ready = [r for r in RunStore(data).list() if r.status == "ready"]
+    if not ready:
+        raise SystemExit(f"no ready run in {data}")
+    return data, ready[0].id
 
 
-def cpu_seconds(proc: psutil.Process) -> float:
-    t = proc.cpu_times()
-    return t.user + t.system
+def measure(data: Path, run_id: str, sc: Scenario, clients: int, version: str, args: argparse.Namespace,
+            *, health: bool = False) -> dict:
+    """One measurement on a fresh server: ``version`` "after" (this checkout) or "before" (``args.before``)."""
+    checkout = Path(args.before) if version == "before" else None
+    workers = None if version == "before" else args.workers
+    with Server(data, checkout=checkout, workers=workers) as srv:
+        meta = srv.wait_ready(f"/api/runs/{run_id}/timeline/tracks")
+        config = walk_config(meta, run_id, visible=sc.visible, mix=sc.mix, seed=args.seed, binary=True)
+        run_wrk(srv.base, "walk.lua", 1, WARM_S, dict(config, seed=args.seed + 99))  # every process opens the run
+        side = {}
+        probe = threading.Thread(target=lambda: side.update(run_wrk(srv.base, "health.lua", 1, args.seconds)))
+        load = os.getloadavg()[0]
+        cpu = srv.cpu_s()
+        if health:
+            probe.start()
+        res = run_wrk(srv.base, "walk.lua", clients, args.seconds, config)
+        cpu = srv.cpu_s() - cpu
+        if health:
+            probe.join()
+        rss = srv.rss_mb()
+    errors = sum(res["errors"].values())
+    return {"scenario": sc.name, "clients": clients, "version": version, "requests": res["requests"],
+            "req_per_s": res["req_per_s"], "latency_ms": res["latency_ms"], "errors": errors,
+            "error_kinds": {k: v for k, v in res["errors"].items() if v},
+            "cpu_ms_per_request": round(1000 * cpu / max(1, res["requests"]), 2),
+            "kb_per_request": round(res["bytes"] / 1e3 / max(1, res["requests"]), 1),
+            "load_avg": round(load, 2), "health": side.get("latency_ms"), "health_errors":
+                sum(side["errors"].values()) if side else None, "rss_mb": rss}
 
 
-def measure(data: Path, run_id: str, clients: int, identical: bool, args: argparse.Namespace) -> dict:
-    port = free_port()
-    server = start_server(data, port)
-    try:
-        meta = asyncio.run(wait_ready(server, port, run_id))
-        ps, me = psutil.Process(server.pid), psutil.Process()
-        server_cpu, client_cpu, wall = cpu_seconds(ps), cpu_seconds(me), time.perf_counter()
-        latencies, statuses, size = asyncio.run(run_clients(port, run_id, meta, clients, identical, args.seconds,
-                                                            args))
-        wall = time.perf_counter() - wall
-        server_cpu, client_cpu = cpu_seconds(ps) - server_cpu, cpu_seconds(me) - client_cpu
-    finally:
-        server.terminate()
-        server.wait(30)
-    return {
-        "mode": "identical" if identical else "distinct", "clients": clients, "requests": len(latencies),
-        "req_per_s": round(len(latencies) / wall, 1),
-        "request_ms": {"p50": round(percentile(latencies, 50), 1), "p95": round(percentile(latencies, 95), 1),
-                       "p99": round(percentile(latencies, 99), 1), "max": round(max(latencies), 1)},
-        "status": {str(k): v for k, v in sorted(statuses.items())},
-        "kb_per_request": round(size / 1e3 / max(1, len(latencies)), 1),
-        "server_cpu_s": round(server_cpu, 1), "client_cpu_s": round(client_cpu, 1), "wall_s": round(wall, 1),
-    }
+def soak(data: Path, run_id: str, sc: Scenario, args: argparse.Namespace) -> dict:
+    """The scenario at its highest client count for ``args.soak`` seconds; RSS of every server process at the
+    start (before any request), every ``SOAK_SAMPLE_S`` and at the end, and its peak."""
+    clients = max(sc.clients)
+    with Server(data, workers=args.workers) as srv:
+        meta = srv.wait_ready(f"/api/runs/{run_id}/timeline/tracks")
+        config = walk_config(meta, run_id, visible=sc.visible, mix=sc.mix, seed=args.seed + 7, binary=True)
+        start = srv.rss_mb()
+        series: list[tuple[float, dict]] = [(0.0, start)]
+        out: dict = {}
+        load = threading.Thread(target=lambda: out.update(run_wrk(srv.base, "walk.lua", clients, args.soak, config)))
+        began = time.monotonic()
+        load.start()
+        while load.is_alive():
+            load.join(SOAK_SAMPLE_S)
+            series.append((round(time.monotonic() - began, 1), srv.rss_mb()))
+        end = srv.rss_mb()
+    pids = sorted({pid for _, rss in series for pid in rss})
+    return {"scenario": sc.name, "clients": clients, "seconds": args.soak, "requests": out.get("requests"),
+            "req_per_s": out.get("req_per_s"), "latency_ms": out.get("latency_ms"),
+            "errors": sum((out.get("errors") or {}).values()),
+            "rss_mb": {str(pid): {"start": start.get(pid), "end": end.get(pid),
+                                  "peak": max(rss.get(pid, 0) for _, rss in series),
+                                  "series": [[t, rss.get(pid)] for t, rss in series]} for pid in pids}}
+
+
+def table(rows: list[dict]) -> str:
+    """Each measurement, then per (scenario, clients) the median of each version and after ÷ before."""
+    head = (f"{'scenario':<8} {'clients':>7} {'version':<7} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+            f"{'CPU ms/req':>10} {'KB/req':>7} {'errors':>6} {'health p99':>10} {'load':>5}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lat = r["latency_ms"]
+        health = f"{r['health']['p99']:.1f}" if r.get("health") else ""
+        lines.append(f"{r['scenario']:<8} {r['clients']:>7} {r['version']:<7} {r['req_per_s']:>7.1f} "
+                     f"{lat['p50']:>8.1f} {lat['p95']:>8.1f} {lat['p99']:>8.1f} {r['cpu_ms_per_request']:>10.2f} "
+                     f"{r['kb_per_request']:>7.1f} {r['errors']:>6} {health:>10} {r['load_avg']:>5.1f}")
+    lines += ["", "medians:", head.replace("version", "       "), "-" * len(head)]
+    keys = sorted({(r["scenario"], r["clients"]) for r in rows}, key=lambda k: (k[0], k[1]))
+    for sc, n in keys:
+        med = {}
+        for version in ("before", "after"):
+            sel = [r for r in rows if (r["scenario"], r["clients"], r["version"]) == (sc, n, version)]
+            if not sel:
+                continue
+            m = {k: statistics.median(r["latency_ms"][k] for r in sel) for k in ("p50", "p95", "p99")}
+            med[version] = rps = statistics.median(r["req_per_s"] for r in sel)
+            cpu = statistics.median(r["cpu_ms_per_request"] for r in sel)
+            kb = statistics.median(r["kb_per_request"] for r in sel)
+            health = [r["health"]["p99"] for r in sel if r.get("health")]
+            hp = f"{statistics.median(health):.1f}" if health else ""
+            lines.append(f"{sc:<8} {n:>7} {version:<7} {rps:>7.1f} {m['p50']:>8.1f} {m['p95']:>8.1f} {m['p99']:>8.1f} "
+                         f"{cpu:>10.2f} {kb:>7.1f} {sum(r['errors'] for r in sel):>6} {hp:>10}")
+        if len(med) == 2 and med["before"]:
+            lines.append(f"{'':<8} {'':>7} {'ratio':<7} {med['after'] / med['before']:>6.2f}×")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="ascendscope bench concurrency", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--slices", type=int, default=10_000_000)
-    ap.add_argument("--clients", type=int, nargs="+", default=[1, 50], help="client counts, measured in turn")
-    ap.add_argument("--mode", nargs="+", choices=["distinct", "identical"], default=["distinct", "identical"])
+    ap.add_argument("--before", default=None, help="a checkout of the version to compare with (git worktree add)")
+    ap.add_argument("--scenarios", nargs="+", choices=sorted(SCENARIOS), default=sorted(SCENARIOS))
+    ap.add_argument("--clients", type=int, nargs="+", default=None, help="client counts (default: the scenario's)")
     ap.add_argument("--seconds", type=float, default=30.0, help="length of each measurement")
-    ap.add_argument("--tracks-per-request", type=int, default=4)
-    ap.add_argument("--visible-tracks", type=int, default=24)
-    ap.add_argument("--width-px", type=int, default=1600)
+    ap.add_argument("--repeat", type=int, default=2, help="measurements per (scenario, clients, version)")
+    ap.add_argument("--workers", type=int, default=None, help="server processes of this version (default: its own)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true",
-                    help=f"a smoke run: {QUICK['slices']:,} slices, clients {QUICK['clients']}, "
-                         f"{QUICK['seconds']:g} s each")
+    ap.add_argument("--mix", type=float, nargs=3, default=None, metavar=("SLICES", "COUNTERS", "FLOWS"),
+                    help="shares of the request kinds, instead of the scenario's")
+    ap.add_argument("--soak", type=float, default=0.0, help="then load this version for this many seconds (RSS)")
+    ap.add_argument("--store-1rank", default=None, help="a data dir holding the 1-rank run (else generated)")
+    ap.add_argument("--store-8rank", default=None, help="a data dir holding the 8-rank run (else generated)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: a small generated run, 1 and 4 clients, 2 s")
+    ap.add_argument("--json", default=None, help="write every measurement to this file")
     ap.add_argument("--cache", default=os.environ.get("ASCENDSCOPE_BENCH_CACHE", "bench/out"))
     args = ap.parse_args(argv)
-    if args.quick:
-        args.slices, args.clients, args.seconds = QUICK["slices"], QUICK["clients"], QUICK["seconds"]
+    cache = Path(args.cache)
 
-    data, run_id = prepare_store(Path(args.cache), args.slices)
-    # one identical client is the distinct one
-    results = [measure(data, run_id, n, mode == "identical", args) for mode in args.mode for n in args.clients
-               if mode == "distinct" or n > 1]
-    print(json.dumps({"slices": args.slices, "seconds": args.seconds, "tracks_per_request": args.tracks_per_request,
-                      "width_px": args.width_px, "cpus": os.cpu_count(), "results": results}, indent=1))
+    plans = []
+    if args.quick:
+        args.seconds, args.repeat = QUICK["seconds"], 1
+        plans.append((QUICK_SCENARIO, *prepare(cache, QUICK_SCENARIO)))
+    else:
+        stores = {"1rank": args.store_1rank, "8rank": args.store_8rank}
+        for name in args.scenarios:
+            sc = SCENARIOS[name]
+            if args.mix:
+                sc = replace(sc, mix=tuple(args.mix))
+            plans.append((sc, *(one_store(Path(stores[name])) if stores[name] else prepare(cache, sc))))
+    versions = ["before", "after"] if args.before else ["after"]
+    rows = []
+    for rep in range(args.repeat):
+        for sc, data, run_id in plans:
+            for n in args.clients or sc.clients:
+                order = versions if rep % 2 == 0 else versions[::-1]  # neither version always goes first
+                for version in order:
+                    print(f"[{rep + 1}/{args.repeat}] {sc.name} {n} client(s) {version} …", file=sys.stderr,
+                          flush=True)
+                    rows.append(measure(data, run_id, sc, n, version, args, health=n == max(sc.clients)))
+    report = {"cpus": os.cpu_count(), "seconds": args.seconds, "repeat": args.repeat, "results": rows,
+              "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if args.soak:
+        sc, data, run_id = next((p for p in plans if p[0].name == "8rank"), plans[0])
+        print(f"soak: {sc.name}, {max(sc.clients)} clients, {args.soak:g} s …", file=sys.stderr, flush=True)
+        report["soak"] = soak(data, run_id, sc, args)
+    print(table(rows))
+    if args.soak:
+        print("\nsoak, RSS MB per server process (start, every 30 s, end; peak):")
+        for pid, r in report["soak"]["rss_mb"].items():
+            steps = " ".join(str(mb) for _, mb in r["series"])
+            print(f"  pid {pid}: {r['start']} → {r['end']} (peak {r['peak']}): {steps}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    if args.quick:
+        print(json.dumps(report))
     return 0
 
 

@@ -11,12 +11,11 @@ or Playwright is missing.
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import time
 from pathlib import Path
 
-from ascendscope.bench.concurrency import Connection, free_port, start_server
+from ascendscope.bench.served import Server
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -27,25 +26,6 @@ FAILED = "() => window.__timeline && window.__timeline.error"
 SETTLED = f"() => ({DRAWN})() || !!({FAILED})()"
 # the page can settle once before it has asked for any slice (seen with 64+ ranks): first paint is a slice drawn
 PAINTED = f"() => ({DRAWN})() && window.__timeline.stats.slices > 0"
-
-
-async def _wait_up(proc, port: int, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited: {proc.stderr.read().strip()[-500:]}")
-        conn = Connection("127.0.0.1", port)
-        try:
-            status, _ = await conn.get("/api/runs")
-            if status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            await conn.close()
-        if time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        await asyncio.sleep(0.1)
 
 
 def _paint(browser, url: str, reloads: int, timeout_s: float) -> dict:
@@ -80,20 +60,14 @@ def first_paint(data_dir: Path, run_ids: list[str], *, reloads: int = 3, timeout
         from playwright.sync_api import sync_playwright
     except ImportError:
         return {"error": "playwright is not installed (the dev extra)"}
-    port = free_port()
-    server = start_server(data_dir, port)
     results: dict = {}
-    try:
-        asyncio.run(_wait_up(server, port))
+    with Server(data_dir) as server:
+        server.wait_ready("/api/runs")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
             try:
                 for run_id in run_ids:
-                    results[run_id] = _paint(browser, f"http://127.0.0.1:{port}/runs/{run_id}/timeline", reloads,
-                                             timeout_s)
+                    results[run_id] = _paint(browser, f"{server.base}/runs/{run_id}/timeline", reloads, timeout_s)
             finally:
                 browser.close()
-    finally:
-        server.terminate()
-        server.wait(30)
     return results

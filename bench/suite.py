@@ -126,15 +126,17 @@ def publish(store, run_id: str, outputs: list[Path]) -> Path | None:
 
 
 def viewport(data: Path, run_id: str, clients: list[int], seconds: float) -> list[dict]:
-    from ascendscope.bench.concurrency import measure
+    from ascendscope.bench.concurrency import Scenario, measure
 
-    opts = argparse.Namespace(seconds=seconds, tracks_per_request=4, visible_tracks=24, width_px=1600, seed=0)
+    scenario = Scenario("viewport", 0, 0, 24, (1.0, 0.0, 0.0), tuple(clients))
+    opts = argparse.Namespace(seconds=seconds, seed=0, before=None, workers=None)
     rows = []
     for n in clients:
-        res = measure(data, run_id, n, False, opts)
+        res = measure(data, run_id, scenario, n, "after", opts)
         rows.append({"clients": n, "requests": res["requests"], "req_per_s": res["req_per_s"],
-                     "p50_ms": res["request_ms"]["p50"], "p95_ms": res["request_ms"]["p95"],
-                     "status": res["status"], "server_cpu_s": res["server_cpu_s"]})
+                     "p50_ms": res["latency_ms"]["p50"], "p95_ms": res["latency_ms"]["p95"],
+                     "errors": res["errors"],
+                     "server_cpu_s": round(res["cpu_ms_per_request"] * res["requests"] / 1000, 2)})
     return rows
 
 
@@ -235,7 +237,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="runs of ours and the floor per size (default 3, quick 1)")
     ap.add_argument("--peer-repeat", type=int, default=1, help="runs of each peer per size (default 1)")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 50])
-    ap.add_argument("--seconds", type=float, default=None, help="per viewport measurement (default 10, quick 1)")
+    ap.add_argument("--seconds", type=float, default=None, help="per viewport measurement (default 10, quick 3)")
     ap.add_argument("--timeout", type=float, default=1800, help="per tool run, seconds")
     ap.add_argument("--tb-max-ranks", type=int, default=64,
                     help="largest run given to the tb loader, which starts one process per rank at once")
@@ -248,7 +250,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
     repeat = args.repeat or (1 if args.quick else 3)
-    seconds = args.seconds or (1.0 if args.quick else 10.0)
+    seconds = args.seconds or (3.0 if args.quick else 10.0)
 
     from ascendscope.server.runs import RunStore
 

@@ -5,4 +5,6 @@ of per-rank shards, ``ingest/layout.py``) and ``ascendscope ingest`` (CLI, ``ing
 The tables written are the contract documented in ``docs/schema.md``.
 """
 
-SCHEMA_VERSION = 1
+# 2: the db export's kernel waits by the profiler's rule, its GE names and group lanes; kernels and communication
+# ops of a rank that lacks them made from its trace (a run of 1 holds other numbers: Retry ingests it again)
+SCHEMA_VERSION = 2

@@ -8,8 +8,8 @@ Contract:
   - ``cluster_ranks``: one row per rank (device, folder, time range, slice / kernel / communication-op / step /
     warning counts, whether it has a trace);
   - ``cluster_steps``: one row per (rank, step): the step breakdown of the Summary view (``step_trace_time.csv``
-    where the rank has it, else derived from its Overlap Analysis lane — the very SQL of
-    ``server/queries/summary.py``), with ``step_ns`` = Computing + Communication(Not Overlapped) + Free and
+    where the rank has it, else derived from its Overlap Analysis lane — the very SQL of ``ingest/breakdown.py``,
+    which the Summary view uses too), with ``step_ns`` = Computing + Communication(Not Overlapped) + Free and
     ``exposed_comm_ns`` = Communication(Not Overlapped);
   - ``cluster_comm_matrix``: per rank file, step, comm type, group, op type and link, the summed size and time of
     ``comm_matrix`` (the per-op-type ``total`` slot, or the per-op rows of the older format, op names reduced to
@@ -38,13 +38,14 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from . import collectives, jsonfile
+from .breakdown import ConnRunner, breakdown
 from .commfiles import _SLOT, _ms_to_ns, _num, _split_key, _step_id
 
 CLUSTER_DIR = "cluster_analysis_output"
 MAX_SEARCH_DEPTH = 3
 MAX_WARNINGS_PER_FILE = 20  # then one line counts the rest
 
-# the step breakdown's columns, as summary.breakdown() names them -> cluster_steps names
+# the step breakdown's columns, as breakdown.breakdown() names them -> cluster_steps names
 STEP_COLUMNS = (
     ("computing_ns", "computing_ns"), ("communication_ns", "communication_ns"),
     ("communication_not_overlapped_ns", "exposed_comm_ns"), ("overlapped_ns", "overlapped_ns"),
@@ -91,12 +92,9 @@ ORDER BY rank, step, comm_type, group_id, op_type, src_rank, dst_rank
 def build_cluster_tables(con) -> None:
     """Create ``cluster_ranks``, ``cluster_steps``, ``cluster_comm_matrix`` and ``cluster_collectives`` from the run
     tables of ``con``."""
-    from ascendscope.server.queries import DuckRunner
-    from ascendscope.server.queries.summary import breakdown
-
     con.execute(CLUSTER_RANKS_SQL)
     con.execute(CLUSTER_STEPS_DDL)
-    rows = breakdown(DuckRunner(con))
+    rows = breakdown(ConnRunner(con))
     if rows:
         # one Arrow table: executemany costs a round trip per row (minutes at 1,000 ranks × 100 steps)
         import pyarrow as pa

@@ -56,6 +56,8 @@ TEXT_COLUMNS = {"name", "type", "op_state", "accelerator_core", "hf32_eligible",
                 "input_data_types", "input_formats", "output_shapes", "output_data_types", "output_formats",
                 "call_stack", "op_type", "core_type", "level", "api_name", "component", "stream_ptr",
                 "device_type", "op_name", "device"}
+# words a numeric column legitimately holds instead of a number (msprof's statistics give Device_id "host")
+NAMED_NON_NUMBERS = {"device_id": ("host",)}
 # step_trace_time.csv gives µs values without a unit in the header
 UNITLESS_US = {"step_trace": {"computing", "communication_not_overlapped", "overlapped", "communication", "free",
                               "stage", "bubble", "communication_not_overlapped_and_exclude_receive",
@@ -195,7 +197,10 @@ class CsvLoad:
             first = rejects[0]
             self.warnings.append(f"{len(rejects)} rows could not be parsed and were skipped "
                                  f"(first at line {first[0]}: {first[2]})")
-        self._check_precision(raw if undecided else self._reader(src, None), plan)
+        text_source = raw if undecided else self._reader(src, None)
+        converted = [(h, t, expr or decided[t]) for h, t, expr in plan if (expr or decided[t]) != "{c}"]
+        self._check_conversions(text_source, converted)
+        self._check_precision(text_source, plan)
         self.cur.execute(f"DROP TABLE IF EXISTS {raw}")
         self.rows = self.cur.execute(f"SELECT count(*) FROM {self.out}").fetchone()[0]
         return self.rows
@@ -225,6 +230,42 @@ class CsvLoad:
                 out[target] = "to_bigint({c})"
         return out
 
+    def _check_conversions(self, raw: str, converted: list[tuple[str, str, str]]) -> None:
+        """Name the cells of numeric columns that hold something but gave no number ("not-a-number", "NaN",
+        "1e999", a NUL byte…): they are left empty, and the file is partial. Only the columns with empty values in
+        the typed table are looked at again (most have none)."""
+        if not converted:
+            return
+        nulls = self.cur.execute("SELECT " + ", ".join(f"count(*) - count({_quote_ident(t)})" for _, t, _ in converted)
+                                 + f" FROM {self.out}").fetchone()
+        suspects = [(c, n) for c, n in zip(converted, nulls) if n]
+        if not suspects:
+            return
+        # the common blanks ("", N/A) take plain comparisons: where they account for every empty value (the usual
+        # case, e.g. the N/A metrics of HCCL rows), no cell needs the costlier test below
+        plain = self.cur.execute("SELECT " + ", ".join(
+            f"count(*) FILTER (WHERE {_quote_ident(h)} IS NULL OR {_quote_ident(h)} IN ('', 'N/A'))"
+            for (h, _, _), _ in suspects) + f" FROM {raw}").fetchone()
+        suspects = [c for (c, n), blank in zip(suspects, plain) if n > blank]
+        if not suspects:
+            return
+        parts = []
+        for h, target, expr in suspects:
+            q = _quote_ident(h)
+            named = ", ".join(f"'{w}'" for w in NAMED_NON_NUMBERS.get(target, ()))
+            words = f" AND {q} NOT IN ({named})" if named else ""
+            bad = f"({expr.format(c=q)} IS NULL AND NOT is_blank({q}){words})"
+            parts += [f"count(*) FILTER (WHERE {bad})", f"arg_min({q}, src_row) FILTER (WHERE {bad})",
+                      f"min(src_row) FILTER (WHERE {bad})"]
+        row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()
+        for i, (h, _, _) in enumerate(suspects):
+            n, first, line = row[3 * i:3 * i + 3]
+            if n:
+                self.status = "partial"
+                shown = first if len(first) <= 40 else first[:39] + "…"
+                self.warnings.append(f"column '{h}': {n} values that are not numbers were left empty (the first, "
+                                     f"{shown!r}, in data row {line})")
+
     def _check_precision(self, raw: str, plan) -> None:
         if not self.may_hold_exponents:
             return
@@ -232,8 +273,10 @@ class CsvLoad:
                 if (expr or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(target)]
         if not cols:
             return
-        counts = self.cur.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE is_sci({_quote_ident(h)}))"
-                                                        for h in cols) + f" FROM {raw}").fetchone()
+        exprs = {h: expr for h, _, expr in plan}
+        counts = self.cur.execute("SELECT " + ", ".join(
+            f"count(*) FILTER (WHERE is_sci({_quote_ident(h)}) AND {(exprs[h] or '{c}').format(c=_quote_ident(h))} "
+            "IS NOT NULL)" for h in cols) + f" FROM {raw}").fetchone()
         for h, n in zip(cols, counts):
             if n:
                 self.warnings.append(

@@ -31,7 +31,20 @@ from pathlib import Path
 
 import duckdb
 
-from . import SCHEMA_VERSION, archive, commfiles, csvfiles, jsonfile, lod, overlap, readers, sqlfuncs, trace, tracefile
+from . import (
+    SCHEMA_VERSION,
+    archive,
+    commfiles,
+    csvfiles,
+    jsonfile,
+    lod,
+    overlap,
+    readers,
+    sqlfuncs,
+    trace,
+    trace_tables,
+    tracefile,
+)
 from .discover import Discovery, RankSource, discover
 from .layout import MAX_SHARD_RANK, SLICE_ID_BITS, TRACK_ID_BITS
 from .schema import CORE_DDL, EMPTY_TABLES
@@ -324,6 +337,7 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
                 files.append({"rank": r, "file": _display(extra, root), "kind": extra.stem.rstrip("_0123456789"),
                               "size_bytes": extra.stat().st_size, "rows": None, "status": "loaded",
                               "seconds": 0.0})
+    warnings.extend(trace_tables.fill_from_trace(con))  # ranks with a trace but no kernel or communication rows
     if files:
         con.executemany("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
                         [[f["rank"], f["file"], f["kind"], f["size_bytes"], f["rows"], f["status"], f["seconds"]]

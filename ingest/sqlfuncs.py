@@ -11,7 +11,9 @@ MACROS = [
     # CSVs' trailing TAB and spreadsheet exponents, and gives NULL for N/A and empty cells
     """CREATE OR REPLACE TEMP MACRO us_to_ns(s) AS TRY_CAST(TRY_CAST(s AS DECIMAL(19, 3)) * 1000 AS BIGINT)""",
     """CREATE OR REPLACE TEMP MACRO ms_to_ns(s) AS TRY_CAST(TRY_CAST(s AS DECIMAL(19, 6)) * 1000000 AS BIGINT)""",
-    """CREATE OR REPLACE TEMP MACRO to_double(s) AS TRY_CAST(s AS DOUBLE)""",
+    # NaN and infinities ("NaN", "inf", "1e999") are no measurement: NULL, like any cell that is not a number
+    """CREATE OR REPLACE TEMP MACRO to_double(s) AS CASE WHEN isfinite(TRY_CAST(s AS DOUBLE))
+                                                        THEN TRY_CAST(s AS DOUBLE) END""",
     # integers written as "12", "12.0" or (by spreadsheets) "1.2E+3"
     """CREATE OR REPLACE TEMP MACRO to_bigint(s) AS TRY_CAST(s AS BIGINT)""",
     # a cell with no value: empty, blank or N/A

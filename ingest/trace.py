@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from . import nesting, tracefile
+from . import jsonfile, nesting, tracefile
 from .columns import arrow_table
 
 KIND_ORDER = ["python", "cann", "hardware", "communication", "overlap", "counter", "other"]
@@ -64,6 +64,11 @@ FROM (SELECT *, coalesce(ph = 'X' AND dur IS NOT NULL AND dur_ns IS NULL, false)
 # an int64 (a B/E pair's dur is E - B); beyond, it is skipped like a ts that is not a number
 TS_LIMIT = 1 << 62
 UNUSABLE_TS = f"UPDATE {{p}}ev_t SET ts_ns = NULL WHERE ts_ns <= -{TS_LIMIT} OR ts_ns >= {TS_LIMIT}"
+# a negative time is before 1970: no profiler writes one (times are epoch ns, or a device clock counting up from
+# boot); one such event would stretch the run over decades, so it is skipped like an unusable ts
+NEGATIVE_TS = ["CREATE OR REPLACE TABLE {p}neg AS SELECT rowid AS seq FROM {p}ev_t WHERE ts_ns < 0",
+               "UPDATE {p}ev_t SET ts_ns = NULL WHERE ts_ns < 0"]
+NEGATIVE_TS_COUNT = "SELECT count(*), min(seq) FROM {p}neg"
 # an X event ending past the int64 range of ns cannot be placed on the timeline: skipped like a bad dur
 MARK_OVERFLOWING_ENDS = """
 UPDATE {p}ev_t SET bad_dur = true, ts_ns = NULL
@@ -260,7 +265,7 @@ SELECT {rank}, step, name, local_id + {soff}, host_start_ns, host_end_ns, device
 FROM {p}steps
 """]
 
-STAGE_TABLES = ("ev_t", "x", "nest", "fe", "pairs", "tracks", "flows", "counters", "steps")
+STAGE_TABLES = ("ev_t", "x", "nest", "fe", "pairs", "tracks", "flows", "counters", "steps", "neg")
 
 
 def write_slices(cur, prefix: str, rank: int, toff: int, soff: int, derived_pid: int) -> tuple[int, int]:
@@ -298,6 +303,20 @@ CREATE OR REPLACE TABLE {p}pairs (local_flow BIGINT, src_seq BIGINT, dst_seq BIG
                                   dst_local BIGINT);
 """
 
+# args nested deeper than this are not kept (profilers write 2-3 levels): a recursive JSON parser or encoder in a
+# view would fail on them. Candidates: long enough, holding a nesting step (an opener right after ':', ',' or '['),
+# found by plain substring tests (cheap on every event), then a chain of this many openers (a regular expression,
+# on those only); the depth itself is then measured exactly
+MAX_ARGS_DEPTH = 64
+_NESTING = ("[[", "[{", ":{", ": {", ":[", ": [", ",{", ", {", ",[", ", [")
+DEEP_ARGS_CANDIDATES = ("SELECT rowid, CAST(args AS VARCHAR) FROM {p}ev_t WHERE length(args) > "
+                        + str(2 * MAX_ARGS_DEPTH) + " AND ("
+                        + " OR ".join("contains(args, '" + n.replace("{", "{{") + "')" for n in _NESTING)
+                        + ") AND regexp_matches(args, '([\\[{{][^\\]}}]*){{" + str(MAX_ARGS_DEPTH) + "}}')")
+DEEP_ARGS_NOTE = f'{{"args": "not loaded: nested deeper than {MAX_ARGS_DEPTH} levels"}}'
+# DuckDB's JSON reader holds one object in a buffer of maximum_object_size (16 MiB by default): a larger event is
+# cut out (an event of torch_npu or msprof is a few hundred bytes; one of MBs is damage or an attack)
+MAX_EVENT_BYTES = (16 << 20) - (64 << 10)
 _RECORD_AT = re.compile(r"in record/value (\d+)")
 _DUPLICATE_KEY = re.compile(r'has duplicate key "([^"]*)"')
 
@@ -321,6 +340,7 @@ class TraceLoad:
         self.array_start: int | None = None  # where the original file's event array begins, once read()
         self.skipped: list[int] = []  # original indices of the events removed from the file DuckDB reads
         self.extra: dict = {}  # the top-level keys beside traceEvents, once read()
+        self.negative: tuple[int, int | None] = (0, None)  # events with a ts before 1970, and the first's seq
 
     def _read_with_progress(self, path: Path | list[Path]) -> None:
         try:
@@ -393,6 +413,19 @@ class TraceLoad:
                     path = prepared.path
                     self.skipped = []  # prepared afresh from the original
                     continue
+                if "maximum_object_size" in msg:  # one event larger than the reader holds: that event goes
+                    path, big = tracefile.drop_large_events(path, self.workdir, MAX_EVENT_BYTES)
+                    if not big:
+                        raise tracefile.TraceFileError(msg.splitlines()[0]) from exc
+                    originals = [(self._original_index(i), size) for i, size in big]
+                    for original, size in originals:
+                        self.skipped.append(original)
+                        limit_mb = MAX_EVENT_BYTES / (1 << 20)
+                        self.warnings.append(f"an event of {size / (1 << 20):.1f} MB {self._where(original)} was "
+                                             f"skipped: one event may take at most {limit_mb:.0f} MB (a huge string "
+                                             "in its args?); the events around it were loaded")
+                    self.status = "partial"
+                    continue
                 m = _RECORD_AT.search(msg)
                 dup = _DUPLICATE_KEY.search(msg)
                 if m and (dup or "Malformed JSON" in msg or "malformed" in msg.lower()):
@@ -423,11 +456,29 @@ class TraceLoad:
         self.sql(EV_VIEW)
         lo, hi, x_hi, dur_hi = self.sql("SELECT min(ts_ns), max(ts_ns), max(ts_ns) FILTER (WHERE ph = 'X'), "
                                         "max(dur_ns) FILTER (WHERE ph = 'X') FROM {p}ev_t").fetchone()
+        if lo is not None and lo < 0:  # before 1970: a run would span decades; skipped, counted apart
+            for sql in NEGATIVE_TS:
+                self.sql(sql)
+            self.negative = self.sql(NEGATIVE_TS_COUNT).fetchone()
         if lo is not None and (lo <= -TS_LIMIT or hi >= TS_LIMIT):
             self.sql(UNUSABLE_TS)
         if x_hi is not None and dur_hi is not None and x_hi + dur_hi > INT64_MAX:
             self.sql(MARK_OVERFLOWING_ENDS)
+        self._bound_args_depth()
         self.on_progress(self.READ_SHARE)
+
+    def _bound_args_depth(self) -> None:
+        """Replace the args of events nested deeper than MAX_ARGS_DEPTH (a parser or encoder recursing through
+        them would fail later, when a view shows the slice) with a note; warn with the first one's offset. The
+        regular expression only finds candidates (a chain of openers); the depth itself is measured exactly."""
+        rows = self.sql(DEEP_ARGS_CANDIDATES).fetchall()
+        deep = [seq for seq, args in rows if jsonfile.max_depth(args) > MAX_ARGS_DEPTH]
+        if not deep:
+            return
+        self.cur.execute(f"UPDATE {self.p}ev_t SET args = ? WHERE rowid IN (SELECT unnest(?))",
+                         [DEEP_ARGS_NOTE, deep])
+        self.warnings.append(f"{len(deep)} events with args nested deeper than {MAX_ARGS_DEPTH} levels were loaded "
+                             f"without their args{self._where_seq(min(deep))}")
 
     def _original_index(self, index: int) -> int:
         """The place in the original file of the ``index``-th event of the file read (some may be removed)."""
@@ -504,8 +555,17 @@ class TraceLoad:
                                min(seq) FILTER (WHERE bad_ts), count(*) FILTER (WHERE bad_dur),
                                min(seq) FILTER (WHERE bad_dur)
                         FROM k""").fetchone()
-        if skipped[0]:
-            self.warnings.append(f"{skipped[0]} events without a usable ts were skipped{self._where_seq(skipped[3])}")
+        negative, first_negative = self.negative
+        if negative:
+            self.warnings.append(f"{negative} events with a negative ts (before 1970) were skipped"
+                                 f"{self._where_seq(first_negative)}; the events around them were loaded")
+        if skipped[0] - negative:
+            first = skipped[3] if not negative else self.sql(
+                f"SELECT min(seq) FROM {self.p}ev WHERE ts_ns IS NULL AND bad_dur IS NOT TRUE "
+                f"AND ph IN ('X','B','E','i','I','C','s','f') AND seq NOT IN (SELECT seq FROM {self.p}neg)"
+            ).fetchone()[0]
+            self.warnings.append(f"{skipped[0] - negative} events without a usable ts were skipped"
+                                 f"{self._where_seq(first)}")
         if skipped[4]:
             self.warnings.append(f"{skipped[4]} X events whose dur is not a usable duration (not a number, infinite, "
                                  "or ending beyond the int64 range of ns) were skipped"

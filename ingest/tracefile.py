@@ -341,6 +341,72 @@ def skip_record(path: Path, workdir: Path, record: int) -> tuple[Path, int]:
     return dst, cut_from
 
 
+def drop_large_events(path: Path, workdir: Path, limit: int) -> tuple[Path, list[tuple[int, int]]]:
+    """Copy an array without its events longer than ``limit`` bytes (what DuckDB's reader can hold of one
+    object); return the new path and ``(index, size)`` of each event removed (0-based, in ``path``'s order).
+
+    Events are delimited as in ``skip_record`` (the ``}, {`` between top-level events), in one streaming pass."""
+    bounds: list[int] = []  # start offset of each event
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16)
+        first = head.index(b"[") + 1
+        lead = len(head[first:]) - len(head[first:].lstrip())
+        bounds.append(first + lead)
+        fh.seek(0)
+        base, carry = 0, b""
+        while True:
+            block = fh.read(CHUNK)
+            if not block:
+                break
+            data = carry + block
+            for m in _EVENT_GAP.finditer(data):
+                pos = base - len(carry) + m.end() - 1
+                if pos > bounds[-1]:
+                    bounds.append(pos)
+            carry = data[-64:]
+            base += len(block)
+        size = base
+    ends = bounds[1:] + [size]
+    big = [(i, end - start) for i, (start, end) in enumerate(zip(bounds, ends)) if end - start > limit]
+    if not big:
+        return path, []
+    dst = workdir / (path.name + ".small.json")
+    keep_from = 0
+    with open(path, "rb") as fin, open(dst, "wb") as fout:
+        for i, _ in big:
+            start = bounds[i]
+            # cut from this event's start to the next one's, or (the last event) back to the previous event's end
+            stop = bounds[i + 1] if i + 1 < len(bounds) else None
+            if stop is None:
+                start = _comma_before(fin, start)
+            _copy_span(fin, fout, keep_from, start)
+            keep_from = stop if stop is not None else size
+            if stop is None:
+                fout.write(b"]")
+        _copy_span(fin, fout, keep_from, size)
+    return dst, big
+
+
+def _comma_before(fin, start: int) -> int:
+    """The offset of the ',' before the event that starts at ``start`` (so that cutting from it keeps the array
+    valid when the last event goes)."""
+    fin.seek(max(0, start - 64))
+    before = fin.read(start - max(0, start - 64))
+    comma = before.rfind(b",")
+    return max(0, start - 64) + comma if comma >= 0 else start
+
+
+def _copy_span(fin, fout, start: int, stop: int) -> None:
+    fin.seek(start)
+    remaining = stop - start
+    while remaining > 0:
+        block = fin.read(min(CHUNK, remaining))
+        if not block:
+            break
+        fout.write(block)
+        remaining -= len(block)
+
+
 SPLIT_MIN_BYTES = 32 << 20  # below this one reader is quick enough
 _SEPARATOR = re.compile(rb"\}\s*,\s*\{")
 

@@ -21,8 +21,9 @@ def variant_scale(v):
     return b * s * h / _REF_SIZE
 
 
-# Task types whose intervals make up "Computing" in the Overlap Analysis lane (FORMATS.md 6.1).
-COMPUTE_TASK_TYPES = frozenset({"AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU"})
+# Task types whose intervals make up "Computing" in the Overlap Analysis lane (FORMATS.md 6.1: the tasks with a
+# compute-task-info record, which the DSA tasks of kernel_details.csv have too).
+COMPUTE_TASK_TYPES = frozenset({"AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU", "DSA_SQE"})
 # Hardware task types that are not written to kernel_details.csv (as in the real sample).
 NOT_IN_KERNEL_DETAILS = frozenset({"EVENT_WAIT_SQE", "PCIE_DMA_SQE"})
 
@@ -223,6 +224,20 @@ def call_stack(module_file, variant):
             f"{_TRAIN}(388): train_step",
             f"{_TRAIN}(455): main",
             "<string>(1): <module>"]
+
+
+# with_stack's python_function frames around each step on the main thread (the real samples' spawn chain), outermost
+# first; inside the step each forward op, the dataloader and the optimizer get their call stack's inner frames
+PY_OUTER_FRAMES = ["<string>(1): <module>", "multiprocessing/spawn.py(116): spawn_main",
+                   "multiprocessing/spawn.py(129): _main", "multiprocessing/process.py(315): _bootstrap",
+                   "multiprocessing/process.py(108): run", "torch/multiprocessing/spawn.py(74): _wrap",
+                   f"{_TRAIN}(455): main"]
+
+
+def py_frames(stack):
+    """The python_function frames of a call stack inside a step (outermost first, without the two outermost
+    frames, which :data:`PY_OUTER_FRAMES` covers)."""
+    return list(reversed(stack[:-2])) if stack else []
 
 
 DATALOADER_STACK = [f"{_SITE}/torch/utils/data/dataloader.py(630): __next__", f"{_TRAIN}(381): train_step",

@@ -133,7 +133,7 @@ class TemplateCompiler:
         k.compute = k.tt in cat.COMPUTE_TASK_TYPES
         k.aicore = k.tt == "AI_CORE"
         k.in_kd = k.tt not in cat.NOT_IN_KERNEL_DETAILS
-        k.l2 = k.compute and k.tt != "AI_CPU"
+        k.l2 = k.compute and k.tt not in ("AI_CPU", "DSA_SQE")
         k.metrics_kind = {"AI_CORE": 1, "AI_VECTOR_CORE": 2, "MIX_AIC": 3, "MIX_AIV": 3}.get(k.tt, 0)
         vars_ = cat.variant_vars(v)
         shape = lambda s: f'"{s.format(**vars_)}"' if s else NA  # noqa: E731  (shapes carry literal quotes)

@@ -19,7 +19,6 @@ def run_collective(sim, kind, rt_s, cid, op_ts, th):
     rnd = sim.rnd
     ci = sim.nstreams
     count = sim._comm_arg[1]
-    free = sim.sfree[ci]
     st = sim._place(ci, rt_s, 500, 1500)
     if sim.sfree[0] > st:                       # wait for the gradients already queued on the main stream
         st = sim.sfree[0] + 300 + int(700 * rnd())
@@ -103,13 +102,11 @@ def run_collective(sim, kind, rt_s, cid, op_ts, th):
     F.append(f'{{"ph": "s", "bp": "e", "name": "torch_to_npu", "id": {st}{th.at}{op_ts}", "cat": "async_npu"}}')
     F.append(f'{{"ph": "f", "bp": "e", "name": "torch_to_npu", "id": {st}, "pid": {hc}, "tid": 0, '
              f'"ts": "{tss}", "cat": "async_npu"}}')
-    wait_k = st - free if sim.sused[ci] else 0
-    sim.sused[ci] = True
     sim.sfree[ci] = end
     sim._note_task(st, end)
     sim.ov.src[ci].append((st, end))
-    sim.krows.append((st, f"{sim.step_id},4294967295,N/A,N/A,{name},hcom_{kind}_,N/A,HCCL,{tss}\t,{dur / 1000},"
-                          f"{wait_k / 1000},0,{HCCL_NA}\r\n"))
+    sim.krows.append((st, end, f"{sim.step_id},4294967295,N/A,N/A,{name},hcom_{kind}_,N/A,HCCL,{tss}\t,{dur / 1000},",
+                      f",0,{HCCL_NA}\r\n"))
     sim.comm_ops.append({"step": sim.step_id, "name": name, "start_ns": st, "elapse_ns": dur,
                          "transit_ns": acc["transit"], "wait_ns": acc["wait"], "sync_ns": sync,
                          "hccs_bytes": acc["hccs_b"], "hccs_ns": acc["hccs_ns"], "hccs_dist": dist, "links": links})

@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 
+from . import _catalog as cat
 from . import _csvs as out
 from ._compile import NA, TemplateCompiler, Thread
 from ._finish import finish_rank
@@ -20,7 +21,10 @@ FIRST_STEP = 10
 LAT_LO, LAT_SPAN = 3000, 5000          # runtime launch -> task start latency, ns
 CHUNK = 256                            # launches between flushes
 COUNTER_NS = 100_000                   # counter sampling period
+PY_OUTER_GAP_NS = 1_500                # a step's outer python_function frames start 1.5 µs apart
+PY_INNER_GAP_NS = 40                   # an op's frames 40 ns apart (ops on the main thread are >= 1 µs apart)
 APP_EVERY = 200                        # one APP memory row / module-mem sample every 200 counter samples (20 ms)
+#                                        by default (generate_run's memory_every_ms)
 _r = random.Random(7).random
 METRICS_NA = ",".join([NA] * out.N_METRICS)
 RATIOS = [(f"{a},{round(_r() * 0.5, 3)},{round(_r(), 3)}", round(a * 100, 3))       # pipe ratios, cube util
@@ -30,7 +34,9 @@ RATIOS = [(f"{a},{round(_r() * 0.5, 3)},{round(_r(), 3)}", round(a * 100, 3))   
 class RankSim(TemplateCompiler):
     def __init__(self, rank, cfg, plan, rank_dir, group):
         self.rank, self.cfg, self.plan, self.group = rank, cfg, plan, group
-        self.rnd = random.Random(f"{cfg['seed']}-timing-{rank}").random
+        # another collection of the same script: the same model, other timings
+        collection = f"-{cfg['collection']}" if cfg.get("collection") else ""
+        self.rnd = random.Random(f"{cfg['seed']}-timing-{rank}{collection}").random
         self.dir = os.path.join(rank_dir, "ASCEND_PROFILER_OUTPUT")
         if os.path.isdir(self.dir):          # like torch_npu: the output folder is recreated on every parse
             shutil.rmtree(self.dir)
@@ -41,10 +47,14 @@ class RankSim(TemplateCompiler):
         self.cann_pid, self.hw_pid, self.freq_pid, self.hccl_pid, self.mem_pid, self.ov_pid = (
             (pid << 10) | (sort << 5) | dev for sort in (7, 13, 14, 15, 19, 23))
         self.cann, self.hccl, self.overlap = cfg["cann_lane"], cfg["hccl"], cfg["overlap_lane"]
+        self.py_stack = bool(cfg.get("python_stack"))
+        self.py_id = 0
+        every_ms = cfg.get("memory_every_ms")
+        self.app_every = max(1, round(every_ms * 1e6 / COUNTER_NS)) if every_ms else APP_EVERY
         self.nstreams = n = max(1, int(cfg["streams"]))
         self.mod = n + 1                     # task starts on stream index i are = i (mod n+1): unique async ids
         self.sids = [2 + i for i in range(n + 1)]          # compute streams, then the HCCL stream
-        self.sfree, self.sused = [0] * (n + 1), [False] * (n + 1)
+        self.sfree = [0] * (n + 1)
         self.task_ids = [11000 + 37 * i for i in range(n + 1)]
         self.sec_rr = 0
         self.main, self.bwd = Thread(pid, self.tid_main), Thread(pid, self.tid_bwd)
@@ -67,6 +77,7 @@ class RankSim(TemplateCompiler):
         # E the CANN timeline (sorted by ts within each flush), F async_npu s/f pairs
         self.segA, self.segB, self.segC, self.segD, self.segE, self.segF = (Segment(self.tmp(c)) for c in "ABCDEF")
         self.cann_chunk, self.op_rows, self.krows, self.l2rows = [], [], [], []
+        self.kd_prev_end = None
         j = os.path.join
         self.kernel_csv = out.CsvOut(j(self.dir, "kernel_details.csv"), out.KERNEL_HEADER)
         self.opdet_csv = out.CsvOut(j(self.dir, "operator_details.csv"), out.OPERATOR_DETAILS_HEADER)
@@ -246,8 +257,6 @@ class RankSim(TemplateCompiler):
             st = g
         st += (si - st) % self.mod
         d = k.lo + int(k.span * rnd()) if fixed_dur is None else fixed_dur
-        wait = st - free if self.sused[si] else 0
-        self.sused[si] = True
         end = self.sfree[si] = st + d
         task_id = self.task_ids[si]
         self.task_ids[si] = task_id + 1
@@ -284,8 +293,8 @@ class RankSim(TemplateCompiler):
                 c = f"{round(du * 0.97, 3)},{int(du * 1746 * k.block)},{ratios}" if mk != 2 else "0.0,0,0,0,0"
                 v = f"{round(du * 0.95, 3)},{int(du * 1710 * k.block)},{ratios}" if mk != 1 else "0.0,0,0,0,0"
                 met = f"{c},{v},{cube if mk != 2 else 0}"
-            self.krows.append((st, f"{self.step_id},4294967295,{task_id},{frag[3]},{tss}\t,{du},{wait / 1000},"
-                                   f"{k.csv_b},{met}\r\n"))
+            self.krows.append((st, st + d, f"{self.step_id},4294967295,{task_id},{frag[3]},{tss}\t,{du},",
+                               f",{k.csv_b},{met}\r\n"))
             ks = k.stats
             ks[0] += 1
             ks[1] += d
@@ -350,9 +359,11 @@ class RankSim(TemplateCompiler):
         ps = self.t
         if self.next_ctr is None:
             self.next_ctr = ps - 40_000
-        t = self._node(self.dataloader, ps + 5000 + int(20000 * rnd()), -1)[0] + 2000 + int(8000 * rnd())
+        t = self._py_node(self.dataloader, ps + 5000 + int(20000 * rnd()), -1, cat.DATALOADER_STACK)
+        t += 2000 + int(8000 * rnd())
         for i, (key, v) in enumerate(plan.fwd):
-            t = self._node(self.fwd_nodes[key, v], t, self.seq_base + i)[0] + 1000 + int(8000 * rnd())
+            stack = cat.call_stack(cat.FORWARD[key][1], v) if self.py_stack else None
+            t = self._py_node(self.fwd_nodes[key, v], t, self.seq_base + i, stack) + 1000 + int(8000 * rnd())
             self._maybe_flush(t)
         tb = t + 20000 + int(60000 * rnd())
         for c in plan.comm_after.get(-1, ()):
@@ -367,19 +378,44 @@ class RankSim(TemplateCompiler):
         # the optimizer needs the reduced gradients: its kernels wait for the HCCL stream
         self.sfree[0] = max(self.sfree[0], self.sfree[-1])
         for _ in range(plan.n_opt):
-            t = self._node(self.optimizer, t, -1)[0] + 3000 + int(10000 * rnd())
+            t = self._py_node(self.optimizer, t, -1, cat.OPTIMIZER_STACK) + 3000 + int(10000 * rnd())
         t = self._node(self.step_end, t, -1)[0]
         end = t + 3000 + int(10000 * rnd())
         self.segA.buf.append(f'{self.ps_head}{sid}{self.ps_mid}{ts_str(ps)}", "dur": {(end - ps) / 1000}, '
                              f'"cat": "cpu_op", "args": {{"Sequence number": -1, "Fwd thread id": 0}}}}')
+        lo, hi = self._py_frames(cat.PY_OUTER_FRAMES, ps, end, PY_OUTER_GAP_NS) if self.py_stack else (ps, end)
         self.seq_base += len(plan.fwd)
         self.step_ranges.append((sid, self.cur_dev_start if self.cur_dev_start is not None else ps, end, ps))
         self.step_id = self.cur_dev_start = None
         if self.min_x is None:
-            self.min_x = ps
-        self.max_x_end = end
+            self.min_x = lo
+        self.max_x_end = hi
         self._flush(end, horizon=end)
         self.t = end + 50_000 + int(250_000 * rnd())
+
+    def _py_node(self, node, t, seq, stack):
+        """Run a top-level main-thread op from ``t``, inside its call stack's python_function frames when
+        ``python_stack``; return its end."""
+        end = self._node(node, t, seq)[0]
+        if self.py_stack:
+            self._py_frames(cat.py_frames(stack), t, end, PY_INNER_GAP_NS)
+        return end
+
+    def _py_frames(self, frames, start, end, gap):
+        """python_function slices (outermost first) enclosing [start, end], each ``gap`` ns wider than the next;
+        returns the outermost one's range."""
+        n = len(frames)
+        parent = None
+        for j, name in enumerate(frames):
+            s, e = start - (n - j) * gap, end + (n - j) * gap
+            self.py_id += 1
+            up = f', "Python parent id": {parent}' if parent is not None else ""
+            self.cann_chunk.append((s, f'{{"ph": "X", "name": "{name}", "pid": {self.pid}, "tid": {self.tid_main}, '
+                                       f'"ts": "{ts_str(s)}", "dur": {(e - s) / 1000}, "cat": "python_function", '
+                                       f'"args": {{"Python id": {self.py_id}{up}}}}}'))
+            parent = self.py_id
+            self.nE["X"] += 1
+        return (start - n * gap, end + n * gap) if n else (start, end)
 
     def _counters(self, upto):
         rnd, E = self.rnd, self.cann_chunk
@@ -394,7 +430,7 @@ class RankSim(TemplateCompiler):
             E.append((t, f'{{"name": "APP/HBM", "ts": "{ts}", "pid": {self.mem_pid}, "tid": 0, '
                          f'"args": {{"KB": {kb}}}, "ph": "C"}}'))
             self.nE["C"] += 2
-            if self.ctr_n % APP_EVERY == 0:
+            if self.ctr_n % self.app_every == 0:
                 self.app_rows.append(["APP", ts + "\t", "", kb / 1024, "", "", f"NPU:{self.dev}"])
             self.ctr_n += 1
             self.next_ctr = t + COUNTER_NS
@@ -417,8 +453,16 @@ class RankSim(TemplateCompiler):
             seg.flush()
         if self.krows:
             self.krows.sort(key=lambda r: r[0])
-            self.kernel_csv.write_lines([r[1] for r in self.krows])
-            self.krows.clear()
+            # Wait Time(us): the start minus the end of the previous row in start order, over all streams
+            # (FORMATS.md 4.1); rows are final only up to the horizon, so later ones wait for the next flush
+            cut = len(self.krows) if final else sum(1 for r in self.krows if r[0] < horizon)
+            lines, prev = [], self.kd_prev_end
+            for st, end, head, tail in self.krows[:cut]:
+                lines.append(f"{head}{max(0, st - prev) / 1000 if prev is not None else 0}{tail}")
+                prev = end
+            self.kd_prev_end = prev
+            self.kernel_csv.write_lines(lines)
+            del self.krows[:cut]
         for rows, dst in ((self.l2rows, self.l2_csv), (self.op_rows, self.opdet_csv)):
             if rows:
                 dst.write_lines(rows)

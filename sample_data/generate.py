@@ -1,9 +1,13 @@
-"""Generator of realistic synthetic torch_npu profiling runs (Ascend PyTorch Profiler, Level1, text export).
+"""Generator of realistic synthetic torch_npu profiling runs (Ascend PyTorch Profiler: Level0/1/2, text or db export).
 
 Contract
 --------
 ``generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap_lane=True, cann_lane=True,
-streams=2, hccl=True, trace_format="array") -> dict`` writes, for every rank ``r``::
+streams=2, hccl=True, trace_format="array", level="Level1", export="text", db_overlap_ranks=(), collection=0,
+memory_every_ms=20.0, python_stack=False) -> dict`` writes (the APP memory rows and npu_module_mem samples every
+``memory_every_ms``; with ``python_stack`` the main thread's ops sit inside with_stack's ``python_function`` frames,
+the spawn chain around each step and each op's call stack around it, as in the real samples),
+for every rank ``r`` (at Level1, as a text export)::
 
     out_dir/rank{r}_ascend_pt/
         profiler_info_{r}.json          (indent=4, Level1 config, start_info/end_info, rank_id)
@@ -14,7 +18,15 @@ streams=2, hccl=True, trace_format="array") -> dict`` writes, for every rank ``r
             step_trace_time.csv (needs overlap_lane)  memory_record.csv  operator_memory.csv  npu_module_mem.csv
             l2_cache.csv  communication.json  communication_matrix.json (both need hccl)
 
-and returns ground truth: ``{"params", "ranks": [per-rank dict], "total_bytes"}``. A per-rank dict holds
+``level`` Level0 or Level2 rewrites each rank as torch_npu writes that level (``_level.py``: the Level0 trace
+pruning, kernel_details' Level0 columns, no op/api statistics or communication files). ``export="db"`` writes the
+db export of the same run instead (``_dbexport.py``: ``ascend_pytorch_profiler_{r}.db`` + ``analysis.db`` beside
+profiler_info, with an ``OVERLAP_ANALYSIS`` table in the ranks of ``db_overlap_ranks``). The other formats of the
+same simulation: :func:`generate_msprof` (CANN msprof ``PROF_*`` folders) and :func:`generate_kineto` (PyTorch
+Kineto / Chrome traces of a GPU run).
+
+``generate_run`` returns ground truth: ``{"params", "ranks": [per-rank dict], "total_bytes"}`` (counted before the
+level or export is applied). A per-rank dict holds
 ``x_events`` / ``c_events`` / ``m_events`` / ``total_events`` / ``cpu_op_events`` counts of the trace, ``min_x_ts_ns``
 and ``max_x_end_ns`` (integer epoch ns), ``flows`` (``{cat: {"s": n, "f": n}}`` for async_task_queue, async_npu,
 HostToDevice, fwdbwd; each s has one f except HostToDevice, where a launch with two kernels has two f),
@@ -23,7 +35,8 @@ HostToDevice, fwdbwd; each s has one f except HostToDevice, where a launch with 
 
 The output is deterministic for a given set of arguments. The model structure (op sequence, kernels, collective op
 names) comes from ``random.Random(f"{seed}-structure")`` and is the same for every rank and step; timings come from
-one ``random.Random(f"{seed}-timing-{rank}")`` per rank. The trace is streamed to disk in chunks: memory use does not
+one ``random.Random(f"{seed}-timing-{rank}")`` per rank (``collection`` n > 0 adds ``-{n}``: another collection of
+the same model, as profiling one script twice gives). The trace is streamed to disk in chunks: memory use does not
 grow with the number of steps or ops.
 
 Trace content follows FORMATS.md (sections 1-6) and the 2025 Level1 sample:
@@ -63,7 +76,7 @@ import sys
 import tempfile
 import time
 
-from . import _catalog
+from . import _catalog, _dbexport, _kineto, _level, _msprof
 from ._sim import RankSim
 
 T0_NS = 1_736_408_883_600_000_000
@@ -71,12 +84,18 @@ ENV_VARIABLES = {k: "" for k in ("ASCEND_GLOBAL_LOG_LEVEL", "HCCL_RDMA_TC", "HCC
                                  "HOST_CACHE_CAPACITY", "ASCEND_ENHANCE_ENABLE", "PYTORCH_NPU_ALLOC_CONF",
                                  "ASCEND_LAUNCH_BLOCKING")}
 TRACE_FORMATS = ("array", "object", "gz")
+EXPORTS = ("text", "db")
 
 
 def generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap_lane=True,
-                 cann_lane=True, streams=2, hccl=True, trace_format="array") -> dict:
+                 cann_lane=True, streams=2, hccl=True, trace_format="array", level="Level1", export="text",
+                 db_overlap_ranks=(), collection=0, memory_every_ms=20.0, python_stack=False) -> dict:
     if trace_format not in TRACE_FORMATS:
         raise ValueError(f"trace_format must be one of {TRACE_FORMATS}")
+    if level not in _level.LEVELS or export not in EXPORTS:
+        raise ValueError(f"level must be one of {_level.LEVELS} and export one of {EXPORTS}")
+    if (level != "Level1" or export != "text") and trace_format != "array":
+        raise ValueError("another level or the db export needs trace_format='array'")
     if ranks < 1 or steps < 1 or ops_per_step < 1 or streams < 1:
         raise ValueError("ranks, steps, ops_per_step and streams must be >= 1")
     params = {"ranks": ranks, "steps": steps, "ops_per_step": ops_per_step, "seed": seed,
@@ -85,7 +104,8 @@ def generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap
     srng = random.Random(f"{seed}-structure")
     plan = _catalog.build_plan(srng, ops_per_step, hccl)
     group = str(10_000_000_000_000_000_000 + srng.getrandbits(63))
-    cfg = dict(params, t0=T0_NS + (seed % 1000) * 3_600_000_000_000)
+    cfg = dict(params, t0=T0_NS + (seed % 1000) * 3_600_000_000_000 + collection * 600_000_000_000,
+               collection=collection, memory_every_ms=memory_every_ms, python_stack=python_stack)
     os.makedirs(out_dir, exist_ok=True)
     result = {"params": params, "group": group, "ranks": [], "total_bytes": 0}
     for r in range(ranks):
@@ -105,7 +125,48 @@ def generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap
         truth["bytes"] = sum(files.values())
         result["total_bytes"] += truth["bytes"]
         result["ranks"].append(truth)
+        if export == "db":
+            _dbexport.write_db_export(rank_dir, r, level, group, truth["steps"], overlap_table=r in db_overlap_ranks)
+        else:
+            _level.to_level(rank_dir, level)
     return result
+
+
+def generate_msprof(out_dir, *, devices=2, iterations=10, ops_per_step=40, seed=0) -> dict:
+    """CANN msprof output of a run of ``devices`` ranks and ``iterations`` steps, in the older per-iteration
+    layout (``_msprof.py``): one ``PROF_*/device_<d>`` folder per device; model ids 2 and 0 alternate, as in
+    MindSpore runs. Returns the ground truth of the run it was made from."""
+    tmp = tempfile.mkdtemp(prefix="gen_msprof_")
+    try:
+        truth = generate_run(tmp, ranks=devices, steps=iterations, ops_per_step=ops_per_step, seed=seed)
+        os.makedirs(out_dir, exist_ok=True)
+        for r in range(devices):
+            stamp = 20230818142704322 + 245 * r
+            tag = "".join(chr(65 + (seed * 7 + r * 3 + i * 5) % 26) for i in range(16))
+            _msprof.write_msprof(os.path.join(tmp, f"rank{r}_ascend_pt"), out_dir, device=r,
+                                 model=2 if r % 2 == 0 else 0, prof_name=f"PROF_000001_{stamp}_{tag}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return truth
+
+
+def generate_kineto(out_dir, *, ranks=2, steps=2, ops_per_step=100, seed=0, style="old",
+                    name="rank{rank}.pt.trace.json.gz") -> list[str]:
+    """PyTorch Kineto traces of the GPU twin of a generated run (``_kineto.py``), one file per rank named by
+    ``name``; ``style`` "old" (integer µs) or "new" (``baseTimeNanoseconds``). Returns the paths written."""
+    tmp = tempfile.mkdtemp(prefix="gen_kineto_")
+    paths = []
+    try:
+        generate_run(tmp, ranks=ranks, steps=steps, ops_per_step=ops_per_step, seed=seed)
+        os.makedirs(out_dir, exist_ok=True)
+        for r in range(ranks):
+            path = os.path.join(out_dir, name.format(rank=r))
+            _kineto.write_kineto(os.path.join(tmp, f"rank{r}_ascend_pt", "ASCEND_PROFILER_OUTPUT",
+                                              "trace_view.json"), path, r, ranks, style)
+            paths.append(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return paths
 
 
 def _write_info(rank_dir, rank, ranks, group, truth):
@@ -170,6 +231,8 @@ def main(argv=None):
     ap.add_argument("--no-cann", action="store_true", help="omit the CANN lane (and HostToDevice flows)")
     ap.add_argument("--no-hccl", action="store_true", help="no collectives (no HCCL lane, no communication*.json)")
     ap.add_argument("--format", choices=TRACE_FORMATS, default="array", dest="trace_format")
+    ap.add_argument("--level", choices=_level.LEVELS, default="Level1", help="profiler level of the output")
+    ap.add_argument("--export", choices=EXPORTS, default="text", help="text export (CSV/JSON) or db export (SQLite)")
     ap.add_argument("--target-mb", type=float, default=None,
                     help="choose ops-per-step so that each rank's trace is about this many MB")
     a = ap.parse_args(argv)
@@ -179,7 +242,7 @@ def main(argv=None):
         ops = ops_for_target_mb(a.target_mb, steps=a.steps, seed=a.seed, **kw)
     t0, c0 = time.perf_counter(), time.process_time()
     res = generate_run(a.out, ranks=a.ranks, steps=a.steps, ops_per_step=ops, seed=a.seed,
-                       trace_format=a.trace_format, **kw)
+                       trace_format=a.trace_format, level=a.level, export=a.export, **kw)
     secs, cpu = time.perf_counter() - t0, time.process_time() - c0
     events = sum(r["total_events"] for r in res["ranks"])
     mb = res["total_bytes"] / 1048576

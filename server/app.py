@@ -38,12 +38,14 @@ from ascendscope import frontend
 from ascendscope.server import pages
 from ascendscope.server.api import ApiError, FastJSONResponse
 from ascendscope.server.console import ConsoleDatabases
+from ascendscope.server.coordinator import IngestCoordinator
 from ascendscope.server.db import Databases
 from ascendscope.server.errors import HTTP_ANSWERS, http_answer
 from ascendscope.server.querypool import QueryPool
+from ascendscope.server.requestclock import RequestClock
 from ascendscope.server.runs import RunStore
 from ascendscope.server.security import SecurityMiddleware
-from ascendscope.server.settings import Settings
+from ascendscope.server.settings import Settings, cores, worker_count
 from ascendscope.server.worker import IngestQueue
 
 log = logging.getLogger("ascendscope.app")
@@ -61,6 +63,7 @@ API_MODULES = (
     "systemview",
     "compare",
     "cluster",
+    "export",
     "late_arrivals",
     "critical_path",
     "sqlconsole",
@@ -78,7 +81,15 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 SWAGGER_CDN = "https://cdn.jsdelivr.net"
 DOCS_CSP = ("default-src 'self'; script-src 'self' {cdn} {hashes}; style-src 'self' {cdn} 'unsafe-inline'; "
             "img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; object-src 'none'; "
-            "base-uri 'none'; frame-ancestors 'none'")
+            "base-uri 'none'; frame-ancestors 'self'")
+
+
+def query_threads(settings: Settings) -> int:
+    """DuckDB threads per query: ``query_threads``, or the cores divided among the server processes (the
+    processes already use every core; more threads per query only contend for them)."""
+    if settings.query_threads > 0:
+        return settings.query_threads
+    return max(1, cores() // worker_count(settings))
 
 
 def plotly_js_path() -> Path:
@@ -88,19 +99,27 @@ def plotly_js_path() -> Path:
 
 
 def create_app(settings: Settings | None = None, *, store: RunStore | None = None,
-               ingest_queue: IngestQueue | None = None) -> FastAPI:
-    """Build the app over ``settings.data_dir``. Ingestion runs only if an ``ingest_queue`` is given (the CLI
-    starts one); the app itself only ever reads finished databases."""
+               ingest_queue: IngestQueue | IngestCoordinator | None = None, own_ingest: bool = False) -> FastAPI:
+    """Build the app over ``settings.data_dir``. Ingestion runs only if an ``ingest_queue`` is given (a server
+    process gets an :class:`IngestCoordinator`, started and stopped with the app when ``own_ingest``; tests may
+    give an :class:`IngestQueue` they run themselves); the app itself only ever reads finished databases."""
     settings = settings or Settings.from_env()
     store = store or RunStore(settings.data_dir)
-    databases = Databases(settings.max_open_databases, settings.max_loaded_ranks)
-    query_pool = QueryPool(settings.query_slots, settings.query_cache_mb * 10**6)
+    databases = Databases(settings.max_open_databases, settings.max_loaded_ranks, threads=query_threads(settings))
+    query_pool = QueryPool(settings.query_slots, settings.query_cache_mb * 10**6, heavy_slots=settings.heavy_slots,
+                           lock_dir=store.data_dir)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        yield
-        databases.close_all()
-        app.state.console.close_all()
+        if own_ingest and ingest_queue is not None:
+            ingest_queue.start()
+        try:
+            yield
+        finally:
+            if own_ingest and ingest_queue is not None:
+                ingest_queue.stop()
+            databases.close_all()
+            app.state.console.close_all()
 
     app = FastAPI(title="ascendscope", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   default_response_class=FastJSONResponse,
@@ -135,11 +154,13 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     app.add_middleware(CatchAll, respond=respond)  # added first: it runs inside the security middleware
     app.add_middleware(SecurityMiddleware, token=settings.token, host=settings.host,
                        allowed_hosts=settings.allowed_hosts)
+    app.add_middleware(RequestClock)  # outermost: a request's deadline counts from its arrival
     return app
 
 
 def _docs_page(app: FastAPI) -> HTMLResponse:
-    page = get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} API")
+    # relative to /docs, so that it stays under a proxy's prefix
+    page = get_swagger_ui_html(openapi_url=app.openapi_url.lstrip("/"), title=f"{app.title} API")
     html = page.body.decode()
     inline = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
     hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in inline)

@@ -1,11 +1,16 @@
 """``ascendscope``: ``serve`` the dashboard (ingesting the given paths first) or ``ingest`` one path to a file.
 
-    ascendscope serve [PATH ...] [--host 127.0.0.1] [--port 8000] [--data-dir DIR] [--no-browser]
+    ascendscope serve [PATH ...] [--host 127.0.0.1] [--port 8000] [--workers N] [--data-dir DIR] [--no-browser]
                       [--read-only] [--token TOKEN] [--allowed-hosts NAMES]
     ascendscope ingest PATH --out FILE.duckdb
+    ascendscope report RUN --format html|md|json -o FILE
+    ascendscope compare A B [--fail-if "step_time>+5%" ...]
+    ascendscope history RUN RUN ...
+    ascendscope export RUN (--table NAME | --timeline) -o FILE
 
 ``serve`` turns each PATH into a run (an unchanged source that was already ingested is reused) and ingests it
-in a worker process while the server is already up; with no PATH and an empty data dir it loads the bundled
+in a worker process while the server is already up (``server.serving``: ``--workers`` processes answer requests,
+one of them runs the ingest queue); with no PATH and an empty data dir it loads the bundled
 sample. A PATH that is a folder of several runs (subfolders that each hold rank folders, or archives) opens as
 one run per subfolder. A PATH is only read: the database goes into the data dir.
 
@@ -20,15 +25,20 @@ import argparse
 import ipaddress
 import logging
 import sys
-import threading
-import time
 import webbrowser
 from pathlib import Path
 from urllib.parse import quote
 
-from ascendscope.server.settings import Settings, settings_help
+from ascendscope.server.settings import Settings, settings_help, worker_count
 
 SOURCE_SCAN_DEPTH = 5  # how deep a subfolder of a multi-run folder is searched for rank folders
+# subcommands whose module (ascendscope.<module>) owns its arguments (add_arguments) and its work (run)
+TOOLS = {
+    "report": ("report", "a self-contained report of a run (html with charts, md or json) for a CI job to attach"),
+    "compare": ("gate", "compare two runs' headline metrics; --fail-if makes it a regression gate (exit 1)"),
+    "history": ("history", "headline metrics across many runs in order, flagging the run where one jumped"),
+    "export": ("export", "a view's table as CSV/Parquet, or the timeline as Chrome/Perfetto trace JSON"),
+}
 
 
 def bundled_sample_path() -> Path | None:
@@ -43,7 +53,8 @@ def bundled_sample_path() -> Path | None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascendscope", description="Ascend NPU profiling dashboard.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,ingest,bench}")
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{serve,ingest,bench," + ",".join(TOOLS) + "}")
 
     serve = sub.add_parser("serve", help="serve the dashboard (ingesting PATHs first)",
                            formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -52,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="profiling folders (*_ascend_pt, a folder of ranks, an archive) to open as runs")
     serve.add_argument("--host", default=None, help="interface to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="TCP port (default 8000; 0 picks a free one)")
+    serve.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="server processes (default: one per core); they share the port, one ingests")
     serve.add_argument("--data-dir", default=None, help="where runs are stored (default ~/.ascendscope)")
     serve.add_argument("--no-browser", action="store_true", default=None, help="do not open a browser tab")
     serve.add_argument("--read-only", action="store_true", default=None,
@@ -71,13 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a benchmark: suite (the default: everything, beside the peers), "
                                          "ingest (MB/s, peak RSS), query (timeline request latency), concurrency "
-                                         "(the same with N users at once), render (frame times in chromium) or "
+                                         "(N users at once, before/after), heavy (System View, Range Stats, search, "
+                                         "Advice, Compare on 10 M slices), render (frame times in chromium) or "
                                          "insights (late arrivals, critical path and SQL console answer times)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
-                       choices=["suite", "ingest", "query", "concurrency", "render", "insights"])
+                       choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
+    import importlib
+
+    for name, (module, text) in TOOLS.items():
+        tool = sub.add_parser(name, help=text, description=text)
+        importlib.import_module(f"ascendscope.{module}").add_arguments(tool)
     return parser
 
 
@@ -98,16 +117,19 @@ def _command(args: argparse.Namespace) -> int:
         import importlib
 
         return importlib.import_module(f"ascendscope.bench.{args.name}").main(args.options)
+    if args.command in TOOLS:
+        import importlib
+
+        return importlib.import_module(f"ascendscope.{TOOLS[args.command][0]}").run(args)
     return serve(args)
 
 
 def serve(args: argparse.Namespace) -> int:
     from ascendscope.server.runs import RunStore  # keeps `ascendscope ingest` light
-    from ascendscope.server.worker import IngestQueue
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
-        settings = Settings.from_env(data_dir=args.data_dir, host=args.host, port=args.port,
+        settings = Settings.from_env(data_dir=args.data_dir, host=args.host, port=args.port, workers=args.workers,
                                      no_browser=args.no_browser, read_only=args.read_only, token=args.token,
                                      allowed_hosts=args.allowed_hosts)
     except ValueError as exc:
@@ -120,58 +142,63 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     store = RunStore(settings.data_dir)
     store.sweep()
-    queue = IngestQueue(store, workers=settings.ingest_workers, retries=settings.ingest_retries)
-    queue.start(resume=True)
-    try:
-        return _serve_runs(args, settings, store, queue, paths)
-    finally:  # also on Ctrl+C while starting: a run being ingested is queued again, not left "ingesting"
-        queue.stop()
+    return _serve_runs(args, settings, store, paths)
 
 
-def _serve_runs(args: argparse.Namespace, settings, store, queue, paths: list[Path]) -> int:
-    import uvicorn
-
-    from ascendscope.server.app import create_app
+def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) -> int:
+    from ascendscope.server import serving
 
     if not paths and not store.list():
         sample = bundled_sample_path()
         if sample is not None:
             print(f"no runs yet: opening the bundled sample ({sample})", file=sys.stderr)
             paths = [sample]
-    opened = []
+    opened, empty = [], []
     for source in (s for path in paths for s in split_sources(path.resolve())):
+        problem = _no_profiling_data(source)
+        if problem:  # no run for it (a run that can only fail, and a URL that only shows the failure)
+            print(f"error: {problem}", file=sys.stderr)
+            empty.append(source)
+            continue
         run = store.create_run_from_path(source)
-        if run.status in ("queued", "failed"):
-            queue.enqueue(run.id)
+        if run.status == "failed":  # opened again: ingested again, not a second run of the same source
+            run = store.reset_for_retry(run.id)  # queued: the server process that leads the ingest queue takes it
         print(f"run {run.id}: {run.source} ({run.status})", file=sys.stderr)
         opened.append(run.id)
+    if empty and not opened:
+        return 2
     if not settings.token and not settings.read_only and not _is_loopback(settings.host):
         print(f"warning: serving on {settings.host} without --token: anyone who can reach this port can upload and "
               f"delete runs (add --token TOKEN or --read-only)", file=sys.stderr)
-
-    app = create_app(settings, store=store, ingest_queue=queue)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                            access_log=args.log_level == "debug")
-    server = uvicorn.Server(config)
     target = f"/runs/{opened[0]}/timeline" if len(opened) == 1 else "/"
 
-    def announce() -> None:
-        while not server.started and not server.should_exit:
-            time.sleep(0.05)
-        if not server.started:
-            return
-        port = _bound_port(server) or settings.port
+    def announce(port: int) -> None:
         url = f"http://{_display_host(settings.host)}:{port}{target}"
         if settings.token:
             url += f"?token={quote(settings.token, safe='')}"
         mode = " (read-only)" if settings.read_only else ""
-        print(f"ascendscope is serving {settings.data_dir}{mode} at {url}", file=sys.stderr, flush=True)
+        workers = worker_count(settings)
+        print(f"ascendscope is serving {settings.data_dir}{mode} at {url} ({workers} "
+              f"process{'es' if workers > 1 else ''})", file=sys.stderr, flush=True)
         if not settings.no_browser:
             webbrowser.open(url)
 
-    threading.Thread(target=announce, name="ascendscope-announce", daemon=True).start()
-    server.run()
-    return 0 if server.started else 1
+    return 0 if serving.run(settings, args.log_level, announce) else 1
+
+
+def _no_profiling_data(source: Path) -> str | None:
+    """Why a folder given to ``serve`` cannot make a run (it holds no rank of any format), or None. Archives and
+    files are left to the ingest, which says what is wrong with them."""
+    from ascendscope.ingest.discover import discover
+
+    if not source.is_dir():
+        return None
+    found = discover(source)
+    if found.ranks:
+        return None
+    seen = "; ".join(f"{f}: {m}" for _, f, m in found.warnings[:3])
+    return (f"no profiling data in {source} (expected *_ascend_pt folders with ASCEND_PROFILER_OUTPUT, PROF_* "
+            "folders or trace files)" + (f" — {seen}" if seen else ""))
 
 
 def split_sources(path: Path) -> list[Path]:
@@ -212,13 +239,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _bound_port(server) -> int | None:
-    for srv in getattr(server, "servers", []) or []:
-        for sock in getattr(srv, "sockets", []) or []:
-            return sock.getsockname()[1]
-    return None
 
 
 def _display_host(host: str) -> str:

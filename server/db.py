@@ -178,7 +178,7 @@ def scope(ready: list[int], asked: tuple[int, ...] | None, about: tuple[int, ...
 
 
 class _Entry:
-    def __init__(self, path: Path, mtime_ns: int, ranks: tuple[int, ...] | None = None):
+    def __init__(self, path: Path, mtime_ns: int, ranks: tuple[int, ...] | None = None, threads: int | None = None):
         self.path, self.mtime_ns = path, mtime_ns
         self.loaded_ranks: list[int] | None = None
         try:
@@ -188,6 +188,8 @@ class _Entry:
                                                               manifest=manifest)
             else:
                 self.conn = duckdb.connect(str(path), read_only=True)
+            if threads:  # several server processes share the cores: no DuckDB threads beyond each one's share
+                self.conn.execute(f"SET threads = {int(threads)}")
         except duckdb.Error as exc:
             if isinstance(exc, duckdb.IOException) and "No such file" in str(exc):
                 raise FileNotFoundError(_first_line(exc)) from exc
@@ -206,8 +208,8 @@ class _Entry:
 class Databases:
     """Cache of read-only connections, keyed by run id and scope (the ranks a sharded run's connection loads)."""
 
-    def __init__(self, max_open: int = 16, max_loaded_ranks: int = MAX_LOADED_RANKS):
-        self.max_open = max_open
+    def __init__(self, max_open: int = 16, max_loaded_ranks: int = MAX_LOADED_RANKS, threads: int | None = None):
+        self.max_open, self.threads = max_open, threads
         self.max_loaded_ranks = max_loaded_ranks
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self._ready: dict[Path, tuple[int, list[int]]] = {}  # cluster.duckdb → (its mtime, ready ranks)
@@ -241,7 +243,7 @@ class Databases:
                 self._entries.pop(key)
                 entry = None
             if entry is None:
-                entry = _Entry(path, mtime_ns, ranks)
+                entry = _Entry(path, mtime_ns, ranks, self.threads)
                 self._entries[key] = entry
                 while len(self._entries) > self.max_open:
                     self._entries.popitem(last=False)
@@ -285,15 +287,19 @@ class Databases:
 
 
 def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict = (), *, timeout_s: float = 10.0,
-          fetch: str = "all"):
+          fetch: str = "all", cancel=None):
     """Run ``sql`` with bound ``params`` and fetch its result under a deadline of ``timeout_s``.
 
     ``fetch``: ``"all"`` (list of tuples), ``"one"`` (a tuple or None), ``"columns"`` (dict of column name to
     list, the shape the timeline answers in) or ``"arrays"`` (dict of column name to numpy array, for large
     answers serialised by ``FastJSONResponse`` without a Python list). Raises :class:`QueryTimeout`, or
-    :class:`DamagedDatabase` when the file cannot be read.
+    :class:`DamagedDatabase` when the file cannot be read. ``cancel`` (a ``server.requestclock.CancelToken``)
+    interrupts the query when the request's client goes away: then it raises ``ClientGone``.
     """
-    cancel = DEADLINES.call_later(timeout_s, cur.interrupt)
+    if cancel is not None:
+        cancel.check()
+    unwatch = cancel.watch(cur.interrupt) if cancel is not None else None
+    stop = DEADLINES.call_later(timeout_s, cur.interrupt)
     try:
         cur.execute(sql, params if isinstance(params, dict) else list(params))
         if fetch == "one":
@@ -306,6 +312,8 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
             return {n: _tolist(arrays[n]) for n in names}
         return cur.fetchall()
     except duckdb.InterruptException as exc:
+        if cancel is not None:
+            cancel.check()  # the client went away: ClientGone, not a timeout
         raise QueryTimeout(f"query took longer than {timeout_s:g} s") from exc
     except duckdb.Error as exc:
         damaged = damage(exc)
@@ -313,7 +321,9 @@ def query(cur: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict 
             raise
         raise damaged from exc
     finally:
-        cancel()
+        stop()
+        if unwatch is not None:
+            unwatch()
 
 
 def _plain(array):

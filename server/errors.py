@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ascendscope.server.db import QueryTimeout
 from ascendscope.server.queries import NotFound, QueryError
+from ascendscope.server.requestclock import ClientGone
 
 
 class UploadRefused(Exception):
@@ -106,6 +107,7 @@ HTTP_ANSWERS: dict[type[Exception], tuple[int, str | None]] = {
     QueryError: (400, None),
     NotFound: (404, None),
     QueryTimeout: (504, "query_timeout"),
+    ClientGone: (499, "client_closed_request"),  # nobody reads it: the client is gone
 }
 
 

@@ -1,5 +1,8 @@
 """HTML pages: the runs list, one page per run view (``/runs/{id}/{view}``) and the Compare page (``/compare``).
 
+Pages name every URL relative to the dashboard's root (``root``: ``../../`` on a run's view), never as an absolute
+path, so a proxy may serve the dashboard under a prefix of its own (JupyterLab: ``ascendscope.jupyter``).
+
 A view page is the template ``server/templates/<view>.html`` extending ``base.html`` (which carries the run tabs
 and the rank selector); adding a view's page means adding its template. A view whose template does not exist yet
 renders a placeholder, so the tabs never lead to a 404.
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -57,7 +61,8 @@ def compare_page(request: Request):
 
 @router.get("/runs/{run_id}")
 def run_page(run_id: str):
-    return RedirectResponse(f"/runs/{run_id}/timeline", status_code=307)
+    # relative, so that it stays under the prefix of a proxy in front of us (/runs/x -> /runs/x/timeline)
+    return RedirectResponse(f"{quote(run_id, safe='')}/timeline", status_code=307)
 
 
 @router.get("/runs/{run_id}/{view}", response_class=HTMLResponse)
@@ -75,6 +80,13 @@ def view_page(request: Request, run_id: str, view: str):
     except TemplateNotFound:
         ctx["placeholder"] = f"The {dict(VIEWS)[view]} view is not available yet."
         return templates.TemplateResponse(request, "base.html", ctx)
+
+
+def root_of(path: str) -> str:
+    """The relative way from a page at ``path`` back to the dashboard's root: ``/`` → ``./``,
+    ``/runs/x/timeline`` → ``../../``. Every URL a page names starts with it, so the pages work unchanged under
+    a proxy's prefix (``/user/me/ascendscope/runs/x/timeline``)."""
+    return "../" * (path.count("/") - 1) or "./"
 
 
 def _context(request: Request, run, view: str) -> dict:
@@ -106,6 +118,7 @@ def _context(request: Request, run, view: str) -> dict:
     page = {"view": view, "run_id": run.id if run else None, "run": run_json, "ranks": ranks,
             "read_only": settings.read_only, "max_upload_bytes": settings.max_upload_mb * 1_000_000}
     return {
+        "root": root_of(request.scope["path"]),
         "view": view,
         "views": VIEWS,
         "run": run,
@@ -120,6 +133,7 @@ def _context(request: Request, run, view: str) -> dict:
 
 
 def error_page(request: Request, status: int, message: str) -> str:
-    ctx = {"request": request, "view": "error", "views": VIEWS, "run": None, "run_id": None, "ranks": [],
+    ctx = {"request": request, "root": root_of(request.scope["path"]), "view": "error", "views": VIEWS, "run": None,
+           "run_id": None, "ranks": [],
            "page_json": "{}", "placeholder": None, "error_status": status, "error_message": message}
     return templates.get_template("base.html").render(ctx)

@@ -7,6 +7,12 @@ Contract:
   and the GIL. A thread that already holds a slot takes no second one, so nested use cannot deadlock. Waiting for
   a slot is bounded: after ``timeout_s`` it raises :class:`~server.db.QueryTimeout` (the server is too busy). A
   slot is always given back, whether the work returned, raised or was interrupted by its deadline.
+* Heavy work (System View, Range Stats, search, Advice, Compare: ``slot(..., heavy=True)``) takes one of
+  ``heavy_slots`` slots shared by every server process of the data dir (an ``flock`` on one of the files
+  ``<lock_dir>/.heavy-slot-<i>.lock``) instead of a query slot, so it never makes a viewport request wait, and at
+  most that many heavy queries load the machine at once, however many processes serve it.
+* A wait for a slot wakes when the request's client goes away (``cancel``, a ``server.requestclock.CancelToken``)
+  and raises ``ClientGone``.
 * :meth:`QueryPool.shared`: answers by key. A key asked for by several requests at the same time is computed
   once (single flight), inside a slot; every waiter gets its answer, or its exception. Answers are then kept in
   an LRU cache bounded in bytes; errors are never cached. A key must name everything its answer depends on (the
@@ -18,22 +24,40 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import threading
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
 from ascendscope.server.db import QueryTimeout
+from ascendscope.server.requestclock import ClientGone
+
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): the heavy slots are then per process only
+    fcntl = None
+
+
+HEAVY_POLL_S = 0.02  # how often a heavy request tries the heavy slots
 
 
 class QueryPool:
-    def __init__(self, slots: int = 0, cache_bytes: int = 64 * 10**6):
-        """``slots`` 0 means one per core."""
+    def __init__(self, slots: int = 0, cache_bytes: int = 64 * 10**6, *, heavy_slots: int = 0,
+                 lock_dir: Path | None = None):
+        """``slots`` 0 means one per core; ``heavy_slots`` 0 half the cores (at least 1); ``lock_dir`` holds the
+        heavy slots' lock files (None: a process-local folder, so the budget is per process)."""
         self.slots = slots if slots > 0 else max(1, os.cpu_count() or 1)
+        self.heavy_slots = heavy_slots if heavy_slots > 0 else max(1, (os.cpu_count() or 1) // 2)
+        self.lock_dir = Path(lock_dir) if lock_dir is not None else _private_lock_dir()
+        self._mine_heavy = threading.local()
         self.cache_bytes = cache_bytes
         self._free_slots = self.slots
         self._queue: deque[threading.Lock] = deque()  # threads waiting for a slot, first come first served
@@ -47,11 +71,15 @@ class QueryPool:
         self.counts: Counter = Counter()  # computed / coalesced / hit keys
 
     @contextmanager
-    def slot(self, timeout_s: float) -> Iterator[None]:
+    def slot(self, timeout_s: float, *, heavy: bool = False, cancel=None) -> Iterator[None]:
+        if heavy:
+            with self._heavy(timeout_s, cancel):
+                yield
+            return
         if getattr(self._mine, "held", False):
             yield
             return
-        if not self._acquire(timeout_s):
+        if not self._acquire(timeout_s, cancel):
             raise QueryTimeout(f"the server is busy: no database slot became free within {timeout_s:g} s")
         self._mine.held = True
         try:
@@ -60,7 +88,7 @@ class QueryPool:
             self._mine.held = False
             self._release()
 
-    def _acquire(self, timeout_s: float) -> bool:
+    def _acquire(self, timeout_s: float, cancel=None) -> bool:
         with self._lock:
             if self._free_slots and not self._queue:
                 self._free_slots -= 1
@@ -69,13 +97,57 @@ class QueryPool:
             ticket = threading.Lock()
             ticket.acquire()
             self._queue.append(ticket)
-        if ticket.acquire(timeout=timeout_s):
+        gone = []
+
+        def wake() -> None:  # the client went away: leave the queue now, unless a slot was handed over already
+            with self._lock:
+                if ticket in self._queue:
+                    self._queue.remove(ticket)
+                    gone.append(True)
+                    ticket.release()
+
+        unwatch = cancel.watch(wake) if cancel is not None else None
+        try:
+            got = ticket.acquire(timeout=timeout_s)
+        finally:
+            if unwatch is not None:
+                unwatch()
+        if gone:
+            cancel.check()
+        if got:
             return True
         with self._lock:
             if ticket in self._queue:
                 self._queue.remove(ticket)
                 return False
         return True  # handed a slot just as the wait timed out
+
+    @contextmanager
+    def _heavy(self, timeout_s: float, cancel=None) -> Iterator[None]:
+        """One of the heavy slots of every process (see the module doc); re-entrant within a thread."""
+        if getattr(self._mine_heavy, "fd", None) is not None:
+            yield
+            return
+        deadline = time.monotonic() + timeout_s
+        fd = None
+        while fd is None:
+            for i in range(self.heavy_slots):
+                fd = _try_flock(self.lock_dir / f".heavy-slot-{i}.lock")
+                if fd is not None:
+                    break
+            else:
+                if cancel is not None:
+                    cancel.check()
+                if time.monotonic() >= deadline:
+                    raise QueryTimeout(f"the server is busy with other heavy views: none of its {self.heavy_slots} "
+                                       f"heavy query slot(s) became free within {timeout_s:g} s")
+                time.sleep(HEAVY_POLL_S)
+        self._mine_heavy.fd = fd
+        try:
+            yield
+        finally:
+            self._mine_heavy.fd = None
+            os.close(fd)
 
     def _release(self) -> None:
         # the slot goes straight to the longest waiter: a thread arriving meanwhile cannot take it first, so under
@@ -92,7 +164,8 @@ class QueryPool:
         self.running += 1
         self.peak = max(self.peak, self.running)
 
-    def shared(self, keys: list[Hashable], compute: Callable[[list[Hashable]], dict], *, timeout_s: float) -> dict:
+    def shared(self, keys: list[Hashable], compute: Callable[[list[Hashable]], dict], *, timeout_s: float,
+               cancel=None) -> dict:
         """key → answer for every key: from the cache, from a computation in flight, or from
         ``compute(missing keys)`` (which returns a dict holding each of them) run in a slot."""
         answers, todo, waits = {}, [], {}
@@ -109,18 +182,41 @@ class QueryPool:
                     self._flights[key] = Future()
                     todo.append(key)
         if todo:
-            answers.update(self._compute(todo, compute, timeout_s))
+            answers.update(self._compute(todo, compute, timeout_s, cancel))
+        deadline = time.monotonic() + timeout_s
         for key, flight in waits.items():
             try:
-                answers[key] = flight.result(timeout=timeout_s)
+                answers[key] = self._wait(flight, deadline, cancel)
             except FutureTimeout:
                 raise QueryTimeout(f"no answer within {timeout_s:g} s (the same query, asked for by another "
                                    f"request, is still running)") from None
+            except ClientGone:
+                if cancel is not None and cancel.cancelled:
+                    raise
+                # the request computing it went away, not this one: compute it here
+                left = max(0.0, deadline - time.monotonic())
+                answers.update(self.shared([key], compute, timeout_s=left, cancel=cancel))
         return answers
 
-    def _compute(self, todo: list, compute: Callable, timeout_s: float) -> dict:
+    @staticmethod
+    def _wait(flight: Future, deadline: float, cancel) -> object:
+        """The flight's answer, waiting until ``deadline`` or until the client goes away (no polling)."""
+        if cancel is None:
+            return flight.result(timeout=max(0.0, deadline - time.monotonic()))
+        gone: Future = Future()
+        unwatch = cancel.watch(lambda: gone.done() or gone.set_result(None))
         try:
-            with self.slot(timeout_s):
+            futures_wait([flight, gone], timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_COMPLETED)
+        finally:
+            unwatch()
+        if flight.done():
+            return flight.result()
+        cancel.check()
+        raise FutureTimeout()
+
+    def _compute(self, todo: list, compute: Callable, timeout_s: float, cancel=None) -> dict:
+        try:
+            with self.slot(timeout_s, cancel=cancel):
                 done = compute(todo)
                 missing = [k for k in todo if k not in done]
                 if missing:
@@ -168,3 +264,26 @@ def approx_bytes(value: object) -> int:
     if isinstance(value, (list, tuple)):
         return 56 + sum(approx_bytes(v) for v in value)
     return sys.getsizeof(value)
+
+
+_PRIVATE: list[Path] = []
+
+
+def _private_lock_dir() -> Path:
+    """One temporary folder per process for pools given no lock folder (tests, scripts)."""
+    if not _PRIVATE:
+        _PRIVATE.append(Path(tempfile.mkdtemp(prefix=f"ascendscope-slots-{os.getpid()}-")))
+    return _PRIVATE[0]
+
+
+def _try_flock(path: Path) -> int | None:
+    """The fd holding an exclusive flock on ``path``, or None if another holder has it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if fcntl is None:
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd

@@ -33,6 +33,7 @@ import secrets
 import shutil
 import threading
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,12 +52,14 @@ RUN_FILE = "run.json"
 DB_FILE = "run.duckdb"
 LOG_FILE = "ingest.log"
 SOURCE_DIR = "source"  # an upload's extracted archive, removed once the run is ready
+UPLOAD_ARCHIVE = "upload.archive"  # the uploaded archive itself, kept (within a budget) to ingest it again
 WORK_DIR = "work"  # the worker's scratch folder (spill files) is WORK_DIR-<pid>, removed after every attempt
 STAGING_PREFIX = ".upload-"
 LOCK_FILE = ".run.lock"  # the web process and a worker both rewrite run.json: read-modify-write under a flock
 INGEST_LOCK_FILE = ".ingest.lock"  # held by the run's live worker (its pid is written in it, for people)
 MAX_NAME_CHARS = 200
 MAX_LOG_BYTES = 64 << 10  # the tail of ingest.log the API hands out
+RACY_S = 1.0  # a run.json changed this recently is read again (see RecordCache)
 
 
 @dataclass
@@ -95,6 +98,45 @@ class DuplicateUpload(Exception):
         self.run = run
 
 
+class RecordCache:
+    """Parsed run.json files, each kept with the identity of the file it came from (inode, size, mtime, ctime),
+    so a request costs a ``stat`` instead of a read and a parse. A rewrite is a rename of a new file, so any
+    process's rewrite changes the identity; a file modified within :data:`RACY_S` of being read is not trusted
+    (its timestamp could be shared with a rewrite in the same clock tick, "racy git"), so it is read again until
+    it has been still for that long. Bounded: at most ``max_entries`` files, least recently used dropped."""
+
+    def __init__(self, max_entries: int = 4096):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[tuple, dict]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.reads = 0  # files actually read and parsed (tests count them)
+
+    def read(self, path: Path) -> dict:
+        st = os.stat(path)
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        key = str(path)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None and hit[0] == stamp:
+                self._entries.move_to_end(key)
+                return hit[1]
+        with open(path, encoding="utf-8") as src:
+            data = json.loads(src.read())
+            now_ns = time.time_ns()
+            same = os.fstat(src.fileno())
+        self.reads += 1
+        read_stamp = (same.st_ino, same.st_size, same.st_mtime_ns, same.st_ctime_ns)
+        with self._lock:
+            if read_stamp == stamp and now_ns - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_S * 1e9:
+                self._entries[key] = (stamp, data)
+                self._entries.move_to_end(key)
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
+            else:
+                self._entries.pop(key, None)
+        return data
+
+
 class RunStore:
     """Reads and writes run folders; safe to use from several threads and from the worker processes."""
 
@@ -103,6 +145,7 @@ class RunStore:
         self.runs_dir = self.data_dir / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._records = RecordCache()
 
     # -- paths
     def run_dir(self, run_id: str) -> Path:
@@ -142,17 +185,19 @@ class RunStore:
         return run
 
     def create_run_from_path(self, path: Path | str, *, name: str | None = None, reuse: bool = True) -> Run:
-        """A run for a profiling folder/file; an existing ready or pending run of the unchanged source is reused."""
+        """A run for a profiling folder/file; an existing run of the unchanged source is reused (a ready or pending
+        one first; else a failed one, which the caller may retry: opening a source again makes no second run)."""
         src = Path(path).expanduser().resolve()
         if not src.exists():
             raise FileNotFoundError(f"no such file or folder: {src}")
         fingerprint = source_fingerprint(src)
         existing = self.list()
         if reuse:
-            for run in existing:
-                if (run.origin == "path" and run.source == str(src) and run.source_fingerprint == fingerprint
-                        and run.status != "failed"):
-                    return run
+            same = [run for run in existing if run.origin == "path" and run.source == str(src)
+                    and run.source_fingerprint == fingerprint]
+            same.sort(key=lambda run: run.status == "failed")
+            if same:
+                return same[0]
         return self.create_run(name or _path_name(src, existing), str(src), fingerprint=fingerprint)
 
     def new_staging_dir(self) -> Path:
@@ -184,9 +229,12 @@ class RunStore:
         return None
 
     def get(self, run_id: str) -> Run:
+        """The run's record, parsed from run.json only when the file changed (see :class:`RecordCache`: one
+        ``stat`` per call, and every process sees another's rewrite at once). The record is a new object each
+        time, but its dict and list fields are shared with the cache: replace them, never mutate them in place."""
         path = self.run_dir(run_id) / RUN_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = self._records.read(path)
         except (FileNotFoundError, NotADirectoryError):
             raise RunNotFound(run_id) from None
         known = Run.__dataclass_fields__
@@ -323,7 +371,7 @@ class RunStore:
             run = self.get(run_id)
             if run.status != "ready":  # someone got here first, or it is being re-ingested
                 return run
-            if run.origin == "upload" and not (self.run_dir(run_id) / SOURCE_DIR).is_dir():
+            if run.origin == "upload" and not self.can_restore_upload(run_id):
                 remedy = "the uploaded files were removed once it was ready: upload the archive again"
             else:
                 remedy = "Retry (on the runs page) ingests it again from its source"
@@ -336,11 +384,51 @@ class RunStore:
     def retry_problem(self, run: Run) -> str | None:
         """Why a failed run cannot be ingested again (its source is gone), or None."""
         if run.origin == "upload":
-            if not (self.run_dir(run.id) / SOURCE_DIR).is_dir():
+            if not self.can_restore_upload(run.id):
                 return "the uploaded files were removed once the run was ready: upload the archive again"
         elif not Path(run.source).exists():
             return "its source no longer exists on the server"
         return None
+
+    def can_restore_upload(self, run_id: str) -> bool:
+        """Whether an upload's files are there to ingest again: still extracted, or the archive was kept."""
+        folder = self.run_dir(run_id)
+        return (folder / SOURCE_DIR).is_dir() or (folder / UPLOAD_ARCHIVE).is_file()
+
+    def restore_upload(self, run: Run, limits) -> None:
+        """Extract an upload's kept archive again (under ``limits``, as the upload was) when its files are gone.
+        Raises ``ingest.archive.ArchiveError``."""
+        from ascendscope.ingest import archive
+
+        folder = self.run_dir(run.id)
+        if run.origin != "upload" or (folder / SOURCE_DIR).is_dir() or not (folder / UPLOAD_ARCHIVE).is_file():
+            return
+        partial = folder / f"{SOURCE_DIR}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            archive.unpack(folder / UPLOAD_ARCHIVE, partial, limits)
+            os.rename(partial, folder / SOURCE_DIR)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        self.append_log(run.id, "the kept upload archive was extracted again")
+
+    def trim_kept_uploads(self, max_bytes: int) -> list[str]:
+        """Remove the kept archives of the oldest uploads until the newest fit in ``max_bytes`` together; return
+        the run ids whose archive went."""
+        kept = []
+        for run in self.list():
+            path = self.run_dir(run.id) / UPLOAD_ARCHIVE
+            try:
+                kept.append((run.created, run.id, path.stat().st_size, path))
+            except FileNotFoundError:
+                continue
+        removed, total = [], 0
+        for _created, run_id, size, path in sorted(kept, reverse=True):
+            total += size
+            if total > max_bytes:
+                path.unlink(missing_ok=True)
+                removed.append(run_id)
+        return removed
 
     def reset_for_retry(self, run_id: str) -> Run:
         """A failed run back to ``queued`` with a fresh attempt count; its old database is removed."""

@@ -3,8 +3,9 @@
 :class:`SecurityMiddleware` (pure ASGI, so an upload's body still streams):
 
 * adds the security headers to every response — a Content-Security-Policy that allows scripts, styles and
-  connections from this origin only (no inline script, no eval, no framing), ``nosniff``, ``no-referrer`` and
-  ``X-Frame-Options: DENY``. A route that needs another policy sets its own CSP header, which is kept: the
+  connections from this origin only (no inline script, no eval; framed only by pages of this same origin, as a
+  notebook behind the same Jupyter proxy frames a view for ``Run.show``), ``nosniff``, ``no-referrer`` and
+  ``X-Frame-Options: SAMEORIGIN``. A route that needs another policy sets its own CSP header, which is kept: the
   chart pages allow inline *styles* for plotly.js (:data:`CSP_WITH_PLOTLY`), the API docs page its CDN;
 * without a token, refuses (400 ``host_not_allowed``) a request whose ``Host`` is not a name this server answers
   to: DNS rebinding points an attacker's host name at 127.0.0.1, after which a page from that name reads the
@@ -19,7 +20,11 @@
 * with a token configured, requires it on every request except ``GET /api/health``: ``Authorization: Bearer
   TOKEN``, or the cookie a browser gets by visiting any page once with ``?token=TOKEN`` (the answer sets an
   HttpOnly, SameSite=Lax cookie and redirects to the same URL without the token, so it leaves the address
-  bar and the history). The cookie holds an HMAC of the token, never the token itself.
+  bar and the history). The cookie holds an HMAC of the token, never the token itself. The redirect always
+  stays on this server: a path that starts with two slashes, or a slash and a backslash (a browser reads either
+  as another host), is sent back with one leading slash;
+* answers 400 ``host_required`` to an HTTP/1.1 request without a ``Host`` header, as HTTP/1.1 requires (RFC 9112
+  §3.2; HTTP/1.0 clients may omit it).
 """
 
 from __future__ import annotations
@@ -29,10 +34,10 @@ import hmac
 import ipaddress
 import json
 from html import escape
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; font-src 'self' data:; "
-       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'self'")
 # plotly.js injects its stylesheet (<style> elements) and style attributes at run time: the pages that load it
 # allow inline styles — never inline scripts
 CSP_WITH_PLOTLY = CSP.replace("style-src 'self';", "style-src 'self' 'unsafe-inline';")
@@ -40,7 +45,7 @@ SECURITY_HEADERS = (
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
-    (b"x-frame-options", b"DENY"),
+    (b"x-frame-options", b"SAMEORIGIN"),
     (b"cross-origin-opener-policy", b"same-origin"),
 )
 OPEN_PATHS = ("/api/health",)  # answered without a token (container health checks)
@@ -50,6 +55,7 @@ COOKIE_MAX_AGE_S = 30 * 24 * 3600
 LOCAL_NAMES = frozenset({"localhost"})
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 MAX_SHOWN_HOST_CHARS = 100
+PATH_SAFE = "/:@!$&'()*+,;=-._~"  # characters a redirect's path keeps as they are (RFC 3986 pchar)
 
 
 class SecurityMiddleware:
@@ -79,6 +85,10 @@ class SecurityMiddleware:
             await send(message)
 
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        if b"host" not in headers and scope.get("http_version", "1.1") != "1.0":
+            await _error(send_with_headers, scope, 400, "host_required",
+                         "an HTTP/1.1 request must name the host it is for (a Host header)")
+            return
         open_path = scope["path"] in OPEN_PATHS
         if not self.token and not self.any_host and not open_path and not self._host_allowed(scope, headers):
             name = _hostname(headers[b"host"].decode("latin-1"))[:MAX_SHOWN_HOST_CHARS]
@@ -107,7 +117,7 @@ class SecurityMiddleware:
     def _host_allowed(self, scope, headers) -> bool:
         raw = headers.get(b"host")
         if raw is None:
-            return True  # HTTP/1.0 without Host: no browser sends that, so no rebinding either
+            return True  # HTTP/1.0 without Host (1.1 was refused already): no browser sends that, so no rebinding
         name = _hostname(raw.decode("latin-1"))
         if name in self.names or name.endswith(".localhost"):  # browsers resolve *.localhost to loopback
             return True
@@ -131,7 +141,10 @@ class SecurityMiddleware:
     async def _redirect_without_token(self, scope, send) -> None:
         pairs = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
                  if k != TOKEN_PARAM]
-        location = scope.get("root_path", "") + scope["path"] + (f"?{urlencode(pairs)}" if pairs else "")
+        # relative (the page's own last segment), so it stays under the prefix of a proxy in front of us; "./" and
+        # percent-encoding keep "//evil.example", "\\evil…" or "https:evil…" from reading as another host
+        last = quote(scope["path"].rsplit("/", 1)[-1], safe=PATH_SAFE)
+        location = "./" + last + (f"?{urlencode(pairs)}" if pairs else "")
         secure = "; Secure" if scope.get("scheme") == "https" else ""
         cookie = (f"{self.cookie_name}={self.cookie_value}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; "
                   f"SameSite=Lax{secure}")

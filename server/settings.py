@@ -32,8 +32,17 @@ SETTINGS: tuple[Setting, ...] = (
             "where runs are stored: <data_dir>/runs/<id>/{run.json,manifest.json,cluster.duckdb,shards/}"),
     Setting("host", str, "127.0.0.1", "interface to listen on"),
     Setting("port", int, 8000, "TCP port to listen on"),
-    Setting("query_timeout_s", float, 10.0, "a database query running longer than this is interrupted"),
-    Setting("query_slots", int, 0, "database queries run at once (0: one per core); the others wait their turn"),
+    Setting("workers", int, 0, "server processes answering requests (0: one per core); they share the port, "
+                               "and one of them runs the ingest queue"),
+    Setting("query_timeout_s", float, 10.0, "a request's database work must end this long after it arrived "
+                                            "(queueing included), else it is interrupted and answers 504"),
+    Setting("query_slots", int, 0, "database queries run at once per server process (0: one per core); the "
+                                   "others wait their turn"),
+    Setting("query_threads", int, 0, "DuckDB threads of one query (0: the cores divided among the server "
+                                     "processes, at least 1)"),
+    Setting("heavy_slots", int, 0, "heavy views (System View, Range Stats, search, Advice, Compare) run at once "
+                                   "across all server processes (0: half the cores, at least 1); viewport "
+                                   "requests never wait for them"),
     Setting("query_cache_mb", int, 64, "MB of recent timeline answers kept to answer other requests (0: none)"),
     Setting("max_slices_per_track", int, 50_000, "row cap for one track in one slices response"),
     Setting("max_tracks_per_request", int, 400, "track_id values accepted in one slices request"),
@@ -58,6 +67,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_extracted_mb", int, 32_768, "MB an uploaded archive may expand to"),
     Setting("max_compression_ratio", float, 200.0,
             "an archive may expand to at most this many times its size (zip bombs)"),
+    Setting("kept_uploads_mb", int, 20_000,
+            "MB of uploaded archives kept so that Retry can ingest their runs again (oldest removed first; 0: none)"),
 )
 
 
@@ -111,3 +122,14 @@ def settings_help() -> str:
     """The settings table as text, for ``ascendscope serve --help``."""
     return "\n".join(f"  {s.env:<38} {s.help} (default: {'not set' if s.default is None else s.default})"
                      for s in SETTINGS)
+
+
+def cores() -> int:
+    """The cores this process may run on (a container's cpuset, where the OS says it)."""
+    found = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, found or 1)
+
+
+def worker_count(settings) -> int:
+    """Server processes: ``settings.workers``, 0 meaning one per core."""
+    return settings.workers if settings.workers > 0 else cores()

@@ -13,6 +13,10 @@ to build a path.
 
 The file's SHA-256 is computed as it streams in: bytes identical to an upload that made a run (not a failed one)
 are not extracted again, and the answer is that run.
+
+The archive itself is kept in the run's folder (``upload.archive``) after the extracted files are ingested and
+removed, so that Retry — of a run whose database was damaged, or made by an older ascendscope — can extract it
+again; the kept archives of all runs take at most ``kept_uploads_mb`` (the oldest go first).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from ascendscope.server.errors import (
     UploadInterrupted,
     UploadTooLarge,
 )
-from ascendscope.server.runs import SOURCE_DIR, DuplicateUpload, Run, RunStore
+from ascendscope.server.runs import SOURCE_DIR, UPLOAD_ARCHIVE, DuplicateUpload, Run, RunStore
 from ascendscope.server.settings import Settings
 
 UPLOAD_FILE = "upload.bin"
@@ -202,6 +206,7 @@ async def receive_upload(request: Request, store: RunStore, settings: Settings) 
         except DuplicateUpload as dup:  # the same bytes were committed while these were being extracted
             return dup.run, True
         committed = True
+        await run_in_threadpool(store.trim_kept_uploads, settings.kept_uploads_mb * MB)
         return run, False
     finally:
         if not committed:
@@ -216,7 +221,7 @@ def _check_and_commit(store: RunStore, staging: Path, filename: str, name: str, 
         unpacked = archive.unpack(upload, staging / SOURCE_DIR, limits)
     except archive.ArchiveError as exc:
         raise ARCHIVE_REFUSALS.get(exc.kind, BadArchive)(f"{filename}: {exc}") from None
-    upload.unlink()
+    upload.rename(staging / UPLOAD_ARCHIVE)  # kept: Retry can extract it again (trim_kept_uploads bounds them)
     found = discover(staging / SOURCE_DIR)
     if not found.ranks:
         seen = "; ".join(f"{f}: {m}" for _, f, m in found.warnings[:3])

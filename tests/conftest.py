@@ -6,7 +6,6 @@ Browser tests are skipped (with the reason) only when /usr/bin/chromium is missi
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import threading
@@ -17,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-# ASCENDSCOPE_REAL_SAMPLES=/nonexistent runs the suite as a checkout without ../shared would
-REAL_SAMPLES = Path(os.environ.get("ASCENDSCOPE_REAL_SAMPLES")
-                    or Path(__file__).resolve().parents[1].parent / "shared" / "real_samples")
-PYTORCH_TEXT = REAL_SAMPLES / "msinsight_pytorch_2025" / "text"
+# the real samples, or their generated twins (tests/samples.py); ASCENDSCOPE_REAL_SAMPLES=/nonexistent runs the
+# suite as a checkout without ../shared would
+from tests.samples import HAVE_REAL, PYTORCH_TEXT, REAL_SAMPLES, needs_real  # noqa: F401
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 VIEWPORT = {"width": 1600, "height": 1000}
 
-needs_samples = pytest.mark.skipif(not PYTORCH_TEXT.is_dir(), reason=f"real samples not found at {PYTORCH_TEXT}")
+needs_samples = pytest.mark.skipif(not PYTORCH_TEXT.is_dir(), reason=f"samples not found at {PYTORCH_TEXT}")
 
 
 def _ingest(tmp_path_factory, level: str) -> Path:
@@ -245,6 +244,17 @@ def ingest_ready(data_dir: Path, samples: dict[str, Path]) -> dict[str, str]:
         store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
         ids[name] = run.id
     return ids
+
+
+DB_SAMPLES = {"db_level0": REAL_SAMPLES / "msinsight_pytorch_2025" / "db" / "level0",
+              "db_level1": REAL_SAMPLES / "msinsight_pytorch_2025" / "db" / "level1"}
+
+
+@pytest.fixture(scope="session")
+def db_runs(runs) -> dict[str, str]:
+    """``{name: run_id}``: the text level0/level1 runs of ``runs`` and the db exports of level0/level1, in the same
+    store (so ``client`` serves them)."""
+    return {"level0": runs.ids["level0"], "level1": runs.ids["level1"], **ingest_ready(runs.data_dir, DB_SAMPLES)}
 
 
 # --- late arrivals, critical path, SQL console (issue #20) ----------------------------------------------------------

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
-# overridable like tests/conftest.py REAL_SAMPLES (ASCENDSCOPE_REAL_SAMPLES=/nonexistent: as without ../shared)
-REAL = Path(os.environ.get("ASCENDSCOPE_REAL_SAMPLES")
-            or Path(__file__).resolve().parents[1].parent / "shared" / "real_samples")
-PYTORCH_TEXT = REAL / "msinsight_pytorch_2025" / "text"
+from tests.samples import PYTORCH_TEXT  # noqa: F401  (the real samples, or their generated twins)
+from tests.samples import REAL_SAMPLES as REAL  # noqa: F401
 
 
 def us_text_to_ns(text: str) -> int:

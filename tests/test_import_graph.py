@@ -12,16 +12,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP = ("server", "ingest", "frontend", "sample_data", "bench")
+PACKAGE_ROOT = "pyapi"  # the folder of `ascendscope` itself
 
 
 def module_files() -> dict[str, Path]:
     """``ascendscope.x.y`` -> its file, for every Python file the package ships."""
     found = {}
-    for top in TOP:
+    for top in (PACKAGE_ROOT, *TOP):
         for path in (ROOT / top).rglob("*.py"):
             if "__pycache__" in path.parts:
                 continue
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[0] == PACKAGE_ROOT:
+                parts.pop(0)
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(["ascendscope", *parts])] = path
@@ -129,3 +132,21 @@ def test_the_graph_covers_the_package():
 def test_no_import_cycles():
     found = cycles(import_graph())
     assert not found, "import cycles (make each dependency one-way):\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """``ingest -> server`` imports: ingest runs without the web layer (a worker, the Python API, Ray tasks), so
+    what both need lives in ingest or in a module neither owns (STYLE.md)."""
+    return sorted(f"{name} -> {target}" for name, targets in graph.items() if name.startswith("ascendscope.ingest")
+                  for target in targets if target.startswith("ascendscope.server"))
+
+
+def test_the_layer_check_sees_an_ingest_module_importing_the_server():
+    graph = {"ascendscope.ingest.cluster": {"ascendscope.server.queries.summary", "ascendscope.ingest.jsonfile"},
+             "ascendscope.server.queries.summary": {"ascendscope.ingest.breakdown"}}
+    assert layer_violations(graph) == ["ascendscope.ingest.cluster -> ascendscope.server.queries.summary"]
+
+
+def test_ingest_never_imports_the_server():
+    found = layer_violations(import_graph())
+    assert not found, "ingest/ must not import server/ (move what both need to ingest/):\n" + "\n".join(found)

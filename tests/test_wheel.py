@@ -1,8 +1,9 @@
-"""The wheel, installed in a fresh venv, serves the bundled sample run from a folder far from the checkout.
+"""The wheel, installed in a fresh venv, serves the bundled sample run from a folder far from the checkout, and its
+Python API opens that run.
 
 This is what a user who runs ``pip install ascendscope`` gets: no checkout on ``sys.path``, a ``server/`` folder of the
-user's own in the working directory (which must not shadow ours), and the templates, static files, plotly and the
-bundled run all found inside the installed packages.
+user's own in the working directory (which must not shadow ours), and the templates, static files, plotly, the
+bundled run and the JupyterLab launcher icon all found inside the installed packages.
 """
 from __future__ import annotations
 
@@ -37,12 +38,35 @@ def installed(tmp_path_factory):
     return where / "venv" / "bin"
 
 
-def test_the_wheel_holds_one_namespace(installed):
+def test_the_wheel_holds_one_package(installed):
     site = next((installed.parent / "lib").glob("python3*/site-packages"))
     ours = {p.name for p in site.iterdir() if p.is_dir() and not p.name.endswith((".dist-info", "__pycache__"))}
     assert "ascendscope" in ours
-    assert not ours & {"server", "ingest", "frontend", "sample_data", "bench"}
-    assert not (site / "ascendscope" / "__init__.py").exists(), "ascendscope is a namespace package"
+    assert not ours & {"server", "ingest", "frontend", "sample_data", "bench", "pyapi"}
+    package = site / "ascendscope"
+    assert (package / "__init__.py").exists() and (package / "run.py").exists()  # pyapi/ is ascendscope itself
+    assert {"server", "ingest", "frontend", "sample_data", "bench"} <= {p.name for p in package.iterdir()}
+    assert (package / "icon.svg").read_text().startswith("<svg")
+    entry_points = next(site.glob("ascendscope-*.dist-info")) / "entry_points.txt"
+    assert "ascendscope.jupyter:server_process" in entry_points.read_text()
+
+
+def test_the_installed_api_opens_a_run_outside_the_checkout(installed, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "server").mkdir(parents=True)
+    (elsewhere / "server" / "__init__.py").write_text("raise ImportError('the user’s own server package')\n")
+    script = ("import ascendscope, sys\n"
+              "from ascendscope import sample_data\n"
+              "from pathlib import Path\n"
+              "bundled = Path(sample_data.__file__).parent / 'bundled'\n"
+              "run = ascendscope.open(bundled, data_dir=sys.argv[1], quiet=True)\n"
+              "print(run.ranks, len(run.steps()), sorted({m.split('.')[0] for m in sys.modules} & "
+              "{'fastapi', 'uvicorn', 'starlette', 'jinja2'}))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    out = subprocess.run([str(installed / "python"), "-c", script, str(tmp_path / "data")], capture_output=True,
+                         text=True, cwd=elsewhere, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[0, 1] 6 []"
 
 
 def test_the_installed_wheel_serves_the_bundled_run_outside_the_checkout(installed, tmp_path):

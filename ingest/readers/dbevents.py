@@ -9,7 +9,8 @@ nesting, flows, counters and steps unchanged:
     CANN              CANN_API, named ``<Level>@<name>`` (AscendCL@…, Node@…) as the text export does
     Ascend Hardware   TASK, one thread per stream; named by COMPUTE_TASK_INFO.name, else by the task type (the
                       parent row of an FFTS+ task is left out: its subtasks are there, as in the text export)
-    HCCL              per group: a thread of COMMUNICATION_OP, then one per plane of COMMUNICATION_TASK_INFO tasks
+    HCCL              per group: a thread of COMMUNICATION_OP ("Group <index> Communication", the group's name in
+                      the op slices' args), then one per plane of COMMUNICATION_TASK_INFO tasks
     Overlap Analysis  OVERLAP_ANALYSIS when the db has it (else the reader derives one)
     MsprofTx          MSTX_EVENTS
     counters          NPU MEM, HBM, LLC, Acc PMU, Stars Soc Info, AI Core Freq
@@ -172,7 +173,8 @@ WITH members AS (
     FROM {p}d_communication_task_info c JOIN {p}d_task t USING (global_task_id)),
 g AS (SELECT device, gid, min(ts) AS first_ts, max(plane) AS max_plane FROM members GROUP BY device, gid)
 SELECT device, gid, coalesce(sum(2 + max_plane) OVER (PARTITION BY device ORDER BY first_ts NULLS LAST, gid
-                                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS base
+                                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS base,
+       row_number() OVER (PARTITION BY device ORDER BY first_ts NULLS LAST, gid) - 1 AS idx
 FROM g
 """
 
@@ -181,9 +183,12 @@ SELECT 'X' AS ph, n.value AS name, NULL AS cat,
        {pack('{host_pid}', 'HCCL', 'g.device')} AS pid, g.base AS tid, o.start_ns AS ts_ns,
        o.end_ns - o.start_ns AS dur_ns,
        {json_args([('connection_id', 'o.connection_id'), ('data_type', 'dt.name'), ('alg_type', 'alg.value'),
-                   ('count', _num('o.count')), ('relay', 'o.relay'), ('retry', 'o.retry')])}
+                   ('count', _num('o.count')), ('relay', 'o.relay'), ('retry', 'o.retry'),
+                   ('group', 'coalesce(gn.value, CAST(o.group_name AS VARCHAR))')])}
            AS args,
-       'Group ' || coalesce(gn.value, CAST(o.group_name AS VARCHAR), '') || ' Communication' AS tname,
+       -- the lane is named by the group's index, as the text export names it ("Group 0 Communication"): the db's
+       -- group name is an HCCL comm name or a 19-digit hash; it stays in the slices' args ("group")
+       'Group ' || g.idx || ' Communication' AS tname,
        g.base AS tsort, o.connection_id AS conn, 'op' AS role
 FROM {{p}}d_communication_op o
 JOIN {{p}}comm_groups g ON g.device = coalesce(o.device_id, {{dev}}) AND g.gid IS NOT DISTINCT FROM o.group_name

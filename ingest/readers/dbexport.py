@@ -195,8 +195,8 @@ def _events(job: Job) -> tuple[list[str], bool]:
     own_overlap = _lane(cur, p, "overlap", "Overlap Analysis", dbevents.OVERLAP.format(**fmt), far)
     for process, sql in dbevents.COUNTERS:
         _lane(cur, p, "counter", process, sql.format(**fmt), far)
-    notes += [f"{n} events of the {process} lane with a time beyond ±2^62 ns (146 years from the epoch) were "
-              "skipped" for process, n in far.items()]
+    notes += [f"{n} events of the {process} lane with a time before 1970 or beyond 2^62 ns (146 years from the "
+              "epoch) were skipped" for process, n in far.items()]
     for sql in (dbevents.TARGETS, dbevents.OP_LINKS, dbevents.FLOWS):
         cur.execute(sql.format(p=p))
     parents = cur.execute(f"SELECT count(*) FROM ({dbevents.FFTS_PARENTS.format(p=p)})").fetchone()[0]
@@ -230,11 +230,12 @@ def _shape_columns(cur, p: str) -> tuple[str, str, bool]:
 
 def _lane(cur, p: str, lane: str, process: str, select: str, far: dict[str, int]) -> bool:
     """Build one lane's rows, then append them and their process/thread metadata to ``{p}ev_t``; whether it has
-    any. Events too far from the epoch for any interval to fit in int64 are dropped (counted in ``far``)."""
+    any. Events before 1970, or too far from the epoch for any interval to fit in int64, are dropped (counted in
+    ``far``)."""
     table = f"{p}lane_{lane}"
     cur.execute(f"CREATE OR REPLACE TABLE {table} ({dbevents.LANE_COLUMNS})")
     cur.execute(f"INSERT INTO {table} {select}")
-    dropped = cur.execute(f"DELETE FROM {table} WHERE ts_ns NOT BETWEEN -{LIMIT_NS} AND {LIMIT_NS} "
+    dropped = cur.execute(f"DELETE FROM {table} WHERE ts_ns NOT BETWEEN 0 AND {LIMIT_NS} "
                           f"OR coalesce(dur_ns, 0) NOT BETWEEN -{LIMIT_NS} AND {LIMIT_NS}").fetchone()[0]
     if dropped:
         far[process] = far.get(process, 0) + dropped

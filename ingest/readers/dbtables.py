@@ -1,11 +1,13 @@
 """The CSV-shaped tables of a db export, with the names and columns the text export's CSVs give (docs/schema.md).
 
     kernels          COMPUTE_TASK_INFO + TASK (+ TASK_PMU_INFO as columns), then COMMUNICATION_OP as HCCL rows:
-                     the rows of kernel_details.csv. ``wait_time_ns`` = start minus the end of the stream's
-                     previous kernel (0 for the first), as in the CSV; NULL for communication operators (the db
-                     has no stream for them). ``step_id`` from STEP_TIME (else the derived steps).
+                     the rows of kernel_details.csv. ``wait_time_ns`` follows the CSV's Wait Time(us) (FORMATS.md
+                     §4.1): start minus the end of the previous kernel in start order over all streams, HCCL rows
+                     included, never below 0; 0 for the first. ``step_id`` from STEP_TIME (else the derived
+                     steps).
     memory_record    NPU_MEM "app" rows (as component APP), then MEMORY_RECORD; bytes -> MB
-    operator_memory  OP_MEMORY; bytes -> KB / MB
+    operator_memory  OP_MEMORY; bytes -> KB / MB; a GE block (no stream, no active totals) named ``cann::<op>``
+                     as the text export names it
     npu_module_mem   NPU_MODULE_MEM with ENUM_MODULE names; bytes -> MB
 
 ``src_row`` numbers the rows in that order (kernels by start time). PMU metrics keep their db names (snake_case),
@@ -50,13 +52,14 @@ comm AS (
     FROM {p}d_communication_op o
     LEFT JOIN {p}d_string_ids n ON n.id = o.op_name LEFT JOIN {p}d_string_ids ot ON ot.id = o.op_type
     WHERE o.start_ns IS NOT NULL AND o.end_ns IS NOT NULL),
-k AS (
-    SELECT *, 0 AS part,
-           start_ns - coalesce(lag(end_ns) OVER (PARTITION BY stream_id ORDER BY start_ns, ord), start_ns)
-               AS wait_time_ns
-    FROM compute
+u AS (
+    SELECT *, 0 AS part FROM compute
     UNION ALL BY NAME
-    SELECT *, 1 AS part, NULL::BIGINT AS wait_time_ns FROM comm),
+    SELECT *, 1 AS part FROM comm),
+k AS (
+    SELECT *, greatest(start_ns - coalesce(lag(end_ns) OVER (ORDER BY start_ns, part, ord), start_ns), 0)
+               AS wait_time_ns
+    FROM u),
 steps AS ({steps})
 SELECT CAST({rank} AS INTEGER) AS rank,
        CAST(row_number() OVER (ORDER BY k.start_ns, k.part, k.ord) AS INTEGER) AS src_row,
@@ -98,7 +101,10 @@ FROM r ORDER BY part, ord
 OPERATOR_MEMORY = f"""
 CREATE OR REPLACE TABLE {{out}}operator_memory AS
 SELECT CAST({{rank}} AS INTEGER) AS rank, CAST(row_number() OVER (ORDER BY o.rowid) AS INTEGER) AS src_row,
-       n.value AS name, o.size / 1024 AS size_kb, o.allocation_time AS allocation_time_ns,
+       -- a GE (CANN) block: no stream and no active totals; the text export names it "cann::<op>"
+       CASE WHEN o.stream_ptr IS NULL AND o.allocation_total_active IS NULL AND NOT starts_with(n.value, 'cann::')
+            THEN 'cann::' || n.value ELSE n.value END AS name,
+       o.size / 1024 AS size_kb, o.allocation_time AS allocation_time_ns,
        o.release_time AS release_time_ns, o.active_release_time AS active_release_time_ns,
        o.duration AS duration_ns, o.active_duration AS active_duration_ns,
        o.allocation_total_allocated / {MB} AS allocation_total_allocated_mb,

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
+import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from pathlib import Path as FilePath
@@ -31,12 +33,14 @@ from typing import Annotated, Any
 import duckdb
 import numpy as np
 import orjson
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Header, Path, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
-from ascendscope.server.db import DamagedDatabase, Databases, RunInfo, query, request_scope
+from ascendscope.server import columns, requestclock
+from ascendscope.server.db import DamagedDatabase, Databases, QueryTimeout, RunInfo, query, request_scope
 from ascendscope.server.querypool import QueryPool
+from ascendscope.server.requestclock import CancelToken
 from ascendscope.server.runs import Run, RunNotFound, RunStore
 from ascendscope.server.schema_check import OutdatedDatabase, mark_outdated
 from ascendscope.server.settings import Settings
@@ -80,6 +84,29 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
+class ColumnsResponse(Response):
+    """The compact binary answer of the column endpoints (:mod:`server.columns`)."""
+
+    media_type = columns.MEDIA_TYPE
+
+    def render(self, content: Any) -> bytes:
+        return columns.encode(content)
+
+
+AcceptQ = Annotated[str | None, Header(
+    description=f"`{columns.MEDIA_TYPE}` for the compact binary answer (typed arrays; see docs/schema.md), "
+                "else JSON")]
+COLUMN_RESPONSES = {200: {"description": "JSON by default; the binary columns format when `Accept` asks for it",
+                          "content": {"application/json": {},
+                                      columns.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+def column_answer(result: dict, accept: str | None) -> Response:
+    """``result`` as JSON, or as binary columns when ``accept`` asks for them; either way ``Vary: Accept``."""
+    cls = ColumnsResponse if columns.wants_columns(accept) else FastJSONResponse
+    return cls(result, headers={"Vary": "Accept"})
+
+
 def fast_json(handler):
     """Route decorator: the handler's dict leaves through :class:`FastJSONResponse` directly (no response model,
     no ``jsonable_encoder`` walk), so large column answers and numpy arrays cost one encoder pass."""
@@ -109,11 +136,14 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[RunStore, Depends(get_store)]
 
 
-def get_run(run_id: Annotated[str, Path(description="run id, as listed by GET /api/runs")],
-            store: StoreDep) -> Run:
+# async too: one stat of run.json (parsed only when it changed: RunStore.get) costs less than a thread hop
+async def get_run(run_id: Annotated[str, Path(description="run id, as listed by GET /api/runs")],
+                  store: StoreDep, request: Request) -> Run:
     try:
         return store.get(run_id)
     except RunNotFound:
+        # deleted, maybe by another server process: close what this one still holds open of its files
+        get_databases(request).forget(run_id)
         raise ApiError(404, "run_not_found", f"no run with id {run_id!r}") from None
 
 
@@ -131,9 +161,11 @@ WritableDep = Annotated[None, Depends(require_writable)]
 
 @dataclass
 class RunDb:
-    """A cursor on a ready run's database (closed after the request), its cached info and the query deadline.
-    Every query runs in a slot of ``pool``; ``file_id`` names the database file's version (None: unknown, so
-    nothing is cached)."""
+    """A cursor on a ready run's database (closed after the request), its cached info and the request's deadline.
+    Every query runs in a slot of ``pool`` (a heavy slot for a ``heavy`` view); ``file_id`` names the database
+    file's version (None: unknown, so nothing is cached). ``deadline`` (monotonic s) is ``query_timeout_s`` after
+    the request arrived: waiting for a slot counts; ``cancel`` stops the work when the client goes away
+    (``server.requestclock``)."""
 
     run: Run
     cur: duckdb.DuckDBPyConnection
@@ -141,10 +173,26 @@ class RunDb:
     settings: Settings
     pool: QueryPool
     file_id: tuple | None = None
+    deadline: float | None = None
+    cancel: CancelToken | None = None
+    heavy: bool = False
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline; :class:`QueryTimeout` (504) once it has passed."""
+        timeout = self.settings.query_timeout_s
+        if self.deadline is None:
+            return timeout
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise QueryTimeout(
+                f"no answer within {timeout:g} s of the request's arrival (waiting for the server included): "
+                + ("narrow the time range or the ranks, or " if self.heavy else "") + "try again when the server "
+                "is less busy")
+        return left
 
     def _query(self, sql: str, params, fetch: str):
-        with self.pool.slot(self.settings.query_timeout_s):
-            return query(self.cur, sql, params, timeout_s=self.settings.query_timeout_s, fetch=fetch)
+        with self.pool.slot(self.remaining(), heavy=self.heavy, cancel=self.cancel):
+            return query(self.cur, sql, params, timeout_s=self.remaining(), fetch=fetch, cancel=self.cancel)
 
     def rows(self, sql: str, params: list | tuple = ()) -> list[tuple]:
         return self._query(sql, params, "all")
@@ -161,14 +209,14 @@ class RunDb:
     def shared(self, kind: str, params: tuple, items: list[Hashable], compute: Callable[[list], dict]) -> dict:
         """item → ``compute(items)[item]``, computed once for concurrent requests of the same (kind, params, item)
         on this file and cached (see :class:`QueryPool`); what it returns is shared: do not mutate it."""
-        timeout_s = self.settings.query_timeout_s
+        timeout_s = self.remaining()
         if self.file_id is None:
-            with self.pool.slot(timeout_s):
+            with self.pool.slot(timeout_s, heavy=self.heavy, cancel=self.cancel):
                 return compute(list(items))
         base = (self.run.id, self.file_id, kind, params)
         answers = self.pool.shared([base + (i,) for i in items],
                                    lambda keys: {base + (i,): a for i, a in compute([k[-1] for k in keys]).items()},
-                                   timeout_s=timeout_s)
+                                   timeout_s=timeout_s, cancel=self.cancel)
         return {key[-1]: answer for key, answer in answers.items()}
 
     def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]:
@@ -224,7 +272,7 @@ def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Req
         version = (*version, tuple(info.loaded_ranks))
     try:
         yield RunDb(run=run, cur=cur, info=info, settings=settings, pool=request.app.state.query_pool,
-                    file_id=version)
+                    file_id=version, **request_budget(request))
     except DamagedDatabase as exc:  # found by a query of this request
         get_databases(request).forget(run.id)
         raise run_damaged(store, run, str(exc)) from exc
@@ -233,6 +281,19 @@ def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Req
 
 
 RunDbDep = Annotated[RunDb, Depends(get_run_db)]
+
+# views whose queries may scan a whole run: they take a heavy slot (server.querypool), never a viewport one
+HEAVY_PATHS = re.compile(r"^/api/(runs/[^/]+/(systemview|advice|timeline/(search|range_stats|range_instances))"
+                         r"|compare)(/|$)")
+
+
+def request_budget(request: Request) -> dict:
+    """The request's deadline (``query_timeout_s`` after it arrived), its cancel token and whether it is heavy,
+    as :class:`RunDb` takes them."""
+    arrived = requestclock.arrival(request.scope)
+    timeout = request.app.state.settings.query_timeout_s
+    return {"deadline": None if arrived is None else arrived + timeout, "cancel": requestclock.token(request.scope),
+            "heavy": HEAVY_PATHS.match(request.url.path) is not None}
 
 
 def file_id(path: FilePath) -> tuple | None:

@@ -39,9 +39,13 @@ CommTypeQ = Annotated[Literal["collective", "p2p"] | None, Query(description="co
 @router.get("")
 def communication_overview(db: RunDbDep, step: StepKeyQ = None, group: GroupQ = None, op: OpQ = None) -> dict:
     """Steps, groups, op names and matrix keys to filter on; per-rank totals, slow ranks and slow links; for the
-    ranks without ops or matrix links, the file or table that would have fed them (``empty_sources``)."""
+    ranks without ops or matrix links, the file or table that would have fed them (``empty_sources``); the ranks
+    whose ops came from the trace's communication lanes, with their elapse only (``from_trace_ranks``), and the
+    file or table they lacked (``from_trace_lacks``: communication.json, or analysis.db's CommAnalyzerTime)."""
     out = cq.overview(db, step, group)
     out["empty_sources"] = sources.explain(db, "communication")
+    out["from_trace_ranks"] = sources.from_trace(db, "comm_ops")  # elapse only: no communication.json
+    out["from_trace_lacks"] = sources.lacked_by(db, "comm_ops", out["from_trace_ranks"])
     out["totals"] = cq.rank_totals(db, step, group, op)
     out["slow_links"] = cq.slow_links(db, step, group)
     return out

@@ -33,6 +33,7 @@ from ascendscope.server.api import (
     get_databases,
     ns_str,
     open_run_db,
+    request_budget,
     run_damaged,
 )
 from ascendscope.server.api.viewparams import RankQ
@@ -91,7 +92,7 @@ def get_pair(a: RunAQ, b: RunBQ, store: StoreDep, settings: SettingsDep, request
             version = file_id(store.db_path(run.id))
             info, cur = open_run_db(run, store, get_databases(request))
             opened.append(SideDb(run=run, cur=cur, info=info, settings=settings, pool=request.app.state.query_pool,
-                                 file_id=version))
+                                 file_id=version, **request_budget(request)))
         yield Pair(*opened)
     except DamagedDatabase as exc:
         run = getattr(exc, "run", None)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter
 
 router = APIRouter(prefix="/api", tags=["health"])
 
 
 @router.get("/health")
-def health() -> dict:
-    """``{"status": "ok"}`` while the server is up."""
-    return {"status": "ok"}
+async def health() -> dict:
+    """``{"status": "ok", "process": pid}`` while the server is up; ``process`` tells the server processes that
+    share the port apart (``--workers``). Answered on the event loop: no thread, no database."""
+    return {"status": "ok", "process": os.getpid()}

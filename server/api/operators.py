@@ -29,6 +29,9 @@ from ascendscope.server.queries import operators as oq
 router = APIRouter(prefix="/api/runs/{run_id}/operators", tags=["operators"])
 
 GroupByQ = Annotated[Literal["type", "name", "name_shapes", "core"], Query(description="how kernels are grouped")]
+GroupByOrAutoQ = Annotated[Literal["type", "name", "name_shapes", "core"] | None,
+                           Query(description="how kernels are grouped; absent: by type, or by name when no kernel "
+                                             "has a type (the answer's group_by says which)")]
 KindQ = Annotated[Literal["all", "computing", "communication"],
                   Query(description="computing kernels, communication (HCCL) kernels, or all")]
 TorchGroupQ = Annotated[Literal["name", "name_shapes", "none"], Query(description="torch op grouping")]
@@ -41,11 +44,11 @@ def _rank(db, rank: int | None, field: str = "kernels") -> tuple[int | None, lis
 
 
 @router.get("")
-def operators_overview(db: RunDbDep, rank: RankQ = None, group_by: GroupByQ = "type", kind: KindQ = "all",
+def operators_overview(db: RunDbDep, rank: RankQ = None, group_by: GroupByOrAutoQ = None, kind: KindQ = "all",
                        step: StepQ = None, top_n: Annotated[int, Query(ge=1, le=100)] = 15) -> dict:
     """Kernel totals of a rank, its accelerator-core split, the top-N groups and types (for the charts); for the
     kernels and the torch ops, when the rank has none, the file or table that would have fed them
-    (``empty_sources``)."""
+    (``empty_sources``); ``from_trace`` when the rank's kernels came from its trace (no kernel table)."""
     rank, ranks = _rank(db, rank)
     out = {"ranks": ranks, "rank": rank, "has_trace": rank in links.trace_ranks(db),
            "empty_sources": sources.explain(db, "operator", rank)}

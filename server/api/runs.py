@@ -126,7 +126,8 @@ async def upload_run(request: Request, store: StoreDep, settings: SettingsDep, _
 @router.post("/{run_id}/retry", status_code=202, responses={
     403: {"description": "read-only dashboard"},
     409: {"description": "the run is not failed, its source is gone, or this server does not ingest"}})
-def retry_run(run: RunDep, store: StoreDep, request: Request, _: WritableDep) -> FastJSONResponse:
+def retry_run(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request,
+              _: WritableDep) -> FastJSONResponse:
     """Ingest a failed run again (202, ``status: queued``); follow it with ``GET /api/runs/{id}``."""
     if run.status != "failed":
         raise ApiError(409, "run_not_failed", f"run {run.id!r} is {run.status}: only a failed run is retried",
@@ -137,6 +138,14 @@ def retry_run(run: RunDep, store: StoreDep, request: Request, _: WritableDep) ->
     problem = store.retry_problem(run)
     if problem:
         raise ApiError(409, "source_gone", f"run {run.id!r} cannot be ingested again: {problem}")
+    from ascendscope.ingest.archive import ArchiveError
+    from ascendscope.server.uploads import archive_limits
+
+    try:  # an upload whose extracted files were removed: its kept archive, extracted again
+        store.restore_upload(run, archive_limits(settings))
+    except ArchiveError as exc:
+        raise ApiError(409, "source_gone", f"run {run.id!r} cannot be ingested again: its kept archive: {exc}") \
+            from None
     get_databases(request).forget(run.id)
     try:
         run = store.reset_for_retry(run.id)

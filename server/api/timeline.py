@@ -9,6 +9,10 @@ Time: query parameters ``start_ns``/``end_ns`` are absolute epoch ns (integers i
 every ``*_ns`` time in them is relative to it; durations are plain ns. Absolute values in responses are strings.
 
 Bounds: every list has a row cap and a ``truncated`` flag; every query has a deadline (``query_timeout_s``).
+
+Slices, counters and flows answer JSON by default, or typed arrays when ``Accept`` names
+``application/vnd.ascendscope.columns`` (:mod:`server.columns`: the same answer, smaller and cheaper to encode and
+to read; the browser asks for it).
 """
 
 from __future__ import annotations
@@ -17,7 +21,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from ascendscope.server.api import INT64_MAX, ApiError, FastJSONResponse, Int64, RunDb, RunDbDep, fast_json
+from ascendscope.server.api import (
+    COLUMN_RESPONSES,
+    INT64_MAX,
+    AcceptQ,
+    ApiError,
+    FastJSONResponse,
+    Int64,
+    RunDb,
+    RunDbDep,
+    column_answer,
+    fast_json,
+)
 from ascendscope.server.queries import timeline as tq
 from ascendscope.server.queries import timeline_details as td
 
@@ -47,10 +62,9 @@ def tracks(run_id: RunId, db: RunDbDep) -> FastJSONResponse:
     return tq.tracks(db)
 
 
-@router.get("/slices")
-@fast_json
+@router.get("/slices", responses=COLUMN_RESPONSES)
 def slices(run_id: RunId, db: RunDbDep, track_id: TrackIds, start_ns: StartNs = None, end_ns: EndNs = None,
-           width_px: WidthPx = 1000) -> FastJSONResponse:
+           width_px: WidthPx = 1000, accept: AcceptQ = None) -> FastJSONResponse:
     """Slices of one or more tracks overlapping [start_ns, end_ns), in columns, names interned in ``names``.
 
     When a track holds more than ``slices_per_px`` (2) slices per pixel in the window, it is answered from
@@ -61,29 +75,27 @@ def slices(run_id: RunId, db: RunDbDep, track_id: TrackIds, start_ns: StartNs = 
     if not track_id:
         raise ApiError(400, "missing_parameter", "give at least one track_id")
     _tracks_allowed(db, track_id)
-    return tq.slices(db, track_id, start_ns, end_ns, width_px)
+    return column_answer(tq.slices(db, track_id, start_ns, end_ns, width_px), accept)
 
 
-@router.get("/counters")
-@fast_json
+@router.get("/counters", responses=COLUMN_RESPONSES)
 def counters(run_id: RunId, db: RunDbDep, track_id: TrackIds, start_ns: StartNs = None, end_ns: EndNs = None,
-             width_px: Annotated[int, Query(ge=1, le=20_000)] = 1000) -> FastJSONResponse:
+             width_px: Annotated[int, Query(ge=1, le=20_000)] = 1000, accept: AcceptQ = None) -> FastJSONResponse:
     """Counter samples of one or more counter tracks in [start_ns, end_ns), per series, in columns.
 
     Above ~2 samples per pixel the samples are bucketed (power-of-two ``bucket_ns``): ``value`` is the bucket's
     max and ``value_min`` its min. ``before``/``after`` are the nearest samples outside the window.
     """
     _tracks_allowed(db, track_id)
-    return tq.counters(db, track_id, start_ns, end_ns, width_px)
+    return column_answer(tq.counters(db, track_id, start_ns, end_ns, width_px), accept)
 
 
-@router.get("/flows")
-@fast_json
+@router.get("/flows", responses=COLUMN_RESPONSES)
 def flows(run_id: RunId, db: RunDbDep, start_ns: StartNs = None, end_ns: EndNs = None,
-          cat: Annotated[list[str], Query(description="flow categories (repeatable); all when absent")] = []
-          ) -> FastJSONResponse:  # FastAPI copies query defaults
+          cat: Annotated[list[str], Query(description="flow categories (repeatable); all when absent")] = [],
+          accept: AcceptQ = None) -> FastJSONResponse:  # FastAPI copies query defaults
     """Flows with an end in, or spanning, [start_ns, end_ns), in columns (with each end's slice depth)."""
-    return tq.flows(db, start_ns, end_ns, cat)
+    return column_answer(tq.flows(db, start_ns, end_ns, cat), accept)
 
 
 @router.get("/slices/{slice_id}")

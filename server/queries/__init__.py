@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ascendscope.ingest.breakdown import ConnRunner
+
 MAX_PAGE_ROWS = 500
 DEFAULT_PAGE_ROWS = 50
 MAX_CSV_ROWS = 100_000
@@ -29,19 +31,8 @@ class Runner(Protocol):
     def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]: ...
 
 
-class DuckRunner:
-    """A :class:`Runner` over a DuckDB connection (tests, scripts)."""
-
-    def __init__(self, conn):
-        self.conn = conn
-
-    def rows(self, sql: str, params: list | tuple = ()) -> list[tuple]:
-        return self.conn.execute(sql, list(params)).fetchall()
-
-    def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]:
-        cur = self.conn.execute(sql, list(params))
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, r)) for r in cur.fetchall()]
+# a Runner over a DuckDB connection (tests, scripts): the one ingest uses for the step breakdown
+DuckRunner = ConnRunner
 
 
 class QueryError(ValueError):

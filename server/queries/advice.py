@@ -37,7 +37,7 @@ import hashlib
 from urllib.parse import urlencode
 
 from ascendscope.server.queries import communication as cq
-from ascendscope.server.queries import links, ns_str, ratio
+from ascendscope.server.queries import links, ns_str, ratio, sources
 from ascendscope.server.queries import summary as sq
 
 MAX_FINDINGS = 300
@@ -148,14 +148,12 @@ classified AS (
   LEFT JOIN best dw ON dw.slice_id = g.slice_id AND dw.kind = 'device_wait'
   LEFT JOIN best ca ON ca.slice_id = g.slice_id AND ca.kind = 'cann'
 )"""
-GAP_TOTALS_SQL = GAPS_CTE + """
-SELECT step, cause, count(*) AS n, sum(dur_ns) AS total_ns FROM classified GROUP BY ALL ORDER BY ALL"""
-GAP_OF_SQL = GAPS_CTE + """
-SELECT slice_id, cause, host_name, cann_ns, dur_ns FROM classified WHERE slice_id IN (SELECT unnest(?::BIGINT[]))"""
-GAP_TOP_SQL = GAPS_CTE + """
-SELECT * FROM (
-  SELECT *, row_number() OVER (PARTITION BY cause ORDER BY dur_ns DESC, ts_ns) AS pick FROM classified
-) WHERE pick <= ? ORDER BY cause, pick"""
+# every gap of the rank with its cause, once per request: the totals, the longest per cause and the cause of any
+# Free slice a finding lists are all read from these rows
+GAP_ROWS_SQL = GAPS_CTE + """
+SELECT slice_id, ts_ns, dur_ns, step, sync_ns, device_wait_ns, cann_ns, cause, host_id, host_name FROM classified"""
+GAP_COLUMNS = ("slice_id", "ts_ns", "dur_ns", "step", "sync_ns", "device_wait_ns", "cann_ns", "cause", "host_id",
+               "host_name")
 FREE_TOTAL_SQL = """
 SELECT count(*), sum(s.dur_ns) FROM slices s JOIN tracks t ON t.track_id = s.track_id
 WHERE s.rank = ? AND t.kind = 'overlap' AND s.name = 'Free'
@@ -281,7 +279,15 @@ class Advisor:
         ranks = sorted(self.traced)
         self.rank = rank if rank is not None else (ranks[0] if ranks else None)
         self.findings: list[dict] = []
-        self.gap_params: list = []
+        self.gaps: dict[int, dict] = {}  # slice_id → its gap row (GAP_COLUMNS), read once by gap_checks
+        self._source_names: dict[str, dict[int, str]] = {}
+
+    def source_name(self, table: str, rank: int | None) -> str:
+        """The file or table ``table``'s rows of ``rank`` came from (the db export's table for a db run)."""
+        if table not in self._source_names:
+            self._source_names[table] = sources.source_names(self.db, table)
+        names = self._source_names[table]
+        return names.get(rank) or sources.TABLE_FEEDS[table].text_name
 
     # ---- building blocks -----------------------------------------------------------------------------------------
     def instance(self, rank: int, slice_id, name, ts_ns, dur_ns, **extra) -> dict:
@@ -339,8 +345,8 @@ class Advisor:
         for r in rows:
             step = r["step"]
             where = f"Rank {self.rank}" + ("" if step is None else f", step {step}")
-            source = {"table": "step_trace", "file": "step_trace_time.csv"} if r["source"] == "step_trace" else \
-                {"table": "slices", "lane": "Overlap Analysis"}
+            source = {"table": "step_trace", "file": self.source_name("step_trace", self.rank)} \
+                if r["source"] == "step_trace" else {"table": "slices", "lane": "Overlap Analysis"}
             if r["source"] == "step_trace":
                 src = self.db.rows(STEP_TRACE_ROW_SQL, [self.rank, step])
                 source["src_row"] = int(src[0][0]) if src else None
@@ -381,41 +387,39 @@ class Advisor:
 
     def note_gap_causes(self, instances: list[dict]) -> None:
         """Free slices of a host-bound step get the cause of their gap (shorter gaps have none)."""
-        ids = [i["slice_id"] for i in instances]
-        if not ids:
-            return
-        causes = {int(r[0]): r[1:] for r in self.db.rows(GAP_OF_SQL, self.gap_params + [ids])}
         for inst in instances:
-            cause, host, cann_ns, dur_ns = causes.get(inst["slice_id"], (None, None, 0, 0))
-            inst["cause"] = cause
-            inst["detail"] = f"{cause}: {_gap_detail(cause, host, cann_ns, dur_ns)}" if cause else \
-                f"gap under {_us(MIN_GAP_NS)}"
+            g = self.gaps.get(inst["slice_id"])
+            inst["cause"] = None if g is None else g["cause"]
+            inst["detail"] = f"{g['cause']}: {_gap_detail(g['cause'], g['host_name'], g['cann_ns'], g['dur_ns'])}" \
+                if g is not None else f"gap under {_us(MIN_GAP_NS)}"
 
     def gap_checks(self, e2e: int) -> dict:
         """The dispatch-gap findings (a cause is a warning when its gaps add up to ``GAP_WARNING_SHARE`` of the
-        rank's end-to-end time ``e2e``); returns ``{step: {cause: {count, total_ns}}}`` for the host-bound text."""
+        rank's end-to-end time ``e2e``); returns ``{step: {cause: {count, total_ns}}}`` for the host-bound text.
+        The gaps are classified by one query (:data:`GAP_ROWS_SQL`); totals, the longest gaps and the causes the
+        host-bound findings quote all come from its rows."""
         has_cann = bool(self.db.rows(HAS_CANN_SQL, [self.rank])[0][0])
         params = [self.rank, MIN_GAP_NS, SYNC_API_MARKER, self.rank, SYNC_API_MARKER, list(WAIT_TASK_TYPES),
                   has_cann]
-        self.gap_params = params
+        self.gaps = {int(r[0]): dict(zip(GAP_COLUMNS, r)) for r in self.db.rows(GAP_ROWS_SQL, params)}
         by_step: dict = {}
         totals: dict = {}
-        for step, cause, n, total in self.db.rows(GAP_TOTALS_SQL, params):
-            step = None if step is None else int(step)
-            by_step.setdefault(step, {})[cause] = {"count": int(n), "total_ns": int(total)}
-            t = totals.setdefault(cause, {"count": 0, "total_ns": 0})
-            t["count"] += int(n)
-            t["total_ns"] += int(total)
+        for g in self.gaps.values():
+            step = None if g["step"] is None else int(g["step"])
+            for bucket in (by_step.setdefault(step, {}), totals):
+                t = bucket.setdefault(g["cause"], {"count": 0, "total_ns": 0})
+                t["count"] += 1
+                t["total_ns"] += int(g["dur_ns"])
         if not totals:
             return by_step
+        by_step = {step: dict(sorted(causes.items())) for step, causes in by_step.items()}
         top: dict = {}
-        cols = None
-        for row in self.db.rows(GAP_TOP_SQL, params + [MAX_INSTANCES]):
-            cols = cols or ("slice_id", "ts_ns", "dur_ns", "step", "sync_ns", "device_wait_ns", "cann_ns", "cause",
-                            "host_id", "host_name", "pick")
-            g = dict(zip(cols, row))
+        for g in sorted(self.gaps.values(), key=lambda g: (g["cause"], -g["dur_ns"], g["ts_ns"])):
+            picked = top.setdefault(g["cause"], [])
+            if len(picked) >= MAX_INSTANCES:
+                continue
             detail = _gap_detail(g["cause"], g["host_name"], g["cann_ns"], g["dur_ns"])
-            top.setdefault(g["cause"], []).append(self.instance(
+            picked.append(self.instance(
                 self.rank, g["slice_id"], "Free", g["ts_ns"], g["dur_ns"], step=g["step"], cause=g["cause"],
                 host_slice_id=g["host_id"], host_name=g["host_name"], sync_ns=_i(g["sync_ns"]),
                 device_wait_ns=_i(g["device_wait_ns"]), cann_ns=_i(g["cann_ns"]), detail=detail))
@@ -451,8 +455,9 @@ class Advisor:
         types = self.db.rows(AICPU_TYPES_SQL, [self.rank])
         matches = links.match_slices(self.db, self.rank, [(r[3], r[1]) for r in rows], links.KERNEL_TOLERANCE_NS) \
             if self.traced.get(self.rank) else {}
+        where = self.source_name("kernels", self.rank)
         inst = [self.instance(self.rank, matches.get((int(start), name)) if start is not None else None, name, start,
-                              dur, src_row=int(src_row), type=typ, detail=f"{typ} · kernel_details.csv row {src_row}")
+                              dur, src_row=int(src_row), type=typ, detail=f"{typ} · {where} row {src_row}")
                 for src_row, name, typ, start, dur, _, _ in rows]
         top = ", ".join(f"{t} ×{c} ({_ms(ns)})" for t, c, ns in types)
         self.add("aicpu", "all", "warning" if share >= AICPU_WARNING_SHARE else "info",
@@ -461,7 +466,7 @@ class Advisor:
                  f"{_ms(compute)} of computing kernels; the largest: {top}. AI CPU kernels are much slower than AI "
                  "Core ones and break the pipeline: change the dtype or shape that sends the op to the AI CPU (often "
                  "int64 or dynamic shapes), or use an equivalent op that has an AI Core kernel.",
-                 rank=self.rank, source={"table": "kernels", "file": "kernel_details.csv",
+                 rank=self.rank, source={"table": "kernels", "file": self.source_name("kernels", self.rank),
                                          "where": "Accelerator Core = AI_CPU"},
                  instances=inst, instance_count=n,
                  metrics={"count": n, "total_ns": total, "compute_kernels_ns": compute, "share": share,
@@ -531,7 +536,7 @@ class Advisor:
 
     def slow_rank(self) -> None:
         totals = cq.rank_totals(self.db)
-        rows = totals["rows"]
+        rows = [r for r in totals["rows"] if not r["elapse_only"]]  # a rank of elapse only says nothing of waits
         if len(rows) < 2:
             return
         waits = {r["rank"]: r["wait_time_ns"] + r["synchronization_time_ns"] for r in rows}
@@ -556,7 +561,8 @@ class Advisor:
                  f"the others wait for rank {least['rank']} to arrive ({_ms(spread)}, {_pct(share)} of rank {rk}'s "
                  f"communication time). Look at what rank {least['rank']} does before its collectives (computation, "
                  "host dispatch, data loading).",
-                 rank=None, source={"table": "comm_ops", "file": "communication.json"}, instances=inst,
+                 rank=None, source={"table": "comm_ops", "file": self.source_name("comm_ops", least["rank"])},
+                 instances=inst,
                  instance_count=int(ops[0][5]) if ops else 0,
                  metrics={"waiting_rank": rk, "slow_rank": least["rank"], "spread_ns": spread, "share": share,
                           "per_rank": [{"rank": r["rank"], "ops": r["ops"], "elapse_time_ns": r["elapse_time_ns"],
@@ -587,7 +593,7 @@ class Advisor:
                      f"in {_ms(link['transit_time_ns'])}: {bw:.2f} GB/s, " + " and ".join(a for a in against if a)
                      + ". Check that link (cabling, contention with other traffic, its NIC or HCCS port); the "
                      f"instances are rank {src}'s ops that used {t}, slowest first.",
-                     rank=None, source={"table": "comm_matrix", "file": "communication_matrix.json"},
+                     rank=None, source={"table": "comm_matrix", "file": self.source_name("comm_matrix", src)},
                      instances=inst, instance_count=int(ops[0][6]) if ops else 0,
                      metrics={**link, "typical_gbps": typical, "below_median": below_median,
                               "below_typical": below_typical})

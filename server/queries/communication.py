@@ -75,6 +75,8 @@ SELECT transport, count(*) AS ops, sum(transit_size_mb) AS transit_size_mb, sum(
        CASE WHEN count(*) = 1 THEN any_value(large_packet_ratio) END AS large_packet_ratio
 FROM comm_bandwidth WHERE {where} AND NOT is_total GROUP BY transport ORDER BY transport
 """
+# the transports communication.json always lists (FORMATS.md §5.1), zero when an op did not use them
+STANDARD_TRANSPORTS = ("HCCS", "PCIE", "RDMA", "SDMA", "SIO")
 SIZE_DISTRIBUTION_SQL = """
 SELECT transport, package_size_mb, sum(count) AS count, sum(total_duration_ns) AS total_duration_ns
 FROM comm_size_distribution WHERE {where} AND NOT is_total GROUP BY ALL ORDER BY transport, package_size_mb LIMIT ?
@@ -169,11 +171,15 @@ def rank_totals(db, step: str | None = None, group: str | None = None, op: str |
             "transit_size_mb": size, "transit_time_ns": _i(time_ns),
             "bandwidth_gbps": (size / (time_ns / 1e6)) if time_ns else None}
     for r in rows:
+        # a rank whose ops came from the trace (no communication.json) has elapse only: the rest stays None
+        elapse_only = r["transit_time_ns"] is None and r["wait_time_ns"] is None
         for k in ("elapse_time_ns", "transit_time_ns", "wait_time_ns", "synchronization_time_ns", "idle_time_ns"):
-            r[k] = _i(r[k]) or 0
-        r["wait_time_ratio"] = ratio(r["wait_time_ns"], r["wait_time_ns"] + r["transit_time_ns"])
-        r["synchronization_time_ratio"] = ratio(r["synchronization_time_ns"],
-                                                r["synchronization_time_ns"] + r["transit_time_ns"])
+            r[k] = None if elapse_only and k != "elapse_time_ns" else _i(r[k]) or 0
+        r["elapse_only"] = elapse_only
+        r["wait_time_ratio"] = None if elapse_only else ratio(r["wait_time_ns"],
+                                                              r["wait_time_ns"] + r["transit_time_ns"])
+        r["synchronization_time_ratio"] = None if elapse_only else ratio(
+            r["synchronization_time_ns"], r["synchronization_time_ns"] + r["transit_time_ns"])
         r["bandwidth"] = bw.get(r["rank"], {})
     slow, most_waiting = [], None
     if len(rows) > 1:
@@ -183,9 +189,11 @@ def rank_totals(db, step: str | None = None, group: str | None = None, op: str |
             if gap > SLOW_RANK_GAP_RATIO * longest["elapse_time_ns"]:
                 slow.append({"rank": r["rank"], "elapse_time_ns": r["elapse_time_ns"], "gap_ns": gap,
                              "longest_rank": longest["rank"], "longest_elapse_time_ns": longest["elapse_time_ns"]})
-        mw = max(rows, key=lambda r: r["wait_time_ns"] + r["synchronization_time_ns"])
-        most_waiting = {"rank": mw["rank"], "wait_time_ns": mw["wait_time_ns"],
-                        "synchronization_time_ns": mw["synchronization_time_ns"]}
+        waits = [r for r in rows if not r["elapse_only"]]
+        if len(waits) > 1:
+            mw = max(waits, key=lambda r: r["wait_time_ns"] + r["synchronization_time_ns"])
+            most_waiting = {"rank": mw["rank"], "wait_time_ns": mw["wait_time_ns"],
+                            "synchronization_time_ns": mw["synchronization_time_ns"]}
     return {"step": step, "group": group, "op": op, "rows": rows, "slow_ranks": slow, "most_waiting": most_waiting,
             "advice": _advice(rows, slow, most_waiting)}
 
@@ -248,6 +256,12 @@ def bandwidth(db, rank: int | None = None, step: str | None = None, group: str |
     rows = db.dicts(BANDWIDTH_SQL.format(where=w.sql()), w.params)
     for r in rows:
         r["transit_time_ns"] = _i(r["transit_time_ns"])
+    if rows:  # communication.json lists every transport, 0 when unused; analysis.db only those that carried data
+        have = {r["transport"] for r in rows}
+        rows += [{"transport": t, "ops": rows[0]["ops"], "transit_size_mb": 0.0, "transit_time_ns": 0,
+                  "bandwidth_gbps": 0.0, "large_packet_ratio": None, "unused": True}
+                 for t in STANDARD_TRANSPORTS if t not in have]
+        rows.sort(key=lambda r: r["transport"] or "")
     # comm_size_distribution has no op_name / group_id: it keys ops by op_key = "<name>@<group>"
     d = Where()
     if step:

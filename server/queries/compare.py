@@ -26,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ascendscope.server.queries import NotFound, Page, QueryError, Where, ratio, table_columns
+from ascendscope.server.queries import NotFound, Page, QueryError, Where, ratio, sources, table_columns
 from ascendscope.server.queries import communication as cq
 from ascendscope.server.queries import operators as oq
 from ascendscope.server.queries import summary as sq
@@ -197,7 +197,19 @@ def breakdown(a: Side, b: Side) -> dict:
         va, vb = (ra or {}).get(field), (rb or {}).get(field)
         rows.append({"key": field, "label": label, "ratio": field.endswith("_ratio"), "a": va, "b": vb,
                      "delta": delta(va, vb), "delta_pct": None if field.endswith("_ratio") else delta_pct(va, vb)})
-    return {"rows": rows, "source": {"a": (ra or {}).get("source"), "b": (rb or {}).get("source")}}
+    return {"rows": rows, "source": {"a": (ra or {}).get("source"), "b": (rb or {}).get("source")},
+            "source_name": {"a": _breakdown_source(a, ra), "b": _breakdown_source(b, rb)}}
+
+
+def _breakdown_source(s: Side, row: dict | None) -> str | None:
+    """Where a side's breakdown came from, named in its rank's format (analysis.db StepTraceTime for a db run)."""
+    if not row:
+        return None
+    names = []
+    for src in row["source"].split("+"):
+        names.append(sources.source_names(s.db, "step_trace").get(s.rank, "step_trace_time.csv")
+                     if src == "step_trace" else "the Overlap Analysis lane")
+    return " and ".join(names)
 
 
 # --------------------------------------------------------------------------------------------------- operators
@@ -236,6 +248,12 @@ def side_kernels(s: Side, group_by: str, kind: str) -> dict:
             "step_filtered": s.step is not None}
 
 
+def _kernel_source(s: Side, source: str | None) -> str | None:
+    if source == "kernel_details":
+        return sources.source_names(s.db, "kernels").get(s.rank)
+    return "the trace's device lanes (no kernel table)" if source == "trace" else None
+
+
 def _device_range(s: Side) -> tuple[int, int]:
     """The side's step on the device ([device start, device end) of the ProfilerStep), else everything."""
     if s.step is not None:
@@ -254,6 +272,7 @@ def kernels(a: Side, b: Side, group_by: str = "name", kind: str = "all", sort: s
     return _table(rows, ka["truncated"] or kb["truncated"]) | {
         "group_by": group_by, "kind": kind, "keys": list(keys),
         "source": {"a": ka["source"], "b": kb["source"]},
+        "source_name": {"a": _kernel_source(a, ka["source"]), "b": _kernel_source(b, kb["source"])},
         "step_filtered": {"a": ka["step_filtered"], "b": kb["step_filtered"]}}
 
 

@@ -26,6 +26,7 @@ from ascendscope.server.queries import (
     order_by,
     paged,
     ratio,
+    sources,
     table_columns,
 )
 
@@ -36,6 +37,7 @@ GROUP_KEYS: dict[str, tuple[str, ...]] = {
     "core": ("accelerator_core",),
 }
 KINDS = ("all", "computing", "communication")
+TYPED_SQL = "coalesce(type, 'N/A') NOT IN ('N/A', '')"  # a kernel whose operator type is known
 COMM_KERNEL_SQL = ("(coalesce(accelerator_core, '') IN ('HCCL', 'COMMUNICATION') "
                    "OR starts_with(lower(coalesce(name, '')), 'hcom'))")
 KIND_SQL = {"computing": f"NOT {COMM_KERNEL_SQL}", "communication": COMM_KERNEL_SQL}
@@ -123,10 +125,30 @@ def _group_row(r: dict, keys: tuple[str, ...], total_ns: int) -> dict:
     return r
 
 
-def overview(db, rank: int, group_by: str = "type", kind: str = "all", step: int | None = None,
+def default_group_by(db, rank: int, kind: str = "all", step: int | None = None) -> tuple[str, str | None]:
+    """The grouping a view opens with: by type, unless no kernel has a type (Level0 writes "N/A", a trace-only
+    rank has none): then by name, and why."""
+    # the computing kernels decide: communication operators keep their op type even at Level0
+    where = _kernel_where(rank, "computing" if kind == "all" else kind, step)
+    if "type" in table_columns(db, "kernels"):
+        typed, n = db.rows(f"SELECT count(*) FILTER (WHERE {TYPED_SQL}), count(*) FROM kernels WHERE {where.sql()}",
+                           where.params)[0]
+    else:
+        typed, n = 0, 1
+    if n and not typed:
+        return "name", "No kernel has an operator type (N/A in a Level0 export, absent from a trace): grouped by name."
+    return "type", None
+
+
+def overview(db, rank: int, group_by: str | None = "type", kind: str = "all", step: int | None = None,
              top_n: int = 15) -> dict:
-    """Totals, the accelerator-core split and the top-N groups (plus an "other" remainder) for the charts."""
+    """Totals, the accelerator-core split and the top-N groups (plus an "other" remainder) for the charts.
+    ``group_by`` None: :func:`default_group_by`; the type chart then groups by name too when no kernel has a
+    type (``types.by``)."""
     columns = table_columns(db, "kernels")
+    group_note = None
+    if group_by is None:
+        group_by, group_note = default_group_by(db, rank, kind, step)
     keys = _keys(group_by, columns)
     where = _kernel_where(rank, kind, step)
     total = _total_ns(db, where)
@@ -142,8 +164,12 @@ def overview(db, rank: int, group_by: str = "type", kind: str = "all", step: int
     top = db.dicts(_group_query(keys, columns, where) + " ORDER BY total_ns DESC NULLS LAST LIMIT ?",
                    where.params + [top_n])
     top = [_group_row(r, keys, total) for r in top]
+    computing = _kernel_where(rank, "computing" if kind == "all" else kind, step)
+    typed = "type" in columns and db.rows(f"SELECT count(*) FROM kernels WHERE {computing.sql()} AND {TYPED_SQL}",
+                                          computing.params)[0][0] > 0
+    type_col = "type" if typed else "name"  # no kernel has a type: the type chart shows names
     types = db.dicts(f"""
-        SELECT coalesce(type, 'N/A') AS type, count(*) AS count, sum(duration_ns) AS total_ns
+        SELECT coalesce({type_col}, 'N/A') AS type, count(*) AS count, sum(duration_ns) AS total_ns
         FROM kernels WHERE {where.sql()} GROUP BY ALL ORDER BY total_ns DESC NULLS LAST LIMIT ?""",
                      where.params + [top_n])
     for t in types:
@@ -154,8 +180,9 @@ def overview(db, rank: int, group_by: str = "type", kind: str = "all", step: int
     return {
         "rank": rank, "group_by": group_by, "kind": kind, "step": step, "top_n": top_n,
         "kernel_count": count, "total_ns": total, "steps": steps,
-        "cores": cores,
-        "types": {"rows": types, "other_ns": max(0, total - shown)},
+        "cores": cores, "group_by_note": group_note,
+        "types": {"rows": types, "other_ns": max(0, total - shown), "by": type_col},
+        "from_trace": rank in sources.from_trace(db, "kernels"),
         "top": {"keys": list(keys), "rows": top, "other_ns": max(0, total - sum(r["total_ns"] for r in top))},
     }
 

@@ -16,12 +16,18 @@ Contract: :func:`explain` takes a runner, a view name from :data:`SECTIONS` (``t
 A rank's format is read off the ``files`` table: a rank with a ``db_export`` or ``analysis_db`` file was read from
 the db export, one with the text export's files from those, anything else from another reader (named by its files).
 A run with no rank at all answers one entry with ``rank`` null. Everything here is bounded and read-only.
+
+:func:`source_names` names, per rank, where a run table's rows came from in that rank's format
+(``step_trace_time.csv`` for a text export, ``analysis.db StepTraceTime`` for a db export, msprof's
+``step_trace_*.csv``…), so a view cites the file or table its numbers were read from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+
+from ascendscope.ingest.trace_tables import MISSING, TRACE_WARNING_FILES
 
 MAX_RANKS_LISTED = 32
 MAX_WARNING_CHARS = 300
@@ -85,6 +91,16 @@ COMM_MATRIX = Feed("communication matrix links", _count("comm_matrix"), "communi
                    "communication_matrix.json", "analysis_db", ("CommAnalyzerMatrix",))
 TRACE = Feed("timeline", _count("tracks"), "trace_view", "trace_view.json", "db_export",
              ("PYTORCH_API", "CANN_API", "TASK"))
+
+# run table -> its feed, for source_names; and the msprof files (``files.kind``) that fill the table
+TABLE_FEEDS = {"step_trace": STEP_TRACE, "kernels": KERNELS, "operators": TORCH_OPS, "comm_ops": COMM_OPS,
+               "comm_matrix": COMM_MATRIX, "memory_record": MEMORY_RECORDS, "operator_memory": ALLOCATIONS,
+               "npu_module_mem": MODULES}
+OTHER_KINDS = {"kernels": ("msprof_op_summary",),
+               "comm_ops": ("msprof_communication",), "comm_matrix": ("msprof_communication_matrix",)}
+TRACE_NAMES = {"kernels": "the trace's Ascend Hardware tasks", "comm_ops": "the trace's communication lanes"}
+# ranks whose rows of a table ingest made from the trace (it warns about the file they lacked)
+FROM_TRACE_SQL = "SELECT DISTINCT rank FROM warnings WHERE file = ? AND starts_with(message, ?) ORDER BY rank"
 
 # view -> section -> the feeds that fill it (a rank is listed when none of them gave it rows)
 SECTIONS: dict[str, dict[str, tuple[Feed, ...]]] = {
@@ -183,6 +199,44 @@ def _reason(db, feed: Feed, rank: int, run_files: _RunFiles) -> dict:
         message = (f"rank {rank} was read from {shown}, which gave no {feed.what}" if names
                    else f"no file of rank {rank} was loaded")
     return {"rank": rank, "reason": reason, "source": _source_label(feed, fmt), "file": file, "message": message}
+
+
+def source_names(db, table: str) -> dict[int, str]:
+    """``{rank: name}`` of the file or table the rows of run table ``table`` came from, per rank, in the rank's
+    format: the text export's file, the db export's ``<file> <TABLE>``, msprof's files, or (kernels of a rank
+    without a kernel table) the trace."""
+    feed = TABLE_FEEDS[table]
+    run_files = _RunFiles(db)
+    traced = set(from_trace(db, table))
+    out = {}
+    for rank in (int(r[0]) for r in db.rows(RANKS_SQL)):
+        files = run_files.by_rank.get(rank, {})
+        fmt = run_files.format_of(rank)
+        if rank in traced:
+            out[rank] = TRACE_NAMES[table]
+        elif fmt == "text" and feed.text_kind in files:
+            out[rank] = feed.text_name
+        elif fmt == "db" and feed.db_kind in files:
+            out[rank] = f"{DB_FILES[feed.db_kind].format(rank=rank)} {feed.db_label}"
+        elif other := [f for k in OTHER_KINDS.get(table, ()) if (f := files.get(k))]:
+            out[rank] = _name(other[0][0])
+        else:
+            out[rank] = feed.text_name if fmt == "text" else _source_label(feed, fmt)
+    return out
+
+
+def from_trace(db, table: str) -> list[int]:
+    """The ranks whose ``table`` rows (``kernels`` or ``comm_ops``) ingest made from the trace, their source file
+    being absent."""
+    file = TRACE_WARNING_FILES.get(table)
+    return [int(r[0]) for r in db.rows(FROM_TRACE_SQL, [file, MISSING])] if file else []
+
+
+def lacked_by(db, table: str, ranks: list[int]) -> list[str]:
+    """What ``ranks`` lacked for ``table``, named in each rank's format (``communication.json``,
+    ``CommAnalyzerTime (analysis.db)``), each name once."""
+    run_files = _RunFiles(db)
+    return sorted({_source_label(TABLE_FEEDS[table], run_files.format_of(rank)) for rank in ranks})
 
 
 def _source_label(feed: Feed, fmt: str) -> str:

@@ -1,15 +1,7 @@
 """Summary view: the per-rank, per-step time breakdown, findings, top operators and run metadata.
 
-The breakdown comes from ``step_trace`` (the profiler's ``step_trace_time.csv``) when a rank has it, otherwise it
-is derived from the Overlap Analysis slices exactly as torch_npu does (FORMATS.md §6.1):
-
-* each slice named Computing / Communication / Communication(Not Overlapped) / Free is assigned to the step whose
-  device range ``[device_start_ns, device_end_ns)`` contains its start, and its whole duration is added;
-* communication op slices named ``hcom_receive*`` add to Bubble;
-* Overlapped = Communication − Communication(Not Overlapped);
-  Communication(Not Overlapped and Exclude Receive) = max(Communication(Not Overlapped) − Bubble, 0);
-  Stage = (last end − first start of the step's slices) − Bubble;
-  Preparing = first Computing/Communication start − the step's host start (the first torch op without steps).
+The breakdown and its SQL live in :mod:`ascendscope.ingest.breakdown` (ingest builds ``cluster_steps`` from the same
+definition): step_trace where a rank has it, else derived from the Overlap Analysis slices as torch_npu does.
 
 A rank's ``profiler_info`` / ``profiler_metadata`` are the profiler's JSON files as ingest stored them: text nested
 deeper than :data:`MAX_JSON_DEPTH` is not parsed (it would exhaust the parser's recursion, or the response
@@ -19,61 +11,18 @@ encoder's) and the rank's ``extra_metadata`` says it was unreadable.
 from __future__ import annotations
 
 import json
-import re
 
-import numpy as np
+from ascendscope.ingest import jsonfile
+from ascendscope.ingest.breakdown import CATEGORIES, breakdown, derived_rows, step_trace_rows  # noqa: F401
+from ascendscope.server.queries import ns_str, ratio, sources
 
-from ascendscope.server.queries import ns_str, ratio
-
-CATEGORIES = ("computing_ns", "communication_not_overlapped_ns", "overlapped_ns", "communication_ns", "free_ns",
-              "preparing_ns", "stage_ns", "bubble_ns", "communication_not_overlapped_and_exclude_receive_ns")
 FREE_FINDING_RATIO = 0.10
 EXPOSED_COMM_FINDING_RATIO = 0.20
 SLOW_RANK_FINDING_RATIO = 0.05
 TOP_OPERATORS = 10
 MAX_BREAKDOWN_ROWS = 20_000  # ranks × steps; the findings are computed over all of them
 MAX_JSON_DEPTH = 64  # real profiler metadata nests a few levels; the response encoder stops at 255
-JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
-STEP_TRACE_SQL = """
-SELECT rank, step, computing_ns, communication_not_overlapped_ns, overlapped_ns, communication_ns, free_ns,
-       {preparing} AS preparing_ns, stage_ns, bubble_ns, communication_not_overlapped_and_exclude_receive_ns
-FROM step_trace ORDER BY rank, step NULLS FIRST
-"""
-OVERLAP_EVENTS_CTE = """
-WITH ev AS (
-  SELECT s.rank, s.name AS cat, s.ts_ns, s.dur_ns
-  FROM slices s JOIN tracks t ON t.track_id = s.track_id
-  WHERE t.kind = 'overlap' AND s.name IN ('Computing', 'Communication', 'Communication(Not Overlapped)', 'Free')
-  UNION ALL
-  SELECT s.rank, 'Bubble' AS cat, s.ts_ns, s.dur_ns
-  FROM slices s JOIN tracks t ON t.track_id = s.track_id
-  WHERE t.kind = 'communication' AND starts_with(s.name, 'hcom_receive')
-)"""
-DERIVED_AGG = """
-  sum(dur_ns) FILTER (WHERE cat = 'Computing') AS computing_ns,
-  sum(dur_ns) FILTER (WHERE cat = 'Communication(Not Overlapped)') AS communication_not_overlapped_ns,
-  sum(dur_ns) FILTER (WHERE cat = 'Communication') AS communication_ns,
-  sum(dur_ns) FILTER (WHERE cat = 'Free') AS free_ns,
-  sum(dur_ns) FILTER (WHERE cat = 'Bubble') AS bubble_ns,
-  max(ts_ns + dur_ns) - min(ts_ns) AS span_ns,
-  min(ts_ns) FILTER (WHERE cat IN ('Computing', 'Communication')) AS first_task_ns"""
-# Ranks with steps: each slice goes to the step whose device range holds its start.
-DERIVED_STEPS_SQL = OVERLAP_EVENTS_CTE + """,
-a AS (
-  SELECT st.rank, st.step, st.host_start_ns, ev.cat, ev.ts_ns, ev.dur_ns
-  FROM ev JOIN steps st ON st.rank = ev.rank AND ev.ts_ns >= st.device_start_ns AND ev.ts_ns < st.device_end_ns
-)
-SELECT rank, step, any_value(host_start_ns) AS host_start_ns, """ + DERIVED_AGG + """
-FROM a GROUP BY rank, step ORDER BY rank, step
-"""
-# Ranks without steps: one row over everything; Preparing counts from the first torch op.
-DERIVED_NO_STEPS_SQL = OVERLAP_EVENTS_CTE + """
-SELECT ev.rank, NULL::BIGINT AS step,
-       (SELECT min(s.ts_ns) FROM slices s JOIN tracks t ON t.track_id = s.track_id
-        WHERE t.kind = 'python' AND s.rank = ev.rank AND s.cat = 'cpu_op') AS host_start_ns, """ + DERIVED_AGG + """
-FROM ev WHERE ev.rank NOT IN (SELECT rank FROM steps) GROUP BY ev.rank ORDER BY ev.rank
-"""
 RANKS_SQL = """
 SELECT rank, device_id, folder, rank_source, profiler_level, torch_npu_version, cann_version, has_trace,
        overlap_source, start_ns, end_ns, profiler_info, profiler_metadata
@@ -90,72 +39,6 @@ CORE_SPLIT_SQL = """
 SELECT rank, coalesce(accelerator_core, 'N/A') AS accelerator_core, sum(duration_ns) AS total_ns, count(*) AS count
 FROM kernels GROUP BY ALL ORDER BY rank, total_ns DESC
 """
-
-
-def _int(v) -> int | None:
-    return None if v is None else int(round(v))
-
-
-def step_trace_rows(db) -> list[dict]:
-    from ascendscope.server.queries import table_columns
-
-    cols = table_columns(db, "step_trace")
-    preparing = "preparing_ns" if "preparing_ns" in cols else "NULL::BIGINT"
-    rows = db.dicts(STEP_TRACE_SQL.format(preparing=preparing))
-    for r in rows:
-        r["source"] = "step_trace"
-    return rows
-
-
-def derived_rows(db) -> list[dict]:
-    """The breakdown recomputed from the Overlap Analysis slices (every rank that has them)."""
-    out = []
-    for r in db.dicts(DERIVED_STEPS_SQL) + db.dicts(DERIVED_NO_STEPS_SQL):
-        comm = int(r["communication_ns"] or 0)
-        cno = int(r["communication_not_overlapped_ns"] or 0)
-        bubble = int(r["bubble_ns"] or 0)
-        host = r["host_start_ns"]
-        first = r["first_task_ns"]
-        out.append({
-            "rank": int(r["rank"]), "step": r["step"],
-            "computing_ns": int(r["computing_ns"] or 0),
-            "communication_not_overlapped_ns": cno,
-            "overlapped_ns": comm - cno,
-            "communication_ns": comm,
-            "free_ns": int(r["free_ns"] or 0),
-            "preparing_ns": None if host is None or first is None else int(first) - int(host),
-            "stage_ns": int(r["span_ns"] or 0) - bubble,
-            "bubble_ns": bubble,
-            "communication_not_overlapped_and_exclude_receive_ns": max(cno - bubble, 0),
-            "source": "overlap",
-        })
-    out.sort(key=lambda r: (r["rank"], -1 if r["step"] is None else r["step"]))
-    return out
-
-
-def breakdown(db, source: str = "auto") -> list[dict]:
-    """Rows per (rank, step). ``source``: ``step_trace``, ``overlap`` or ``auto`` (step_trace where a rank has it,
-    the Overlap Analysis slices otherwise)."""
-    if source == "step_trace":
-        rows = step_trace_rows(db)
-    elif source == "overlap":
-        rows = derived_rows(db)
-    else:
-        rows = step_trace_rows(db)
-        have = {r["rank"] for r in rows}
-        rows += [r for r in derived_rows(db) if r["rank"] not in have]
-        rows.sort(key=lambda r: (r["rank"], -1 if r["step"] is None else r["step"]))
-    for r in rows:
-        for k in CATEGORIES:
-            r[k] = _int(r.get(k))
-        r["step"] = None if r["step"] is None else int(r["step"])
-        e2e = (r["computing_ns"] or 0) + (r["communication_not_overlapped_ns"] or 0) + (r["free_ns"] or 0)
-        r["e2e_ns"] = e2e
-        r["computing_not_overlapped_ns"] = (r["computing_ns"] or 0) - (r["overlapped_ns"] or 0)
-        r["computing_ratio"] = ratio(r["computing_ns"], e2e)
-        r["communication_ratio"] = ratio(r["communication_not_overlapped_ns"], e2e)
-        r["free_ratio"] = ratio(r["free_ns"], e2e)
-    return rows
 
 
 def _ms(ns) -> str:
@@ -180,11 +63,13 @@ def _ranks_text(rs: list[dict], key: str, total: int) -> str:
 
 
 def findings(rows: list[dict]) -> list[dict]:
-    """Plain-words observations per step: host-bound ranks, exposed communication, the slowest rank."""
+    """Plain-words observations per step: host-bound ranks, exposed communication, the slowest rank. A row
+    missing a part of its step time (``incomplete``) says nothing: its ratios would be wrong."""
     out = []
     by_step: dict = {}
     for r in rows:
-        by_step.setdefault(r["step"], []).append(r)
+        if not r.get("incomplete"):
+            by_step.setdefault(r["step"], []).append(r)
     for step, rs in by_step.items():
         label = "" if step is None else f"Step {step}: "
         free = [r for r in rs if (r["free_ratio"] or 0) > FREE_FINDING_RATIO]
@@ -249,13 +134,8 @@ def _loads(text) -> tuple[dict, str | None]:
 
 
 def _too_deep(text: str) -> bool:
-    """Whether brackets in JSON text nest deeper than MAX_JSON_DEPTH (those inside strings not counted), found
-    without recursion or a Python loop."""
-    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
-        return False
-    chars = np.frombuffer(JSON_STRING.sub("", text).encode("utf-8", "replace"), dtype=np.uint8)
-    steps = np.isin(chars, (ord("["), ord("{"))).astype(np.int64) - np.isin(chars, (ord("]"), ord("}")))
-    return int(np.cumsum(steps).max(initial=0)) > MAX_JSON_DEPTH
+    """Whether brackets in JSON text nest deeper than MAX_JSON_DEPTH (those inside strings not counted)."""
+    return text.count("[") + text.count("{") > MAX_JSON_DEPTH and jsonfile.max_depth(text) > MAX_JSON_DEPTH
 
 
 def rank_metadata(db) -> list[dict]:
@@ -330,9 +210,18 @@ def core_split(db) -> dict[int, list[dict]]:
     return out
 
 
+def name_sources(db, rows: list[dict]) -> list[dict]:
+    """Each row's ``source_name``: the file or table its numbers came from, in its rank's format."""
+    names = sources.source_names(db, "step_trace") if any(r["source"] == "step_trace" for r in rows) else {}
+    for r in rows:
+        r["source_name"] = names.get(r["rank"], "step_trace_time.csv") if r["source"] == "step_trace" \
+            else "the Overlap Analysis lane"
+    return rows
+
+
 def summary(db, source: str = "auto", top_rank: int | None = None) -> dict:
     ranks = rank_metadata(db)
-    rows = breakdown(db, source)
+    rows = name_sources(db, breakdown(db, source))
     kernel_ranks = sorted(core_split(db))
     if top_rank is None and kernel_ranks:
         top_rank = kernel_ranks[0]
@@ -341,6 +230,9 @@ def summary(db, source: str = "auto", top_rank: int | None = None) -> dict:
         "breakdown": rows[:MAX_BREAKDOWN_ROWS],
         "breakdown_truncated": len(rows) > MAX_BREAKDOWN_ROWS,
         "sources": sorted({r["source"] for r in rows}),
+        "source_names": sorted({r["source_name"] for r in rows}),
+        # what the step table is called in this run's format(s), for the source picker
+        "step_trace_names": sorted(set(sources.source_names(db, "step_trace").values())),
         "findings": findings(rows),
         "ranks": ranks,
         "parallel_groups": parallel_groups(ranks),

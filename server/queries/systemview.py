@@ -63,18 +63,32 @@ SELECT name, count(*) AS count, sum(d) AS total_ns, min(d) AS min_ns, max(d) AS 
        max(e) AS last_ns
 FROM s WHERE list_contains($names, name) GROUP BY name
 """
-# Ascend Hardware compute tasks by accelerator core and kernel type: kernel_details' row at the task's start
-# (the first one, as the slice detail does) names them; a task without one keeps its Task Type and name
+# Ascend Hardware compute tasks by accelerator core and kernel type. A task with a kernel row at its start
+# (kernel_details' row, the first one, as the slice detail does) is a compute task unless that row is a
+# communication operator (HCCL): the row names its Accelerator Core and Type, whatever the trace's Task Type says
+# (some CANN versions write "Other" there). A row of "N/A" (Level0) names nothing: the db export's Accelerator Core
+# arg, else the Task Type, and the task's name stand in. A task without a kernel row counts when its Task Type is
+# a compute type or it names its Accelerator Core (the db export's compute tasks).
 KERNEL_JOIN = """LEFT JOIN (
   SELECT start_ns, arg_min(accelerator_core, src_row) AS core, arg_min(type, src_row) AS type
   FROM kernels WHERE rank = $rank GROUP BY start_ns
 ) k ON k.start_ns = s.ts_ns"""
-KERNEL_SPLIT_SQL = "WITH s AS (" + SCOPED + """)
-SELECT coalesce(k.core, s.args->>'Task Type') AS core, coalesce(k.type, s.name) AS type, count(*) AS count,
+CORE_SQL = ("coalesce(nullif(k.core, 'N/A'), nullif(s.args->>'Accelerator Core', 'N/A'), s.args->>'Task Type', "
+            "'')")
+TYPE_SQL = "coalesce(nullif(k.type, 'N/A'), s.name)"
+IS_COMPUTE_SQL = """CASE WHEN k.start_ns IS NOT NULL THEN coalesce(k.core, '') NOT IN ('HCCL', 'COMMUNICATION')
+     ELSE s.args->>'Accelerator Core' IS NOT NULL OR list_contains($task_types, s.args->>'Task Type') END"""
+KERNEL_SPLIT_SQL = "WITH s AS (" + SCOPED + f""")
+SELECT {CORE_SQL} AS core, {TYPE_SQL} AS type, count(*) AS count,
        sum(s.d) AS total_ns, min(s.d) AS min_ns, max(s.d) AS max_ns
-FROM s """ + KERNEL_JOIN + """
-WHERE list_contains($task_types, s.args->>'Task Type')
+FROM s """ + KERNEL_JOIN + f"""
+WHERE {IS_COMPUTE_SQL}
 GROUP BY ALL
+"""
+# the rank's kernel rows (the Operator view's count) and those of them that are communication operators
+KERNEL_COUNTS_SQL = """
+SELECT count(*), count(*) FILTER (WHERE coalesce(accelerator_core, '') IN ('HCCL', 'COMMUNICATION'))
+FROM kernels WHERE rank = $rank
 """
 # per row key: count, time, self time, and over all rows (window sums) the totals
 GROUPED_SQL = "WITH s AS (" + SCOPED + """),
@@ -190,7 +204,25 @@ def overall(db, rank: int, scope: Scope) -> dict:
         row(_key("overlap", "Free"), "Free Time", lane.get("Free")),
         row("e2e", "E2E Time", total=e2e, slices=False),
     ]
-    return {"rank": rank, "scope": scope.json(), "e2e_ns": e2e, "rows": rows, "has_data": bool(lane)}
+    tasks = sum(int(r["count"] or 0) for r in core_rows)
+    return {"rank": rank, "scope": scope.json(), "e2e_ns": e2e, "rows": rows, "has_data": bool(lane),
+            "notes": _count_notes(db, rank, tasks, scope.bounded) if lane else []}
+
+
+def _count_notes(db, rank: int, tasks: int, bounded: bool) -> list[str]:
+    """Why the Computing split's task count differs from the Operator view's kernel count, when it does (over the
+    whole run: a range holds only part of the kernels)."""
+    kernels, comm = (int(v or 0) for v in db.rows(KERNEL_COUNTS_SQL, {"rank": rank})[0])
+    notes = []
+    if comm:
+        notes.append(f"The Operator view's {kernels:,} kernels include {comm:,} communication operator"
+                     f"{'s' if comm != 1 else ''} (HCCL), counted here under Communication.")
+    if kernels and not bounded and tasks != kernels - comm:
+        notes.append(f"{kernels - comm:,} computing kernels, {tasks:,} compute tasks on the timeline: "
+                     f"{abs(kernels - comm - tasks):,} "
+                     + ("kernel rows have no task starting with them on the Ascend Hardware lanes."
+                        if kernels - comm > tasks else "tasks have no kernel row (their Task Type says compute)."))
+    return notes
 
 
 def grouped(db, page: str, rank: int, scope: Scope, group_by: str | None, q: str | None, sort: str | None,
@@ -251,13 +283,12 @@ def _overall_filter(key: str) -> tuple[str, str, dict]:
     parts = [unquote(p) for p in parts]
     if kind == "overlap" and len(parts) == 1 and parts[0] in OVERLAP_NAMES:
         return "overlap", "s.name = $key", {"key": parts[0]}
-    task = "list_contains($task_types, s.args->>'Task Type')"
     tasks = {"task_types": list(COMPUTE_TASK_TYPES)}
     if kind == "core" and len(parts) == 1:
-        return "hardware", f"{task} AND coalesce(k.core, s.args->>'Task Type') = $core", tasks | {"core": parts[0]}
+        return "hardware", f"({IS_COMPUTE_SQL}) AND {CORE_SQL} = $core", tasks | {"core": parts[0]}
     if kind == "kernel" and len(parts) == 2:
-        return ("hardware", f"{task} AND coalesce(k.core, s.args->>'Task Type') = $core "
-                            "AND coalesce(k.type, s.name) = $type", tasks | {"core": parts[0], "type": parts[1]})
+        return ("hardware", f"({IS_COMPUTE_SQL}) AND {CORE_SQL} = $core AND {TYPE_SQL} = $type",
+                tasks | {"core": parts[0], "type": parts[1]})
     raise QueryError("bad_key", f"no Overall Metrics row has the key {key[:100]!r}")
 
 

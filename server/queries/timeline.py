@@ -163,7 +163,40 @@ def intern_names(parts: list[tuple[np.ndarray, list]], entries: list[dict]) -> l
     return list(index)
 
 
+SHARD_NAMES_SQL = "SELECT database_name FROM duckdb_databases() WHERE NOT internal"
+VIEWPORT_TABLES = ("slices", "slice_lod", "counters")
+
+
+def tables(db, rank: int) -> dict[str, str]:
+    """The tables a viewport query of one rank's tracks reads: that rank's shard when the run is sharded and
+    several shards are attached (``layout.connect`` names a rank's shard ``r<rank>``; at 8 ranks a query on one
+    shard costs a third of one on the union of all), else the run's views. Known from the connection's catalog,
+    looked up once per connection."""
+    shards = getattr(db.info, "viewport_shards", None)
+    if shards is None:
+        shards = set()
+        if db.info.loaded_ranks is not None and len(db.info.loaded_ranks) > 1:
+            shards = {name for (name,) in db.rows(SHARD_NAMES_SQL)}
+        db.info.viewport_shards = shards
+    shard = f"r{int(rank)}"
+    if shard in shards:
+        return {t: f'{shard}."{t}"' for t in VIEWPORT_TABLES}
+    return {t: t for t in VIEWPORT_TABLES}
+
+
 def viewport_slices(db, tracks: list, start: int, end: int, width_px: int) -> dict[int, tuple[dict, dict]]:
+    """Per rank (one shard each; see :func:`tables`), the answers of :func:`rank_viewport_slices`."""
+    by_rank: dict[int, list] = {}
+    for t in tracks:
+        by_rank.setdefault(t.rank, []).append(t)
+    answers: dict[int, tuple[dict, dict]] = {}
+    for rank, group in by_rank.items():
+        answers.update(rank_viewport_slices(db, group, start, end, width_px, tables(db, rank)))
+    return answers
+
+
+def rank_viewport_slices(db, tracks: list, start: int, end: int, width_px: int,
+                         names: dict[str, str]) -> dict[int, tuple[dict, dict]]:
     """track_id → (flags, columns). A track with more than ``max_rows(width_px)`` slices in the window is dense:
     answered from ``slice_lod`` at :func:`lod_choice` of :func:`lod_target_ns` (``lod: true``, one row per
     (depth, bucket) drawn over the extent of the bucket's slices, with ``slice_count`` and the ``slice_id``/``name``
@@ -182,7 +215,7 @@ def viewport_slices(db, tracks: list, start: int, end: int, width_px: int) -> di
         else:
             unsure.append(t)
     if unsure:
-        counts = _lod_counts(db, unsure, start, end)
+        counts = _lod_counts(db, unsure, start, end, names)
         for t in unsure:
             (dense if counts.get(t.track_id, 0) > threshold else sparse).append(t)
     answers: dict[int, tuple[dict, dict]] = {}
@@ -190,31 +223,31 @@ def viewport_slices(db, tracks: list, start: int, end: int, width_px: int) -> di
         level, bucket_ns = lod
         ids = [t.track_id for t in dense]
         lo = start - max(t.max_dur_ns for t in dense)
-        cols = db.arrays(SLICES_LOD_SQL, {"origin": origin, "level": level, "tracks": ids, "track_min": min(ids),
-                                          "track_max": max(ids), "bucket_lo": lo // bucket_ns,
-                                          "bucket_hi": (end - 1) // bucket_ns, "start": start, "end": end,
-                                          "limit": cap * len(ids) + 1})
+        cols = db.arrays(SLICES_LOD_SQL.format(**names), {
+            "origin": origin, "level": level, "tracks": ids, "track_min": min(ids), "track_max": max(ids),
+            "bucket_lo": lo // bucket_ns, "bucket_hi": (end - 1) // bucket_ns, "start": start, "end": end,
+            "limit": cap * len(ids) + 1})
         answers.update(_split(cols, ids, cap, {"lod": True, "bucket_ns": bucket_ns, "level": level}))
     # sparse tracks whose longest slice is shorter than the window share one scan; the others go one by one
     batch = [t for t in sparse if t.max_dur_ns <= end - start]
     if len(batch) > 1:
         ids = [t.track_id for t in batch]
         los = [start - t.max_dur_ns for t in batch]
-        cols = db.arrays(SLICES_EXACT_BATCH_SQL, {"origin": origin, "tracks": ids, "los": los, "track_min": min(ids),
-                                                  "track_max": max(ids), "lo_min": min(los), "start": start,
-                                                  "end": end, "limit": cap * len(ids) + 1})
+        cols = db.arrays(SLICES_EXACT_BATCH_SQL.format(**names), {
+            "origin": origin, "tracks": ids, "los": los, "track_min": min(ids), "track_max": max(ids),
+            "lo_min": min(los), "start": start, "end": end, "limit": cap * len(ids) + 1})
         answers.update(_split(cols, ids, cap, {"lod": False, "bucket_ns": None}))
     for t in sparse:
         if t.track_id in answers:
             continue
         bounds = {"track": t.track_id, "lo": start - t.max_dur_ns, "end": end, "start": start}
-        cols = db.arrays(SLICES_EXACT_SQL, bounds | {"origin": origin, "limit": cap + 1})
+        cols = db.arrays(SLICES_EXACT_SQL.format(**names), bounds | {"origin": origin, "limit": cap + 1})
         answers[t.track_id] = ({"lod": False, "bucket_ns": None, "truncated": len(cols["slice_id"]) > cap},
                                {k: v[:cap] for k, v in cols.items()})
     return answers
 
 
-def _lod_counts(db, tracks: list, start: int, end: int) -> dict[int, int]:
+def _lod_counts(db, tracks: list, start: int, end: int, names: dict[str, str]) -> dict[int, int]:
     """track_id → slices starting in the window, from the coarsest LOD level with at least 16 buckets in it."""
     levels = db.info.lod_levels
     level, bucket_ns = levels[0]
@@ -222,7 +255,7 @@ def _lod_counts(db, tracks: list, start: int, end: int) -> dict[int, int]:
         if b * 16 <= end - start:
             level, bucket_ns = lv, b
     ids = [t.track_id for t in tracks]
-    rows = db.rows(SLICES_LOD_COUNT_SQL, {"level": level, "tracks": ids, "track_min": min(ids),
+    rows = db.rows(SLICES_LOD_COUNT_SQL.format(**names), {"level": level, "tracks": ids, "track_min": min(ids),
                                           "track_max": max(ids), "bucket_lo": start // bucket_ns,
                                           "bucket_hi": (end - 1) // bucket_ns})
     return {int(tid): int(n) for tid, n in rows}
@@ -253,48 +286,64 @@ def _estimate_rows(t, start: int, end: int) -> float:
 def counters(db, track_ids: list[int], start_ns: int | None, end_ns: int | None, width_px: int) -> dict:
     """Counter samples of the counter tracks in the window, per series, in columns. Above ``max_rows(width_px)``
     samples they are bucketed (the power of two just below :func:`lod_target_ns`): ``value`` is the bucket's max
-    and ``value_min`` its min. ``before``/``after`` are the nearest samples outside the window."""
+    and ``value_min`` its min. ``before``/``after`` are the nearest samples outside the window. Each track's answer
+    is computed once for concurrent requests and cached, as the slices are (:func:`viewport_answers`)."""
     start, end = window(db, start_ns, end_ns)
-    origin, cap = db.info.origin_ns, db.settings.max_counter_points
-    out = []
-    for tid in dict.fromkeys(track_ids):
-        counter = track(db, tid)
-        params = {"origin": origin, "track": tid, "start": start, "end": end, "limit": cap + 1}
-        count = db.one(COUNTER_COUNT_SQL, {k: params[k] for k in ("track", "start", "end")})[0]
-        bucket_ns = None
-        if count > max_rows(width_px):
-            bucket_ns = 1 << max(0, int(lod_target_ns(end - start, width_px)).bit_length() - 1)
-            rows = db.rows(COUNTER_LOD_SQL, params | {"bucket": bucket_ns})
-        else:
-            rows = [(s, t, v, None) for s, t, v in db.rows(COUNTER_EXACT_SQL, params)]
-        edges = {r[0]: r[1:] for r in db.rows(COUNTER_EDGES_SQL, {k: params[k] for k in
-                                                                  ("origin", "track", "start", "end")})}
-        by_series: dict[str, dict] = {}
-        for s, t, v, vmin in rows:
-            item = by_series.setdefault(s, {"series": s, "ts_ns": [], "value": []} |
-                                        ({"value_min": []} if bucket_ns else {}))
-            item["ts_ns"].append(t)
-            item["value"].append(v)
-            if bucket_ns:
-                item["value_min"].append(vmin)
-        for s, (b_ts, b_val, a_ts, a_val) in edges.items():
-            item = by_series.setdefault(s, {"series": s, "ts_ns": [], "value": []} |
-                                        ({"value_min": []} if bucket_ns else {}))
-            item["before"] = None if b_ts is None else {"ts_ns": b_ts, "value": b_val}
-            item["after"] = None if a_ts is None else {"ts_ns": a_ts, "value": a_val}
-        out.append({"track_id": tid, "name": counter.row["counter_name"], "lod": bucket_ns is not None,
-                    "bucket_ns": bucket_ns, "truncated": len(rows) > cap, "series": list(by_series.values())})
-    return {"origin_ns": ns_str(origin), "start_ns": ns_str(start), "end_ns": ns_str(end), "tracks": out}
+    wanted = {tid: track(db, tid) for tid in dict.fromkeys(track_ids)}
+    answers = db.shared("counters", (start, end, width_px), list(wanted),
+                        lambda ids: {tid: counter_track(db, wanted[tid], start, end, width_px) for tid in ids})
+    return {"origin_ns": ns_str(db.info.origin_ns), "start_ns": ns_str(start), "end_ns": ns_str(end),
+            "tracks": [answers[tid] for tid in wanted]}
+
+
+def counter_track(db, counter, start: int, end: int, width_px: int) -> dict:
+    """One counter track's answer for the window (see :func:`counters`)."""
+    origin, cap, tid = db.info.origin_ns, db.settings.max_counter_points, counter.track_id
+    names = tables(db, counter.rank)
+    params = {"origin": origin, "track": tid, "start": start, "end": end, "limit": cap + 1}
+    count = db.one(COUNTER_COUNT_SQL.format(**names), {k: params[k] for k in ("track", "start", "end")})[0]
+    bucket_ns = None
+    if count > max_rows(width_px):
+        bucket_ns = 1 << max(0, int(lod_target_ns(end - start, width_px)).bit_length() - 1)
+        cols = db.arrays(COUNTER_LOD_SQL.format(**names), params | {"bucket": bucket_ns})
+    else:
+        cols = db.arrays(COUNTER_EXACT_SQL.format(**names), params)
+    edges = {r[0]: r[1:] for r in db.rows(COUNTER_EDGES_SQL.format(**names), {k: params[k] for k in
+                                                              ("origin", "track", "start", "end")})}
+    # rows come ordered by series: each series is a slice of the columns (numpy, so they leave as typed arrays)
+    names = np.asarray(cols["series"], dtype=object)
+    cuts = [0, *(np.flatnonzero(names[1:] != names[:-1]) + 1).tolist(), len(names)]
+    value_keys = ("value", "value_min") if bucket_ns else ("value",)
+    values = {k: np.asarray(cols[k], dtype=np.float64) for k in value_keys}  # NULL → NaN → null in JSON
+    ts = np.asarray(cols["ts_ns"], dtype=np.int64)
+    by_series: dict[str, dict] = {}
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        if b > a:
+            by_series[names[a]] = {"series": names[a], "ts_ns": ts[a:b], **{k: v[a:b] for k, v in values.items()}}
+    empty = {"ts_ns": ts[:0], **{k: v[:0] for k, v in values.items()}}
+    for s, (b_ts, b_val, a_ts, a_val) in edges.items():
+        item = by_series.setdefault(s, {"series": s, **empty})
+        item["before"] = None if b_ts is None else {"ts_ns": b_ts, "value": b_val}
+        item["after"] = None if a_ts is None else {"ts_ns": a_ts, "value": a_val}
+    rows = names
+    return {"track_id": tid, "name": counter.row["counter_name"], "lod": bucket_ns is not None,
+            "bucket_ns": bucket_ns, "truncated": len(rows) > cap, "series": list(by_series.values())}
 
 
 def flows(db, start_ns: int | None, end_ns: int | None, cats: list[str]) -> dict:
-    """Flows with an end in, or spanning, the window, in columns (with each end's slice depth)."""
+    """Flows with an end in, or spanning, the window, in columns (with each end's slice depth); computed once for
+    concurrent requests of the same window and categories, and cached."""
     start, end = window(db, start_ns, end_ns)
     cap = db.settings.max_flows
-    cols = db.columns(FLOWS_IN_RANGE_SQL, {"origin": db.info.origin_ns, "cats": list(cats), "start": start,
-                                           "end": end, "limit": cap + 1})
+    key = tuple(sorted(set(cats)))
+    answer = db.shared("flows", (start, end), [key], lambda keys: {key: _flows(db, start, end, list(key), cap)})[key]
+    return {"origin_ns": ns_str(db.info.origin_ns), "start_ns": ns_str(start), "end_ns": ns_str(end), **answer}
+
+
+def _flows(db, start: int, end: int, cats: list[str], cap: int) -> dict:
+    cols = db.arrays(FLOWS_IN_RANGE_SQL, {"origin": db.info.origin_ns, "cats": cats, "start": start, "end": end,
+                                          "limit": cap + 1})
     truncated = len(cols["flow_id"]) > cap
     if truncated:
         cols = {k: v[:cap] for k, v in cols.items()}
-    return {"origin_ns": ns_str(db.info.origin_ns), "start_ns": ns_str(start), "end_ns": ns_str(end),
-            "count": len(cols["flow_id"]), "truncated": truncated, **cols}
+    return {"count": len(cols["flow_id"]), "truncated": truncated, **cols}

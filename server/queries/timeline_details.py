@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+from ascendscope.ingest import jsonfile
+from ascendscope.ingest.trace import MAX_ARGS_DEPTH
 from ascendscope.server.queries import NotFound, QueryError, ns_str
 from ascendscope.server.queries.timeline import track, window
 from ascendscope.server.queries.timeline_sql import (
@@ -232,6 +234,10 @@ def _json_obj(raw) -> dict:
         return {}
     if isinstance(raw, dict):
         return raw
+    # a run ingested before args depth was bounded may hold some: parsing (or encoding) them would recurse too deep
+    if isinstance(raw, str) and raw.count("{") + raw.count("[") > MAX_ARGS_DEPTH and \
+            jsonfile.max_depth(raw) > MAX_ARGS_DEPTH:
+        return {"args": f"not shown: nested deeper than {MAX_ARGS_DEPTH} levels"}
     try:
         value = json.loads(raw)
     except (TypeError, ValueError):

@@ -1,5 +1,7 @@
 """SQL of the timeline queries (``server.queries.timeline`` and ``timeline_details``), as named constants with
-bound ($name) parameters; user input never enters the text.
+bound ($name) parameters; user input never enters the text. The viewport queries name their table as ``{slices}``,
+``{slice_lod}`` or ``{counters}``: the run's table, or one shard's (``timeline.tables``), filled in from the
+database's own catalog.
 
 Conventions: ``$origin`` is the run origin (times leave relative to it); ``$start``/``$end`` the window in absolute
 epoch ns. The overlap test ``ts < end AND (ts + dur > start OR ts >= start)`` keeps instants (dur 0) inside the
@@ -12,14 +14,14 @@ ts-ordered ``slices`` table prune (PERF_NOTES.md).
 # counted, which only matters near the threshold). One scan of a few hundred rows instead of one count per track.
 SLICES_LOD_COUNT_SQL = """
 SELECT track_id, sum(slice_count) AS n
-FROM slice_lod
+FROM {slice_lod}
 WHERE level = $level AND track_id BETWEEN $track_min AND $track_max AND list_contains($tracks, track_id)
   AND bucket >= $bucket_lo AND bucket <= $bucket_hi
 GROUP BY track_id
 """
 SLICES_EXACT_SQL = """
 SELECT ts_ns - $origin AS ts_ns, dur_ns, depth, name, slice_id
-FROM slices
+FROM {slices}
 WHERE track_id = $track AND ts_ns >= $lo AND ts_ns < $end AND (ts_ns + dur_ns > $start OR ts_ns >= $start)
 ORDER BY slice_id
 LIMIT $limit
@@ -28,7 +30,7 @@ LIMIT $limit
 # (track, lo) pairs); the BETWEEN and the smallest lo let the zone maps prune for all of them.
 SLICES_EXACT_BATCH_SQL = """
 SELECT s.track_id, s.ts_ns - $origin AS ts_ns, s.dur_ns, s.depth, s.name, s.slice_id
-FROM slices s JOIN (SELECT unnest($tracks) AS track_id, unnest($los) AS lo) r
+FROM {slices} s JOIN (SELECT unnest($tracks) AS track_id, unnest($los) AS lo) r
   ON s.track_id = r.track_id AND s.ts_ns >= r.lo
 WHERE s.track_id BETWEEN $track_min AND $track_max AND s.ts_ns >= $lo_min AND s.ts_ns < $end
   AND (s.ts_ns + s.dur_ns > $start OR s.ts_ns >= $start)
@@ -44,7 +46,7 @@ LIMIT $limit
 # [min_ts_ns, max_end_ns). The BETWEEN and bucket bounds add nothing logically: they let the zone maps prune.
 SLICES_LOD_SQL = """
 SELECT track_id, min_ts_ns - $origin AS ts_ns, max_end_ns - min_ts_ns AS dur_ns, depth, name, slice_id, slice_count
-FROM slice_lod
+FROM {slice_lod}
 WHERE level = $level AND track_id BETWEEN $track_min AND $track_max AND list_contains($tracks, track_id)
   AND bucket >= $bucket_lo AND bucket <= $bucket_hi AND max_end_ns > $start AND min_ts_ns < $end
 ORDER BY track_id, depth, bucket
@@ -55,16 +57,16 @@ SELECT track_id, series, count(*) AS points, min(value) AS min_value, max(value)
 FROM counters GROUP BY track_id, series ORDER BY track_id, series
 """
 COUNTER_COUNT_SQL = """
-SELECT count(*) FROM counters WHERE track_id = $track AND ts_ns >= $start AND ts_ns < $end
+SELECT count(*) FROM {counters} WHERE track_id = $track AND ts_ns >= $start AND ts_ns < $end
 """
 COUNTER_EXACT_SQL = """
-SELECT series, ts_ns - $origin AS ts_ns, value FROM counters
+SELECT series, ts_ns - $origin AS ts_ns, value FROM {counters}
 WHERE track_id = $track AND ts_ns >= $start AND ts_ns < $end
 ORDER BY series, ts_ns LIMIT $limit
 """
 COUNTER_LOD_SQL = """
 SELECT series, (ts_ns // $bucket) * $bucket - $origin AS ts_ns, max(value) AS value, min(value) AS value_min
-FROM counters
+FROM {counters}
 WHERE track_id = $track AND ts_ns >= $start AND ts_ns < $end
 GROUP BY series, ts_ns // $bucket
 ORDER BY series, ts_ns LIMIT $limit
@@ -75,21 +77,28 @@ SELECT series, max(ts_ns) FILTER (WHERE ts_ns < $start) - $origin AS before_ts_n
        arg_max(value, ts_ns) FILTER (WHERE ts_ns < $start) AS before_value,
        min(ts_ns) FILTER (WHERE ts_ns >= $end) - $origin AS after_ts_ns,
        arg_min(value, ts_ns) FILTER (WHERE ts_ns >= $end) AS after_value
-FROM counters WHERE track_id = $track AND (ts_ns < $start OR ts_ns >= $end)
+FROM {counters} WHERE track_id = $track AND (ts_ns < $start OR ts_ns >= $end)
 GROUP BY series
 """
 FLOW_CATEGORIES_SQL = "SELECT coalesce(cat, '') AS cat, count(*) AS count FROM flows GROUP BY ALL ORDER BY cat"
+# the flows are picked (and capped) first; only those few then look up their ends' depths (a join of every flow
+# in the window with slices would scan the slices of every shard for each request)
 FLOWS_IN_RANGE_SQL = """
+WITH f AS (
+  SELECT flow_id, cat, src_track_id, src_ts_ns, src_slice_id, dst_track_id, dst_ts_ns, dst_slice_id
+  FROM flows
+  WHERE (len($cats) = 0 OR list_contains($cats, coalesce(cat, '')))
+    AND least(src_ts_ns, dst_ts_ns) < $end AND greatest(src_ts_ns, dst_ts_ns) >= $start
+  ORDER BY flow_id
+  LIMIT $limit
+)
 SELECT f.flow_id, coalesce(f.cat, '') AS cat,
        f.src_track_id, f.src_ts_ns - $origin AS src_ts_ns, f.src_slice_id, s.depth AS src_depth,
        f.dst_track_id, f.dst_ts_ns - $origin AS dst_ts_ns, f.dst_slice_id, d.depth AS dst_depth
-FROM flows f
+FROM f
 LEFT JOIN slices s ON s.slice_id = f.src_slice_id
 LEFT JOIN slices d ON d.slice_id = f.dst_slice_id
-WHERE (len($cats) = 0 OR list_contains($cats, coalesce(f.cat, '')))
-  AND least(f.src_ts_ns, f.dst_ts_ns) < $end AND greatest(f.src_ts_ns, f.dst_ts_ns) >= $start
 ORDER BY f.flow_id
-LIMIT $limit
 """
 SLICE_SQL = """
 SELECT slice_id, track_id, rank, ts_ns, dur_ns, depth, parent_id, name, cat, ph, args

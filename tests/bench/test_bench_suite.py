@@ -75,7 +75,7 @@ def test_paint_viewport_and_targets(quick):
         assert [v["clients"] for v in size["viewport"]] == [1, 50]
         for v in size["viewport"]:
             assert v["requests"] > 0 and v["p95_ms"] > 0 and v["req_per_s"] > 0
-            assert set(v["status"]) == {"200"}, v["status"]
+            assert v["errors"] == 0, v  # wrk: socket errors, timeouts and non-2xx answers
     targets = {t["target"]: t for t in report["targets"]}
     for size in report["sizes"]:
         rows = size["ingest"]

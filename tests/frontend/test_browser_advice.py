@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import needs_samples
+from tests.samples import STEP
 
 pytestmark = [needs_samples, pytest.mark.browser]
 
@@ -70,7 +71,7 @@ def test_a_dispatch_gap_opens_on_the_timeline(page, live_server, artifacts_dir):
     labels = page.locator(".adv-cat .adv-cat-label").all_inner_texts()
     assert labels == ["Host-bound steps", "Exposed communication", "Slow rank / slow link", "AICPU operators",
                       "Affinity APIs", "Fusible op sequences", "Dispatch gaps"]
-    assert page.locator("#adv-text").inner_text().startswith("Rank 0, step 50: the device was free")
+    assert page.locator("#adv-text").inner_text().startswith(f"Rank 0, step {STEP}: the device was free")
     inst = follow_first_instance(page, live_server.base_url, run_id, "dispatch", artifacts_dir, "level1_dispatch")
     assert inst["name"] == "Free"
     assert_in_view(page, inst)

@@ -93,10 +93,10 @@ def test_summary_names_missing_sources(page, live_server, view_runs, artifacts_d
 
 def test_db_export_names_its_tables(page, live_server, db0, artifacts_dir):
     open_view(page, live_server.base_url, db0, "communication")
-    why = page.locator("#comm-empty")
-    why.wait_for()
-    assert why.locator("li").all_inner_texts() == [
-        f"rank {r}'s analysis.db gave no CommAnalyzerTime rows (the table is absent or empty)" for r in (0, 1)]
+    note = page.locator("#comm-from-trace")  # analysis.db has no CommAnalyzerTime: the ops come from the trace
+    note.wait_for()
+    assert note.inner_text().startswith("Ranks 0, 1: no CommAnalyzerTime (analysis.db) (a Level0 export writes none)")
+    assert page.locator("#comm-empty").count() == 0
     shot(page, artifacts_dir, "communication_db0")
     open_view(page, live_server.base_url, db0, "operator", "?rank=0")
     empty = page.locator("#op-torch-table td.empty")

@@ -18,7 +18,8 @@ from tests.conftest import ingesting_server as server
 
 pytestmark = [pytest.mark.browser, needs_samples]
 INGEST_TIMEOUT_MS = 90_000
-LEVEL0_WARNING = "bound to no slice"  # level0's two warnings: flows whose CANN lane is not exported
+LEVEL0_WARNING = "bound to no slice"  # level0's first two warnings: flows whose CANN lane is not exported
+LEVEL0_WARNINGS = 4  # those and, per rank, its communication ops taken from the trace (no communication.json)
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +61,8 @@ def test_one_upload_shows_its_progress_then_opens_with_its_warnings(tmp_path, le
         page.wait_for_url(f"**/runs/{run_id}/timeline", timeout=INGEST_TIMEOUT_MS)
         banner = page.locator("#run-warnings")
         expect(banner).to_be_visible()
-        expect(banner.locator(".warn-title")).to_have_text("2 ingest warnings")
-        expect(banner.locator(".warn-list li")).to_have_count(2)
+        expect(banner.locator(".warn-title")).to_have_text(f"{LEVEL0_WARNINGS} ingest warnings")
+        expect(banner.locator(".warn-list li")).to_have_count(LEVEL0_WARNINGS)
         expect(banner.locator(".warn-list li").first).to_contain_text(LEVEL0_WARNING)
         expect(page.locator("#rank-select option:not([value=''])")).to_have_count(2)
         page.screenshot(path=str(artifacts_dir / "run_warnings_banner.png"))
@@ -102,7 +103,7 @@ def test_a_failed_run_shows_its_log_and_is_retried(tmp_path, level0_db, page, ar
         assert queue.wait_idle(60) and store.get(failed.id).status == "failed"
         warned = store.create_run("warned", str(PYTORCH_TEXT / "level0"))
         shutil.copy(level0_db, store.db_path(warned.id))
-        store.set_status(warned.id, "ready", summary={"ranks": [0, 1], "warning_count": 2})
+        store.set_status(warned.id, "ready", summary={"ranks": [0, 1], "warning_count": LEVEL0_WARNINGS})
 
         page.goto(f"{base}/")
         bad = row(page, failed.id)
@@ -112,8 +113,8 @@ def test_a_failed_run_shows_its_log_and_is_retried(tmp_path, level0_db, page, ar
         expect(bad.locator(".run-log")).to_contain_text("no such file or folder")
 
         good = row(page, warned.id)
-        good.get_by_role("button", name="2 warnings").click()
-        expect(good.locator(".run-warnings li")).to_have_count(2)
+        good.get_by_role("button", name=f"{LEVEL0_WARNINGS} warnings").click()
+        expect(good.locator(".run-warnings li")).to_have_count(LEVEL0_WARNINGS)
         expect(good.locator(".run-warnings li").first).to_contain_text(LEVEL0_WARNING)
         page.screenshot(path=str(artifacts_dir / "runs_failed_log_and_warnings.png"))
 
@@ -122,4 +123,4 @@ def test_a_failed_run_shows_its_log_and_is_retried(tmp_path, level0_db, page, ar
         expect(bad).to_have_attribute("data-status", "ready", timeout=INGEST_TIMEOUT_MS)
         expect(bad.get_by_role("link", name="Open")).to_be_visible()
         expect(bad.locator(".run-log")).to_have_count(0)
-        expect(good.locator(".run-warnings li")).to_have_count(2)  # still unfolded after the table's refreshes
+        expect(good.locator(".run-warnings li")).to_have_count(LEVEL0_WARNINGS)  # still unfolded after refreshes

@@ -4,23 +4,41 @@ timeline's region markers shaded on the chart as bands (Area Mark). Screenshots 
 
 from __future__ import annotations
 
+import csv
 import json
+from decimal import Decimal
 
 import httpx
 import pytest
 
-from tests.conftest import needs_samples
+from tests.conftest import PYTORCH_TEXT, needs_samples
 
 pytestmark = [needs_samples, pytest.mark.browser]
 
+
+def _allocations() -> list[dict]:
+    path = PYTORCH_TEXT / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "operator_memory.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        return list(csv.DictReader(fh))
+
+
+ALLOCATIONS = _allocations()  # level1 rank 0's operator allocations (184 over ~54 ms in the real sample)
+_TIMES = [int(Decimal(r["Allocation Time(us)"].strip()) * 1000) for r in ALLOCATIONS] or [0]
+START = min(_TIMES)  # ...694.6 ms in the real sample
+_SCALE = (max(_TIMES) - START) / 55_000_000  # the markers below are placed as in the real sample's ~55 ms
+
+
+def at(ms: float) -> str:
+    return str(START + round(ms * 1_000_000 * _SCALE))
+
+
 # region markers as the timeline stores them (common/markers.js): two regions and a point marker
-START = 1736408883694000000  # level1 rank 0's operator allocations start at ~...694 ms
 MARKERS = [
-    {"id": "r1", "name": "fwd <b>bold</b>", "start_ns": str(START + 10_000_000), "end_ns": str(START + 20_000_000),
-     "color": "#5aa0ff"},
-    {"id": "r2", "name": "optimizer", "start_ns": str(START + 45_000_000), "end_ns": str(START + 55_000_000),
-     "color": "#e0508a"},
-    {"id": "p1", "name": "a point", "start_ns": str(START + 30_000_000), "end_ns": None, "color": "#f2b84b"},
+    {"id": "r1", "name": "fwd <b>bold</b>", "start_ns": at(10), "end_ns": at(20), "color": "#5aa0ff"},
+    {"id": "r2", "name": "optimizer", "start_ns": at(45), "end_ns": at(55), "color": "#e0508a"},
+    {"id": "p1", "name": "a point", "start_ns": at(30), "end_ns": None, "color": "#f2b84b"},
 ]
 
 
@@ -79,7 +97,8 @@ def test_group_by(page, live_server, view_runs, artifacts_dir):
     page.select_option("#mem-group-by", "stream")
     wait_group(page, "stream")
     streams = legend(page)
-    assert {"Stream 897357296 Allocated", "Stream 904703504 Allocated", "No stream Allocated"} <= set(streams)
+    ptrs = {r["Stream Ptr"].strip() for r in ALLOCATIONS}
+    assert {f"Stream {p} Allocated" if p else "No stream Allocated" for p in ptrs} <= set(streams)
     assert "operator allocations not yet released" in page.locator("#mem-group-note").inner_text()
     api = httpx.get(f"{live_server.base_url}/api/runs/{run}/memory/curves",
                     params={"rank": 0, "group": "stream"}, timeout=10).json()
@@ -109,7 +128,7 @@ def test_zoom_limits_the_table(page, live_server, view_runs, artifacts_dir):
     box = page.locator("#mem-only-window")
     assert box.is_disabled() and not box.is_checked()
     everything = table_total(page)
-    assert everything == 184
+    assert everything == len(ALLOCATIONS)
     left, top, width, height = plot_box(page)
     y = top + height / 2
     page.mouse.move(left + 0.55 * width, y)
@@ -176,8 +195,8 @@ def test_region_markers_shade_the_chart(page, live_server, view_runs, artifacts_
     # a region saved meanwhile (the timeline, or another tab) appears without a reload
     page.evaluate("([runId, list]) => import('/static/js/common/markers.js')"
                   ".then((m) => m.saveMarkers(runId, list))",
-                  [run, MARKERS + [{"id": "r3", "name": "late", "start_ns": str(START + 60_000_000),
-                                    "end_ns": str(START + 62_000_000), "color": "#4bbf73"}]])
+                  [run, MARKERS + [{"id": "r3", "name": "late", "start_ns": at(60),
+                                    "end_ns": at(62), "color": "#4bbf73"}]])
     page.wait_for_function("() => document.querySelectorAll('#mem-marks .v-mark-chip').length === 3")
     # zoom to a region: the chart shows it, the table is limited to it
     page.locator("#mem-marks button[data-marker='r2']").click()

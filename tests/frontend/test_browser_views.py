@@ -4,14 +4,27 @@ the right slice of the timeline. Runs without a trace show disabled links. Scree
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
-from tests.conftest import needs_samples
+from tests.conftest import PYTORCH_TEXT, VIEW_SAMPLES, needs_samples
+from tests.samples import STEP, needs_real
 
 pytestmark = [needs_samples, pytest.mark.browser]
 
 TIMELINE_READY = "() => window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
+
+
+def comm_ops(run: str) -> int:
+    """The communication ops of a view run's communication.json files (every rank; Total Op Info excluded)."""
+    root = PYTORCH_TEXT / "level1" if run == "level1" else VIEW_SAMPLES[run]
+    n = 0
+    for path in root.glob("**/ASCEND_PROFILER_OUTPUT/communication.json"):
+        for step in json.loads(path.read_text()).values():
+            n += sum(len(set(kind) - {"Total Op Info"}) for kind in step.values())
+    return n
 
 
 def chart_points(page, node_id: str) -> int:
@@ -184,6 +197,8 @@ def test_memory_charts_are_svg_under_the_csp(page, live_server, view_runs):
     assert lo <= min(ts) and hi >= max(ts) and hi - lo <= 1.05 * span
 
 
+@needs_real  # the real st4 has 18,659 memory rows, more than the page's point budget; a twin has hundreds (the
+# down-sampling itself is checked on the twins through the API: tests/server/api/test_api_views.py)
 def test_memory_page_downsampled(page, live_server, view_runs, artifacts_dir):
     open_view(page, live_server.base_url, view_runs["st4"], "memory")
     points = wait_chart(page, "mem-chart")
@@ -203,10 +218,11 @@ def test_summary_page(page, live_server, view_runs, artifacts_dir, run, ranks):
     bars = page.evaluate("() => document.getElementById('sum-chart').data.filter((t) => t.type === 'bar')"
                          ".map((t) => t.x.length)")
     assert bars and all(n == ranks for n in bars)
-    assert page.locator("#sum-findings li").count() >= 2
+    findings = httpx.get(f"{live_server.base_url}/api/runs/{view_runs[run]}/summary", timeout=10).json()["findings"]
+    assert page.locator("#sum-findings li").count() == len(findings) >= 1  # 2 or more in the real samples
     assert "host-bound" in page.locator("#sum-findings").inner_text().lower()
-    if run == "level1":  # one profiled step, numbered 50: a count, not the id alone
-        assert "1 (step 50)" in page.locator("#sum-base").inner_text()
+    if run == "level1":  # one profiled step, numbered 50 in the real sample: a count, not the id alone
+        assert f"1 (step {STEP})" in page.locator("#sum-base").inner_text()
     wait_rows(page, "sum-breakdown", ranks)
     wait_rows(page, "sum-ranks-table", ranks)
     shot(page, artifacts_dir, f"summary_{run}")
@@ -216,10 +232,11 @@ def test_summary_page(page, live_server, view_runs, artifacts_dir, run, ranks):
 def test_communication_page_click_through(page, live_server, view_runs, artifacts_dir):
     run = view_runs["level1"]
     open_view(page, live_server.base_url, run, "communication")
-    assert wait_chart(page, "comm-gantt") == 8
+    ops = comm_ops("level1")  # 8 in the real sample
+    assert wait_chart(page, "comm-gantt") == ops
     assert wait_chart(page, "comm-rank-chart") > 4
     assert wait_chart(page, "comm-size-chart") > 0
-    wait_rows(page, "comm-ops-table", 8)
+    wait_rows(page, "comm-ops-table", ops)
     wait_rows(page, "comm-rank-table-grid", 2)
     shot(page, artifacts_dir, "communication_level1")
     page.click("#comm-mode-matrix")
@@ -235,9 +252,10 @@ def test_communication_page_click_through(page, live_server, view_runs, artifact
 @pytest.mark.parametrize("run", ["st4", "fixtures"])
 def test_communication_page_cluster(page, live_server, view_runs, artifacts_dir, run):
     open_view(page, live_server.base_url, view_runs[run], "communication")
-    assert wait_chart(page, "comm-gantt") > 10
+    ops = comm_ops(run)  # more than 10 in the real samples
+    assert wait_chart(page, "comm-gantt") >= min(11, ops)
     assert wait_chart(page, "comm-rank-chart") > 4
-    wait_rows(page, "comm-ops-table", 10)
+    wait_rows(page, "comm-ops-table", min(10, ops))
     page.locator("#comm-no-trace").wait_for()
     assert page.locator("#comm-ops-table a.tl-link").count() == 0
     assert page.locator("#comm-ops-table .tl-link.disabled").count() > 0

@@ -23,6 +23,7 @@ FROM = re.compile(r"""^\s*(?:import|export)\b[^;'"]*?\bfrom\s*["']([^"']+)["']""
 BARE = re.compile(r"""^\s*import\s*["']([^"']+)["']""", re.M)
 DYNAMIC = re.compile(r"""\bimport\(\s*["']([^"']+)["']\s*\)""")
 VIEW = "{{ view }}"
+ROOT_VAR = "{{ root }}"  # templates name URLs from the dashboard's root (server.pages.root_of): "/" stands for it
 
 
 def specifiers(code: str) -> list[str]:
@@ -55,7 +56,7 @@ def template_entries(templates: dict[str, str]) -> dict[str, list[str]]:
 
     out: dict[str, list[str]] = {}
     for name, html in templates.items():
-        for src in SCRIPT.findall(html):
+        for src in (s.replace(ROOT_VAR, "/", 1) if s.startswith(ROOT_VAR) else s for s in SCRIPT.findall(html)):
             if VIEW in src:
                 views = [other for other in templates if extends(other, name)]
                 out.setdefault(name, []).extend(src.replace(VIEW, Path(v).stem) for v in views)

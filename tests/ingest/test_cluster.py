@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from ascendscope.ingest.cluster import build_cluster_tables, load_cluster_analysis
-from tests.conftest import PYTORCH_TEXT, REAL_SAMPLES
+from tests.conftest import PYTORCH_TEXT, REAL_SAMPLES, needs_real
 
 FIXTURES = REAL_SAMPLES / "msinsight_server_fixtures"
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"real sample {FIXTURES} not found")
@@ -131,6 +131,28 @@ def test_shards_concatenated_equal_the_whole_run(generated_db, tmp_path):
 
 
 @needs_fixtures
+def test_cluster_analysis_output_holds_every_row_of_its_files():
+    """Every file of cluster_analysis_output loads, row for row (the real sample's, or its generated twin's)."""
+    out = FIXTURES / "cluster_analysis_output"
+    con = duckdb.connect()
+    assert load_cluster_analysis(con, FIXTURES) == []
+    assert {s for (s,) in con.execute("SELECT status FROM cluster_analysis_files").fetchall()} == {"loaded"}
+    rows = list(csv.DictReader((out / "cluster_step_trace_time.csv").open(newline="")))
+    assert con.execute("SELECT count(*) FILTER (WHERE type = 'rank'), count(*) FILTER (WHERE type = 'stage') "
+                       "FROM cluster_analysis_step_trace").fetchone() == \
+        (sum(r["Type"] == "rank" for r in rows), sum(r["Type"] == "stage" for r in rows))
+    last = [r for r in rows if r["Type"] == "rank"][-1]
+    assert con.execute("SELECT computing_ns, bubble_ns FROM cluster_analysis_step_trace WHERE rank = ?",
+                       [int(last["Index"])]).fetchone() == (us_ns(last["Computing"]), us_ns(last["Bubble"]))
+    matrix = json.loads((out / "cluster_communication_matrix.json").read_text())
+    assert con.execute("SELECT count(*) FROM cluster_analysis_comm_matrix").fetchone()[0] == \
+        sum(len(links) for group in matrix.values() for step in group.values() for links in step.values())
+    groups = json.loads((out / "communication_group.json").read_text())
+    assert con.execute("SELECT count(*) FROM cluster_analysis_groups").fetchone()[0] == \
+        sum(len(v) for v in groups.values())
+
+
+@needs_real
 def test_cluster_analysis_output_of_the_real_sample():
     con = duckdb.connect()
     assert load_cluster_analysis(con, FIXTURES) == []

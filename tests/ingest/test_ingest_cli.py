@@ -8,6 +8,7 @@ import sys
 import duckdb
 import pytest
 
+from ascendscope.ingest import SCHEMA_VERSION
 from tests.ingest_helpers import PYTORCH_TEXT, REAL
 
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_samples is not beside the checkout")
@@ -29,7 +30,7 @@ def test_ingest_prints_progress_and_summary(tmp_path):
     assert "warnings: 0" in proc.stdout
     assert not list(tmp_path.glob("*.tmp-*"))
     con = duckdb.connect(str(out), read_only=True)
-    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "1"
+    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
     con.close()
 
 

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from ascendscope.ingest.pipeline import ingest_path
-from tests.conftest import REAL_SAMPLES
+from tests.conftest import HAVE_REAL, REAL_SAMPLES
 
 PYTORCH = REAL_SAMPLES / "msinsight_pytorch_2025"
 DB, TEXT = PYTORCH / "db", PYTORCH / "text"
@@ -69,8 +69,10 @@ def test_two_ranks_read_from_the_db_files(run):
     assert kinds == [(r, k, "loaded") for r in RANKS for k in ("analysis_db", "db_export", "profiler_info")]
     # the one table nothing reads yet is named, not dropped silently
     for rank in RANKS:
+        with closing(source(level, rank)) as src:
+            n = one(src, "SELECT count(*) FROM NPU_OP_MEM")
         notes = [m for (m,) in db.execute("SELECT message FROM warnings WHERE rank = ?", [rank]).fetchall()]
-        assert any("NPU_OP_MEM (114 rows)" in m for m in notes), notes
+        assert n and any(f"NPU_OP_MEM ({n} rows)" in m for m in notes), notes
 
 
 @pytest.mark.parametrize("rank", RANKS)
@@ -176,13 +178,18 @@ def test_tables_hold_every_source_row(run, rank):
             "comm_size_distribution": "SELECT count(*) FROM CommAnalyzerBandwidth WHERE count > 0"}
         for table, sql in comm.items():
             expected[table] = one(analysis, sql) if has_table(analysis, "CommAnalyzerTime") else 0
+        if not has_table(analysis, "CommAnalyzerTime"):  # the ops come from the trace, with their elapse only
+            with closing(source(level, rank)) as src:
+                expected["comm_ops"] = one(src, "SELECT count(*) FROM COMMUNICATION_OP")
     got = {t: db.execute(f"SELECT count(*) FROM {t} WHERE rank = ?", [rank]).fetchone()[0] for t in expected}
     assert got == expected
     assert db.execute("SELECT sum(duration_ns) FROM kernels WHERE rank = ? AND accelerator_core IS DISTINCT FROM "
                       "'HCCL'", [rank]).fetchone()[0] == compute_ns
     assert db.execute("SELECT computing_ns FROM step_trace WHERE rank = ?", [rank]).fetchone()[0] == \
         round(computing * 1000)
-    assert db.execute("SELECT count(*) FROM kernels WHERE rank = ? AND step_id = 50", [rank]).fetchone()[0] == \
+    with closing(source(level, rank)) as src:
+        step = one(src, "SELECT id FROM STEP_TIME")
+    assert db.execute("SELECT count(*) FROM kernels WHERE rank = ? AND step_id = ?", [rank, step]).fetchone()[0] == \
         expected["kernels"]
 
 
@@ -205,9 +212,10 @@ def test_the_db_run_agrees_with_the_text_export_of_its_level(run):
     sql = "SELECT rank, computing_ns FROM step_trace ORDER BY rank"
     for (rank, ours), (_, theirs) in zip(db.execute(sql).fetchall(), text.execute(sql).fetchall(), strict=True):
         assert ours == pytest.approx(theirs, rel=0.05), rank
-    counters = "SELECT DISTINCT counter_name FROM tracks WHERE kind = 'counter'"
-    ours, theirs = ({n for (n,) in c.execute(counters).fetchall()} for c in (db, text))
-    assert ours <= theirs and theirs - ours == {"QoS OTHERS"}  # the db export has no QoS table
+    if HAVE_REAL:  # the real text export's counter lanes (the generator writes fewer)
+        counters = "SELECT DISTINCT counter_name FROM tracks WHERE kind = 'counter'"
+        ours, theirs = ({n for (n,) in c.execute(counters).fetchall()} for c in (db, text))
+        assert ours <= theirs and theirs - ours == {"QoS OTHERS"}  # the db export has no QoS table
 
 
 def test_a_derived_overlap_lane_equals_the_db_own(tmp_path):
@@ -257,7 +265,9 @@ def test_a_cann_msprof_db_opens_on_its_own(tmp_path):
     assert summary["slices_per_kind"]["other"] == marks
     messages = [w["message"] for w in summary["warnings"]]
     assert f"table COMMUNICATION_TASK_INFO: {orphans} rows without a TASK row (no times) were skipped" in messages
-    assert any(m.startswith("tables not loaded") and "DDR (5 rows)" in m for m in messages), messages
+    with closing(sqlite3.connect(f"{MSPROF_DB.as_uri()}?mode=ro&immutable=1", uri=True)) as src:
+        ddr = one(src, "SELECT count(*) FROM DDR")
+    assert any(m.startswith("tables not loaded") and f"DDR ({ddr} rows)" in m for m in messages), messages
 
 
 def test_a_partial_or_broken_db_says_what_was_not_read(tmp_path):
@@ -286,8 +296,8 @@ def test_a_partial_or_broken_db_says_what_was_not_read(tmp_path):
                "input_data_types, input_shapes, output_formats, output_data_types, output_shapes: read as empty") \
         in messages
     assert (0, "tables not loaded (not shown by ascendscope yet): LATER_TABLE (1 rows)") in messages
-    assert (0, "1 events of the Ascend Hardware lane with a time beyond ±2^62 ns (146 years from the epoch) were "
-               "skipped") in messages
+    assert (0, "1 events of the Ascend Hardware lane with a time before 1970 or beyond 2^62 ns (146 years from the "
+               "epoch) were skipped") in messages
     assert (1, "not loaded: not an SQLite database") in messages
     assert summary["slices_per_kind"] == {"hardware": 1, "overlap": 1}  # the task, and the Computing it makes
     assert summary["tables"]["kernels"] == 1
@@ -325,14 +335,23 @@ def test_the_views_answer_for_a_db_run(db_client):
         assert r.status_code == 200, (path, r.text)
         return r.json()
 
-    assert get("operators")["kernel_count"] == 191
+    with closing(source("level1", 0)) as src:
+        kernels = one(src, "SELECT (SELECT count(*) FROM COMPUTE_TASK_INFO JOIN TASK USING (globalTaskId)) "
+                           "+ (SELECT count(*) FROM COMMUNICATION_OP)")
+        allocations = one(src, "SELECT count(*) FROM OP_MEMORY")
+        step = one(src, "SELECT id FROM STEP_TIME")
+    comm_ops = 0
+    for rank in RANKS:
+        with closing(source("level1", rank, "analysis.db")) as analysis:
+            comm_ops += one(analysis, "SELECT count(*) FROM CommAnalyzerTime")
+    assert get("operators")["kernel_count"] == kernels
     assert {r["accelerator_core"] for r in get("operators/groups?group_by=core")["rows"]} >= {"AI_CORE", "HCCL"}
-    assert get("operators/instances")["total"] == 191
-    assert [r["records"] for r in get("memory")["ranks"]] and get("memory/allocations")["total"] == 184
+    assert get("operators/instances")["total"] == kernels
+    assert [r["records"] for r in get("memory")["ranks"]] and get("memory/allocations")["total"] == allocations
     assert any(s["t_ns"] for s in get("memory/curves")["series"])
     assert get("memory/modules")["series"]
-    assert get("summary")["base"]["steps"] == [50]
-    assert get("communication/ops")["total"] == 8
+    assert get("summary")["base"]["steps"] == [step]
+    assert get("communication/ops")["total"] == comm_ops
     assert get("communication/bandwidth")["transports"]
     assert get("communication/matrix")["cells"]
     kinds = {t["kind"] for t in get("timeline/tracks")["tracks"]}

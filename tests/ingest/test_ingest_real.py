@@ -7,7 +7,8 @@ import pytest
 
 from ascendscope.ingest.csvfiles import TABLES
 from ascendscope.ingest.pipeline import ingest_path
-from tests.ingest_helpers import PYTORCH_TEXT, REAL, csv_rows, expected_trace
+from tests.ingest_helpers import PYTORCH_TEXT, REAL, csv_rows, expected_trace, trace_events
+from tests.samples import HAVE_REAL
 
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_samples is not beside the checkout")
 
@@ -88,10 +89,18 @@ def test_flows_bind_to_the_slices_they_point_at(level_db):
 
 
 def test_steps_from_profiler_step(level_db):
-    _, con, _ = level_db
+    level, con, _ = level_db
     rows = con.execute("SELECT rank, step, host_start_ns <= device_start_ns, device_end_ns >= host_end_ns "
                        "FROM steps ORDER BY rank").fetchall()
-    assert rows == [(0, 50, True, True), (1, 50, True, True)]
+    expected = []
+    for rank in (0, 1):
+        events = trace_events(PYTORCH_TEXT / level / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" /
+                              "trace_view.json")
+        expected += [(rank, int(e["name"].split("#")[1]), True, True) for e in events
+                     if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert rows == expected and len(rows) >= 2
+    if HAVE_REAL:
+        assert [r[1] for r in rows] == [50, 50]
 
 
 def test_overlap_lane_derived_when_missing_equals_the_profilers(tmp_path):

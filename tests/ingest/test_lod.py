@@ -8,6 +8,7 @@ import pytest
 from ascendscope.ingest import lod
 from ascendscope.ingest.pipeline import ingest_path
 from tests.ingest_helpers import PYTORCH_TEXT, REAL
+from tests.samples import HAVE_REAL
 
 NAIVE = """
 SELECT track_id, depth, ts_ns // ? AS bucket, count(*) AS slice_count,
@@ -25,7 +26,7 @@ def test_lod_equals_naive_sql(tmp_path):
     assert con.execute("SELECT count(*) FROM lod_levels").fetchone()[0] >= 1
     lod.build(con, base_ns=1024)  # many levels, to check each one and the chaining between them
     levels = con.execute("SELECT level, bucket_ns, row_count FROM lod_levels ORDER BY level").fetchall()
-    assert len(levels) >= 6
+    assert len(levels) >= (6 if HAVE_REAL else 3)  # the real run is longer than its generated twin
     assert all(b == a * 4 for (_, a, _), (_, b, _) in zip(levels, levels[1:]))
     for level, width, rows in levels:
         naive = con.execute(f"SELECT * FROM ({NAIVE}) ORDER BY ALL", [width]).fetchall()

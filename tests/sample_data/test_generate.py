@@ -10,7 +10,7 @@ import pytest
 
 from ascendscope.sample_data.generate import generate_run, main
 
-COMPUTE = {"AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU"}
+COMPUTE = {"AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU", "DSA_SQE"}
 OV_NAMES = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
 
 

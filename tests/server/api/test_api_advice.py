@@ -17,6 +17,7 @@ import pytest
 
 from ascendscope.server.queries import advice as aq
 from tests.conftest import PYTORCH_TEXT, needs_samples
+from tests.samples import HAVE_REAL, needs_real
 
 pytestmark = needs_samples
 
@@ -86,7 +87,8 @@ def test_the_finding_ids_are_stable(client, advice_runs):
     first = [f["id"] for f in advice(client, advice_runs, "level1", 0)["findings"]]
     assert first == [f["id"] for f in advice(client, advice_runs, "level1", 0)["findings"]]
     fusible = [i for i in first if i.startswith("fusible:")]
-    assert fusible and all(re.fullmatch(r"fusible:0:[0-9a-f]{12}", i) for i in fusible)
+    assert all(re.fullmatch(r"fusible:0:[0-9a-f]{12}", i) for i in fusible)
+    assert fusible or not HAVE_REAL  # the real sample repeats small-kernel runs
 
 
 @pytest.mark.parametrize("name, rank", CASES)
@@ -179,6 +181,8 @@ def test_slow_rank_equals_communication_json(client, advice_runs, name):
     elapse = sum(e for _, _, e in per_rank[most].values())
     found = [f for f in by_category(advice(client, advice_runs, name, 0), "slow_rank") if f["id"].endswith(":wait")]
     assert len(found) == (1 if waits[most] - waits[least] > aq.SLOW_RANK_SPREAD * elapse else 0)
+    if not found:
+        return
     f = found[0]
     tolerance = 2 * len(per_rank[most])  # the ingest rounds each ms float to whole ns
     assert f["metrics"]["waiting_rank"] == most and f["metrics"]["slow_rank"] == least
@@ -337,7 +341,7 @@ def test_fusible_equals_a_walk_over_the_streams(client, advice_runs, name, rank)
             "first_ids": sorted(i["slice_id"] for i in f["instances"])}
            for f in by_category(advice(client, advice_runs, name, rank), "fusible")}
     assert got == plain
-    if name == "level1":
+    if name == "level1" and HAVE_REAL:
         assert plain, "the real sample repeats small-kernel runs"
 
 
@@ -405,6 +409,7 @@ def test_dispatch_gaps_equal_a_plain_attribution(client, advice_runs, name, rank
             assert inst["cause"] == (plain[inst["slice_id"]][0] if inst["slice_id"] in plain else None)
 
 
+@needs_real
 def test_the_real_sample_has_each_cause(client, advice_runs):
     causes = {f["id"].split(":")[-1] for f in by_category(advice(client, advice_runs, "level1", 0), "dispatch")}
     assert causes == {"launch", "queue", "waiting"}
@@ -426,4 +431,4 @@ def test_the_advice_page_and_tab(client, advice_runs):
     assert r.status_code == 200
     assert 'id="advice-view"' in r.text and "/static/js/views/advice.js" in r.text
     assert "plotly" not in r.text  # no charts: the page keeps the strict style policy
-    assert f'href="/runs/{run_id}/advice"' in client.get(f"/runs/{run_id}/timeline").text
+    assert f'href="../../runs/{run_id}/advice"' in client.get(f"/runs/{run_id}/timeline").text

@@ -18,6 +18,7 @@ from tests.cluster_sample import (
     synthetic_cluster_run,
 )
 from tests.conftest import PYTORCH_TEXT, REAL_SAMPLES
+from tests.samples import STEP, needs_real
 
 FIXTURES = REAL_SAMPLES / "msinsight_server_fixtures"
 
@@ -79,14 +80,14 @@ def test_overview_and_heatmap_equal_the_summary_breakdown(cluster_runs):
     rid = ids["level1"]
     summary = client.get(f"/api/runs/{rid}/summary").json()["breakdown"]
     ov = get(client, rid, "overview")
-    assert ov["ranks"]["rank"] == [0, 1] and ov["steps"] == [50]
+    assert ov["ranks"]["rank"] == [0, 1] and ov["steps"] == [STEP]
     assert ov["per_rank"]["step_ns"] == [r["e2e_ns"] for r in summary]
     assert ov["per_rank"]["exposed_comm_ns"] == [r["communication_not_overlapped_ns"] for r in summary]
     assert ov["slow_ranks"] == [] and ov["cluster_analysis"]["found"] is False
     for metric, key in (("step", "e2e_ns"), ("computing", "computing_ns"),
                         ("exposed_comm", "communication_not_overlapped_ns"), ("free", "free_ns")):
         h = get(client, rid, "heatmap", metric=metric)
-        assert h["ranks"] == [0, 1] and h["steps"] == [50]
+        assert h["ranks"] == [0, 1] and h["steps"] == [STEP]
         assert h["z"] == [[r[key]] for r in summary], metric
 
 
@@ -157,6 +158,7 @@ def test_thousand_ranks_matrix_is_binned_with_the_slow_link_first(cluster_runs):
     assert cells["bandwidth_gbps"][k] == pytest.approx(3 * 64.0 / (SLOW_LINK_MS + 2 * 4.0))
 
 
+@needs_real  # the real output's own numbers (16 ranks, rank 8's Computing)
 def test_cluster_analysis_output_is_a_source(cluster_runs):
     client, ids, _ = cluster_runs
     if "fixtures" not in ids:

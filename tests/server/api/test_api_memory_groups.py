@@ -135,9 +135,10 @@ def test_overall_is_the_allocator_totals(client, view_runs):
 
 @pytest.mark.parametrize("group", ["stream", "component"])
 def test_group_peaks_survive_downsampling(client, view_runs, group):
-    full = {s["name"]: s for s in get(client, view_runs, "st4", "memory/curves", rank=0, group=group,
-                                      max_points=FULL)["series"]}
-    small = get(client, view_runs, "st4", "memory/curves", rank=0, group=group, max_points=200)
+    whole = get(client, view_runs, "st4", "memory/curves", rank=0, group=group, max_points=FULL)
+    full = {s["name"]: s for s in whole["series"]}
+    budget = max(16, min(200, whole["source_points"] // 3))  # the real sample has thousands, a twin hundreds
+    small = get(client, view_runs, "st4", "memory/curves", rank=0, group=group, max_points=budget)
     assert small["downsampled"] and small["points"] < small["source_points"]
     for s in small["series"]:
         assert s["peak"] == full[s["name"]]["peak"], s["name"]

@@ -9,6 +9,7 @@ import duckdb
 import pytest
 
 from tests.conftest import needs_samples
+from tests.samples import HAVE_REAL, STEP
 
 pytestmark = needs_samples
 
@@ -201,8 +202,9 @@ def test_api_summaries_with_self_time(client, run1, src, page, kind, ranged):
                               "self_ns": sum(v["self_ns"] for v in want.values())}
     totals = [r["total_ns"] for r in rows]
     assert totals == sorted(totals, reverse=True)
-    if page == "python":  # nesting is real here: self time is well below wall time
-        assert sum(v["self_ns"] for v in want.values()) < sum(v["total_ns"] for v in want.values()) / 2
+    if page == "python":  # nesting is real here: self time is below wall time (well below in the real sample)
+        self_ns, wall_ns = sum(v["self_ns"] for v in want.values()), sum(v["total_ns"] for v in want.values())
+        assert self_ns < (wall_ns / 2 if HAVE_REAL else wall_ns)
 
 
 def test_hardware_and_communication_summaries(client, run1, src):
@@ -240,8 +242,9 @@ def test_pages_filter_sort_and_page(client, run1, src):
     assert aten["rows"] and all("aten::" in r["key"].lower() for r in aten["rows"])
     assert aten["total"] == len({s["name"] for s in src["slices"]
                                  if s["rank"] == 0 and s["kind"] == "python" and "aten::" in s["name"].lower()})
-    name = "aten::copy_"
-    inst = [s for s in src["slices"] if s["rank"] == 0 and s["kind"] == "python" and s["name"] == name]
+    python0 = [s for s in src["slices"] if s["rank"] == 0 and s["kind"] == "python"]
+    name = max(sorted({s["name"] for s in python0}), key=lambda n: sum(s["name"] == n for s in python0))
+    inst = [s for s in python0 if s["name"] == name]  # the most repeated: aten::copy_ in the real sample
     listed = get(client, f"{url}/slices", rank=0, key=name, limit=3)
     assert listed["total"] == len(inst) and len(listed["rows"]) == 3 and listed["truncated"]
     assert listed["rows"][0]["dur_ns"] == max(s["dur_ns"] for s in inst)
@@ -337,14 +340,14 @@ def test_align_matches_the_same_occurrence_on_the_reference_rank(client, run1, s
         return sorted((s for s in src["slices"] if s["rank"] == rank and s["name"] == name),
                       key=lambda s: (s["ts_ns"], s["slice_id"]))
 
-    step1, step0 = named(1, "ProfilerStep#50")[0], named(0, "ProfilerStep#50")[0]
+    step1, step0 = named(1, f"ProfilerStep#{STEP}")[0], named(0, f"ProfilerStep#{STEP}")[0]
     body = get(client, f"/api/runs/{run1}/timeline/align", slice_id=step1["slice_id"], rank=0)
     assert body["match"]["slice_id"] == step0["slice_id"] and body["how"] == "occurrence"
     assert body["shift_ns"] == step0["ts_ns"] - step1["ts_ns"]
     # an allReduce of rank 1 matches the same-named one of rank 0
     ops1 = sorted((s for s in src["slices"] if s["rank"] == 1 and s["kind"] == "communication"
                    and s["name"].startswith("hcom_allReduce")), key=lambda s: s["ts_ns"])
-    op = ops1[2]
+    op = ops1[min(2, len(ops1) - 1)]
     same = named(0, op["name"])
     body = get(client, f"/api/runs/{run1}/timeline/align", slice_id=op["slice_id"], rank=0)
     assert body["match"]["slice_id"] == same[0]["slice_id"]

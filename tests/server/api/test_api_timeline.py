@@ -343,7 +343,7 @@ def test_pages_and_assets(client, run1):
     assert page.status_code == 200 and 'id="timeline"' in page.text and "/runs/" in page.text
     for view in ("operator", "memory", "summary", "communication"):
         r = client.get(f"/runs/{run1}/{view}")
-        assert r.status_code == 200 and f'href="/runs/{run1}/{view}"' in r.text
+        assert r.status_code == 200 and f'href="../../runs/{run1}/{view}"' in r.text
     assert client.get(f"/runs/{run1}", follow_redirects=False).status_code == 307
     assert client.get(f"/runs/{run1}/nope").status_code == 404
     assert client.get("/runs/nope/timeline").status_code == 404

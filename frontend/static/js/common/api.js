@@ -2,6 +2,7 @@
 // {"error": {"code", "message", "status"}} shape. A GET under this page's run carries the page's `ranks`
 // (urls.js scopeParams) and reports the ranks its answer says are loaded (scope.js).
 
+import { COLUMNS_TYPE, decodeColumns } from "./columns.js";
 import { noteAnswer } from "./scope.js";
 import { queryString, scopeParams } from "./urls.js";
 
@@ -17,6 +18,17 @@ export async function apiGet(path, params = {}, { signal } = {}) {
   const resp = await fetch(path + queryString(scopeParams(path, params)),
     { signal, headers: { Accept: "application/json" } });
   const body = await readAnswer(resp);
+  noteAnswer(path, body);
+  return body;
+}
+
+/** apiGet for the column endpoints (timeline slices, counters, flows): asks for the compact binary answer
+ *  (columns.js) and reads JSON if that is what comes back. */
+export async function apiGetColumns(path, params = {}, { signal } = {}) {
+  const resp = await fetch(path + queryString(scopeParams(path, params)),
+    { signal, headers: { Accept: `${COLUMNS_TYPE}, application/json;q=0.5` } });
+  const binary = resp.ok && (resp.headers.get("Content-Type") || "").startsWith(COLUMNS_TYPE);
+  const body = binary ? decodeColumns(await resp.arrayBuffer()) : await readAnswer(resp);
   noteAnswer(path, body);
   return body;
 }

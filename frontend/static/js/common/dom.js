@@ -17,6 +17,12 @@ export function el(tag, attrs = {}, ...children) {
     else if (k === "text") node.textContent = v;
     else node.setAttribute(k, v === true ? "" : String(v));
   }
+  return append(node, ...children);
+}
+
+/** Append children to `node` as el() takes them (null, undefined and false skipped: Node.append would write
+ * them as the text "null"); returns it. */
+export function append(node, ...children) {
   for (const c of children.flat()) {
     if (c === null || c === undefined || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));

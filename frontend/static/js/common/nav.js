@@ -4,7 +4,7 @@
 // (or a slice) the server did not load, or a rank picked that it has not loaded, reloads the page asking for that
 // rank, and a note next to the selector says which ranks are loaded.
 //
-// Views import { page, currentRank, onRankChange } from "/static/js/common/nav.js".
+// Views import { page, currentRank, onRankChange } from "./nav.js".
 
 import { apiGet } from "./api.js";
 import { el } from "./dom.js";
@@ -38,7 +38,9 @@ function syncTabs(rank) {
 
 function initRankSelect() {
   if (!rankSelect) return;
-  const wanted = urlParam("rank");
+  // ?ranks=N alone (one rank loaded, as the Cluster view's links open a rank) selects that rank, not "All ranks"
+  const scoped = (urlParam("ranks") || "").split(",").filter((r) => r.trim() !== "");
+  const wanted = urlParam("rank") ?? (scoped.length === 1 ? scoped[0].trim() : null);
   if (wanted !== null && [...rankSelect.options].some((o) => o.value === wanted)) rankSelect.value = wanted;
   syncTabs(currentRank());
   rankSelect.addEventListener("change", () => {
@@ -72,7 +74,8 @@ function showLoaded(loaded) {
 
 async function waitUntilReady() {
   const box = document.getElementById("run-not-ready");
-  if (!box || !page.run_id) return;
+  // a run that failed already shows its error (the page was made with it): nothing to wait for
+  if (!box || !page.run_id || box.dataset.status === "failed") return;
   for (;;) {
     await new Promise((r) => setTimeout(r, 1000));
     let run;
@@ -89,7 +92,7 @@ async function waitUntilReady() {
       status.className = `status status-${run.status}`;
     }
     if (run.status === "failed") {
-      box.appendChild(el("p", { class: "run-error" }, run.error || "ingestion failed"));
+      if (!box.querySelector(".run-error")) box.appendChild(el("p", { class: "run-error" }, run.error || "ingestion failed"));
       return;
     }
   }

@@ -1,5 +1,6 @@
 // Viewport data: slices and counters per track, and the flows of the ticked categories, fetched for the
-// quantised window (geometry.quantize) and cached on that normalised key.
+// quantised window (geometry.quantize) and cached on that normalised key. Answers come as typed arrays
+// (apiGetColumns: the server's compact binary columns), or as JSON lists; both read the same below.
 //
 // ensure() is called on every draw: tracks whose cached entry serves the view cost nothing; the others are batched
 // into one request (several track_id values). Requests for a key the view has left are aborted. Until fresh data
@@ -8,7 +9,7 @@
 // A rank drawn with a time offset (offsets.js) is fetched for the view shifted back by it, and its entries hold
 // drawn times (raw + offset); an entry made under another offset is never drawn.
 
-import { apiGet, isAbort } from "../common/api.js";
+import { apiGetColumns, isAbort } from "../common/api.js";
 import { colorFor } from "../common/colors.js";
 import { absNs } from "../common/time.js";
 import { runApi } from "../common/urls.js";
@@ -93,7 +94,7 @@ export class DataStore {
       const req = { kind, qkey: q.key, controller: new AbortController(), tracks: new Set(chunk) };
       this.inflight.set(id, req);
       const params = { track_id: chunk, start_ns: this.abs(q.qs), end_ns: this.abs(q.qe), width_px: q.widthPx };
-      apiGet(`${this.base}/${kind}`, params, { signal: req.controller.signal })
+      apiGetColumns(`${this.base}/${kind}`, params, { signal: req.controller.signal })
         .then((resp) => {
           for (const t of resp.tracks) {
             const entry = kind === "slices" ? sliceEntryFrom(t, resp.names, q) : counterEntryFrom(t, q);
@@ -126,7 +127,7 @@ export class DataStore {
       if (this.flowInflight) this.flowInflight.controller.abort();
       const controller = new AbortController();
       this.flowInflight = { key, controller };
-      apiGet(`${this.base}/flows`, { start_ns: this.abs(q.qs), end_ns: this.abs(q.qe), cat: [...cats] },
+      apiGetColumns(`${this.base}/flows`, { start_ns: this.abs(q.qs), end_ns: this.abs(q.qe), cat: [...cats] },
         { signal: controller.signal })
         .then((resp) => {
           this.flowEntry = { key, qs: q.qs, qe: q.qe, cats: [...cats].sort().join(","), data: resp };

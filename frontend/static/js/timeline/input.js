@@ -216,6 +216,9 @@ export function attachInput(tl) {
     });
   });
 
+  // after a redraw the pointer may be over another slice (or none) without moving: hit-test again where it is
+  tl.refreshHover = () => { if (mouse && !drag) updateHover(mouse.x, mouse.y); };
+
   canvas.addEventListener("mouseleave", () => {
     mouse = null;
     tl.hover = null;

@@ -2,6 +2,7 @@
 // debug/automation surface (lane positions, drawn arrows, view, geometry, markers, offsets, System View state)
 // used by the browser tests.
 
+import { attachExport } from "./export.js";
 import { DEPTH_PX, FOLDED_ROWS, SLICE_PX, TRACK_PAD_PX } from "./geometry.js";
 import { rowTop } from "./hittest.js";
 import { attachInput } from "./input.js";
@@ -11,6 +12,7 @@ const root = document.getElementById("timeline");
 
 if (root) {
   const tl = new Timeline(root);
+  attachExport(root, document.getElementById("tl-export"));
   window.__timeline = {
     ready: false,
     error: null,

@@ -37,6 +37,12 @@ export class RangePage {
     }
     head.append(el("span", {}, "Slices ", el("b", {}, formatCount(r.totals.count)),
       ` in ${formatCount(r.totals.names)} names` + (r.truncated ? " (longest shown)" : "")));
+    // the durations are the slices' own, whole, even where they reach outside the range (and nested slices add
+    // up): the totals can exceed the range by far, which reads as a bug unless it is said
+    const whole = r.totals.total_ns > range.end - range.start;
+    head.append(el("span", { class: "muted tl-range-whole", id: "tl-range-whole" },
+      `Durations are whole slices', also outside the range${whole ? " (so the totals exceed it)" : ""}; `
+      + "Time Range Analysis in System View counts only the time inside."));
     const cols = ["Occurrences", "Wall duration", "Self", "Average", "Max", "Min"];
     const table = el("table", { class: "grid", id: "tl-range-table" },
       el("thead", {}, el("tr", {}, el("th", {}, "Name"), ...cols.map((h) => el("th", { class: "num",

@@ -217,7 +217,9 @@ export class SystemView {
       if (open && row.truncated) body.append(el("tr", {}, el("td", { class: "muted", colspan: "7" }, "(longest kernel types shown)")));
     };
     for (const row of r.rows) add(row, 0);
-    this.mainBody.replaceChildren(el("table", { class: "grid sv-table", id: "sv-table" }, el("thead", {}, head), body));
+    const notes = (r.notes || []).map((n) => el("p", { class: "muted sv-note" }, n));
+    this.mainBody.replaceChildren(el("table", { class: "grid sv-table", id: "sv-table" }, el("thead", {}, head), body),
+      ...notes);
   }
 
   renderGrouped(r, st) {

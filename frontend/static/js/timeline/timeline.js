@@ -797,6 +797,7 @@ export class Timeline {
     this.$("tl-span").textContent = formatDuration(v.span);
     this.placeRangeButton();
     this.updateStatus();
+    this.refreshHover?.();  // the slices moved under a still mouse (a key pan, a zoom): its tooltip follows
   }
 
   drawOverlayOnly() {

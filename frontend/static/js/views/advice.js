@@ -3,12 +3,12 @@
 // with that slice selected. The server sends every finding of the rank at once (capped), so paging is local.
 // Data strings are untrusted: the DOM is built with textContent only (common/dom.js `el`).
 
-import { isAbort, latest } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { formatCount } from "/static/js/common/format.js";
-import { currentRank, onRankChange } from "/static/js/common/nav.js";
-import { ms, relMs } from "/static/js/common/time.js";
-import { replaceParams, urlParam } from "/static/js/common/urls.js";
+import { isAbort, latest } from "../common/api.js";
+import { $, clear, el } from "../common/dom.js";
+import { formatCount } from "../common/format.js";
+import { currentRank, onRankChange } from "../common/nav.js";
+import { ms, relMs } from "../common/time.js";
+import { replaceParams, urlParam, withQuery } from "../common/urls.js";
 import { errorBox, timelineLink } from "./blocks.js";
 import { apiBase, showRank } from "./run.js";
 import { DataTable } from "./table.js";
@@ -127,6 +127,9 @@ function buildTables() {
     id: "adv-findings-table",
     pageSize: PAGE_FINDINGS,
     load: localSource(() => findingsOf(state.category)),
+    // every finding of the rank (all categories) with its numbers, as the Python API's run.advice(rank)
+    csv: () => withQuery(`${apiBase}/export/advice.csv`, { rank: data?.rank ?? undefined }),
+    parquet: () => withQuery(`${apiBase}/export/advice.parquet`, { rank: data?.rank ?? undefined }),
     empty: "Nothing to report in this category.",
     rowClass: (f) => (f.id === state.finding ? "selected" : ""),
     onRowClick: (f) => pickFinding(f),

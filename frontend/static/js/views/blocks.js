@@ -1,10 +1,11 @@
 // Small pieces the views put on a page: a "Show in Timeline" link and the box that says a part could not load.
 
-import { el } from "/static/js/common/dom.js";
+import { el } from "../common/dom.js";
+import { appUrl } from "../common/urls.js";
 
 /** "Show in Timeline" link, or a greyed note when the rank has no trace. */
 export function timelineLink(url, label = "Show in Timeline") {
-  if (url) return el("a", { class: "tl-link", href: url, title: "Open the timeline here" }, label);
+  if (url) return el("a", { class: "tl-link", href: appUrl(url), title: "Open the timeline here" }, label);
   return el("span", { class: "tl-link disabled", title: "This rank has no trace_view.json: no timeline to open" },
     "no trace");
 }

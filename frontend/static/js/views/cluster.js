@@ -4,12 +4,12 @@
 // run's cluster tables (/api/runs/{id}/cluster/…), so a run of 1,000 ranks paints from three small requests.
 // DOM is built with textContent only; data strings handed to plotly go through plotText.
 
-import { apiGet } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { num } from "/static/js/common/format.js";
-import { ms } from "/static/js/common/time.js";
-import { runPage } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { $, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { num } from "../common/format.js";
+import { ms } from "../common/time.js";
+import { runPage } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { initLateArrivals } from "./latearrivals.js";
 import { apiBase as runBase, runId } from "./run.js";
@@ -31,6 +31,13 @@ export function timelineUrl(rank) {
   return runPage(runId, "timeline", { rank, ranks: rank });
 }
 
+/** A rank of a link: its timeline when the run has the rank's data; a communication file may name peers whose
+ * folders were not part of the input (then plain text saying so, not a timeline of nothing). */
+function rankLink(rank) {
+  if (knownRanks.has(rank)) return el("a", { href: timelineUrl(rank), class: "cl-rank-link" }, String(rank));
+  return el("span", { class: "muted cl-rank-absent", title: "this run has no data of this rank" }, `${rank} (not in the run)`);
+}
+
 function openRank(rank) {
   // cluster_analysis_output may name ranks whose folders were not part of the input
   if (!knownRanks.has(rank)) {
@@ -47,6 +54,7 @@ function buildPicker() {
   knownRanks = new Set(ranks);
   const list = clear($("#cl-rank-list"));
   list.append(...ranks.map((r) => el("option", { value: r })));
+  if (matrixData) renderLinks();  // the matrix may have come first: its rank links wait for the run's ranks
 }
 
 function pickFromInput() {
@@ -92,7 +100,7 @@ function renderSlow() {
     host.append(el("div", { class: "v-note", id: "cl-no-slow" },
       "No rank stands out: every rank's mean step time, computing and free time stay within median + 3 × MAD."));
   } else {
-    const table = el("table", { class: "v-table", id: "cl-slow-table" });
+    const table = el("table", { class: "grid v-table", id: "cl-slow-table" });
     table.append(el("thead", {}, el("tr", {}, ...["Rank", "Slow in", "Mean per step (ms)", "Median (ms)",
       "Excess (ms)", "Timeline"].map((h) => el("th", {}, h)))));
     const body = el("tbody");
@@ -248,15 +256,16 @@ function renderLinks() {
     host.append(el("div", { class: "v-note" }, "No links between ranks."));
     return;
   }
-  const table = el("table", { class: "v-table", id: "cl-links-table" });
-  table.append(el("thead", {}, el("tr", {}, ...["Src", "Dst", "Transport", "Bandwidth (GB/s)",
-    "Median of its transport (GB/s)", "Size (MB)", "Time (ms)"].map((h) => el("th", {}, h)))));
+  const table = el("table", { class: "grid v-table", id: "cl-links-table" });
+  const heads = ["Src", "Dst", "Transport", "Bandwidth (GB/s)", "Median of its transport (GB/s)", "Size (MB)",
+    "Time (ms)"];
+  table.append(el("thead", {}, el("tr", {}, ...heads.map((h, i) => el("th", i > 2 ? { class: "num" } : {}, h)))));
   const body = el("tbody");
+  const num4 = (v, d) => el("td", { class: "num" }, num(v, d));
   for (const l of links) {
-    body.append(el("tr", {}, el("td", {}, el("a", { href: timelineUrl(l.src_rank) }, l.src_rank)),
-      el("td", {}, el("a", { href: timelineUrl(l.dst_rank) }, l.dst_rank)), el("td", {}, l.transport_type),
-      el("td", {}, num(l.bandwidth_gbps, 4)), el("td", {}, num(l.median_gbps, 4)), el("td", {}, num(l.transit_size_mb, 3)),
-      el("td", {}, ms(l.transit_time_ns, 4))));
+    body.append(el("tr", {}, el("td", {}, rankLink(l.src_rank)), el("td", {}, rankLink(l.dst_rank)),
+      el("td", {}, l.transport_type), num4(l.bandwidth_gbps, 4), num4(l.median_gbps, 4), num4(l.transit_size_mb, 3),
+      el("td", { class: "num" }, ms(l.transit_time_ns, 4))));
   }
   table.append(body);
   host.append(el("div", { class: "v-table-wrap" }, table));
@@ -274,7 +283,7 @@ function renderAnalysis() {
   }
   host.append(el("div", { class: "v-note" }, `msprof-analyze's cluster output: ${a.ranks} ranks in ` +
     "cluster_step_trace_time.csv (pick it under Step data to draw them)."));
-  const table = el("table", { class: "v-table", id: "cl-analysis-files" });
+  const table = el("table", { class: "grid v-table", id: "cl-analysis-files" });
   table.append(el("thead", {}, el("tr", {}, ...["File", "Kind", "Rows", "Status"].map((h) => el("th", {}, h)))));
   const body = el("tbody");
   for (const f of a.files) body.append(el("tr", {}, el("td", {}, f.file), el("td", {}, f.kind), el("td", {}, f.rows), el("td", {}, f.status)));

@@ -3,15 +3,15 @@
 // (linked to the timeline when the rank has a trace). Matrix: a rank × rank heatmap for one matrix key.
 // Filters: step, group, op (top bar) and the rank selector ("All ranks" allowed) for the bandwidth and op table.
 
-import { apiGet } from "/static/js/common/api.js";
-import { colorFor } from "/static/js/common/colors.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { fixed, num } from "/static/js/common/format.js";
-import { currentRank, onRankChange } from "/static/js/common/nav.js";
-import { sourceLine, sourceNote } from "/static/js/common/sources.js";
-import { ms, nsToMs } from "/static/js/common/time.js";
-import { withQuery } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { colorFor } from "../common/colors.js";
+import { $, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { fixed, num } from "../common/format.js";
+import { currentRank, onRankChange } from "../common/nav.js";
+import { sourceLine, sourceNote } from "../common/sources.js";
+import { ms, nsToMs } from "../common/time.js";
+import { withQuery } from "../common/urls.js";
 import { timelineLink } from "./blocks.js";
 import { baseLayout, plot } from "./charts.js";
 import { field, select } from "./controls.js";
@@ -198,6 +198,7 @@ function buildOps() {
     },
     load: (p) => apiGet(`${apiBase}/communication/ops`, { ...params(), ...p }),
     csv: (p) => withQuery(`${apiBase}/communication/ops.csv`, { ...params(), ...p }),
+    parquet: (p) => withQuery(`${apiBase}/export/communication_ops.parquet`, { ...params(), ...p }),
     onRows: (d) => { $("#comm-ops-note").textContent = `${state.rank === null ? "all ranks" : `rank ${state.rank}`} · sorted by start time by default`; },
   });
   opsTable.reload();
@@ -279,6 +280,14 @@ async function reload() {
   // ranks without communication data (all of them, or some), and the file or table each lacks
   const why = sourceNote(ov.empty_sources?.ops, { id: "comm-empty" });
   if (why) $("#comm-trace-note").append(why);
+  const traced = ov.from_trace_ranks || [];
+  if (traced.length) {
+    $("#comm-trace-note").append(el("div", { class: "v-note warn", id: "comm-from-trace" },
+      `Rank${traced.length > 1 ? "s" : ""} ${traced.join(", ")}: no `
+      + `${(ov.from_trace_lacks || ["communication.json"]).join(" or ")} (a Level0 export writes none); `
+      + "each operator's elapse comes from the trace's communication lane; transit, wait, synchronization, "
+      + "bandwidth and the link matrix are missing (they need a Level1 or Level2 export)."));
+  }
   renderTotals(ov.totals);
   await Promise.all([loadGantt(), loadBandwidth()]);
   if (opsTable) opsTable.reset(); else buildOps();

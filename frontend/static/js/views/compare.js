@@ -3,12 +3,12 @@
 // B − A deltas, as /api/compare answers them. The sides live in the URL (?a=&b=&rank_a=&step_a=…), so a copied
 // link reopens the same comparison.
 
-import { apiGet, isAbort } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { formatCount, pct } from "/static/js/common/format.js";
-import { ms, nsToMs, us } from "/static/js/common/time.js";
-import { COMPARE_API, RUNS_API, runPage, urlParam, withQuery } from "/static/js/common/urls.js";
+import { apiGet, isAbort } from "../common/api.js";
+import { $, append, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { formatCount, pct } from "../common/format.js";
+import { ms, nsToMs, us } from "../common/time.js";
+import { COMPARE_API, RUNS_API, runPage, urlParam, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { CompareTimeline } from "./comparetimeline.js";
 import { field, select } from "./controls.js";
@@ -153,7 +153,8 @@ function tableBar(table, shown, what) {
     `${formatCount(shown)} of ${formatCount(table.rows.length)} ${what}${cut} · ${only}`);
 }
 
-function sourceText(src) {
+function sourceText(src, name) {
+  if (name) return name;  // the file or table, in the side's format (analysis.db, msprof op_summary…)
   if (src === "kernel_details") return "kernel_details.csv";
   if (src === "trace") return "the trace's device lanes (no kernel_details.csv)";
   return "no kernels";
@@ -162,7 +163,7 @@ function sourceText(src) {
 function renderKernels() {
   const k = data.kernels;
   const unsplit = (s) => (data[s].step !== null && !k.step_filtered[s] ? ", whole rank (not split by step)" : "");
-  $("#cmp-kernels-note").textContent = SIDES.map((s) => `${s.toUpperCase()}: ${sourceText(k.source[s])}${unsplit(s)}`)
+  $("#cmp-kernels-note").textContent = SIDES.map((s) => `${s.toUpperCase()}: ${sourceText(k.source[s], k.source_name?.[s])}${unsplit(s)}`)
     .join(" · ");
   const keyText = (r) => [r.name, r.type, r.accelerator_core].filter(Boolean).join(" ");
   const rows = filtered(k, keyText);
@@ -193,7 +194,7 @@ function renderComm() {
     { key: "synchronization_time_ns", label: "Synchronization (ms)", fmt: ms }];
   const totalKey = [{ label: "Rank total", render: () => "All ops (the Communication view's rank row)" }];
   const totalTable = total ? compareTable("cmp-comm-total", totalKey, totalFields, [total], "") : null;
-  clear($("#cmp-comm")).append(tableBar(c, rows.length, "op types"),
+  append(clear($("#cmp-comm")), tableBar(c, rows.length, "op types"),
     compareTable("cmp-comm-table", [{ label: "Op type", render: (r) => el("span", {}, r.op_type, " ", onlyBadge(r)) }],
       COMM_FIELDS, rows, "No communication ops (communication.json) on either side for these steps"),
     totalTable ? el("div", { class: "cmp-total" }, totalTable) : null);
@@ -202,7 +203,7 @@ function renderComm() {
 function renderBreakdown() {
   const bd = data.breakdown;
   const names = { step_trace: "step_trace_time.csv", overlap: "the Overlap Analysis lane" };
-  const src = (s) => names[bd.source[s]] || bd.source[s] || "no breakdown";
+  const src = (s) => bd.source_name?.[s] || names[bd.source[s]] || bd.source[s] || "no breakdown";
   $("#cmp-breakdown-note").textContent = `ms; A from ${src("a")}, B from ${src("b")}`;
   const body = el("tbody", {}, bd.rows.map((r) => {
     const fmt = r.ratio ? (x) => pct(x, 2) : (x) => ms(x);

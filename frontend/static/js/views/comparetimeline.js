@@ -7,11 +7,11 @@
 // new CompareTimeline(host, { load: (params) => Promise<answer>, onPick: (pick) => void })
 //   .reset(params)   new sides: fetch the default window (the longer step) and fit it
 
-import { isAbort } from "/static/js/common/api.js";
-import { colorFor } from "/static/js/common/colors.js";
-import { el } from "/static/js/common/dom.js";
-import { formatDuration, formatShift } from "/static/js/common/time.js";
-import { runPage } from "/static/js/common/urls.js";
+import { isAbort } from "../common/api.js";
+import { colorFor } from "../common/colors.js";
+import { el } from "../common/dom.js";
+import { formatDuration, formatShift } from "../common/time.js";
+import { runPage } from "../common/urls.js";
 
 const LABEL_W = 210;
 const RULER_H = 26;

@@ -1,6 +1,6 @@
 // Form controls of the views' filter bars: a <select> and a labelled field.
 
-import { el } from "/static/js/common/dom.js";
+import { el } from "../common/dom.js";
 
 /** A <select> with options [{value, label}] and an onchange. */
 export function select(options, value, onchange, attrs = {}) {

@@ -5,11 +5,11 @@
 // Every answer comes from the cluster table cluster_collectives (/api/runs/{id}/late_arrivals/…), except the late
 // rank's kernels, which load its shard (rank=). DOM text only; plotly gets numbers and rank labels only.
 
-import { apiGet } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { formatCount } from "/static/js/common/format.js";
-import { ms } from "/static/js/common/time.js";
-import { runPage, withQuery } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { $, clear, el } from "../common/dom.js";
+import { formatCount } from "../common/format.js";
+import { ms } from "../common/time.js";
+import { runPage, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { apiBase, runId } from "./run.js";
 import { DataTable } from "./table.js";

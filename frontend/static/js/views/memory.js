@@ -6,15 +6,15 @@
 // zoomed range (a checkbox, on once zoomed); a double click or Reset clears both. A section without data says
 // which file or table would have fed it.
 
-import { apiGet } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { num } from "/static/js/common/format.js";
-import { loadMarkers, onMarkersChange, regions } from "/static/js/common/markers.js";
-import { currentRank, onRankChange } from "/static/js/common/nav.js";
-import { sourceLine, sourceNote } from "/static/js/common/sources.js";
-import { absNs, addNs, ms, msToNs, nsToMs, relMs, relNs } from "/static/js/common/time.js";
-import { runPage, withQuery } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { $, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { num } from "../common/format.js";
+import { loadMarkers, onMarkersChange, regions } from "../common/markers.js";
+import { currentRank, onRankChange } from "../common/nav.js";
+import { sourceLine, sourceNote } from "../common/sources.js";
+import { absNs, addNs, ms, msToNs, nsToMs, relMs, relNs } from "../common/time.js";
+import { runPage, withQuery } from "../common/urls.js";
 import { timelineLink } from "./blocks.js";
 import { baseLayout, CHART_COLORS, dataRange, plot } from "./charts.js";
 import { field, select } from "./controls.js";
@@ -35,7 +35,7 @@ const GROUPS = [
 const PICK_HINT = "Click the chart to list the allocations live at that time; drag to zoom (the server re-samples the window).";
 
 const state = { rank: currentRank(), origin: "0", window: null, at: null, onlyWindow: false, hasTrace: false,
-  group: "overall", hiddenMarks: new Set() };
+  group: "overall", hiddenMarks: new Set(), fullRange: false };
 let table = null;
 let overview = null;
 let curveSeq = 0;  // the latest curves request: an older answer (another group or window) is dropped
@@ -160,6 +160,26 @@ function markShapes() {
 
 // ---------------------------------------------------------------- curves
 
+/** The x range the chart opens on: the operators' curves (the allocator's records), not the APP samples of the
+ * whole process, which start and end tens of ms away and would squeeze them; a button under the chart switches to
+ * the full range and back. */
+function openingRange(data, traces) {
+  const full = dataRange(traces.map((t) => t.x));
+  const ops = dataRange(traces.filter((_, i) => data.series[i].component !== "APP"
+    && data.series[i].source !== "npu_module_mem").map((t) => t.x));
+  const host = clear($("#mem-range"));
+  const narrower = ops && full && (ops[0] > full[0] || ops[1] < full[1]);
+  if (!narrower) return full;
+  const fmt = (r) => `${num(r[0], 1)} … ${num(r[1], 1)} ms`;
+  const flip = () => { state.fullRange = !state.fullRange; loadCurves(); };
+  host.append(state.fullRange
+    ? `Full range: ${fmt(full)} (the APP samples of the whole process). `
+    : `Opened on the operators' records, ${fmt(ops)}; the APP samples span ${fmt(full)}. `,
+  el("button", { type: "button", class: "btn small", id: "mem-range-toggle", onclick: flip },
+    state.fullRange ? "Operators' range" : "Full range"));
+  return state.fullRange ? full : ops;
+}
+
 // Buckets of about one pixel: the server keeps first, last, min and max per bucket (M4), so the SVG lines look the
 // same as the full data while staying small enough to draw as SVG (WebGL traces need eval, which the CSP forbids).
 function pointBudget(node, series = 1) {
@@ -209,7 +229,8 @@ async function loadCurves() {
     shapes.push({ type: "line", x0: atX, x1: atX, yref: "paper", y0: 0, y1: 1, line: { color: "#f2b84b", width: 1, dash: "dot" } });
   }
   const peak = overview?.peak_allocation;
-  const range = state.window ? state.window.map((a) => nsToMs(relNs(a, state.origin))) : dataRange(traces.map((t) => t.x));
+  if (state.window) clear($("#mem-range"));  // zoomed: the window is the range
+  const range = state.window ? state.window.map((a) => nsToMs(relNs(a, state.origin))) : openingRange(data, traces);
   const peakX = peak && peak.allocation_time_ns ? nsToMs(relNs(peak.allocation_time_ns, state.origin)) : null;
   const peakY = peak ? peak.allocation_total_allocated_mb : null;
   // the peak of operator_memory is the allocator's total: it belongs to the Overall curves, and is marked only
@@ -380,6 +401,7 @@ function buildTable() {
     rowClass: (r) => (r.is_peak ? "peak" : null),
     load: (p) => apiGet(`${apiBase}/memory/allocations`, { ...tableParams(), ...p }),
     csv: (p) => withQuery(`${apiBase}/memory/allocations.csv`, { ...tableParams(), ...p }),
+    parquet: (p) => withQuery(`${apiBase}/export/memory_allocations.parquet`, { ...tableParams(), ...p }),
     onRows: (data) => {
       host.dataset.windowed = String(!!(state.onlyWindow && state.window));
       if (state.at !== null && data.live_kb !== undefined && data.live_kb !== null) {

@@ -1,14 +1,14 @@
 // Operator view: kernel time by type / core (pies), the top-N groups (bar), the group table with each group's
 // kernels (linked to the timeline), and the host torch ops. Everything is per rank (the top-bar selector).
 
-import { apiGet } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { num, pct } from "/static/js/common/format.js";
-import { currentRank, onRankChange } from "/static/js/common/nav.js";
-import { sourceLine, sourceNote } from "/static/js/common/sources.js";
-import { nsToMs, nsToUs, relNs, us } from "/static/js/common/time.js";
-import { withQuery } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { $, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { num, pct } from "../common/format.js";
+import { currentRank, onRankChange } from "../common/nav.js";
+import { sourceLine, sourceNote } from "../common/sources.js";
+import { nsToMs, nsToUs, relNs, us } from "../common/time.js";
+import { withQuery } from "../common/urls.js";
 import { timelineLink } from "./blocks.js";
 import { baseLayout, CHART_COLORS, plot } from "./charts.js";
 import { field, select } from "./controls.js";
@@ -28,7 +28,8 @@ const KINDS = [
 ];
 const KEY_LABELS = { type: "Type", name: "Name", input_shapes: "Input Shapes", accelerator_core: "Accelerator Core" };
 
-const state = { group_by: "type", kind: "computing", step: "", top_n: 15, rank: currentRank() };
+// group_by null: the server's default (by type, or by name when no kernel has a type), until the user picks one
+const state = { group_by: null, chosen: false, kind: "computing", step: "", top_n: 15, rank: currentRank() };
 let groupsTable = null;
 let torchTable = null;
 let origin = null;
@@ -36,7 +37,7 @@ let torchWhy = null;  // why the selected rank has no torch ops (the overview's 
 let kernelsWhy = null;  // … and no kernels
 
 function common() {
-  return { rank: state.rank ?? undefined, group_by: state.group_by, kind: state.kind,
+  return { rank: state.rank ?? undefined, group_by: state.group_by ?? undefined, kind: state.kind,
     step: state.step === "" ? undefined : state.step };
 }
 
@@ -45,7 +46,8 @@ function buildFilters(steps) {
   const top = el("input", { type: "number", min: 1, max: 100, value: state.top_n, id: "op-topn" });
   top.addEventListener("change", () => { state.top_n = Math.max(1, Math.min(100, Number(top.value) || 15)); refresh(); });
   bar.append(
-    field("Group By", select(GROUPS, state.group_by, (v) => { state.group_by = v; refresh(true); }, { id: "op-group-by" })),
+    field("Group By", select(GROUPS, state.group_by, (v) => { state.group_by = v; state.chosen = true; refresh(true); },
+      { id: "op-group-by" })),
     field("Operators", select(KINDS, state.kind, (v) => { state.kind = v; refresh(true); }, { id: "op-kind" })),
     field("Step", select([{ value: "", label: "All" }, ...steps.map((s) => ({ value: s, label: String(s) }))],
       state.step, (v) => { state.step = v; refresh(true); }, { id: "op-step" })),
@@ -146,6 +148,8 @@ function instancesFor(group) {
     columns: INSTANCE_COLUMNS, pageSize: 10, sort: "start", order: "asc", id: null,
     load: (p) => apiGet(`${apiBase}/operators/instances`, { ...common(), group_key: group.group_key, ...p }),
     csv: (p) => withQuery(`${apiBase}/operators/instances.csv`, { ...common(), group_key: group.group_key, ...p }),
+    parquet: (p) => withQuery(`${apiBase}/export/kernel_instances.parquet`,
+      { ...common(), group_key: group.group_key, ...p, q: undefined }),
     onRows: (data) => {
       if (!data.has_trace) box.querySelector(".v-no-trace") || box.prepend(el("div", { class: "v-note warn v-no-trace" },
         "This rank has no trace: the kernels cannot be shown on the timeline."));
@@ -167,6 +171,7 @@ function buildGroupsTable() {
     rowKey: (r) => r.group_key,
     load: (p) => apiGet(`${apiBase}/operators/groups`, { ...common(), ...p }),
     csv: (p) => withQuery(`${apiBase}/operators/groups.csv`, { ...common(), ...p }),
+    parquet: (p) => withQuery(`${apiBase}/export/kernels.parquet`, { ...common(), ...p }),
     details: (row) => instancesFor(row),
   });
   groupsTable.filterTo = (text) => {
@@ -210,6 +215,7 @@ function buildTorchTable() {
       filter: "Filter by name…", empty: () => sourceLine(torchWhy, "No torch ops for this filter"),
       load: (p) => apiGet(`${apiBase}/operators/torch`, { rank: state.rank ?? undefined, group_by: group, ...p }),
       csv: (p) => withQuery(`${apiBase}/operators/torch.csv`, { rank: state.rank ?? undefined, group_by: group, ...p }),
+      parquet: (p) => withQuery(`${apiBase}/export/operators.parquet`, { rank: state.rank ?? undefined, group_by: group, ...p }),
     });
     torchTable.reload();
   };
@@ -225,6 +231,7 @@ async function refresh(rebuildTable = false) {
     return;
   }
   markRanks(ov.ranks.filter((r) => r.kernels).map((r) => r.rank));
+  if (!state.chosen) state.group_by = ov.group_by || "type";
   if (state.rank === null) { state.rank = ov.rank; showRank(ov.rank); }
   buildFilters(ov.steps || []);
   const summary = clear($("#op-summary"));
@@ -239,7 +246,13 @@ async function refresh(rebuildTable = false) {
     summary.append("Rank ", el("b", {}, String(ov.rank)), ": ", el("b", {}, num(ov.kernel_count, 0)), " kernels, ",
       el("b", {}, `${us(ov.total_ns)} μs`), " of device time",
       ov.has_trace ? "" : el("span", { class: "v-badge warn", title: "no trace_view.json for this rank" }, "no trace: timeline links disabled"));
+    if (ov.from_trace) summary.append(el("div", { class: "v-note warn", id: "op-from-trace" },
+      "This rank's output has no kernel table (kernel_details.csv): these kernels are the trace's Ascend Hardware "
+      + "compute tasks and communication operators, named as in the trace, without operator type, shapes or PMU metrics."));
+    if (!state.chosen && ov.group_by_note) summary.append(el("div", { class: "v-note", id: "op-group-note" }, ov.group_by_note));
   }
+  $("#op-type-title").textContent = ov.types?.by === "name"
+    ? "Total Time(μs) Group by Operator Name (no operator types)" : "Total Time(μs) Group by Operator Type";
   renderCharts(ov);
   if (rebuildTable || !groupsTable) buildGroupsTable();
   else groupsTable.reset();
@@ -251,7 +264,12 @@ async function init() {
     origin = run.origin_ns;
   } catch { origin = null; }
   // the torch table waits for the overview: its empty text names the file the new rank lacks
-  onRankChange(async (rank) => { state.rank = rank; await refresh(true); if (torchTable) buildTorchTable(); });
+  onRankChange(async (rank) => {
+    state.rank = rank;
+    if (!state.chosen) state.group_by = null;  // the new rank's default
+    await refresh(true);
+    if (torchTable) buildTorchTable();
+  });
   await refresh(true);
   buildTorchTable();
 }

@@ -5,11 +5,11 @@
 // refusing (one statement, SELECT only, no file or network access, a time limit, a row cap); this page shows its
 // message. DOM text only; column names and values reach plotly through plotText.
 
-import { apiGet } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { plotText } from "/static/js/common/escape.js";
-import { formatCount } from "/static/js/common/format.js";
-import { replaceParams, urlParam, withQuery } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { $, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { formatCount } from "../common/format.js";
+import { replaceParams, urlParam, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { apiBase } from "./run.js";
 

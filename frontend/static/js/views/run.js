@@ -1,8 +1,8 @@
 // The run a view shows: its id and API path, and the view's side of the rank selector (base.html renders it; nav.js
 // keeps it in the URL).
 
-import { currentRank, page } from "/static/js/common/nav.js";
-import { runApi } from "/static/js/common/urls.js";
+import { currentRank, page } from "../common/nav.js";
+import { runApi } from "../common/urls.js";
 
 export const runId = page.run_id;
 export const apiBase = runApi(runId);

@@ -1,13 +1,13 @@
 // Summary view: base info, the per-rank stacked time breakdown with ratio lines (step_trace_time.csv or derived
 // from the Overlap Analysis lane), findings in plain words, top operators, the ranks' metadata and config.
 
-import { apiGet } from "/static/js/common/api.js";
-import { $, clear, el } from "/static/js/common/dom.js";
-import { num, pct } from "/static/js/common/format.js";
-import { currentRank, onRankChange } from "/static/js/common/nav.js";
-import { sourceNote } from "/static/js/common/sources.js";
-import { ms, nsToUs, us } from "/static/js/common/time.js";
-import { runPage, withQuery } from "/static/js/common/urls.js";
+import { apiGet } from "../common/api.js";
+import { $, append, clear, el } from "../common/dom.js";
+import { num, pct } from "../common/format.js";
+import { currentRank, onRankChange } from "../common/nav.js";
+import { sourceNote } from "../common/sources.js";
+import { ms, nsToUs, us } from "../common/time.js";
+import { runPage, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { field, select } from "./controls.js";
 import { apiBase, markRanks, runId, showRank } from "./run.js";
@@ -92,10 +92,14 @@ function renderChart() {
       showgrid: false },
     xaxis: { type: "category" },
   }));
-  const sources = [...new Set(data.breakdown.map((r) => r.source))];
-  $("#sum-source").textContent = sources.length
-    ? `from ${sources.map((s) => (s === "step_trace" ? "step_trace_time.csv" : "the Overlap Analysis lane")).join(" and ")}`
-    : "";
+  // the file or table each row came from, in its rank's format (a db run: analysis.db StepTraceTime)
+  const sources = [...new Set(data.breakdown.map((r) => r.source_name))];
+  $("#sum-source").textContent = sources.length ? `from ${sources.join(" and ")}` : "";
+}
+
+/** The profiler's step table as this run names it: step_trace_time.csv, or the db export's StepTraceTime. */
+function stepTraceName() {
+  return data.step_trace_names?.length ? data.step_trace_names.join(", ") : "step_trace_time.csv";
 }
 
 function renderFilters() {
@@ -104,8 +108,8 @@ function renderFilters() {
   clear($("#sum-filters")).append(
     field("Step", select(opts, state.step, (v) => { state.step = v; renderChart(); }, { id: "sum-step" })),
     field("Source", select([
-      { value: "auto", label: "step_trace_time.csv, else Overlap Analysis" },
-      { value: "step_trace", label: "step_trace_time.csv only" },
+      { value: "auto", label: `${stepTraceName()}, else Overlap Analysis` },
+      { value: "step_trace", label: `${stepTraceName()} only` },
       { value: "overlap", label: "Overlap Analysis lane only" },
     ], state.source, (v) => { state.source = v; load(); }, { id: "sum-source-select" })),
   );
@@ -132,13 +136,15 @@ function renderTable() {
     TABLE_COLS.map(([k]) => el("td", { class: "num" }, ms(r[k]))),
     el("td", { class: "num" }, pct(r.computing_ratio)), el("td", { class: "num" }, pct(r.communication_ratio)),
     el("td", { class: "num" }, pct(r.free_ratio)),
-    el("td", {}, r.source === "step_trace" ? "step_trace_time.csv" : "Overlap Analysis"))));
+    el("td", {}, r.source_name))));
   if (!data.breakdown.length) body.append(el("tr", {}, el("td", { colspan: 14, class: "empty" }, "No step breakdown for this run")));
   // ranks without a breakdown, and the file (or lane) each lacks
   const why = sourceNote(data.empty_sources?.breakdown, { id: "sum-breakdown-why" });
   const csv = el("a", { class: "btn v-csv", href: withQuery(`${apiBase}/summary/breakdown.csv`, { source: state.source }), download: "" }, "Export CSV");
-  host.append(el("div", { class: "v-table-bar" }, el("span", { class: "v-table-info" }, `${data.breakdown.length} rows`),
-    el("span", { class: "v-spacer" }), csv), el("div", { class: "v-table-wrap" }, el("table", { class: "grid v-table", id: "sum-breakdown" }, el("thead", {}, head), body)), why);
+  const parquet = el("a", { class: "btn v-parquet", href: withQuery(`${apiBase}/export/steps.parquet`, { source: state.source }),
+    download: "", title: "The breakdown as Parquet" }, "Parquet");
+  append(host, el("div", { class: "v-table-bar" }, el("span", { class: "v-table-info" }, `${data.breakdown.length} rows`),
+    el("span", { class: "v-spacer" }), csv, parquet), el("div", { class: "v-table-wrap" }, el("table", { class: "grid v-table", id: "sum-breakdown" }, el("thead", {}, head), body)), why);
 }
 
 function simpleTable(cols, rows, id) {
@@ -153,7 +159,7 @@ function simpleTable(cols, rows, id) {
 function renderTop() {
   const top = data.top_operators;
   $("#sum-top-note").textContent = top.rank === null ? "no kernels in any rank" : `rank ${top.rank}, by device time`;
-  clear($("#sum-top")).append(sourceNote(data.empty_sources?.top_operators, { id: "sum-top-why" }), simpleTable([
+  append(clear($("#sum-top")), sourceNote(data.empty_sources?.top_operators, { id: "sum-top-why" }), simpleTable([
     { key: "type", label: "Type" }, { key: "accelerator_core", label: "Accelerator Core" },
     { key: "count", label: "Count", num: true },
     { key: "total_ns", label: "Total Time(μs)", num: true, render: (r) => us(r.total_ns) },
@@ -185,14 +191,15 @@ function flatten(obj, prefix = "") {
   for (const [k, v] of Object.entries(obj || {})) {
     const key = prefix ? `${prefix}.${k}` : k;
     if (v && typeof v === "object" && !Array.isArray(v)) out.push(...flatten(v, key));
-    else out.push([key, Array.isArray(v) ? v.join(", ") : v === null ? "null" : String(v)]);
+    else out.push([key, Array.isArray(v) ? v.join(", ") : v === null ? null : String(v)]);
   }
   return out;
 }
 
 function kvTable(title, pairs, id) {
   return el("div", {}, el("h3", { class: "v-subtitle" }, title), simpleTable(
-    [{ key: 0, label: "Key" }, { key: 1, label: "Value", render: (r) => (r[1] === "" ? el("span", { class: "v-note" }, "(unset)") : r[1]) }],
+    [{ key: 0, label: "Key" }, { key: 1, label: "Value", render: (r) => (r[1] === "" ? el("span", { class: "v-note" }, "(unset)")
+      : r[1] === null ? el("span", { class: "v-note", title: "null in the profiler's file" }, "(none)") : r[1]) }],
     pairs, id));
 }
 

@@ -1,18 +1,19 @@
 // The views' server-paged table: sorting, filtering, paging and the CSV export are requests to the server (the
 // table shows one page and holds no other rows); a row may unfold into details.
 
-import { isAbort } from "/static/js/common/api.js";
-import { clear, el } from "/static/js/common/dom.js";
-import { formatCount } from "/static/js/common/format.js";
+import { isAbort } from "../common/api.js";
+import { clear, el } from "../common/dom.js";
+import { formatCount } from "../common/format.js";
 
 /**
  * new DataTable(container, {
  *   columns: [{key, label, sort?: "apiName", num?: true, render?: (row) => string|Node, title?}],
  *   load: (params) => Promise<{rows, total, offset, limit, truncated}>,   // params: {sort, order, q, offset, limit}
- *   csv: (params) => url | null, filter: "placeholder" | null, pageSize, sort, order,
+ *   csv: (params) => url | null, parquet: (params) => url | null (the whole table, GET …/export/<table>.parquet),
+ *   filter: "placeholder" | null, pageSize, sort, order,
  *   empty?: string | (answer) => string | Node,   // what a page without rows says
  *   rowClass?: (row) => string, details?: (row) => Node (an expandable row), onRows?: (page) => void, id?: string })
- * Sorting, filtering and paging are server requests; the CSV link carries the same filter.
+ * Sorting, filtering and paging are server requests; the CSV and Parquet links carry the same filter.
  */
 export class DataTable {
   constructor(container, opts) {
@@ -33,10 +34,14 @@ export class DataTable {
     this.info = el("span", { class: "v-table-info" });
     this.csvLink = el("a", { class: "btn v-csv", href: "#", download: "" }, "Export CSV");
     this.csvLink.hidden = !opts.csv;
+    this.parquetLink = el("a", { class: "btn v-parquet", href: "#", download: "",
+      title: "Every row of this table (with this filter) as Parquet" }, "Parquet");
+    this.parquetLink.hidden = !opts.parquet;
     this.table = el("table", { class: "grid v-table", id: opts.id || null });
     this.pager = el("div", { class: "v-pager" });
     container.append(
-      el("div", { class: "v-table-bar" }, filter, this.info, el("span", { class: "v-spacer" }), this.csvLink),
+      el("div", { class: "v-table-bar" }, filter, this.info, el("span", { class: "v-spacer" }), this.csvLink,
+        this.parquetLink),
       el("div", { class: "v-table-wrap" }, this.table),
       this.pager,
     );
@@ -65,11 +70,12 @@ export class DataTable {
     this.table.classList.remove("loading");
     this.data = data;
     this.render(data);
-    if (this.opts.csv) {
-      const { offset, limit, ...rest } = this.params();
-      const url = this.opts.csv(rest);
-      this.csvLink.hidden = !url;
-      if (url) this.csvLink.href = url;
+    const { offset, limit, ...rest } = this.params();
+    for (const [make, link] of [[this.opts.csv, this.csvLink], [this.opts.parquet, this.parquetLink]]) {
+      if (!make) continue;
+      const url = make(rest);
+      link.hidden = !url;
+      if (url) link.href = url;
     }
     this.opts.onRows?.(data);
   }
