@@ -198,8 +198,13 @@ def cause(row: dict) -> dict:
     top = max(positive, key=positive.get) if positive else None
     window = ({p: _i(row.get(f"late_{p}_ns")) for p in PARTS}
               if row.get("late_computing_ns") is not None else None)
+    # each part's share of the lateness: the deltas add up to it exactly, so the shares add up to 1 (a part the
+    # late rank spent less time in than the reference has a negative share)
+    shares = {k: v / lateness for k, v in deltas.items()} if lateness else {}
+    window_ns = (_i(row["last_ns"]) - _i(row["late_window_start_ns"])
+                 if row.get("late_window_start_ns") is not None else None)
     return {"part": top, "delta_ns": positive.get(top), "words": CAUSE_WORDS.get(top), "lateness_ns": lateness,
-            "deltas": deltas, "late_window": window,
+            "deltas": deltas, "shares": shares, "late_window": window, "window_ns": window_ns,
             "top_kernel": row.get("top_kernel"), "top_kernel_ns": _i(row.get("top_kernel_ns"))}
 
 
@@ -292,8 +297,10 @@ def instance(db, group_id: str, op_name: str, seq: int, *, kernels: bool = False
     if kernels and rank is not None and start is not None and rows[0]["late_source"] == "trace":
         end = int(rows[0]["last_ns"])
         items = db.dicts(WINDOW_ITEMS_SQL, [end, int(start), rank, end, int(start), MAX_WINDOW_ITEMS])
-        out["window_items"] = [{"kind": r["kind"], "name": r["name"],
-                                "count": int(r["count"]), "ns": _i(r["ns"]), "slice_id": _i(r["slice_id"])}
+        window_ns = end - int(start)
+        out["window_items"] = [{"kind": r["kind"], "name": r["name"], "count": int(r["count"]), "ns": _i(r["ns"]),
+                                "share": _i(r["ns"]) / window_ns if window_ns > 0 else None,
+                                "slice_id": _i(r["slice_id"])}
                                for r in items]
     return out
 

@@ -34,11 +34,14 @@ def test_cluster_view_names_the_late_rank_and_why(page, live_server, wait_runs, 
     assert "computing +0.300 ms · top kernel MatMul 0.400 ms" in cells.nth(7).inner_text()
     rows.nth(0).locator(".v-expand").click()
     page.locator(".cl-late-items").wait_for()
-    assert page.locator(".cl-late-why tr.cl-late-cause").inner_text().startswith("computing")
-    assert "MatMul" in page.locator(".cl-late-items").inner_text()
+    cause = page.locator(".cl-late-why tr.cl-late-cause td")
+    assert cause.nth(0).inner_text() == "computing" and cause.nth(3).inner_text() == "100.0%"
+    matmul = page.locator(".cl-late-items tr", has_text="MatMul").locator("td")
+    assert matmul.nth(3).inner_text() == "0.400" and matmul.nth(4).inner_text() == "81.6%"  # of 490 µs
     assert page.locator("#cl-late-totals").get_attribute("data-ranks") == "4"
     assert "rank 2 caused the most" in page.locator("#cl-late-totals-note").inner_text()
     page.locator("#cl-late").screenshot(path=str(artifacts_dir / "cluster_late_arrivals.png"))
+    page.locator("#cl-late-totals").screenshot(path=str(artifacts_dir / "cluster_late_totals.png"))
     # the last rank's link opens its wait chain on the timeline
     href = rows.nth(0).locator("a.cl-late-open").get_attribute("href")
     q = parse_qs(urlparse(href).query)

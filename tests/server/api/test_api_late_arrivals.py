@@ -38,6 +38,10 @@ def test_the_late_rank_and_its_cause(client, wait_runs, name):
     assert cause["top_kernel"] == "MatMul" and cause["top_kernel_ns"] == 400 * US
     # the lateness over the median rank splits exactly into the late start and the parts' differences
     assert sum(cause["deltas"].values()) == cause["lateness_ns"]
+    # so the shares of the lateness add up to 1: all of it is computing (MatMul 400 µs against 100 µs)
+    assert cause["shares"]["computing"] == 1.0 and sum(cause["shares"].values()) == pytest.approx(1.0)
+    # the late rank's window: from the step's start to its arrival at 490 µs
+    assert cause["window_ns"] == 490 * US and sum(cause["late_window"].values()) == 490 * US
 
 
 def test_instance_lists_every_arrival_and_the_late_ranks_window(client, wait_runs):
@@ -49,6 +53,8 @@ def test_instance_lists_every_arrival_and_the_late_ranks_window(client, wait_run
                                                                                  3: 300 * US}
     items = {(i["kind"], i["name"]): i["ns"] for i in inst["window_items"]}
     assert items[("kernel", "MatMul")] == 400 * US and items[("kernel", "Add")] == 50 * US
+    shares = {(i["kind"], i["name"]): i["share"] for i in inst["window_items"]}
+    assert shares[("kernel", "MatMul")] == pytest.approx(400 / 490)  # of the 490 µs window
     assert ("device", "EVENT_WAIT") in items and ("host", "AscendCL@aclnnMm") in items
     r = client.get(f"/api/runs/{run}/late_arrivals/instance",
                    params={"group_id": "0", "op_name": "hcom_allReduce__123_0_1", "rank": 1})

@@ -7,7 +7,7 @@
 
 import { apiGet } from "../common/api.js";
 import { $, clear, el } from "../common/dom.js";
-import { formatCount } from "../common/format.js";
+import { formatCount, pct } from "../common/format.js";
 import { ms } from "../common/time.js";
 import { runPage, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
@@ -59,17 +59,19 @@ function breakdownTable(inst) {
   const c = inst.cause;
   const t = el("table", { class: "v-table cl-late-why" });
   t.append(el("thead", {}, el("tr", {}, ...["Part of the window", `Rank ${inst.last_rank} (ms)`,
-    `Δ vs rank ${inst.ref_rank} (ms)`].map((h) => el("th", {}, h)))));
+    `Δ vs rank ${inst.ref_rank} (ms)`].map((h) => el("th", {}, h)),
+  el("th", { title: `share of the lateness (${ms(c.lateness_ns)} ms)` }, "Share"))));
   const body = el("tbody");
+  const share = (p) => el("td", { class: "num" }, c.shares[p] === undefined ? "–" : pct(c.shares[p]));
   if (c.deltas.late_start !== undefined) {
     body.append(el("tr", {}, el("td", {}, PART_LABELS.late_start), el("td", { class: "num" }, "–"),
-      el("td", { class: "num" }, ms(c.deltas.late_start))));
+      el("td", { class: "num" }, ms(c.deltas.late_start)), share("late_start")));
   }
   for (const p of PARTS) {
     if (!c.late_window) break;
     body.append(el("tr", { class: p === c.part ? "cl-late-cause" : null }, el("td", {}, PART_LABELS[p]),
       el("td", { class: "num" }, ms(c.late_window[p])), el("td", { class: "num" },
-        c.deltas[p] === undefined ? "–" : ms(c.deltas[p]))));
+        c.deltas[p] === undefined ? "–" : ms(c.deltas[p])), share(p)));
   }
   t.append(body);
   return t;
@@ -78,14 +80,14 @@ function breakdownTable(inst) {
 function itemsTable(inst) {
   if (!inst.window_items) return el("div", { class: "v-note" }, "No trace of this rank: its window cannot be listed.");
   const t = el("table", { class: "v-table cl-late-items" });
-  t.append(el("thead", {}, el("tr", {}, ...["In the window", "Name", "Count", "Time inside (ms)"]
-    .map((h) => el("th", {}, h)))));
+  t.append(el("thead", {}, el("tr", {}, ...["In the window", "Name", "Count", "Time (ms)"].map((h) => el("th", {}, h)),
+    el("th", { title: `time inside the window, as a share of it (${ms(inst.cause.window_ns)} ms)` }, "Share"))));
   const body = el("tbody");
   for (const it of inst.window_items) {
     const link = it.slice_id === null ? it.name
       : el("a", { href: runPage(runId, "timeline", { slice: it.slice_id, ranks: inst.last_rank }) }, it.name);
     body.append(el("tr", {}, el("td", {}, it.kind), el("td", {}, link), el("td", { class: "num" }, formatCount(it.count)),
-      el("td", { class: "num" }, ms(it.ns))));
+      el("td", { class: "num" }, ms(it.ns)), el("td", { class: "num" }, pct(it.share))));
   }
   t.append(body);
   return t;
@@ -100,7 +102,8 @@ function details(row) {
       el("div", { class: "v-note" }, `Rank ${inst.last_rank} arrived ${ms(inst.cause.lateness_ns)} ms after rank ` +
         `${inst.ref_rank} (the median arrival) and ${ms(inst.lead_ns)} ms after the next latest; its window ` +
         `(since the group's previous collective, or the step's start) against rank ${inst.ref_rank}'s:`),
-      el("div", { class: "cl-late-grid" }, breakdownTable(inst), itemsTable(inst)), chart);
+      el("div", { class: "cl-late-grid" }, el("div", { class: "cl-late-cell" }, breakdownTable(inst)),
+        el("div", { class: "cl-late-cell" }, itemsTable(inst))), chart);
     const a = inst.arrivals;
     return plot(chart, [{ type: "bar", x: a.rank.map(String), y: a.wait_ns.map((v) => v / 1e6),
       marker: { color: a.rank.map((r) => (r === inst.last_rank ? "#e8533a" : "#3f7fd8")) },
