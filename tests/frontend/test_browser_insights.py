@@ -59,11 +59,14 @@ def test_cluster_view_of_1000_ranks(page, live_server, late_synthetic):
 
 
 @needs_samples
-def test_cluster_view_of_the_real_sample(page, live_server, runs):
+def test_cluster_view_of_the_real_sample(page, live_server, runs, artifacts_dir):
     open_cluster(page, live_server, runs.ids["level1"])
     first = page.locator("#cl-late-rows tbody tr").nth(0).locator("td")
     assert first.nth(1).inner_text() == "hcom_allReduce__586_0_1" and first.nth(3).inner_text() == "1"
     assert first.nth(5).inner_text() == "5.608"
+    page.locator("#cl-late-rows tbody tr").nth(0).locator(".v-expand").click()
+    page.locator(".cl-late-items").wait_for()
+    page.locator("#cl-late").screenshot(path=str(artifacts_dir / "cluster_late_arrivals_level1.png"))
 
 
 def open_timeline(page, live_server, run_id, **params):
@@ -109,9 +112,12 @@ def test_critical_path_what_if(page, live_server, wait_runs, artifacts_dir):
 
 
 @needs_samples
-def test_wait_chain_on_the_real_sample(page, live_server, runs):
-    open_timeline(page, live_server, runs.ids["level1"], overlay="waits")
+def test_wait_chain_on_the_real_sample(page, live_server, runs, artifacts_dir):
+    open_timeline(page, live_server, runs.ids["level1"], overlay="waits,path", cp_rank=0)
     poll(page, "() => window.__timeline.insights.drawn.waits >= 1", timeout_s=15)
+    poll(page, "() => window.__timeline.insights.drawn.path >= 1", timeout_s=20)
+    page.locator('.tl-panel-tab[data-tab="critpath"]').click()
+    page.screenshot(path=str(artifacts_dir / "timeline_wait_chain_path_level1.png"))
 
 
 def test_sql_console(page, live_server, wait_runs, artifacts_dir):
