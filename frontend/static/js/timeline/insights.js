@@ -11,6 +11,7 @@ import { apiGet, isAbort } from "../common/api.js";
 import { formatDuration } from "../common/time.js";
 import { replaceParams, runApi, urlParam } from "../common/urls.js";
 import { CritPathPage } from "./critpath.js";
+import { LABEL_FONT } from "./geometry.js";
 
 const WAIT_FILL = "rgba(232, 83, 58, 0.35)";
 const WAIT_LINE = "#ff9f43";
@@ -19,7 +20,6 @@ const PATH_FILL = "rgba(255, 214, 10, 0.22)";
 const PATH_LINE = "#ffd60a";
 const REMOTE_FILL = "rgba(255, 159, 67, 0.28)";
 const FETCH_DELAY_MS = 150;
-const LABEL_FONT = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
 
 export class Insights {
   constructor(tl) {
