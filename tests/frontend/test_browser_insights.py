@@ -143,6 +143,16 @@ def test_sql_console(page, live_server, wait_runs, artifacts_dir):
     page.goto(page.url)
     page.wait_for_function("() => document.getElementById('query-view').dataset.state === 'done'")
     assert page.locator("#q-table tbody tr").count() == 8
+    # a slice id in a result opens that slice on the timeline, its rank loaded
+    sql = "SELECT rank, slice_id, name, dur_ns FROM slices WHERE name = 'MatMul' AND rank = 2 ORDER BY ts_ns LIMIT 1"
+    page.goto(f"{live_server.base_url}/runs/{run}/query?sql={quote(sql)}")
+    page.wait_for_function("() => document.getElementById('query-view').dataset.state === 'done'")
+    link = page.locator("#q-table a.q-slice").first
+    slice_id = int(link.inner_text())
+    assert parse_qs(urlparse(link.get_attribute("href")).query)["ranks"] == ["2"]
+    link.click()
+    page.wait_for_function(TIMELINE_READY, timeout=20_000)
+    page.wait_for_function("(id) => window.__timeline.selected === id", arg=slice_id, timeout=15_000)
 
 
 def test_sql_console_shows_a_refusal(browser, live_server, wait_runs):

@@ -9,13 +9,14 @@ import { apiGet } from "../common/api.js";
 import { $, clear, el } from "../common/dom.js";
 import { plotText } from "../common/escape.js";
 import { formatCount } from "../common/format.js";
-import { replaceParams, urlParam, withQuery } from "../common/urls.js";
+import { replaceParams, runPage, urlParam, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
-import { apiBase } from "./run.js";
+import { apiBase, runId } from "./run.js";
 
 const api = `${apiBase}/query`;
 const NUMERIC = /^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT|FLOAT|DOUBLE|DECIMAL)/i;
 const MAX_CHART_POINTS = 5000;
+const SLICE_COLUMN = /^(slice_id|src_slice_id|dst_slice_id)$/;
 const KEY_COLUMN = /^(rank|step|seq|id|.*_id|group.*|device.*|stream.*|tid|pid)$/i;
 
 let result = null;
@@ -61,9 +62,17 @@ function renderTable() {
       } }, name, mark));
   });
   const body = el("tbody");
+  // a slice's id opens it on the timeline (with its rank when the row has one): a finding one click away
+  const rankCol = result.columns.indexOf("rank");
+  const sliceCols = new Set(result.columns.flatMap((c, i) => (SLICE_COLUMN.test(c) ? [i] : [])));
+  const text = (v) => (v === null ? "NULL" : typeof v === "object" ? JSON.stringify(v) : String(v));
   for (const row of sortedRows()) {
     body.append(el("tr", {}, row.map((v, i) => el("td", { class: NUMERIC.test(result.types[i]) ? "num" : null },
-      v === null ? "NULL" : typeof v === "object" ? JSON.stringify(v) : String(v)))));
+      sliceCols.has(i) && v !== null
+        ? el("a", { class: "q-slice", title: "open on the timeline", href: runPage(runId, "timeline",
+          { slice: String(v), ranks: rankCol >= 0 && row[rankCol] !== null ? String(row[rankCol]) : undefined }) },
+        text(v))
+        : text(v)))));
   }
   table.append(el("thead", {}, head), body);
   host.append(table);
