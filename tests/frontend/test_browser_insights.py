@@ -11,6 +11,7 @@ import pytest
 from ascendscope.sample_data.waits import T0_US
 from tests.browser_helpers import poll
 from tests.conftest import needs_samples
+from tests.samples import needs_real
 
 pytestmark = pytest.mark.browser
 
@@ -58,7 +59,7 @@ def test_cluster_view_of_1000_ranks(page, live_server, late_synthetic):
     assert lates == {s.late_rank(int(shown), 0), s.late_rank(int(shown), 1)}
 
 
-@needs_samples
+@needs_real
 def test_cluster_view_of_the_real_sample(page, live_server, runs, artifacts_dir):
     open_cluster(page, live_server, runs.ids["level1"])
     first = page.locator("#cl-late-rows tbody tr").nth(0).locator("td")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from ascendscope.sample_data.waits import T0_US
-from tests.conftest import needs_samples
 from tests.insight_sample import LEAD_NS
+from tests.samples import needs_real
 
 US = 1000
 
@@ -140,7 +140,7 @@ def test_a_run_without_the_table_says_so(client, runs):
         assert body["available"] is False and "ingest its source again" in body["message"]
 
 
-@needs_samples
+@needs_real
 def test_the_real_sample_rank_1_made_rank_0_wait(client, runs):
     """level1: rank 1 reaches the first allReduce 5.608 ms after rank 0 (both trace_view.json HCCL lanes); rank 0's
     communication.json has it waiting there (Synchronization Time 5.616 ms, its own clock rounding)."""
