@@ -1,1 +1,1 @@
-"""Benchmarks: ``ascendscope bench ingest`` and ``ascendscope bench query`` (see docs/benchmarks.md)."""
+"""Benchmarks: ``ascendscope bench suite|ingest|query|concurrency|render|scaling`` (see docs/benchmarks.md)."""

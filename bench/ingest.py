@@ -83,12 +83,12 @@ def main(argv=None) -> int:
         "ranks": 1 if args.trace_only else args.ranks, "trace_only": args.trace_only, "input_mb": round(total / 1e6, 1),
             "trace_mb": round(trace_bytes / 1e6, 1),
         "events": events, "wall_s": round(best["wall_s"], 2),
-        "mb_per_s": round(total / 1e6 / best["wall_s"], 1),
+        "mb_per_s": round(total / 1e6 / best["wall_s"], 2),
         "events_per_s": int(events / best["wall_s"]),
         "peak_rss_mb": round(max(r["peak_rss_mb"] for r in results), 0),
         "runs": len(results),
         "wall_s_median": round(statistics.median(r["wall_s"] for r in results), 2),
-        "mb_per_s_median": round(total / 1e6 / statistics.median(r["wall_s"] for r in results), 1),
+        "mb_per_s_median": round(total / 1e6 / statistics.median(r["wall_s"] for r in results), 2),
         "cpus": os.cpu_count(),
     }
     print(json.dumps(report, indent=1))

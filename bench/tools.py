@@ -1,6 +1,7 @@
 """The ingest tools the suite compares, each as one command to run in a fresh child process.
 
-    python -m ascendscope.bench.tools ours SRC OUT      # our ingest, end to end, into OUT (sharded when possible)
+    python -m ascendscope.bench.tools ours SRC OUT      # our ingest, end to end, into OUT (sharded when possible;
+                                                        # --progress-log FILE: its progress, a line per change)
     python -m ascendscope.bench.tools single SRC OUT    # our single-file ingest (ingest_path), into OUT
     python -m ascendscope.bench.tools floor SRC         # DuckDB read_json of every trace into typed columns, only
     python -m ascendscope.bench.tools tb VIEW           # torch-tb-profiler-ascend's RunLoader on a run folder
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 TRACE_GLOB = "trace_view.json*"
+PROGRESS_LOG = "progress.log"
 MSPROF_MODE = "communication_time"  # the cluster analysis that reads the text export (the others need the db one)
 
 
@@ -49,11 +51,11 @@ def tb_view(src: Path, view: Path) -> Path:
 
 
 def commands(tool: str, src: Path, work: Path, out: Path) -> tuple[list[str] | None, str]:
-    """The command that runs ``tool`` on the run folder ``src`` (scratch in ``work``; ours writes ``out``), or
-    ``(None, why not)``."""
+    """The command that runs ``tool`` on the run folder ``src`` (scratch in ``work``; ours writes ``out`` and
+    logs its progress to ``work/progress.log``), or ``(None, why not)``."""
     py = [sys.executable, "-m", "ascendscope.bench.tools"]
     if tool == "ours":
-        return [*py, "ours", str(src), str(out)], ""
+        return [*py, "ours", str(src), str(out), "--progress-log", str(work / PROGRESS_LOG)], ""
     if tool == "ours_single":
         if not sharded_available():
             return None, "skipped"
@@ -76,13 +78,52 @@ def sharded_available() -> bool:
     return installed("ascendscope.ingest.shards")
 
 
+def progress_logger(path: Path):
+    """An ``ingest.pipeline.Progress`` writing "seconds done_bytes total_bytes" whenever the bytes done change
+    (read by the suite: when progress first moved, and the longest it stood still)."""
+    import threading
+
+    from ascendscope.ingest.pipeline import Progress
+
+    class Logged(Progress):
+        def __init__(self):
+            self.t0, self.total, self.done, self.partial = time.perf_counter(), 0, 0, {}
+            self.lock = threading.Lock()
+            self.out = open(path, "w", encoding="ascii")
+
+        def begin(self, total_bytes, ranks):
+            self.total = total_bytes
+            self._log()
+
+        def file_progress(self, rank, name, done_bytes):
+            with self.lock:
+                self.partial[name] = done_bytes
+            self._log()
+
+        def file_done(self, rank, name, size, seconds):
+            with self.lock:
+                self.partial.pop(name, None)
+                self.done += size
+            self._log()
+
+        def _log(self):
+            with self.lock:
+                self.out.write(f"{time.perf_counter() - self.t0:.3f} {self.done + sum(self.partial.values())} "
+                               f"{self.total}\n")
+                self.out.flush()
+
+    return Logged()
+
+
 def run_ours(src: Path, out: Path, executor: str = "process", workers: int | None = None,
-             single: bool = False) -> dict:
+             single: bool = False, progress_log: Path | None = None) -> dict:
     t0 = time.perf_counter()
     if sharded_available() and not single:
         from ascendscope.ingest.shards import ingest_sharded
 
         kwargs = {"executor": executor} | ({"workers": workers} if workers else {})
+        if progress_log is not None:
+            kwargs["progress"] = progress_logger(progress_log)
         summary = ingest_sharded(src, out, **kwargs)
         path = f"ingest.shards.ingest_sharded({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
     else:
@@ -94,9 +135,9 @@ def run_ours(src: Path, out: Path, executor: str = "process", workers: int | Non
     return {"path": path, "seconds": round(time.perf_counter() - t0, 3),
             "ranks": len(summary.get("ranks") or []) if isinstance(summary, dict) else None,
             "warnings": len(summary.get("warnings") or []) if isinstance(summary, dict) else None,
-            # the rank tasks' own time (the rest of the wall is start-up, the LOD round and cluster.duckdb)
-            **({"shard_seconds_sum": round(sum(shard_s), 2), "shard_seconds_median": shard_s[len(shard_s) // 2]}
-               if shard_s else {})}
+            # the shard tasks' own time (the rest of the wall is start-up, the small files and cluster.duckdb)
+            **({"shards": len(shard_s), "shard_seconds_sum": round(sum(shard_s), 2),
+                "shard_seconds_median": shard_s[len(shard_s) // 2]} if shard_s else {})}
 
 
 def run_floor(src: Path) -> dict:
@@ -130,9 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path, nargs="?", help="ours: where to write")
     ap.add_argument("--executor", default="process", help="ours, sharded ingest: process or ray")
     ap.add_argument("--workers", type=int, default=None, help="ours, sharded ingest: worker count")
+    ap.add_argument("--progress-log", type=Path, default=None, help="ours, sharded ingest: log its progress here")
     args = ap.parse_args(argv)
     if args.tool in ("ours", "single"):
-        result = run_ours(args.src, args.out, args.executor, args.workers, single=args.tool == "single")
+        result = run_ours(args.src, args.out, args.executor, args.workers, single=args.tool == "single",
+                          progress_log=args.progress_log)
     elif args.tool == "floor":
         result = run_floor(args.src)
     else:

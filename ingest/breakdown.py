@@ -88,6 +88,9 @@ def _ratio(part, whole) -> float | None:
     return None if not whole else float(part or 0) / float(whole)
 
 
+RANK_IDS_SQL = "SELECT rank FROM ranks"
+
+
 def step_trace_rows(db) -> list[dict]:
     """The rows of ``step_trace`` (the profiler's own numbers), each with ``source`` = ``step_trace``."""
     cols = {r[0] for r in db.rows(STEP_TRACE_COLUMNS_SQL)}
@@ -141,7 +144,10 @@ def breakdown(db, source: str = "auto") -> list[dict]:
         rows = derived_rows(db)
     else:
         rows = step_trace_rows(db)
-        derived = derived_rows(db)
+        have = {r["rank"] for r in rows}
+        # the derivation scans every Overlap Analysis slice: only when a rank lacks its step table or a value in it
+        lacking = any(not _complete(r) for r in rows) or any(r[0] not in have for r in db.rows(RANK_IDS_SQL))
+        derived = derived_rows(db) if lacking else []
         # a rank whose step table misses a value (a cell that was not a number) is derived from its lane instead,
         # when it has one: an empty Computing or Free would make its ratios and findings wrong
         lane_ranks = {r["rank"] for r in derived}

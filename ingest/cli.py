@@ -124,7 +124,9 @@ def print_summary(summary: dict, out: str, stream=sys.stdout) -> None:
         failed = [s for s in summary["shards"] if s["status"] != "ready"]
         w(f"shards: {len(summary['shards']) - len(failed)} ready, {len(failed)} failed\n")
         for item in failed[:30]:
-            w(f"  [rank {item['rank']}] not loaded: {item['error']}\n")
+            ranks = item.get("ranks") or [item["rank"]]
+            which = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}–{ranks[-1]}"
+            w(f"  [{which}] not loaded: {item['error']}\n")
     warnings = summary["warnings"]
     w(f"warnings: {len(warnings)}\n")
     for item in warnings[:30]:
@@ -182,7 +184,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         return 2
     _close(progress)
     print_summary(summary, args.out)
-    if summary.get("shards") and not summary["ranks"]:
+    if summary.get("shards") and not any(s["status"] == "ready" for s in summary["shards"]):
         sys.stderr.write("error: no rank could be loaded (see the shards above)\n")
         return 2
     return 0

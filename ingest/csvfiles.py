@@ -13,6 +13,7 @@ of the run shares.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import re
 from pathlib import Path
@@ -23,6 +24,7 @@ import numpy as np
 # profiler CSVs have fewer than 50 columns; 10,000 (a bad export) exhausted a 1 GB memory limit
 MAX_COLUMNS = 512
 _HEADER_BYTES = 4 << 20
+READ_BLOCK = 16 << 20  # a file is checked (UTF-8, exponents) this much at a time
 
 # file kind -> staging/final table name
 TABLES = {
@@ -140,20 +142,47 @@ class CsvLoad:
                              "the file was not read")
 
     def _readable(self) -> Path:
-        """The file itself, or a copy with invalid UTF-8 bytes replaced (and a warning)."""
+        """The file itself, or a copy with invalid UTF-8 bytes replaced (and a warning). Read in blocks, so a
+        file of gigabytes is checked in bounded memory."""
         self._check_width()
-        data = self.path.read_bytes()
-        if not data.strip():
+        self.may_hold_exponents = False
+        first_bad, blank, start, carry, tail = None, True, 0, b"", b""
+        with open(self.path, "rb") as fh:
+            while True:
+                block = fh.read(READ_BLOCK)
+                data = carry + block
+                if not block:  # the end: what was carried is checked as it is
+                    cut = len(data)
+                else:  # up to the last character that starts in this block, the rest with the next one
+                    cut = len(data)
+                    while cut > 0 and len(data) - cut < 4 and (data[cut - 1] & 0xC0) == 0x80:
+                        cut -= 1
+                    cut = cut - 1 if cut > 0 and data[cut - 1] >= 0xC0 else cut
+                chunk, carry = data[:cut], data[cut:]
+                blank = blank and not chunk.strip()
+                if len(tail + chunk) >= 3:
+                    self.may_hold_exponents = self.may_hold_exponents or _may_hold_exponents(tail + chunk)
+                tail = (tail + chunk)[-2:]
+                if first_bad is None:
+                    try:
+                        chunk.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        first_bad = start + exc.start
+                start += len(chunk)
+                if not block:
+                    break
+        if blank:
             raise ValueError("empty file")
-        self.may_hold_exponents = _may_hold_exponents(data)
-        try:
-            data.decode("utf-8")
+        if first_bad is None:
             return self.path
-        except UnicodeDecodeError as exc:
-            fixed = self.workdir / f"{self.p}{self.path.name}"
-            fixed.write_text(data.decode("utf-8", errors="replace"), encoding="utf-8")
-            self.warnings.append(f"bytes that are not UTF-8 (first at byte {exc.start}) replaced with U+FFFD")
-            return fixed
+        fixed = self.workdir / f"{self.p}{self.path.name}"
+        with open(self.path, "rb") as fin, open(fixed, "w", encoding="utf-8") as fout:
+            replacing = codecs.getincrementaldecoder("utf-8")("replace")
+            while block := fin.read(READ_BLOCK):
+                fout.write(replacing.decode(block))
+            fout.write(replacing.decode(b"", final=True))
+        self.warnings.append(f"bytes that are not UTF-8 (first at byte {first_bad}) replaced with U+FFFD")
+        return fixed
 
     def _reader(self, src: Path, rejects: str | None) -> str:
         """The file as rows of text cells, numbered in file order (``src_row``)."""

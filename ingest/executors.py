@@ -1,17 +1,23 @@
-"""Where the rank tasks of a sharded ingest run: a local process pool (the default) or a Ray cluster.
+"""Where the shard tasks of a sharded ingest run: a local process pool (the default) or a Ray cluster.
 
-:func:`make_executor` gives an object with ``run(fn, calls)``: it calls ``fn(**kwargs)`` for every dict of
-``calls`` somewhere else and yields ``(index, result, error)`` as each finishes, in any order (``error`` is a
-one-line text, ``result`` None then). ``fn`` must be a picklable module-level function whose arguments name
-paths every worker can read and write (with Ray on several nodes: shared storage). ``close()`` frees the workers.
+:func:`make_executor` gives an object with ``start(fn, calls, order=None) -> Batch``: the batch calls
+``fn(**kwargs)`` for every dict of ``calls`` somewhere else, at most ``workers`` at a time, picking each next call
+when a slot frees (``order(pending indices)`` puts them in the order wanted *now*: the caller may change its mind
+between two picks, e.g. because a user opened a rank). ``batch.poll(timeout_s)`` returns the calls finished
+meanwhile as ``(index, result, error)`` (``error`` a one-line text, ``result`` None then), ``batch.done`` says
+all are, and ``batch.stop()`` cancels the rest and stops the running ones. ``run(fn, calls)`` iterates over a
+batch's results. ``fn`` must be a picklable module-level function whose arguments name paths every worker can
+read and write (with Ray on several nodes: shared storage). ``close()`` frees the workers.
 
 * ``process``: ``concurrent.futures.ProcessPoolExecutor`` with ``workers`` processes (default: every core),
   started by forkserver (spawn where there is none), so a worker shares no threads or DuckDB state with its
   parent. A worker that dies (killed, out of memory) breaks the pool: the tasks it took down are run once more in
   a fresh pool, and fail with the reason if they die again. A worker exits as soon as the process that started
-  the pool dies, so a killed ingest leaves no orphan writing into the run's folder.
+  the pool dies, or the batch is stopped (a multiprocessing Event each worker watches), so a killed or interrupted
+  ingest leaves no task writing into the run's folder.
 * ``ray``: one ``ray.remote`` task per call on the cluster at ``address`` (``ray.init(address=...)``), or on a
-  local one of ``workers`` CPUs. Ray is an optional extra (``pip install 'ascendscope[ray]'``), imported only here.
+  local one of ``workers`` CPUs; stopped by ``ray.cancel``. Ray is an optional extra (``pip install
+  'ascendscope[ray]'``), imported only here.
 """
 
 from __future__ import annotations
@@ -68,16 +74,20 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _exit_with_owner(owner: int) -> None:
-    """Pool worker initializer: exit at once when the process that started the pool (``owner``) is gone, or
-    our parent changes (the fork server that started us died). A terminal's Ctrl+C reaches the whole process
-    group: the owner decides what it means (it stops the pool), so a task is never cut short by it alone."""
+def _exit_with_owner(owner: int, stop=None) -> None:
+    """Pool worker initializer: exit at once when the process that started the pool (``owner``) is gone, our
+    parent changes (the fork server that started us died) or ``stop`` (a multiprocessing Event) is set. A
+    terminal's Ctrl+C reaches the whole process group: the owner decides what it means (it stops the batch), so a
+    task is never cut short by it alone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent and _alive(owner):
-            time.sleep(ORPHAN_POLL_S)
+            if stop is None:
+                time.sleep(ORPHAN_POLL_S)
+            elif stop.wait(ORPHAN_POLL_S):
+                break
         os._exit(1)
 
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
@@ -99,45 +109,138 @@ def _start_context():
     return multiprocessing.get_context("forkserver")
 
 
+class Batch:
+    """Calls of one ``fn`` spread over the workers, submitted lazily in the order wanted (see the module
+    docstring); subclasses submit and collect."""
+
+    def __init__(self, fn: Callable, calls: list[dict], slots: int, order: Callable | None):
+        self.fn, self.calls, self.slots, self.order = fn, calls, max(1, slots), order
+        self.pending = list(range(len(calls)))
+        self.tries = dict.fromkeys(self.pending, 0)
+        self.running: dict = {}  # handle -> index
+
+    @property
+    def done(self) -> bool:
+        return not self.pending and not self.running
+
+    def _next(self) -> int:
+        ordered = self.order(list(self.pending)) if self.order else self.pending
+        pick = next((i for i in ordered if i in self.pending), self.pending[0])
+        self.pending.remove(pick)
+        return pick
+
+    def _fill(self) -> None:
+        while self.pending and len(self.running) < self.slots:
+            i = self._next()
+            self.running[self._submit(i)] = i
+
+    def _retry(self, i: int, why: str) -> tuple | None:
+        """A call whose worker died: queued again, or its failure once it died POOL_ATTEMPTS times."""
+        self.tries[i] += 1
+        if self.tries[i] < POOL_ATTEMPTS:
+            self.pending.insert(0, i)
+            return None
+        return i, None, f"the worker process died ({why})"
+
+    def poll(self, timeout_s: float | None = None) -> list[tuple[int, object, str | None]]:
+        raise NotImplementedError
+
+    def _submit(self, i: int):
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def warm(self, fn: Callable) -> None:
+        """Start the workers now, each running ``fn()`` (imports), before any call is submitted."""
+
+
+def iterate(batch: Batch) -> Iterator[tuple[int, object, str | None]]:
+    """Every result of ``batch`` as it comes; stops its running calls if the loop is left early."""
+    try:
+        while not batch.done:
+            yield from batch.poll(None)
+    except BaseException:  # interrupted (Ctrl+C, the caller gave up): stop the tasks still running
+        batch.stop()
+        raise
+
+
 class ProcessExecutor:
     def __init__(self, workers: int | None = None):
         self.workers = max(1, int(workers or default_workers()))
         self.context = _start_context()
 
+    def start(self, fn: Callable, calls: list[dict], order: Callable | None = None) -> Batch:
+        return _PoolBatch(self, fn, calls, order)
+
     def run(self, fn: Callable, calls: list[dict]) -> Iterator[tuple[int, object, str | None]]:
-        todo = list(range(len(calls)))
-        tries = dict.fromkeys(todo, 0)
-        while todo:
-            died: list[int] = []
-            pool = ProcessPoolExecutor(max_workers=min(self.workers, len(todo)), mp_context=self.context,
-                                       initializer=_exit_with_owner, initargs=(os.getpid(),))
-            try:
-                futures = {pool.submit(fn, **calls[i]): i for i in todo}
-                pending = set(futures)
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        i = futures[fut]
-                        try:
-                            yield i, fut.result(), None
-                        except BrokenProcessPool as exc:
-                            tries[i] += 1
-                            if tries[i] < POOL_ATTEMPTS:
-                                died.append(i)
-                            else:
-                                yield i, None, f"the worker process died ({_message(exc)})"
-                        except Exception as exc:  # noqa: BLE001 - the task's own failure is its result
-                            yield i, None, _message(exc)
-            except BaseException:  # interrupted (Ctrl+C, the caller gave up): stop the tasks still running
-                for proc in list((pool._processes or {}).values()):
-                    proc.terminate()
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-            pool.shutdown(wait=True)
-            todo = sorted(died)
+        return iterate(self.start(fn, calls))
 
     def close(self) -> None:
         pass
+
+
+class _PoolBatch(Batch):
+    def __init__(self, ex: ProcessExecutor, fn: Callable, calls: list[dict], order: Callable | None):
+        super().__init__(fn, calls, min(ex.workers, len(calls)), order)
+        self.ex = ex
+        self.pool: ProcessPoolExecutor | None = None
+        self.stopping = None
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self.pool is None:
+            self.stopping = self.ex.context.Event()  # set by stop(): every worker of this pool exits
+            self.pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=self.ex.context,
+                                            initializer=_exit_with_owner, initargs=(os.getpid(), self.stopping))
+        return self.pool
+
+    def _submit(self, i: int):
+        return self._pool().submit(self.fn, **self.calls[i])
+
+    def warm(self, fn: Callable) -> None:
+        pool = self._pool()
+        for _ in range(self.slots):  # (the pool starts its processes with the first submission)
+            pool.submit(fn)
+
+    def poll(self, timeout_s: float | None = None) -> list[tuple[int, object, str | None]]:
+        self._fill()
+        if not self.running:
+            return []
+        done, _ = wait(list(self.running), timeout=timeout_s, return_when=FIRST_COMPLETED)
+        out = []
+        broken = None
+        for fut in done:
+            i = self.running.pop(fut)
+            try:
+                out.append((i, fut.result(), None))
+            except BrokenProcessPool as exc:
+                broken = exc
+                out += [r for r in [self._retry(i, _message(exc))] if r]
+            except Exception as exc:  # noqa: BLE001 - the task's own failure is its result
+                out.append((i, None, _message(exc)))
+        if broken is not None:  # the pool is gone, and with it every call still running in it
+            for fut, i in list(self.running.items()):
+                self.running.pop(fut)
+                out += [r for r in [self._retry(i, _message(broken))] if r]
+            self.pool.shutdown(wait=True)
+            self.pool = None
+        if self.done:
+            self._close()
+        return out
+
+    def _close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+
+    def stop(self) -> None:
+        self.pending.clear()
+        if self.pool is None:
+            return
+        self.stopping.set()  # the workers exit now, whatever they run (see _exit_with_owner)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool = None
+        self.running.clear()
 
 
 class RayExecutor:
@@ -148,34 +251,62 @@ class RayExecutor:
             raise ExecutorUnavailable("the ray executor needs Ray: pip install 'ascendscope[ray]' (or 'ray>=2.40,<3')"
                                       ) from None
         self.ray = ray
+        self.workers = max(1, int(workers or default_workers()))
         self.owned = not ray.is_initialized()
         if self.owned:
             try:
                 if address:
                     ray.init(address=address, log_to_driver=False)
                 else:
-                    ray.init(num_cpus=max(1, int(workers or default_workers())), include_dashboard=False,
-                             log_to_driver=False)
+                    ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
             except Exception as exc:  # Ray raises several kinds for an unreachable cluster
                 raise ExecutorUnavailable(f"cannot start Ray{f' at {address}' if address else ''}: "
                                           f"{_message(exc)}") from exc
+        if address:  # as many tasks in flight as the cluster has CPUs
+            self.workers = max(1, int(ray.cluster_resources().get("CPU", self.workers)))
+
+    def start(self, fn: Callable, calls: list[dict], order: Callable | None = None) -> Batch:
+        return _RayBatch(self, fn, calls, order)
 
     def run(self, fn: Callable, calls: list[dict]) -> Iterator[tuple[int, object, str | None]]:
-        ray = self.ray
-        # a task whose worker died is retried once by Ray itself; an exception the task raises is not
-        remote = ray.remote(num_cpus=1, max_retries=POOL_ATTEMPTS - 1)(fn)
-        refs = {remote.remote(**kwargs): i for i, kwargs in enumerate(calls)}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                try:
-                    yield refs[ref], ray.get(ref), None
-                except ray.exceptions.RayTaskError as exc:
-                    yield refs[ref], None, _message(getattr(exc, "cause", None) or exc)
-                except Exception as exc:  # noqa: BLE001 - a lost worker or node
-                    yield refs[ref], None, _message(exc)
+        return iterate(self.start(fn, calls))
 
     def close(self) -> None:
         if self.owned:
             self.ray.shutdown()
+
+
+class _RayBatch(Batch):
+    def __init__(self, ex: RayExecutor, fn: Callable, calls: list[dict], order: Callable | None):
+        super().__init__(fn, calls, ex.workers, order)
+        self.ray = ex.ray
+        # a task whose worker died is retried once by Ray itself; an exception the task raises is not
+        self.remote = ex.ray.remote(num_cpus=1, max_retries=POOL_ATTEMPTS - 1)(fn)
+
+    def _submit(self, i: int):
+        return self.remote.remote(**self.calls[i])
+
+    def poll(self, timeout_s: float | None = None) -> list[tuple[int, object, str | None]]:
+        self._fill()
+        if not self.running:
+            return []
+        done, _ = self.ray.wait(list(self.running), num_returns=1, timeout=timeout_s)
+        out = []
+        for ref in done:
+            i = self.running.pop(ref)
+            try:
+                out.append((i, self.ray.get(ref), None))
+            except self.ray.exceptions.RayTaskError as exc:
+                out.append((i, None, _message(getattr(exc, "cause", None) or exc)))
+            except Exception as exc:  # noqa: BLE001 - a lost worker or node
+                out.append((i, None, _message(exc)))
+        return out
+
+    def stop(self) -> None:
+        self.pending.clear()
+        for ref in list(self.running):
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - already finished or gone: nothing left to stop
+                pass
+        self.running.clear()

@@ -1,9 +1,11 @@
 """The sharded run layout (docs/schema.md), and reading such a run as one database. Only DuckDB: the web
 process imports this, never the ingest pipeline.
 
-A run folder holds ``manifest.json`` (written last: a folder without one is not a run), ``cluster.duckdb`` (the
-run-wide tables) and ``shards/rank_<rank:05d>.duckdb`` (one single-file run database per rank, its ids in the
-rank's own range: track ids from ``rank << 16``, slice and flow ids from ``rank << 36``).
+A run folder holds ``manifest.json`` (a folder without one is not a run; while the run ingests it lists its
+shards as pending or ready, and is rewritten as they become ready), ``cluster.duckdb`` (the run-wide tables) and
+``shards/rank_<rank:05d>.duckdb`` or ``shards/ranks_<first:05d>-<last:05d>.duckdb`` (a single-file run database of
+one rank or of several small ones, each rank's ids in its own range: track ids from ``rank << 16``, slice and flow
+ids from ``rank << 36``). Only ``ready`` shards are read.
 """
 
 from __future__ import annotations
@@ -14,18 +16,22 @@ from pathlib import Path
 
 import duckdb
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: one shard per rank, the manifest written once at the end
 MANIFEST = "manifest.json"
 CLUSTER_DB = "cluster.duckdb"
 SHARDS_DIR = "shards"
 RUN_TABLES = ("meta", "ranks", "files", "warnings")  # run-wide: read from cluster.duckdb, never from the shards
 CLUSTER_PREFIX = "cluster_"
+EMPTY_SCHEMA = "empty"  # cluster.duckdb's empty copy of every shard table, read while no shard holding it is attached
 TRACK_ID_BITS, SLICE_ID_BITS = 16, 36
 MAX_SHARD_RANK = (1 << (31 - TRACK_ID_BITS)) - 1  # track_id is an INTEGER
 
 
-def shard_name(rank: int) -> str:
-    return f"{SHARDS_DIR}/rank_{rank:05d}.duckdb"
+def shard_name(rank: int, last: int | None = None) -> str:
+    """The shard file of one rank, or of the ranks ``rank`` to ``last``."""
+    if last is None or last == rank:
+        return f"{SHARDS_DIR}/rank_{rank:05d}.duckdb"
+    return f"{SHARDS_DIR}/ranks_{rank:05d}-{last:05d}.duckdb"
 
 
 def is_sharded(path: str | os.PathLike) -> bool:
@@ -34,7 +40,35 @@ def is_sharded(path: str | os.PathLike) -> bool:
 
 
 def read_manifest(out_dir: str | os.PathLike) -> dict:
-    return json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
+    """The manifest, every shard entry with its ``ranks`` (a format-1 entry names one ``rank``)."""
+    manifest = json.loads((Path(out_dir) / MANIFEST).read_text(encoding="utf-8"))
+    for entry in manifest.get("shards", []):
+        if "ranks" not in entry:
+            entry["ranks"] = [entry["rank"]]
+    return manifest
+
+
+def ready_shards(manifest: dict) -> dict[int, str]:
+    """rank -> the file of its ready shard."""
+    return {r: e["file"] for e in manifest["shards"] if e["status"] == "ready" for r in e["ranks"]}
+
+
+def shard_aliases(manifest: dict) -> dict[int, str]:
+    """rank -> the name :func:`connect` attaches its ready shard under: ``r<the shard's first rank>`` (the
+    server reads one rank's viewport from that shard alone)."""
+    ready = ready_shards(manifest)
+    first: dict[str, int] = {}
+    for rank, file in ready.items():
+        first[file] = min(first.get(file, rank), rank)
+    return {rank: f"r{first[file]}" for rank, file in ready.items()}
+
+
+def manifest_ranks(manifest: dict) -> dict[str, list[int]]:
+    """The run's ranks by the state of their shard: ``ready``, ``pending`` (still ingesting) and ``failed``."""
+    out: dict[str, list[int]] = {"ready": [], "pending": [], "failed": []}
+    for e in manifest["shards"]:
+        out.setdefault(e["status"], []).extend(e["ranks"])
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def _sql_path(path: Path) -> str:
@@ -43,33 +77,43 @@ def _sql_path(path: Path) -> str:
 
 def connect(out_dir: str | os.PathLike, ranks: list[int] | None = None, *, manifest: dict | None = None,
             threads: int | None = None) -> tuple[duckdb.DuckDBPyConnection, list[int]]:
-    """The run as one database, reading only the shards of ``ranks`` (None: every ready shard): an in-memory
-    connection that attaches ``cluster.duckdb`` and those shards read-only, and views with the single-file
-    table names: a run-wide table reads cluster.duckdb, any other the ``UNION ALL BY NAME`` of the attached
-    shards. Returns the connection and the ranks loaded (requested ranks without a ready shard are left out).
-    Cursors of the connection see the views too."""
+    """The run as one database, reading only the shards holding ``ranks`` (None: every ready shard): an
+    in-memory connection that attaches ``cluster.duckdb`` and those shards read-only, and views with the
+    single-file table names: a table cluster.duckdb has reads it, any other the ``UNION ALL BY NAME`` of the
+    attached shards. Returns the connection and the ranks loaded: those of the attached shards (a shard of
+    several ranks brings them all; requested ranks without a ready shard are left out). Cursors of the
+    connection see the views too."""
     root = Path(out_dir)
     manifest = manifest if manifest is not None else read_manifest(root)
-    ready = {e["rank"]: e["file"] for e in manifest["shards"] if e["status"] == "ready"}
-    loaded = sorted(ready if ranks is None else set(ranks) & set(ready))
+    ready = ready_shards(manifest)
+    files = sorted({ready[r] for r in (ready if ranks is None else set(ranks) & set(ready))})
+    loaded = sorted(r for r, f in ready.items() if f in files)
     con = duckdb.connect(":memory:")
     try:
         if threads:
             con.execute(f"SET threads = {int(threads)}")
         con.execute(f"ATTACH '{_sql_path(root / manifest.get('cluster', CLUSTER_DB))}' AS cluster (READ_ONLY)")
-        for rank in loaded:
-            con.execute(f"ATTACH '{_sql_path(root / ready[rank])}' AS r{rank} (READ_ONLY)")
+        aliases = shard_aliases(manifest)
+        alias_of = {ready[r]: aliases[r] for r in loaded}
+        for file in files:
+            con.execute(f"ATTACH '{_sql_path(root / file)}' AS {alias_of[file]} (READ_ONLY)")
         tables: dict[str, list[str]] = {}
-        for db, table in con.execute("SELECT database_name, table_name FROM duckdb_tables() "
-                                     "WHERE database_name <> 'memory' ORDER BY table_name").fetchall():
-            tables.setdefault(table, []).append(db)
-        shard_dbs = [f"r{rank}" for rank in loaded]
+        empty: set[str] = set()
+        for db, schema, table in con.execute("SELECT database_name, schema_name, table_name FROM duckdb_tables() "
+                                             "WHERE database_name <> 'memory' ORDER BY table_name").fetchall():
+            if schema == "main":
+                tables.setdefault(table, []).append(db)
+            elif db == "cluster" and schema == EMPTY_SCHEMA:
+                empty.add(table)
+        shard_dbs = [alias_of[file] for file in files]
         for table, dbs in tables.items():
             if "cluster" in dbs:
                 sql = f'SELECT * FROM cluster."{table}"'
             else:
                 sql = " UNION ALL BY NAME ".join(f'SELECT * FROM {db}."{table}"' for db in shard_dbs if db in dbs)
             con.execute(f'CREATE VIEW main."{table}" AS {sql}')
+        for table in sorted(empty - tables.keys()):  # no shard ready yet (or none attached): the empty table
+            con.execute(f'CREATE VIEW main."{table}" AS SELECT * FROM cluster.{EMPTY_SCHEMA}."{table}"')
     except BaseException:
         con.close()
         raise

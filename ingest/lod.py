@@ -16,6 +16,9 @@ level from the previous one (``bucket // FACTOR``), which gives the same result 
 "longest, ties to the smallest id" order is packed into one HUGEINT key, ``(dur_ns << 40) - slice_id``, which
 aggregates much faster than a struct.
 
+Each database (a run file, or one shard of a sharded run) chooses its own widths, so a shard is complete the
+moment it is written; ``lod_levels`` lists the levels per rank and the server chooses a level per rank.
+
 The base width is chosen so that level 0 could hold at most half as many buckets (over all (track, depth) rows) as
 there are slices: finer levels would be nearly as large as ``slices`` itself and save nothing (at such zoom the
 exact slices are cheap to read).
@@ -63,48 +66,13 @@ def base_bucket_ns(rows: list[tuple[int, int]], slices: int) -> int:
     return width
 
 
-def inputs(con) -> dict:
-    """What :func:`build` needs to know of these slices to choose widths over several shards at once: the slice
-    count, the extent, the widest (track, depth) row and, per candidate width ``MIN_BUCKET_NS * FACTOR**k``, the
-    buckets its level would hold (summed over shards, they give :func:`base_bucket_ns` of the whole run)."""
-    rows = con.execute("SELECT count(*), max(ts_ns + dur_ns) - min(ts_ns) FROM slices GROUP BY track_id, depth"
-                       ).fetchall()
-    n, lo, hi = con.execute("SELECT count(*), min(ts_ns), max(ts_ns + dur_ns) FROM slices").fetchone()
-    buckets, width = [], MIN_BUCKET_NS
-    while width <= max((extent for _, extent in rows), default=0):
-        buckets.append(sum(min(c, extent // width + 1) for c, extent in rows))
-        width *= FACTOR
-    return {"slices": n, "rows": len(rows), "min_ts_ns": lo, "max_end_ns": hi,
-            "widest": max((extent for _, extent in rows), default=0), "buckets": buckets}
-
-
-def base_from_inputs(parts: list[dict]) -> tuple[int, int] | None:
-    """(level 0 width, extent) of the union of the shards whose :func:`inputs` these are; None without slices.
-    Equal to :func:`base_bucket_ns` over all their rows at once."""
-    parts = [p for p in parts if p["slices"]]
-    if not parts:
-        return None
-    slices, widest = sum(p["slices"] for p in parts), max(p["widest"] for p in parts)
-    width, k = MIN_BUCKET_NS, 0
-    # past a shard's widest row each of its rows keeps one bucket
-    while width <= widest and sum(p["buckets"][k] if k < len(p["buckets"]) else p["rows"]
-                                  for p in parts) > max(1, slices // 2):
-        width, k = width * FACTOR, k + 1
-    return width, max(p["max_end_ns"] for p in parts) - min(p["min_ts_ns"] for p in parts)
-
-
-def build(con, base_ns: int | None = None, span_ns: int | None = None, *,
-          defer: bool = False) -> list[tuple[int, int, int]]:
+def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
     """Create ``slice_lod`` and ``lod_levels``; return (level, bucket_ns, rows) per level.
 
-    ``base_ns`` forces level 0's width (tests use it to exercise many levels on small data; a shard gets its
-    run's, see :func:`inputs`), ``span_ns`` the extent the top level must cover (a shard: its run's), so every shard
-    of a run has the same levels. ``defer`` creates both tables empty."""
+    ``base_ns`` forces level 0's width (tests use it to exercise many levels on small data). The levels are
+    those of this database's slices; ``lod_levels`` lists them for every rank that has slices here (a shard's
+    levels are its own: the server picks a level per rank)."""
     span, n = con.execute("SELECT max(ts_ns + dur_ns) - min(ts_ns), count(*) FROM slices").fetchone()
-    if defer:
-        span, n = None, 0
-    elif span is not None and span_ns is not None:
-        span = max(span, span_ns)
     levels: list[tuple[int, int, int]] = []
     if span is not None and n:
         rows = con.execute("SELECT count(*), max(ts_ns + dur_ns) - min(ts_ns) FROM slices "
@@ -130,7 +98,15 @@ def build(con, base_ns: int | None = None, span_ns: int | None = None, *,
                     "0::BIGINT AS max_end_ns, 0::BIGINT AS total_dur_ns) WHERE false")
     for lv, _, _ in levels:
         con.execute(f"DROP TABLE _lod_{lv}")
-    con.execute("CREATE OR REPLACE TABLE lod_levels (level INTEGER, bucket_ns BIGINT, row_count BIGINT)")
+    con.execute(LOD_LEVELS_DDL)
     if levels:
-        con.executemany("INSERT INTO lod_levels VALUES (?, ?, ?)", levels)
+        con.execute("INSERT INTO lod_levels SELECT v.level, v.bucket_ns, v.row_count, r.rank FROM (VALUES "
+                    + ", ".join("(?, ?, ?)" for _ in levels) + ") v(level, bucket_ns, row_count), "
+                    "(SELECT DISTINCT rank FROM tracks WHERE slice_count > 0) r ORDER BY r.rank, v.level",
+                    [x for level in levels for x in level])
     return levels
+
+
+# one row per (rank, level): the widths a rank's slices are summarised at (row_count: the level's rows in this
+# database, all ranks together)
+LOD_LEVELS_DDL = "CREATE OR REPLACE TABLE lod_levels (level INTEGER, bucket_ns BIGINT, row_count BIGINT, rank INTEGER)"

@@ -23,19 +23,21 @@ DERIVED_PID = -2
 LANES = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
 COMPUTE_TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU", "DSA_SQE")
 
+# the ranks of the stage, and those with their own Overlap Analysis lane (a metadata event names it)
+RANKS = "SELECT DISTINCT rank FROM {p}ev ORDER BY rank"
 HAS_OVERLAP = """
-SELECT count(*) FROM {p}ev WHERE ph = 'M' AND name = 'process_name' AND args->>'name' = 'Overlap Analysis'
+SELECT DISTINCT rank FROM {p}ev WHERE ph = 'M' AND name = 'process_name' AND args->>'name' = 'Overlap Analysis'
 """
 
 INTERVALS = """
-WITH procs AS (SELECT pid, args->>'name' AS pname FROM {p}ev WHERE ph = 'M' AND name = 'process_name'),
-     threads AS (SELECT pid, tid, args->>'name' AS tname FROM {p}ev WHERE ph = 'M' AND name = 'thread_name')
-SELECT CASE WHEN p.pname = 'Ascend Hardware' AND e.args->>'Task Type' IN {compute} THEN 0
+WITH procs AS (SELECT rank, pid, args->>'name' AS pname FROM {p}ev WHERE ph = 'M' AND name = 'process_name'),
+     threads AS (SELECT rank, pid, tid, args->>'name' AS tname FROM {p}ev WHERE ph = 'M' AND name = 'thread_name')
+SELECT e.rank, CASE WHEN p.pname = 'Ascend Hardware' AND e.args->>'Task Type' IN {compute} THEN 0
             WHEN p.pname = 'Ascend Hardware' THEN 2
             ELSE 1 END AS what,
        e.ts_ns, e.ts_ns + greatest(coalesce(e.dur_ns, 0), 0) AS end_ns
-FROM {p}ev e JOIN procs p USING (pid) LEFT JOIN threads t ON t.pid = e.pid AND t.tid = e.tid
-WHERE e.ph = 'X' AND e.ts_ns IS NOT NULL
+FROM {p}ev e JOIN procs p USING (rank, pid) LEFT JOIN threads t ON t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid
+WHERE e.ph = 'X' AND e.ts_ns IS NOT NULL AND list_contains(?, e.rank)
   AND (p.pname = 'Ascend Hardware'
        OR (p.pname IN ('HCCL', 'Communication') AND coalesce(t.tname, '') NOT LIKE 'Plane%'))
 """
@@ -70,18 +72,38 @@ def subtract(a_s, a_e, b_s, b_e) -> tuple[np.ndarray, np.ndarray]:
     return union(left[keep], right[keep])
 
 
-def derive(cur, prefix: str) -> int:
-    """Append a derived Overlap Analysis lane to the events (``{prefix}ev_t``) when missing; return the number
-    of slices added."""
-    if cur.execute(HAS_OVERLAP.format(p=prefix)).fetchone()[0]:
-        return 0
-    cols = cur.execute(INTERVALS.format(p=prefix, compute=str(COMPUTE_TASK_TYPES))).fetchnumpy()
-    return append_lanes(cur, prefix, cols["what"], cols["ts_ns"].astype(np.int64), cols["end_ns"].astype(np.int64))
+def derive(cur, prefix: str, rank: int | None = None) -> int:
+    """Append a derived Overlap Analysis lane to the events (``{prefix}ev_t``) of the ranks without one; return
+    the number of slices added. ``rank``: the events staged without a rank are this rank's."""
+    return sum(derive_ranks(cur, prefix, rank).values())
 
 
-def append_lanes(cur, prefix: str, what: np.ndarray, ts: np.ndarray, end: np.ndarray) -> int:
+def derive_ranks(cur, prefix: str, rank: int | None = None) -> dict[int, int]:
+    """:func:`derive`, with the slices added per rank (ranks that have their own lane are left out)."""
+    if rank is not None:
+        from .trace import fill_rank
+
+        fill_rank(cur, prefix, rank)
+    own = {r for (r,) in cur.execute(HAS_OVERLAP.format(p=prefix)).fetchall()}
+    missing = [r for (r,) in cur.execute(RANKS.format(p=prefix)).fetchall() if r not in own]
+    if not missing:
+        return {}
+    cols = cur.execute(INTERVALS.format(p=prefix, compute=str(COMPUTE_TASK_TYPES)), [missing]).fetchnumpy()
+    ranks = np.asarray(cols["rank"])
+    added = {}
+    for r in missing:
+        mine = ranks == r
+        n = append_lanes(cur, prefix, np.asarray(cols["what"])[mine], np.asarray(cols["ts_ns"])[mine].astype(np.int64),
+                         np.asarray(cols["end_ns"])[mine].astype(np.int64), rank=r)
+        if n:
+            added[r] = n
+    return added
+
+
+def append_lanes(cur, prefix: str, what: np.ndarray, ts: np.ndarray, end: np.ndarray, rank: int | None = None) -> int:
     """Append the lane computed from device intervals (``what``: 0 compute task, 1 communication op, 2 other
-    device task) to ``{prefix}ev_t``; return the number of slices added (0 when there are no device tasks)."""
+    device task) of ``rank`` to ``{prefix}ev_t``; return the number of slices added (0 when there are no device
+    tasks)."""
     hw = what != 1
     if not hw.any():
         return 0
@@ -102,18 +124,18 @@ def append_lanes(cur, prefix: str, what: np.ndarray, ts: np.ndarray, end: np.nda
     cur.register("_overlap_rows", table)
     try:
         cur.execute(f"""
-            INSERT INTO {prefix}ev_t (ph, name, cat, pid, tid, ts_ns, dur_ns, args)
-            SELECT 'X', list_extract(?, tid + 1), 'overlap_derived', {DERIVED_PID}, tid, ts_ns, dur_ns, NULL
-            FROM _overlap_rows ORDER BY tid, ts_ns""", [LANES])
+            INSERT INTO {prefix}ev_t (ph, name, cat, pid, tid, ts_ns, dur_ns, args, rank)
+            SELECT 'X', list_extract(?, tid + 1), 'overlap_derived', {DERIVED_PID}, tid, ts_ns, dur_ns, NULL, ?
+            FROM _overlap_rows ORDER BY tid, ts_ns""", [LANES, rank])
         meta = [("process_name", 0, {"name": "Overlap Analysis"}), ("process_labels", 0, {"labels": "NPU"}),
                 ("process_sort_index", 0, {"sort_index": 1000})]
         meta += [("thread_name", i, {"name": n}) for i, n in enumerate(LANES)]
         meta += [("thread_sort_index", i, {"sort_index": i}) for i in range(len(LANES))]
         import json
-        for name, tid, args in meta:
-            cur.execute(f"""INSERT INTO {prefix}ev_t (ph, name, pid, tid, args)
-                            VALUES ('M', ?, {DERIVED_PID}, ?, ?)""",
-                        [name, tid, json.dumps(args)])
+        cur.execute(f"""INSERT INTO {prefix}ev_t (ph, name, pid, tid, args, rank)
+                        SELECT 'M', name, {DERIVED_PID}, tid, args, ? FROM (VALUES """
+                    + ", ".join("(?, ?, ?::JSON)" for _ in meta) + ") v(name, tid, args)",
+                    [rank] + [v for name, tid, args in meta for v in (name, tid, json.dumps(args))])
     finally:
         cur.unregister("_overlap_rows")
     return table.num_rows

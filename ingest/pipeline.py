@@ -5,13 +5,14 @@ its own DuckDB cursor; DuckDB releases the GIL) into ``out + ".tmp-<pid>"``, ren
 everything is written: a failed or interrupted ingest leaves no file at ``out``.
 
 Each trace is staged in an in-memory scratch database (spilling to a temporary folder past the memory limit) and
-derived there; as soon as a rank's slices are nested, a writer appends its tracks and slices to the run's
-tables (in rank order, while its flows are still being derived and other files load), then its flows, counters
-and steps. CSV and JSON tables are assembled while traces still load (with one rank, CSVs are typed straight into
-the file). A broken input file becomes a row in ``warnings`` (naming the file and what is wrong) and the rest of
-the run still loads. Every file is staged by the reader of its format (``ingest.readers``: the text export, the
-db export, msprof output, Chrome traces) into the same staging tables; one that yields a timeline is written like
-a trace.
+derived there; as soon as a stage's slices are nested, a writer appends its tracks and slices to the run's
+tables (in order, while its flows are still being derived and other files load), then its flows, counters and
+steps. Small ranks are staged together, each file kind of a group at once (``ingest.stages``). CSV and JSON
+tables are assembled while traces still load (with one rank, CSVs are typed straight into the file). A broken
+input file becomes a row in ``warnings`` (naming the file and what is wrong) and the rest of the run still loads.
+Every file is staged by the reader of its format (``ingest.readers``: the text export, the db export, msprof
+output, Chrome traces) into the same staging tables; one that yields a timeline is written like a trace.
+``ingest_shard`` is the same for the ranks of one shard of a sharded run (``ingest.shards``).
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import re
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -34,48 +34,35 @@ import duckdb
 from . import (
     SCHEMA_VERSION,
     archive,
-    commfiles,
     csvfiles,
     jsonfile,
     lod,
-    overlap,
     readers,
     sqlfuncs,
-    trace,
     trace_tables,
-    tracefile,
 )
 from .discover import Discovery, RankSource, discover
-from .layout import MAX_SHARD_RANK, SLICE_ID_BITS, TRACK_ID_BITS
-from .schema import CORE_DDL, EMPTY_TABLES
-
-# file kinds that yield a timeline (appended by the trace writer in rank order)
-TIMELINE_KINDS = readers.TIMELINE_KINDS
-
-
-@dataclass(frozen=True)
-class IdBases:
-    """Where a run's ids start, and how many one rank may use (None: unbounded). A single-file run numbers every
-    rank's ids on from the previous rank's; a shard gives its rank a fixed range (:func:`rank_id_bases`) so the
-    shards of a run union without renumbering."""
-
-    track: int = 0
-    slice: int = 0  # slice_id and flow_id
-    track_span: int | None = None
-    slice_span: int | None = None
-
-
-def rank_id_bases(rank: int) -> IdBases:
-    """The id range of one rank's shard: track ids from ``rank << 16``, slice and flow ids from ``rank << 36``
-    (below 2**53 for every rank a track id allows, so the browser's numbers stay exact)."""
-    if not 0 <= rank <= MAX_SHARD_RANK:
-        raise ValueError(f"rank {rank} is outside the ranks a shard's ids can hold (0..{MAX_SHARD_RANK})")
-    return IdBases(track=rank << TRACK_ID_BITS, slice=rank << SLICE_ID_BITS, track_span=1 << TRACK_ID_BITS,
-                   slice_span=1 << SLICE_ID_BITS)
-
-
-class IdRangeError(Exception):
-    """A rank has more tracks or slices than its shard's id range holds."""
+from .schema import CORE_DDL
+from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are this module's interface too
+    GROUP_BYTES,
+    GROUP_RANKS,
+    TIMELINE_KINDS,
+    IdBases,
+    IdRangeError,
+    Progress,
+    RankResult,
+    Stage,
+    assemble_files,
+    display_name,
+    error_text,
+    groupable,
+    plan_groups,
+    plan_tasks,
+    rank_id_bases,
+    stage_file,
+    submit,
+    write_traces,
+)
 
 
 class NoProfilingData(Exception):
@@ -86,233 +73,33 @@ class NoProfilingData(Exception):
         self.warnings = warnings or []
 
 
-class Progress:
-    """Receives progress events; the CLI draws a bar from them. Methods may be called from several threads."""
-
-    def begin(self, total_bytes: int, ranks: int) -> None: ...
-    def file_start(self, rank: int, name: str, size: int) -> None: ...
-    def file_done(self, rank: int, name: str, size: int, seconds: float) -> None: ...
-    def phase(self, text: str) -> None: ...
-    def file_progress(self, rank: int, name: str, done_bytes: int) -> None:
-        """Part of a big file is done (called repeatedly while it loads; ``file_done`` still follows)."""
-
-
-@dataclass
-class RankResult:
-    src: RankSource
-    idx: int
-    prefix: str
-    files: list[dict] = field(default_factory=list)
-    warnings: list[tuple[str, str]] = field(default_factory=list)
-    has_trace: bool = False
-    overlap_source: str | None = None
-    comm: dict[str, list[dict]] = field(default_factory=dict)
-    tables: list[str] = field(default_factory=list)
-    device_id: int | None = None  # from the memory CSVs
-    trace_device_id: int | None = None  # from the trace's process labels ("NPU 3")
-    csv_prefix: str = ""  # where the typed CSV tables are made: the run's own tables when there is one rank
-    trace_entry: dict | None = None
-    nested: threading.Event = field(default_factory=threading.Event)  # set once slices are final (or on failure)
-    nest_ok: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
+def insert_rows(con, table: str, rows: list) -> None:
+    """Append ``rows`` (sequences of one length, in the table's column order) to ``table`` in one statement: one
+    list parameter per column, unnested side by side (a statement per row costs a millisecond: seconds for the
+    files of a thousand ranks; and an Arrow table made from Python values would import pandas, ~1 s)."""
+    if not rows:
+        return
+    columns = [list(c) for c in zip(*rows)]
+    con.execute(f"INSERT INTO {table} SELECT " + ", ".join("unnest(?)" for _ in columns), columns)
 
 
-def _display(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return path.name
-
-
-def _stage_file(con, res: RankResult, kind: str, path: Path, root: Path, work: Path,
-                progress: Progress, split_read: bool) -> None:
-    """Load one file of one rank into staging tables; problems become warnings of that rank."""
-    try:
-        _stage(con, res, kind, path, root, work, progress, split_read)
-    finally:
-        if kind in TIMELINE_KINDS:
-            res.nested.set()  # whatever happened, never keep the writer waiting
-
-
-def _stage(con, res: RankResult, kind: str, path: Path, root: Path, work: Path, progress: Progress,
-           split_read: bool) -> None:
-    cur = con.cursor()
-    sqlfuncs.install(cur)
-    rank = res.src.rank
-    display = _display(path, root)
-    if (group := readers.label(kind, path)) is not None:
-        display = f"{display}/{group}"
-    size = readers.size(kind, path)
-    progress.file_start(rank, display, size)
-    t0 = time.perf_counter()
-    entry = {"rank": rank, "file": display, "kind": kind, "size_bytes": size, "rows": None, "status": "loaded"}
-    warnings: list[str] = []
-    try:
-        if size == 0:
-            raise tracefile.TraceFileError("empty file")
-
-        def nested():
-            res.nest_ok = True
-            res.nested.set()
-
-        got = readers.stage(readers.Job(
-            cur=cur, prefix=res.prefix, csv_prefix=res.csv_prefix, rank=rank, display=display,
-            workdir=work / f"r{res.idx}", on_progress=lambda f: progress.file_progress(rank, display, int(f * size)),
-            on_nested=nested, split_read=split_read), kind, path)
-        res.has_trace = res.has_trace or got.timeline
-        res.overlap_source = got.overlap_source or res.overlap_source
-        res.tables.extend(got.tables)
-        for name, rows in got.comm.items():
-            res.comm.setdefault(name, []).extend(rows)
-        entry["rows"], entry["status"] = got.rows, got.status
-        warnings.extend(got.warnings)
-    except (tracefile.TraceFileError, duckdb.Error, ValueError, OSError, UnicodeError) as exc:
-        entry["status"] = "failed"
-        warnings.append(f"not loaded: {_message(exc)}")
-    except Exception as exc:  # noqa: BLE001 - an unexpected bug must not take the other files down with it
-        entry["status"] = "failed"
-        warnings.append(f"not loaded (internal error {type(exc).__name__}): {_message(exc)}")
-    finally:
-        cur.close()
-    entry["seconds"] = round(time.perf_counter() - t0, 3)
-    with res.lock:
-        if kind in TIMELINE_KINDS:
-            res.trace_entry = entry
-        res.files.append(entry)
-        res.warnings.extend((display, w) for w in warnings)
-    progress.file_done(rank, display, size, entry["seconds"])
-
-
-def _message(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:500]
-
-
-def _device_id(cur, res: RankResult, from_trace: bool = False) -> int | None:
-    p = res.prefix
-    probes = []
-    if from_trace:
-        probes.append(f"SELECT regexp_extract(label, 'NPU\\s+([0-9]+)', 1) FROM {p}tracks "
-                      "WHERE label LIKE 'NPU %' LIMIT 1")
-    else:
-        if "memory_record" in res.tables:
-            probes.append(f"SELECT regexp_extract(device_type, 'NPU:?\\s*([0-9]+)', 1) "
-                          f"FROM {res.csv_prefix}memory_record WHERE device_type LIKE 'NPU%' LIMIT 1")
-        if "npu_module_mem" in res.tables:
-            probes.append(f"SELECT regexp_extract(device, 'NPU:?\\s*([0-9]+)', 1) FROM {res.csv_prefix}npu_module_mem "
-                          "LIMIT 1")
-    for sql in probes:
-        try:
-            row = cur.execute(sql).fetchone()
-        except duckdb.Error:
-            continue
-        if row and row[0] not in (None, ""):
-            return int(row[0])
-    return None
-
-
-def _write_traces(con, results: list[RankResult], trace_tasks: dict, bases: IdBases) -> None:
-    """Append each rank's trace tables to the run's tables, in rank order and as soon as they are ready: its
-    tracks and slices once nested (while its flows are still being derived, and later ranks and the CSVs still
-    load), then its flows, counters and steps, each part in one transaction; a rank that fails part way is
-    removed again. Then free its staging tables."""
-    cur = con.cursor()
-    toff, soff, foff = bases.track, bases.slice, bases.slice
-    try:
-        for res in results:
-            task = trace_tasks.get(res.idx)
-            if task is None:
-                continue
-            res.nested.wait()
-            if not res.nest_ok:
-                task.result()
-                trace.drop_stage(cur, res.prefix)
-                continue
-            try:
-                res.trace_device_id = _device_id(cur, res, from_trace=True)
-                n_tracks, n_slices = _in_transaction(cur, trace.write_slices, res.prefix, res.src.rank, toff,
-                                                     soff, overlap.DERIVED_PID)
-                _check_id_range(bases, n_tracks, n_slices, toff - bases.track, soff - bases.slice)
-                task.result()
-                # (a transaction only sees tables that existed when it began: the flows are newer)
-                if res.has_trace:
-                    n_flows = _in_transaction(cur, trace.write_rest, res.prefix, res.src.rank, toff, soff, foff)
-                    toff, soff, foff = toff + n_tracks, soff + n_slices, foff + n_flows
-                else:  # failed after nesting: nothing of it is kept
-                    _in_transaction(cur, trace.unwrite, res.src.rank)
-            except (duckdb.Error, IdRangeError) as exc:
-                _in_transaction(cur, trace.unwrite, res.src.rank)
-                res.has_trace = False
-                with res.lock:
-                    if res.trace_entry is not None:
-                        res.trace_entry["status"] = "failed"
-                        res.warnings.append((res.trace_entry["file"], f"not loaded: {_message(exc)}"))
-            finally:
-                trace.drop_stage(cur, res.prefix)
-    finally:
-        cur.close()
-
-
-def _check_id_range(bases: IdBases, n_tracks: int, n_slices: int, used_tracks: int, used_slices: int) -> None:
-    """Ids are local ids (from 1) plus the base: a rank must fit below the next rank's base."""
-    if bases.track_span is not None and used_tracks + n_tracks >= bases.track_span:
-        raise IdRangeError(f"{n_tracks} tracks, more than the {bases.track_span - 1} a shard's track ids hold")
-    if bases.slice_span is not None and used_slices + n_slices >= bases.slice_span:
-        raise IdRangeError(f"{n_slices} slices, more than the {bases.slice_span - 1} a shard's slice ids hold")
-
-
-def _in_transaction(cur, work, *args):
-    """``work(cur, *args)`` in one transaction on ``cur``."""
-    cur.execute("BEGIN TRANSACTION")
-    try:
-        result = work(cur, *args)
-    except BaseException:
-        cur.execute("ROLLBACK")
-        raise
-    cur.execute("COMMIT")
-    return result
-
-
-def _assemble_files(con, results: list[RankResult], staged: list, work: Path) -> None:
-    """The tables of the CSV and JSON files, from every rank's staging tables (runs while traces still load)."""
-    wait(staged)
-    cur = con.cursor()
-    for res in results:
-        res.device_id = _device_id(cur, res)  # the memory CSVs name the device; read them before they go
-    for table in sorted(set(csvfiles.TABLES.values())):
-        direct = [res for res in results if res.csv_prefix == "main."]
-        if direct:  # one rank: its table was made in place (or is missing or failed: then it is made empty)
-            if not any(table in res.tables for res in direct):
-                cur.execute(f"DROP TABLE IF EXISTS main.{table}")
-                cur.execute(EMPTY_TABLES[table])
-            continue
-        parts = [f"SELECT * FROM {res.csv_prefix}{table}" for res in results if table in res.tables]
-        if parts:
-            cur.execute(f"CREATE TABLE {table} AS " + " UNION ALL BY NAME ".join(parts))
-            for res in results:
-                cur.execute(f"DROP TABLE IF EXISTS {res.csv_prefix}{table}")
-        else:
-            cur.execute(EMPTY_TABLES[table])
-    for name in commfiles.COLUMNS:
-        commfiles.create_table(cur, name, [row for res in results for row in res.comm.get(name, [])], work)
-    cur.close()
+EXTENTS_SQL = "SELECT rank, min(min_ts_ns), max(max_end_ns) FROM tracks WHERE slice_count > 0 GROUP BY rank"
 
 
 def _assemble(con, results: list[RankResult], root: Path, src_path: Path, started: float,
-              extra_warnings: list[tuple], progress: Progress, defer_lod: bool) -> dict:
+              extra_warnings: list[tuple], progress: Progress) -> dict:
     # runs without a memory CSV: the trace's process labels ("NPU 3") may name the device
     devices = {res.idx: next((d for d in (res.device_id, res.trace_device_id, res.src.device_id) if d is not None),
                              None) for res in results}
     con.execute("DETACH stage")  # staging is done: give its memory to the level-of-detail build
-    if defer_lod:  # a shard: built once the whole run's widths are known (ingest.shards)
-        lod.build(con, defer=True)
-    else:
-        progress.phase("building the level-of-detail tables")
-        lod.build(con)
+    progress.phase("building the level-of-detail tables")
+    lod.build(con)
     progress.phase("writing metadata")
 
     warnings = list(extra_warnings)
     files = []
+    ranks = []
+    extents = {int(r): (lo, hi) for r, lo, hi in con.execute(EXTENTS_SQL).fetchall()}
     for res in results:
         r = res.src.rank
         warnings.extend((r, f, m) for f, m in res.warnings)
@@ -323,32 +110,28 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
             try:
                 metadata = jsonfile.load(res.src.metadata_path)
             except ValueError as exc:
-                warnings.append((r, _display(res.src.metadata_path, root), f"invalid JSON, ignored: {exc}"))
+                warnings.append((r, display_name(res.src.metadata_path, root), f"invalid JSON, ignored: {exc}"))
         exp = (info.get("config") or {}).get("experimental_config") or {} if info else {}
-        extent = con.execute("SELECT min(min_ts_ns), max(max_end_ns) FROM tracks WHERE rank = ? AND slice_count > 0",
-                             [r]).fetchone()
-        con.execute("INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-            r, devices[res.idx], _display(res.src.folder, root) if res.src.folder != root else ".",
-            res.src.rank_source, exp.get("_profiler_level"), info.get("torch_npu_version"),
-            info.get("cann_version"), res.has_trace, res.overlap_source, extent[0], extent[1],
-            json.dumps(info) if info else None, json.dumps(metadata) if metadata is not None else None])
+        extent = extents.get(r, (None, None))
+        ranks.append([r, devices[res.idx], display_name(res.src.folder, root) if res.src.folder != root else ".",
+                      res.src.rank_source, exp.get("_profiler_level"), info.get("torch_npu_version"),
+                      info.get("cann_version"), res.has_trace, res.overlap_source, extent[0], extent[1],
+                      json.dumps(info) if info else None, json.dumps(metadata) if metadata is not None else None])
         for extra in (res.src.profiler_info_path, res.src.metadata_path):
             if extra is not None:
-                files.append({"rank": r, "file": _display(extra, root), "kind": extra.stem.rstrip("_0123456789"),
+                files.append({"rank": r, "file": display_name(extra, root), "kind": extra.stem.rstrip("_0123456789"),
                               "size_bytes": extra.stat().st_size, "rows": None, "status": "loaded",
                               "seconds": 0.0})
+    insert_rows(con, "ranks", ranks)
     warnings.extend(trace_tables.fill_from_trace(con))  # ranks with a trace but no kernel or communication rows
-    if files:
-        con.executemany("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [[f["rank"], f["file"], f["kind"], f["size_bytes"], f["rows"], f["status"], f["seconds"]]
-                         for f in files])
-    if warnings:
-        con.executemany("INSERT INTO warnings VALUES (?, ?, ?)", [list(w) for w in warnings])
+    insert_rows(con, "files", [[f["rank"], f["file"], f["kind"], f["size_bytes"], f["rows"], f["status"],
+                                f["seconds"]] for f in files])
+    insert_rows(con, "warnings", warnings)
     bytes_read = sum(f["size_bytes"] for f in files)
     meta = {"schema_version": str(SCHEMA_VERSION), "ascendscope_version": _version(), "source_path": str(src_path),
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "ingest_seconds": f"{time.perf_counter() - started:.3f}", "bytes_read": str(bytes_read)}
-    con.executemany("INSERT INTO meta VALUES (?, ?)", list(meta.items()))
+    insert_rows(con, "meta", list(meta.items()))
     build_cluster_tables(con)
     return summarize(con)
 
@@ -437,21 +220,89 @@ def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
     return disc
 
 
-def ingest_rank(source: RankSource, root: str | os.PathLike, out: str | os.PathLike, *, src_path: str,
-                scratch: str | None = None, workers: int = 2, memory_limit: str = "1GB",
-                threads: int | None = None) -> dict:
-    """One rank (found by :func:`discover` under ``root``) into its own shard ``out``, with the rank's fixed id
-    range and without its level-of-detail tables (see ``ingest.shards``). A plain function of picklable
-    arguments: process pools and Ray tasks run it as it is. Returns the shard's summary plus ``lod_inputs``."""
+def warm_up() -> None:
+    """Nothing: a pool worker that runs it has imported this module (and DuckDB) before its first shard."""
+
+
+def ingest_shard(sources: list[RankSource], root: str | os.PathLike, out: str | os.PathLike, *, src_path: str,
+                 scratch: str | None = None, workers: int = 2, memory_limit: str = "1GB", threads: int | None = None,
+                 progress_path: str | None = None) -> dict:
+    """Some ranks (found by :func:`discover` under ``root``) into their own shard ``out``, each rank with its fixed
+    id range (see ``ingest.shards``). A plain function of picklable arguments: process pools and Ray tasks run it
+    as it is. ``progress_path``: a file where the bytes done so far are kept up to date (``FileProgress``), for
+    the process that waits for this one. Returns the shard's summary."""
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="ascendscope-shard-", dir=scratch) as work_dir:
-        summary = write_ranks([source], Path(root), Path(out), src_path=Path(src_path), work=Path(work_dir),
-                              progress=Progress(), workers=workers, memory_limit=memory_limit, extra_warnings=[],
-                              started=started, bases=rank_id_bases(source.rank), threads=threads,
-                              keep_open=lod.inputs)
-    summary["lod_inputs"] = summary.pop("extra")
+    total = sum(readers.size(kind, path) for src in sources for kind, path in src.files.items())
+    progress = FileProgress(progress_path, total) if progress_path else Progress()
+    try:
+        with tempfile.TemporaryDirectory(prefix="ascendscope-shard-", dir=scratch) as work_dir:
+            summary = write_ranks(list(sources), Path(root), Path(out), src_path=Path(src_path), work=Path(work_dir),
+                                  progress=progress, workers=workers, memory_limit=memory_limit, extra_warnings=[],
+                                  started=started, bases=rank_id_bases, threads=threads)
+    finally:
+        if progress_path:
+            Path(progress_path).unlink(missing_ok=True)
+    summary.pop("extra", None)
     summary["seconds"] = round(time.perf_counter() - started, 3)
     return summary
+
+
+class FileProgress(Progress):
+    """Progress of a task in another process, as the bytes done so far in a small file (rewritten at most every
+    ``interval_s``; ``read_done_bytes`` reads it). A file works the same for a pool worker and a Ray task. The
+    files read count for ``FILES_SHARE`` of the task's ``total`` bytes, its closing steps (the timeline tables,
+    the level of detail, the metadata, the file) for the rest, so the count moves until the task ends."""
+
+    FILES_SHARE = 0.85
+    CLOSING_STEPS = 4  # the phases write_ranks announces once the files are read
+
+    def __init__(self, path: str, total: int = 0, interval_s: float = 0.5):
+        self.path, self.total, self.interval_s = Path(path), total, interval_s
+        self.lock = threading.Lock()
+        self.done = 0
+        self.steps = 0
+        self.partial: dict[str, int] = {}
+        self.last = 0.0
+
+    def phase(self, text: str) -> None:
+        with self.lock:
+            self.steps = min(self.CLOSING_STEPS, self.steps + 1)
+            self.last = 0.0  # a step is worth telling at once
+        self._write()
+
+    def file_progress(self, rank: int, name: str, done_bytes: int) -> None:
+        with self.lock:
+            self.partial[name] = done_bytes
+        self._write()
+
+    def file_done(self, rank: int, name: str, size: int, seconds: float) -> None:
+        with self.lock:
+            self.partial.pop(name, None)
+            self.done += size
+        self._write()
+
+    def _write(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if now - self.last < self.interval_s:
+                return
+            self.last = now
+            done = int(self.FILES_SHARE * (self.done + sum(self.partial.values()))
+                       + (1 - self.FILES_SHARE) * self.total * self.steps / self.CLOSING_STEPS)
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}")
+        try:
+            tmp.write_text(str(done), encoding="ascii")
+            os.replace(tmp, self.path)
+        except OSError:  # progress is a courtesy: never fail the ingest for it
+            pass
+
+
+def read_done_bytes(path: str | os.PathLike) -> int:
+    """The bytes a ``FileProgress`` says are done (0 when it has said nothing yet)."""
+    try:
+        return int(Path(path).read_text(encoding="ascii") or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 SMALL_SHARD_BYTES = 64 << 20  # a shard of less input than this is written in small blocks
@@ -470,10 +321,12 @@ def _file_config(ranks: list[RankSource], shard: bool) -> dict:
 
 def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Path, work: Path, progress: Progress,
                 workers: int, memory_limit: str, extra_warnings: list[tuple], started: float,
-                bases: IdBases | None = None, threads: int | None = None, keep_open=None) -> dict:
-    """Write ``ranks`` into the DuckDB file ``out`` (through a temp name, renamed when complete). With ``bases``
-    (a shard) the level-of-detail tables are left empty. ``keep_open(con)`` runs last on the file (its result is
-    the summary's ``extra``)."""
+                bases=None, threads: int | None = None, keep_open=None,
+                groups: list[list[int]] | None = None) -> dict:
+    """Write ``ranks`` into the DuckDB file ``out`` (through a temp name, renamed when complete). ``bases``: a
+    function giving each rank its fixed id range (a shard, see :func:`rank_id_bases`); else ids follow on from
+    rank to rank. ``groups``: which ranks are staged together (indices; default :func:`plan_groups`).
+    ``keep_open(con)`` runs last on the file (its result is the summary's ``extra``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_duckdb(out, _file_config(ranks, shard=bases is not None)) as con:
         con.execute(f"SET memory_limit = '{_checked_size(memory_limit)}'")
@@ -486,28 +339,46 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
         sqlfuncs.install(con)
         for ddl in CORE_DDL:
             con.execute(ddl)
-        results = [RankResult(src=s, idx=i, prefix=f"stage._r{i}_") for i, s in enumerate(ranks)]
-        for res in results:  # one rank: no union of ranks to build, so its CSV tables are made in place
-            res.csv_prefix = "main." if len(results) == 1 else res.prefix
-        # one task per file, biggest first, so a rank's trace and CSVs (and other ranks) load side by side
-        tasks = sorted(((res, kind, path) for res in results for kind, path in res.src.files.items()),
-                       key=lambda t: -readers.size(t[1], t[2]))
+        results = [RankResult(src=s, idx=i, prefix="") for i, s in enumerate(ranks)]
+        stages = []
+        for gi, members in enumerate(groups if groups is not None else plan_groups(ranks)):
+            stage = Stage(idx=gi, prefix=f"stage._g{gi}_", members=[results[i] for i in members],
+                          many=len(members) > 1)
+            for res in stage.members:  # one rank: no union of ranks to build, so its CSV tables are made in place
+                res.prefix, res.csv_prefix = stage.prefix, "main." if len(results) == 1 else stage.prefix
+            stages.append(stage)
+        tasks = plan_tasks(stages)
         # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in halves
         split_read = sum(1 for t in tasks if t[1] in TIMELINE_KINDS) < max(1, workers)
+        at = [0, 0, 0]
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            stage = {pool.submit(_stage_file, con, *t, root, work, progress, split_read): t for t in tasks}
+            # one task per file (or per file kind of a group), biggest first, so a rank's trace and CSVs (and
+            # other ranks) load side by side
+            futures = {submit(pool, con, t, root, work, progress, split_read): t for t in tasks}
             # (a db export makes CSV-shaped tables too: the assembly also waits for it)
-            others = [f for f, t in stage.items() if t[1] not in readers.TIMELINE_ONLY]
-            traces = {t[0].idx: f for f, t in stage.items() if t[1] in TIMELINE_KINDS}
+            others = [f for f, t in futures.items() if t[1] not in readers.TIMELINE_ONLY]
+            traces = {t[2].idx: f for f, t in futures.items() if t[1] in TIMELINE_KINDS}
             # the CSV/JSON tables are assembled as soon as they are staged, while traces still load
-            assembled = pool.submit(_assemble_files, con, results, others, work)
-            _write_traces(con, results, traces, bases or IdBases())
-            for fut in [assembled, *stage]:
+            assembled = pool.submit(assemble_files, con, stages, others, work)
+            write_traces(con, stages, traces, bases, at)
+            for fut in [assembled, *futures]:
                 fut.result()
+            # a group whose traces failed together: each loaded again alone, so one bad trace fails only its rank
+            again = [Stage(idx=len(stages) + i, prefix=f"stage._a{i}_", members=[res])
+                     for i, res in enumerate(res for st in stages if st.failed for res in st.members
+                                             if any(k in TIMELINE_KINDS for k in res.src.files))]
+            retry = {}
+            for stage in again:
+                res = stage.members[0]
+                res.prefix = stage.prefix
+                kind = next(k for k in res.src.files if k in TIMELINE_KINDS)
+                retry[stage.idx] = pool.submit(stage_file, con, stage, res, kind, res.src.files[kind], root, work,
+                                               progress, False)
+            write_traces(con, again, retry, bases, at)
         for res in results:
             res.files.sort(key=lambda f: (f["kind"] not in TIMELINE_KINDS, f["file"]))
         progress.phase("assembling the timeline tables")
-        summary = _assemble(con, results, root, src_path, started, extra_warnings, progress, bases is not None)
+        summary = _assemble(con, results, root, src_path, started, extra_warnings, progress)
         if keep_open is not None:
             summary["extra"] = keep_open(con)
         progress.phase("writing the file")

@@ -1,37 +1,60 @@
-"""Ingest a run as one shard per rank plus small cluster tables, described by a manifest (docs/schema.md).
+"""Ingest a run as shards plus small cluster tables, described by a manifest (docs/schema.md), so that it can be
+opened while it ingests.
 
-``ingest_sharded(src, out_dir)`` discovers the ranks once (so rank ids and file names are those of a single-file
-ingest), then runs one task per rank on an executor (``ingest.executors``: a process pool, or Ray): each writes
-``shards/rank_<rank:05d>.duckdb`` — exactly a single-file run database of that rank, with its fixed id range
-(``pipeline.rank_id_bases``) — through a temp name. The level-of-detail tables need the whole run's widths, so
-a second round of tasks builds them in every shard once all are written. Then ``cluster.duckdb`` gathers the run-
-wide tables (``meta``, ``ranks``, ``files``, ``warnings``, ``lod_levels``, the ``cluster_*`` tables of every shard
-and ``cluster_analysis_*``), a few shards attached at a time. ``manifest.json`` is written last (temp + rename):
-a folder without one is not a run.
+``ingest_sharded(src, out_dir)``:
 
-A rank whose task fails (an error, a worker that died twice) is a ``failed`` entry of the manifest with the
-reason, and a row of ``warnings`` naming its folder; the other ranks still load. Nothing else in ``out_dir`` is
-touched but the manifest, ``cluster.duckdb``, ``shards/`` and their temp files.
+1. discovers the ranks once (so rank ids and file names are those of a single-file ingest) and plans the shards:
+   small ranks together, up to ``pipeline.GROUP_BYTES`` of input, so the fixed cost of a task and a file is paid
+   once for many ranks; a big rank alone (``pipeline.plan_groups``);
+2. loads the small files of every rank (``SMALL_KINDS``: step_trace_time.csv, communication*.json, the db
+   export's analysis.db …) into ``cluster.duckdb`` with the ranks and the cluster tables, and writes the first
+   manifest (``status: ingesting``, every shard ``pending``): the Cluster, Summary and Communication views
+   answer from here on;
+3. then runs the shard tasks on an executor (``ingest.executors``: a process pool, or Ray), at most one per
+   worker at a time, each next one picked when a slot frees: the shards holding the ranks ``wanted()`` names (the
+   ranks a user opened) first, then in rank order. Each task writes ``shards/<name>.duckdb`` — exactly a
+   single-file run database of its ranks, each rank with its fixed id range (``pipeline.rank_id_bases``) and the
+   shard's own level-of-detail widths — through a temp name, and keeps the bytes it has read in a small file, so
+   progress moves within a task;
+4. as shards finish, gathers their run-wide rows (``ranks``, ``files``, ``warnings`` and every ``cluster_*``
+   table) into ``cluster.duckdb`` (rewritten whole, temp + rename, at most every few seconds) and marks them
+   ``ready`` in the manifest, which is rewritten *after* the cluster tables it relies on: a reader that reads
+   the manifest first never sees a shard whose rows are not there, nor a file not complete;
+5. writes the final cluster tables and the manifest with ``status: complete``, and removes what this ingest did
+   not write (shards of ranks gone, temp files of killed tasks).
+
+Resuming: a manifest entry records what its shard was made from (``source``: a digest of the files and this
+ascendscope's versions). An ingest into a folder that already holds ready shards of the same source keeps them
+and runs only the others, so a killed server resumes without redoing finished ranks.
+
+A shard whose task fails (an error, a worker that died twice) is a ``failed`` entry with the reason, and a row of
+``warnings`` per rank naming its folder; the other shards still load. Nothing else in ``out_dir`` is touched but
+the manifest, ``cluster.duckdb``, ``shards/``, ``.progress/`` and their temp files.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
 
-from . import SCHEMA_VERSION, lod, pipeline, readers
+from . import SCHEMA_VERSION, archive, pipeline, readers
 from .executors import default_workers, make_executor
 from .layout import (
     CLUSTER_DB,
     CLUSTER_PREFIX,
+    EMPTY_SCHEMA,
     FORMAT_VERSION,
     MANIFEST,
     RUN_TABLES,
@@ -42,195 +65,413 @@ from .layout import (
     read_manifest,
     shard_name,
 )
-from .pipeline import NoProfilingData, Progress, ingest_rank
-from .schema import CORE_DDL
+from .pipeline import NoProfilingData, Progress
 
-ATTACH_BATCH = 16  # shards attached at once while cluster.duckdb is assembled
 SHARD_MEMORY_LIMIT = "1GB"  # DuckDB's limit per task (spilling past it), so a worker stays within ~1.5 GB
+# what the Cluster, Summary and Communication views read, loaded for every rank before any trace
+SMALL_KINDS = frozenset({"step_trace_time", "communication", "communication_matrix", "analysis_db",
+                         "msprof_communication", "msprof_communication_matrix"})
+# tables of the small files, kept in cluster.duckdb for every rank (the shards have the same rows for theirs)
+EARLY_TABLES = ("step_trace", "comm_ops", "comm_bandwidth", "comm_matrix", "comm_size_distribution")
+PROGRESS_DIR = ".progress"
+POLL_S = 0.5  # how often the waiting loop looks at progress files and at what the user wants
+MIN_REWRITE_S = 2.0  # cluster.duckdb is rewritten at most this often while shards finish …
+REWRITE_FACTOR = 4  # … and at most once per this many times its last write took
 
 
-def build_shard_lod(path: str, base_ns: int, span_ns: int, memory_limit: str = SHARD_MEMORY_LIMIT,
-                    threads: int | None = None) -> list[tuple[int, int, int]]:
-    """Second round: the shard's level-of-detail tables at the run's widths, in one transaction."""
-    con = duckdb.connect(path)
-    try:
-        con.execute(f"SET memory_limit = '{pipeline._checked_size(memory_limit)}'")
-        if threads:
-            con.execute(f"SET threads = {int(threads)}")
-        con.execute("BEGIN TRANSACTION")
-        levels = lod.build(con, base_ns=base_ns, span_ns=span_ns)
-        con.execute("COMMIT")
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
-    return levels
+@dataclass
+class Shard:
+    """One planned shard: its file, its ranks (their sources), input bytes and what it is made from."""
+
+    file: str
+    sources: list
+    input_bytes: int
+    source_id: str
+
+    @property
+    def ranks(self) -> list[int]:
+        return [s.rank for s in self.sources]
+
+
+def plan_shards(disc, group_bytes: int = pipeline.GROUP_BYTES, archive: Path | None = None) -> list[Shard]:
+    """The shards of a run: ``pipeline.plan_groups`` of its ranks, each named after its ranks. ``archive``: the
+    run was extracted from this file (its files' times are those of the extraction, not of the source)."""
+    out = []
+    for members in pipeline.plan_groups(disc.ranks, group_bytes):
+        sources = [disc.ranks[i] for i in members]
+        ranks = [s.rank for s in sources]
+        file = shard_name(ranks[0]) if len(ranks) == 1 else shard_name(ranks[0], ranks[-1])
+        size = sum(readers.size(k, p) for s in sources for k, p in s.files.items())
+        out.append(Shard(file=file, sources=sources, input_bytes=size,
+                         source_id=source_id(sources, disc.root, archive)))
+    return out
+
+
+def source_id(sources: list, root: Path, archive: Path | None = None) -> str:
+    """A digest of what a shard is made from: each rank's files (path below the root, size, and mtime, or the
+    archive's size and mtime when the files were extracted from one) and the versions of the code and schema that
+    read them."""
+    parts: list = [pipeline._version(), SCHEMA_VERSION, FORMAT_VERSION]
+    if archive is not None:
+        st = archive.stat()
+        parts.append(["archive", st.st_size, st.st_mtime_ns])
+    for src in sources:
+        files = []
+        extras = [("info", p) for p in (src.profiler_info_path, src.metadata_path) if p is not None]
+        for kind, part in [(k, q) for k, path in sorted(src.files.items()) for q in readers.parts(k, path)] + extras:
+            st = part.stat()
+            files.append([kind, pipeline.display_name(part, root), st.st_size, None if archive else st.st_mtime_ns])
+        parts.append([src.rank, pipeline.display_name(src.folder, root), files])
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 
 def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | None = None,
                    ray_address: str | None = None, progress: Progress | None = None,
-                   memory_limit: str = SHARD_MEMORY_LIMIT) -> dict:
+                   memory_limit: str = SHARD_MEMORY_LIMIT, wanted: Callable[[], list[int]] | None = None,
+                   resume: bool = True, group_bytes: int = pipeline.GROUP_BYTES) -> dict:
     """Ingest ``src`` (folder, archive or trace file) into the run folder ``out_dir``; return the summary (that
-    of ``ingest_path`` plus ``shards``: rank, status, seconds, warnings, error per shard)."""
+    of ``ingest_path`` plus ``shards``: file, ranks, status, seconds, warnings, error per shard, and
+    ``reused``: the shards kept from an earlier ingest of the same source). ``wanted()``: the ranks to load
+    first, asked again before each task starts."""
     started = time.perf_counter()
     progress = progress or Progress()
     src_path, out = Path(src), Path(out_dir)
     pipeline._checked_size(memory_limit)
     out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST).unlink(missing_ok=True)  # from here until the new manifest, the folder is not a run
+    sweep_temp(out)
     work = out / f".work-{os.getpid()}-{threading.get_ident()}"
     work.mkdir()
-    runner = None
+    batch = runner = None
     try:
-        disc = pipeline.prepare(src_path, work / "extracted", progress)
-        sizes = {s.rank: sum(readers.size(k, p) for k, p in s.files.items()) for s in disc.ranks}
-        progress.begin(sum(sizes.values()), len(disc.ranks))
+        timing: dict[str, float] = {}
+        try:
+            disc = pipeline.prepare(src_path, work / "extracted", progress)
+            timing["discover_s"] = round(time.perf_counter() - started, 3)
+        except NoProfilingData:
+            (out / MANIFEST).unlink(missing_ok=True)  # an old run of this folder is not this source's
+            raise
+        plan = plan_shards(disc, group_bytes, src_path if archive.is_archive(src_path) else None)
+        entries = _entries(plan, _previous(out) if resume else {}, out)
+        todo = [i for i, e in enumerate(entries) if e["status"] != "ready"]
         (out / SHARDS_DIR).mkdir(exist_ok=True)
-        # no more processes than ranks: a lone rank gets every core (its files load side by side, its trace in
-        # halves) instead of one core beside an idle worker
-        n = max(1, min(int(workers or default_workers()), len(disc.ranks)))
+        (out / PROGRESS_DIR).mkdir(exist_ok=True)
+        progress.begin(sum(plan[i].input_bytes for i in todo) or 1, len(disc.ranks))
+        # no more processes than tasks: a lone big rank gets every core (its files load side by side, its trace
+        # in halves) instead of one core beside an idle worker
+        n = max(1, min(int(workers or default_workers()), len(todo) or 1))
         threads = max(1, (os.cpu_count() or 1) // n)
         # node-local scratch for Ray (another node may not have our temp folder); our run folder's otherwise
         scratch = None if executor == "ray" else tempfile.gettempdir()
-        runner = make_executor(executor, workers=n, ray_address=ray_address)
-        calls = [{"source": s, "root": str(disc.root), "out": str(out / shard_name(s.rank)),
-                  "src_path": str(src_path), "scratch": scratch, "memory_limit": memory_limit, "threads": threads}
-                 for s in disc.ranks]
-        results: dict[int, dict] = {}
-        errors: dict[int, str] = {}
-        for i, result, error in runner.run(ingest_rank, calls):
-            rank = disc.ranks[i].rank
-            if error is None:
-                results[rank] = result
-            else:
-                errors[rank] = error
-            progress.file_done(rank, pipeline._display(disc.ranks[i].folder, disc.root), sizes[rank],
-                               float(result["seconds"]) if result else 0.0)
-        plan = lod.base_from_inputs([r["lod_inputs"] for r in results.values()])
-        levels: dict[int, list] = {}
-        if plan is not None:
-            progress.phase("building the level-of-detail tables")
-            ranks = sorted(r for r in results if results[r]["lod_inputs"]["slices"])
-            lod_calls = [{"path": calls[_index(disc, r)]["out"], "base_ns": plan[0], "span_ns": plan[1],
-                          "memory_limit": memory_limit, "threads": threads} for r in ranks]
-            for i, result, error in runner.run(build_shard_lod, lod_calls):
-                if error is None:
-                    levels[ranks[i]] = result
-                else:  # the shard is incomplete: it does not load
-                    errors[ranks[i]] = f"level-of-detail tables: {error}"
-                    results.pop(ranks[i])
-        runner.close()
-        runner = None
-        progress.phase("writing the cluster tables")
-        entries = _entries(out, disc, results, errors)
-        failed = [(r, pipeline._display(_source(disc, r).folder, disc.root), m) for r, m in sorted(errors.items())]
-        _write_cluster(out, disc, sorted(results), levels, failed, src_path, started)
-        summary = _summary(out, entries, results)
-        _write_manifest(out, entries, src_path)
-        _remove_stale(out, {e["file"] for e in entries if e["file"]})
+        calls = [{"sources": plan[i].sources, "root": str(disc.root), "out": str(out / plan[i].file),
+                  "src_path": str(src_path), "scratch": scratch, "memory_limit": memory_limit, "threads": threads,
+                  "progress_path": str(out / PROGRESS_DIR / f"{Path(plan[i].file).stem}.bytes")} for i in todo]
+        if todo:
+            runner = make_executor(executor, workers=n, ray_address=ray_address)
+            # its tasks start once the small files are published (those answer the first views, and soonest alone);
+            # its processes start now, and import what they need meanwhile
+            batch = runner.start(pipeline.ingest_shard, calls, order=_priority([plan[i] for i in todo], wanted))
+            batch.warm(pipeline.warm_up)
+        cluster = ClusterTables(out, disc, src_path, started)
+        try:
+            progress.phase("reading the small files of every rank")
+            t0 = time.perf_counter()
+            cluster.load_small(work, memory_limit)
+            for e in entries:
+                if e["status"] == "ready":
+                    cluster.add_shard(e)
+            cluster.write()
+            _write_manifest(out, entries, src_path, "ingesting")
+            timing["small_s"] = round(time.perf_counter() - t0, 3)
+            progress.phase("reading the ranks")
+            if batch is not None:
+                _wait(batch, todo, plan, entries, cluster, out, src_path, progress)
+            progress.phase("writing the cluster tables")
+            t0 = time.perf_counter()
+            cluster.write(final=True)
+            timing["cluster_write_s"] = round(time.perf_counter() - t0, 3)
+            summary = cluster.summary(entries)
+        finally:
+            cluster.close()
+        timing["total_s"] = round(time.perf_counter() - started, 3)
+        _write_manifest(out, entries, src_path, "complete", timing)
+        _remove_stale(out, {e["file"] for e in entries})
     finally:
+        if batch is not None and not batch.done:
+            batch.stop()
         if runner is not None:
             runner.close()
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(out / PROGRESS_DIR, ignore_errors=True)
+        sweep_temp(out)
     summary["seconds"] = round(time.perf_counter() - started, 3)
     return summary
 
 
-def _index(disc, rank: int) -> int:
-    return next(i for i, s in enumerate(disc.ranks) if s.rank == rank)
+def _wait(batch, todo: list[int], plan: list[Shard], entries: list[dict], cluster: ClusterTables, out: Path,
+          src_path: Path, progress: Progress) -> None:
+    """Collect the shard tasks as they finish: failed ones into the cluster tables' warnings at once, ready ones
+    into the cluster tables (written at most every MIN_REWRITE_S) and then the manifest."""
+    unpublished: list[int] = []
+    started: set[int] = set()
+    last_write = time.monotonic()
+    while not batch.done:
+        for j, result, error in batch.poll(POLL_S):
+            i = todo[j]
+            shard, entry = plan[i], entries[i]
+            if error is None:
+                entry.update(status="ready", bytes=(out / shard.file).stat().st_size, seconds=result["seconds"],
+                             warnings=len(result["warnings"]), error=None, counts=_counts(result),
+                             finished=round(time.time(), 3))
+                unpublished.append(i)
+            else:
+                entry.update(status="failed", error=error, bytes=None)
+                cluster.fail(shard, error)
+                if (out / shard.file).is_file():  # an earlier ingest's: not this source's
+                    (out / shard.file).unlink()
+            progress.file_done(shard.ranks[0], _label(shard), shard.input_bytes, float((result or {}).get("seconds")
+                                                                                       or 0.0))
+        for j in batch.running.values():  # bytes read so far by the tasks still running
+            shard = plan[todo[j]]
+            if j not in started:
+                started.add(j)
+                progress.file_start(shard.ranks[0], _label(shard), shard.input_bytes)
+            progress.file_progress(shard.ranks[0], _label(shard), pipeline.read_done_bytes(
+                out / PROGRESS_DIR / f"{Path(shard.file).stem}.bytes"))
+        due = time.monotonic() - last_write >= max(MIN_REWRITE_S, REWRITE_FACTOR * cluster.write_s)
+        if unpublished and (due or batch.done):
+            for i in unpublished:
+                cluster.add_shard(entries[i])
+            cluster.write()
+            _write_manifest(out, entries, src_path, "ingesting")
+            unpublished, last_write = [], time.monotonic()
 
 
-def _source(disc, rank: int):
-    return disc.ranks[_index(disc, rank)]
+def _counts(result: dict) -> dict:
+    """What a shard holds, kept in its manifest entry (a resumed ingest sums them without opening it)."""
+    return {k: result[k] for k in ("slices_per_kind", "flows_per_category", "counters", "tables")}
 
 
-def _entries(out: Path, disc, results: dict[int, dict], errors: dict[int, str]) -> list[dict]:
+def _label(shard: Shard) -> str:
+    return f"ranks {shard.ranks[0]}–{shard.ranks[-1]}" if len(shard.ranks) > 1 else f"rank {shard.ranks[0]}"
+
+
+def _priority(shards: list[Shard], wanted: Callable[[], list[int]] | None):
+    """``order`` for the batch: the pending shards holding the ranks ``wanted()`` names (in its order) first,
+    then the rest in rank order."""
+    where = {r: j for j, s in enumerate(shards) for r in s.ranks}
+
+    def order(pending: list[int]) -> list[int]:
+        first = []
+        try:
+            asked = list(wanted()) if wanted is not None else []
+        except Exception:  # noqa: BLE001 - a wish that cannot be read is no wish
+            asked = []
+        for r in asked:
+            j = where.get(r)
+            if j in pending and j not in first:
+                first.append(j)
+        return first + sorted(j for j in pending if j not in first)
+
+    return order
+
+
+def _previous(out: Path) -> dict[str, dict]:
+    """The ready entries of the manifest already in ``out`` (an interrupted or earlier ingest), by file."""
+    try:
+        manifest = read_manifest(out)
+    except (OSError, ValueError):
+        return {}
+    if manifest.get("format_version") != FORMAT_VERSION or manifest.get("schema_version") != SCHEMA_VERSION:
+        return {}
+    return {e["file"]: e for e in manifest.get("shards", []) if e.get("status") == "ready" and e.get("file")}
+
+
+def _entries(plan: list[Shard], previous: dict[str, dict], out: Path) -> list[dict]:
+    """The manifest entry of every planned shard: ready when an earlier ingest left it whole and made from the
+    same source, else pending."""
     entries = []
-    for s in disc.ranks:
-        r = s.rank
-        ok = r in results
-        path = out / shard_name(r)
-        entries.append({
-            "rank": r, "file": shard_name(r) if ok else None, "bytes": path.stat().st_size if ok else None,
-            "status": "ready" if ok else "failed", "warnings": len(results[r]["warnings"]) if ok else 1,
-            "seconds": results[r]["seconds"] if ok else None, "error": None if ok else errors.get(r)})
+    for shard in plan:
+        old = previous.get(shard.file)
+        path = out / shard.file
+        kept = (old is not None and old.get("source") == shard.source_id and old.get("ranks") == shard.ranks
+                and path.is_file() and path.stat().st_size == old.get("bytes"))
+        entry = {"file": shard.file, "ranks": shard.ranks, "status": "pending", "bytes": None,
+                 "input_bytes": shard.input_bytes, "source": shard.source_id, "seconds": None, "warnings": None,
+                 "error": None, "counts": None, "finished": None, "reused": False}
+        if kept:
+            entry.update(status="ready", bytes=old["bytes"], seconds=old.get("seconds"),
+                         warnings=old.get("warnings"), counts=old.get("counts"), finished=old.get("finished"),
+                         reused=True)
+        entries.append(entry)
     return entries
 
 
-def _write_cluster(out: Path, disc, ready: list[int], levels: dict[int, list], failed: list[tuple],
-                   src_path: Path, started: float) -> None:
-    """cluster.duckdb: the run-wide tables, from every ready shard (a few attached at a time), then renamed."""
-    with pipeline.atomic_duckdb(out / CLUSTER_DB) as con:
-        made: set[str] = set()
-        for start in range(0, len(ready), ATTACH_BATCH):
-            batch = ready[start:start + ATTACH_BATCH]
-            for j, rank in enumerate(batch):
-                con.execute(f"ATTACH '{_sql_path(out / shard_name(rank))}' AS s{j} (READ_ONLY)")
-            for j, _ in enumerate(batch):
-                names = [t for (t,) in con.execute(
-                    "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [f"s{j}"]).fetchall()]
-                for table in names:
-                    if table == "meta" or not (table in RUN_TABLES or table.startswith(CLUSTER_PREFIX)):
-                        continue
-                    if table in made:
-                        con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM s{j}."{table}"')
-                    else:
-                        con.execute(f'CREATE TABLE "{table}" AS SELECT * FROM s{j}."{table}"')
-                        made.add(table)
-            for j, _ in enumerate(batch):
-                con.execute(f"DETACH s{j}")
-        for ddl in CORE_DDL:  # the run-wide tables exist even when no shard is ready
-            name = ddl.split()[2]
-            if name in RUN_TABLES and name not in made and name != "meta":
-                con.execute(ddl)
-        con.execute(CORE_DDL[0])  # meta: the run's own
-        rows = list(disc.warnings) + failed
-        if rows:
-            con.executemany("INSERT INTO warnings VALUES (?, ?, ?)", [list(w) for w in rows])
-        con.execute("CREATE TABLE lod_levels (level INTEGER, bucket_ns BIGINT, row_count BIGINT)")
-        totals: dict[tuple[int, int], int] = {}
-        for shard_levels in levels.values():
-            for level, bucket_ns, count in shard_levels:
-                totals[(level, bucket_ns)] = totals.get((level, bucket_ns), 0) + count
-        if totals:
-            con.executemany("INSERT INTO lod_levels VALUES (?, ?, ?)", [[lv, b, c] for (lv, b), c in
-                                                                       sorted(totals.items())])
-        pipeline.load_cluster_analysis(con, disc.root)
-        bytes_read = con.execute("SELECT coalesce(sum(size_bytes), 0) FROM files").fetchone()[0]
-        meta = {"schema_version": str(SCHEMA_VERSION), "ascendscope_version": pipeline._version(),
-                "source_path": str(src_path), "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "ingest_seconds": f"{time.perf_counter() - started:.3f}", "bytes_read": str(int(bytes_read)),
-                "layout": "sharded"}
-        con.executemany("INSERT INTO meta VALUES (?, ?)", list(meta.items()))
+class ClusterTables:
+    """The run-wide tables of a run being ingested, kept in memory and written to ``cluster.duckdb`` whole:
+    the small files' tables of every rank (``load_small``), then, rank by rank as shards are ready, the rows
+    their shard has for them (``add_shard``): ``ranks``, ``files``, ``warnings`` and every ``cluster_*`` table
+    replace the small files' rows of those ranks."""
+
+    def __init__(self, out: Path, disc, src_path: Path, started: float):
+        self.out, self.disc, self.src_path, self.started = out, disc, src_path, started
+        self.con = duckdb.connect(":memory:")
+        self.con.execute("SET preserve_insertion_order = true")
+        self.ready: list[int] = []  # ranks whose shard rows replace the small ones
+        self.failed: list[tuple] = []  # warnings of failed shards
+        self.write_s = 0.0
+        self.tables: dict[str, bool] = {}  # table -> has a rank column
+        self.empty: list[str] = []
+
+    def load_small(self, work: Path, memory_limit: str) -> None:
+        """Every rank's small files (SMALL_KINDS) into a scratch run database, then kept here."""
+        small = [dataclasses.replace(s, files={k: p for k, p in s.files.items() if k in SMALL_KINDS})
+                 for s in self.disc.ranks]
+        path = work / "small.duckdb"
+        pipeline.write_ranks(small, self.disc.root, path, src_path=self.src_path, work=work / "small",
+                             progress=Progress(), workers=2, memory_limit=memory_limit, extra_warnings=[],
+                             started=self.started, groups=pipeline.plan_groups(small, max_ranks=1024))
+        self.con.execute(f"ATTACH '{_sql_path(path)}' AS small (READ_ONLY)")
+        for (table,) in self.con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'small' "
+                                         "ORDER BY table_name").fetchall():
+            if table in RUN_TABLES[1:] or table in EARLY_TABLES or table.startswith(CLUSTER_PREFIX):
+                self.con.execute(f'CREATE TABLE "small_{table}" AS SELECT * FROM small."{table}"')
+                self.con.execute(f'CREATE TABLE "shard_{table}" AS SELECT * FROM small."{table}" WHERE false')
+                self.tables[table] = "rank" in self._columns(f"small_{table}")
+            elif table != "meta":  # a table only the shards have: its empty form, for a run with none ready yet
+                self.con.execute(f'CREATE TABLE "empty_{table}" AS SELECT * FROM small."{table}" WHERE false')
+                self.empty.append(table)
+        self.con.execute("DETACH small")
+        path.unlink(missing_ok=True)
+        from .cluster import load_cluster_analysis
+
+        self.analysis = [(None, *(str(w).partition(": ")[::2] if ": " in str(w) else ("cluster_analysis_output",
+                                                                                         str(w))))
+                         for w in load_cluster_analysis(self.con, self.disc.root) or []]
+
+    def _columns(self, table: str) -> list[str]:
+        return [c for (c,) in self.con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ?",
+                                               [table]).fetchall()]
+
+    def add_shard(self, entry: dict) -> None:
+        """A ready shard's rows of its ranks."""
+        self.con.execute(f"ATTACH '{_sql_path(self.out / entry['file'])}' AS s (READ_ONLY)")
+        try:
+            have = {t for (t,) in self.con.execute("SELECT table_name FROM duckdb_tables() "
+                                                   "WHERE database_name = 's'").fetchall()}
+            for table in sorted(have):
+                if table in EARLY_TABLES and self.tables.get(table):
+                    # rows a shard made from its traces for ranks whose small files had none (ingest.trace_tables:
+                    # a Level0 or msprof rank's communication operators)
+                    self.con.execute(f'INSERT INTO "shard_{table}" BY NAME SELECT * FROM s."{table}" '
+                                     f'WHERE rank NOT IN (SELECT DISTINCT rank FROM "small_{table}")')
+                    continue
+                if not (table in RUN_TABLES[1:] or table.startswith(CLUSTER_PREFIX)):
+                    continue
+                if table not in self.tables:  # a cluster table only the shards have
+                    self.con.execute(f'CREATE TABLE "shard_{table}" AS SELECT * FROM s."{table}" WHERE false')
+                    self.con.execute(f'CREATE TABLE "small_{table}" AS SELECT * FROM s."{table}" WHERE false')
+                    self.tables[table] = "rank" in self._columns(f"shard_{table}")
+                self.con.execute(f'INSERT INTO "shard_{table}" BY NAME SELECT * FROM s."{table}"')
+        finally:
+            self.con.execute("DETACH s")
+        self.ready.extend(entry["ranks"])
+
+    def fail(self, shard: Shard, error: str) -> None:
+        for src in shard.sources:
+            self.failed.append((src.rank, pipeline.display_name(src.folder, self.disc.root),
+                                f"not loaded: the shard task failed: {error}"))
+
+    def write(self, final: bool = False) -> None:
+        """cluster.duckdb as of now (temp file + rename)."""
+        t0 = time.perf_counter()
+        ready = sorted(set(self.ready))
+        target = self.out / CLUSTER_DB
+        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        self.con.execute(f"ATTACH '{_sql_path(tmp)}' AS out (BLOCK_SIZE {pipeline.SMALL_BLOCK_BYTES})")
+        try:
+            for table, ranked in sorted(self.tables.items()):
+                if table in EARLY_TABLES and ranked:  # the small files' rows, and those shards made for the others
+                    sql = (f'SELECT * FROM "small_{table}" UNION ALL BY NAME SELECT * FROM "shard_{table}" '
+                           'ORDER BY rank NULLS FIRST')
+                elif table in EARLY_TABLES or not ranked:
+                    sql = f'SELECT * FROM "small_{table}"'
+                else:
+                    sql = (f'SELECT * FROM "small_{table}" WHERE NOT list_contains(?, rank) '
+                           f'UNION ALL BY NAME SELECT * FROM "shard_{table}" ORDER BY rank NULLS FIRST')
+                params = [] if table in EARLY_TABLES or not ranked else [ready]
+                self.con.execute(f'CREATE TABLE out."{table}" AS {sql}', params)
+            for name in [t for (t,) in self.con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = 'memory' "
+                    "AND starts_with(table_name, 'cluster_analysis_')").fetchall()]:
+                self.con.execute(f'CREATE TABLE out."{name}" AS SELECT * FROM "{name}"')
+            self.con.execute(f"CREATE SCHEMA out.{EMPTY_SCHEMA}")
+            for table in self.empty:
+                self.con.execute(f'CREATE TABLE out.{EMPTY_SCHEMA}."{table}" AS SELECT * FROM "empty_{table}"')
+            self.con.execute("CREATE TABLE out.meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+            rows = list(self.disc.warnings) + self.analysis + self.failed
+            if rows:
+                pipeline.insert_rows(self.con, "out.warnings", rows)
+            bytes_read = self.con.execute("SELECT coalesce(sum(size_bytes), 0) FROM out.files").fetchall()[0][0]
+            meta = {"schema_version": str(SCHEMA_VERSION), "ascendscope_version": pipeline._version(),
+                    "source_path": str(self.src_path), "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "ingest_seconds": f"{time.perf_counter() - self.started:.3f}", "bytes_read": str(int(bytes_read)),
+                    "layout": "sharded", "complete": "true" if final else "false"}
+            pipeline.insert_rows(self.con, "out.meta", list(meta.items()))
+            self.con.execute("DETACH out")
+            os.replace(tmp, target)
+        except BaseException:
+            self.con.execute("DETACH DATABASE IF EXISTS out")
+            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+            raise
+        self.write_s = time.perf_counter() - t0
+
+    def summary(self, entries: list[dict]) -> dict:
+        """The ingest summary of the whole run: that of a single file (the shards' counts added up, the small
+        files' tables counted here), plus shards."""
+        counts = [e["counts"] for e in entries if e["status"] == "ready" and e.get("counts")]
+
+        def total(key: str) -> dict:
+            sums: dict[str, int] = {}
+            for c in counts:
+                for k, v in c[key].items():
+                    sums[k] = sums.get(k, 0) + v
+            return dict(sorted(sums.items()))
+
+        con = duckdb.connect(str(self.out / CLUSTER_DB), read_only=True)
+        try:
+            warnings = [{"rank": r, "file": f, "message": m} for r, f, m in con.execute(
+                "SELECT rank, file, message FROM warnings ORDER BY rank NULLS FIRST, file").fetchall()]
+            ranks = [r for (r,) in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
+            bytes_read = int(con.execute("SELECT value FROM meta WHERE key = 'bytes_read'").fetchone()[0])
+            tables = total("tables")
+            for t in EARLY_TABLES:  # every rank's rows are here, also those of shards that failed
+                if t in self.tables:
+                    tables[t] = con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]
+        finally:
+            con.close()
+        return {"ranks": ranks, "slices_per_kind": total("slices_per_kind"),
+                "flows_per_category": total("flows_per_category"),
+                "counters": sum(c["counters"] for c in counts), "tables": dict(sorted(tables.items())),
+                "warnings": warnings, "bytes_read": bytes_read, "layout": "sharded",
+                "reused": sum(1 for e in entries if e.get("reused")),
+                "shards": [{k: e[k] for k in ("file", "ranks", "status", "seconds", "warnings", "error")}
+                           | {"rank": e["ranks"][0]} for e in entries]}
+
+    def close(self) -> None:
+        self.con.close()
 
 
-def _summary(out: Path, entries: list[dict], results: dict[int, dict]) -> dict:
-    """The ingest summary of the whole run: that of a single file (warnings from cluster.duckdb), plus shards."""
-    def total(key: str) -> dict:
-        sums: dict[str, int] = {}
-        for r in results.values():
-            for k, v in r[key].items():
-                sums[k] = sums.get(k, 0) + v
-        return dict(sorted(sums.items()))
-
-    con = duckdb.connect(str(out / CLUSTER_DB), read_only=True)
-    try:
-        warnings = [{"rank": r, "file": f, "message": m} for r, f, m in con.execute(
-            "SELECT rank, file, message FROM warnings ORDER BY rank NULLS FIRST, file").fetchall()]
-        ranks = [r for (r,) in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
-        bytes_read = int(con.execute("SELECT value FROM meta WHERE key = 'bytes_read'").fetchone()[0])
-    finally:
-        con.close()
-    return {"ranks": ranks, "slices_per_kind": total("slices_per_kind"),
-            "flows_per_category": total("flows_per_category"),
-            "counters": sum(r["counters"] for r in results.values()), "tables": total("tables"),
-            "warnings": warnings, "bytes_read": bytes_read, "layout": "sharded",
-            "shards": [{k: e[k] for k in ("rank", "status", "seconds", "warnings", "error")} for e in entries]}
-
-
-def _write_manifest(out: Path, entries: list[dict], src_path: Path) -> None:
+def _write_manifest(out: Path, entries: list[dict], src_path: Path, status: str, timing: dict | None = None) -> None:
+    counts = {"ready": 0, "pending": 0, "failed": 0}
+    for e in entries:
+        counts[e["status"]] = counts.get(e["status"], 0) + len(e["ranks"])
     manifest = {"format_version": FORMAT_VERSION, "schema_version": SCHEMA_VERSION, "source": str(src_path),
-                "created": datetime.now(UTC).isoformat(timespec="seconds"), "cluster": CLUSTER_DB,
-                "shards": entries}
+                "created": datetime.now(UTC).isoformat(timespec="seconds"), "status": status, "cluster": CLUSTER_DB,
+                "ranks": counts | {"total": sum(counts.values())},
+                # seconds of the coordinator's own steps (bench.scaling projects a run onto N nodes from them)
+                "timing": timing or {},
+                "shards": [{k: v for k, v in e.items() if k != "reused"} for e in entries]}
     tmp = out / f".{MANIFEST}.tmp-{os.getpid()}-{threading.get_ident()}"
     tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     os.replace(tmp, out / MANIFEST)
@@ -238,10 +479,22 @@ def _write_manifest(out: Path, entries: list[dict], src_path: Path) -> None:
 
 def _remove_stale(out: Path, keep: set[str]) -> None:
     """Shards of an earlier ingest into this folder that this one did not write."""
-    for path in (out / SHARDS_DIR).glob("rank_*.duckdb"):
+    for path in (out / SHARDS_DIR).glob("rank*.duckdb"):
         if f"{SHARDS_DIR}/{path.name}" not in keep and path.is_file():
             path.unlink(missing_ok=True)
 
 
-__all__ = ["FORMAT_VERSION", "NoProfilingData", "connect", "ingest_sharded", "is_sharded", "read_manifest",
-           "shard_name"]
+def sweep_temp(out: Path) -> list[Path]:
+    """Remove the temp files a killed task or ingest left in a run folder (a shard or cluster.duckdb being
+    written, their WAL, a manifest being replaced): only call it when no live process writes into the folder
+    (the server holds the run's ingest lock). Returns what was removed."""
+    gone = []
+    for pattern in (f"{CLUSTER_DB}.tmp-*", f".{MANIFEST}.tmp-*", f"{SHARDS_DIR}/*.tmp-*"):
+        for path in Path(out).glob(pattern):
+            path.unlink(missing_ok=True)
+            gone.append(path)
+    return gone
+
+
+__all__ = ["FORMAT_VERSION", "NoProfilingData", "connect", "ingest_sharded", "is_sharded", "plan_shards",
+           "read_manifest", "shard_name", "sweep_temp"]

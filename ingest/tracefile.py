@@ -408,6 +408,7 @@ def _copy_span(fin, fout, start: int, stop: int) -> None:
 
 
 SPLIT_MIN_BYTES = 32 << 20  # below this one reader is quick enough
+SPLIT_MAX_BYTES = 2 << 30  # past this the copy of both halves costs more disk than the second core saves
 _SEPARATOR = re.compile(rb"\}\s*,\s*\{")
 
 
@@ -419,7 +420,7 @@ def split_halves(path: Path, workdir: Path) -> list[Path] | None:
     but then the first half is not valid JSON (an unterminated string, or an unclosed object), the read fails
     and the caller reads the whole file instead; a cut that reads is a cut between two top-level events."""
     size = path.stat().st_size
-    if size < SPLIT_MIN_BYTES:
+    if size < SPLIT_MIN_BYTES or size > SPLIT_MAX_BYTES:
         return None
     with open(path, "rb") as fh:
         fh.seek(size // 2)

@@ -85,12 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run a benchmark: suite (the default: everything, beside the peers), "
                                          "ingest (MB/s, peak RSS), query (timeline request latency), concurrency "
                                          "(N users at once, before/after), heavy (System View, Range Stats, search, "
-                                         "Advice, Compare on 10 M slices), render (frame times in chromium) or "
-                                         "insights (late arrivals, critical path and SQL console answer times)",
+                                         "Advice, Compare on 10 M slices), render (frame times in chromium), "
+                                         "insights (late arrivals, critical path and SQL console answer times) or "
+                                         "scaling (a sharded ingest projected onto N nodes)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
-                       choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights"])
+                       choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     import importlib
 

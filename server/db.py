@@ -10,11 +10,16 @@ turns into a ``query_timeout`` API error instead of a hung request.
 :class:`RunInfo` caches what every timeline request needs from small tables (origin, tracks, LOD levels).
 
 A sharded run (``ingest.shards``: its ``path`` is the run folder's ``cluster.duckdb``) opens as an in-memory
-connection that attaches cluster.duckdb and the shards of a *scope* of ranks, read-only, with views under the
-single-file table names (``layout.connect``), so every query works unchanged. A connection is kept per (run,
+connection that attaches cluster.duckdb and the ready shards of a *scope* of ranks, read-only, with views under
+the single-file table names (``layout.connect``), so every query works unchanged. A connection is kept per (run,
 scope): up to ``max_loaded_ranks`` ranks the scope is the whole run; above it, the ranks a request asks for
 (``ranks=17,18``, else its ``rank``), else the first rank — a timeline of rank 17 never opens rank 18's shard.
 :class:`RunInfo` still lists every rank of the run (``ranks``) and says which are loaded (``loaded_ranks``).
+
+A sharded run still ingesting is served too: its manifest says which shards are ready (``pending_ranks`` are
+not, yet). Its version — what a connection and every cached answer are keyed by — is that of cluster.duckdb *and*
+the manifest (:func:`version`): when a rank becomes ready both are replaced, so nothing cached before is served
+after.
 
 A file DuckDB cannot read (0 bytes, truncated, a failed checksum, not a run database) raises
 :class:`DamagedDatabase` — when it is opened, when its run's tables are first read, or from :func:`query` — so
@@ -23,6 +28,7 @@ the caller can mark the run failed and answer 409 instead of 500. A missing file
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections import OrderedDict
@@ -45,7 +51,7 @@ RANGE_SQL = """
 SELECT (SELECT min(start_ns) FROM ranks), (SELECT max(end_ns) FROM ranks),
        (SELECT min(min_ts_ns) FROM tracks), (SELECT max(max_end_ns) FROM tracks)
 """
-LOD_LEVELS_SQL = "SELECT level, bucket_ns FROM lod_levels ORDER BY level"
+LOD_LEVELS_SQL = "SELECT rank, level, bucket_ns FROM lod_levels ORDER BY rank, level"
 MAX_LOADED_RANKS = 64  # a sharded run with more ranks loads only those a request asks for
 MAX_RANKS_PER_REQUEST = 256  # ranks one ``ranks=`` parameter may name
 
@@ -91,12 +97,20 @@ class RunInfo:
     end_ns: int
     tracks: dict[int, Track]
     track_rows: list[dict]
-    lod_levels: list[tuple[int, int]]  # (level, bucket_ns), finest first
+    lod_levels: dict[int, list[tuple[int, int]]]  # rank -> its (level, bucket_ns), finest first
     ranks: list[int]  # every rank of the run, with or without a trace
     loaded_ranks: list[int] | None = None  # a sharded run: the ranks whose rows this connection reads
+    pending_ranks: list[int] = dataclasses.field(default_factory=list)  # a run still ingesting: not ready yet
+    failed_ranks: list[int] = dataclasses.field(default_factory=list)  # ranks whose shard failed
+    shard_aliases: dict[int, str] = dataclasses.field(default_factory=dict)  # rank -> its attached shard's name
+
+    def levels(self, rank: int) -> list[tuple[int, int]]:
+        """The level-of-detail levels of ``rank``'s slices (each shard has its own widths)."""
+        return self.lod_levels.get(rank, [])
 
     @classmethod
-    def load(cls, cur: duckdb.DuckDBPyConnection, loaded_ranks: list[int] | None = None) -> RunInfo:
+    def load(cls, cur: duckdb.DuckDBPyConnection, loaded_ranks: list[int] | None = None,
+             manifest: dict | None = None) -> RunInfo:
         cols = [d[0] for d in cur.execute(TRACKS_SQL).description]
         rows = [dict(zip(cols, r)) for r in cur.fetchall()]
         tracks = {
@@ -109,10 +123,15 @@ class RunInfo:
         ends = [v for v in (r_end, t_end) if v is not None]
         start = min(starts) if starts else 0
         end = max(ends) if ends else start
-        levels = [(int(lv), int(b)) for lv, b in cur.execute(LOD_LEVELS_SQL).fetchall()]
+        levels: dict[int, list[tuple[int, int]]] = {}
+        for rank, lv, b in cur.execute(LOD_LEVELS_SQL).fetchall():
+            levels.setdefault(int(rank), []).append((int(lv), int(b)))
         ranks = [int(r) for (r,) in cur.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
+        states = layout.manifest_ranks(manifest) if manifest is not None else {}
         return cls(origin_ns=int(start), start_ns=int(start), end_ns=int(max(end, start)), tracks=tracks,
-                   track_rows=rows, lod_levels=levels, ranks=ranks, loaded_ranks=loaded_ranks)
+                   track_rows=rows, lod_levels=levels, ranks=ranks, loaded_ranks=loaded_ranks,
+                   pending_ranks=states.get("pending", []), failed_ranks=states.get("failed", []),
+                   shard_aliases=layout.shard_aliases(manifest) if manifest is not None else {})
 
 
 def parse_ranks(text: str | None) -> tuple[int, ...] | None:
@@ -155,6 +174,17 @@ def is_sharded(path: Path) -> bool:
     return path.name == layout.CLUSTER_DB
 
 
+def version(path: Path) -> tuple:
+    """The version of a run database as far as connections and cached answers go: (inode, size, mtime) of the
+    file, and of a sharded run's manifest too (rewritten when a shard becomes ready). Raises OSError."""
+    st = path.stat()
+    own = (st.st_ino, st.st_size, st.st_mtime_ns)
+    if not is_sharded(path):
+        return own
+    mt = (path.parent / layout.MANIFEST).stat()
+    return own + (mt.st_ino, mt.st_size, mt.st_mtime_ns)
+
+
 def _manifest(path: Path) -> dict:
     try:
         return layout.read_manifest(path.parent)
@@ -178,12 +208,13 @@ def scope(ready: list[int], asked: tuple[int, ...] | None, about: tuple[int, ...
 
 
 class _Entry:
-    def __init__(self, path: Path, mtime_ns: int, ranks: tuple[int, ...] | None = None, threads: int | None = None):
+    def __init__(self, path: Path, mtime_ns: tuple, ranks: tuple[int, ...] | None = None, threads: int | None = None):
         self.path, self.mtime_ns = path, mtime_ns
         self.loaded_ranks: list[int] | None = None
+        self.manifest: dict | None = None
         try:
             if is_sharded(path):
-                manifest = _manifest(path)
+                self.manifest = manifest = _manifest(path)  # first: the cluster tables are at least as new
                 self.conn, self.loaded_ranks = layout.connect(path.parent, None if ranks is None else list(ranks),
                                                               manifest=manifest)
             else:
@@ -212,7 +243,7 @@ class Databases:
         self.max_open, self.threads = max_open, threads
         self.max_loaded_ranks = max_loaded_ranks
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
-        self._ready: dict[Path, tuple[int, list[int]]] = {}  # cluster.duckdb → (its mtime, ready ranks)
+        self._ready: dict[Path, tuple[tuple, list[int]]] = {}  # cluster.duckdb → (its version, ready ranks)
         self._lock = threading.Lock()
 
     def scope(self, path: Path, ranks: tuple[int, ...] | None = None, about: tuple[int, ...] | None = None
@@ -221,11 +252,11 @@ class Databases:
         (None: the whole run, or not a sharded run)."""
         if not is_sharded(path):
             return None
-        mtime_ns = path.stat().st_mtime_ns
+        mtime_ns = version(path)
         with self._lock:
             known = self._ready.get(path)
         if known is None or known[0] != mtime_ns:
-            ready = [e["rank"] for e in _manifest(path)["shards"] if e["status"] == "ready"]
+            ready = sorted(layout.ready_shards(_manifest(path)))
             known = (mtime_ns, ready)
             with self._lock:
                 self._ready[path] = known
@@ -234,7 +265,7 @@ class Databases:
     def _entry(self, run_id: str, path: Path, ranks: tuple[int, ...] | None = None) -> _Entry:
         if ranks is None and is_sharded(path):
             ranks = self.scope(path)
-        mtime_ns = path.stat().st_mtime_ns
+        mtime_ns = version(path)
         key = (run_id, ranks)
         with self._lock:
             entry = self._entries.get(key)
@@ -262,7 +293,7 @@ class Databases:
                 if entry.info is None:
                     cur = entry.conn.cursor()
                     try:
-                        entry.info = RunInfo.load(cur, entry.loaded_ranks)
+                        entry.info = RunInfo.load(cur, entry.loaded_ranks, entry.manifest)
                     except duckdb.Error as exc:  # unreadable pages, or not a run database at all
                         self.forget(run_id)
                         raise DamagedDatabase(_first_line(exc)) from exc

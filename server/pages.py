@@ -91,11 +91,19 @@ def root_of(path: str) -> str:
 
 def _context(request: Request, run, view: str) -> dict:
     ranks: list[int] = []
-    if run is not None and run.status == "ready":
-        store, databases = request.app.state.store, request.app.state.databases
+    ingest = None  # a run served while it ingests: its ranks by state
+    store = request.app.state.store
+    servable = run is not None and store.servable(run)
+    if servable:
+        databases = request.app.state.databases
         try:
             info = databases.info(run.id, store.db_path(run.id))
             ranks = info.ranks
+            if run.status != "ready":
+                ingest = {"pending": info.pending_ranks, "failed": info.failed_ranks}
+                asked = _rank_param(request)
+                if asked is not None and asked in info.pending_ranks:  # the rank the user opened loads next
+                    store.want_ranks(run.id, [asked])
         except (DamagedDatabase, FileNotFoundError) as exc:  # the page says the run failed, and why
             try:
                 reason = str(exc) if isinstance(exc, DamagedDatabase) else "the file is missing"
@@ -109,6 +117,7 @@ def _context(request: Request, run, view: str) -> dict:
                 pass
         except Exception:  # noqa: BLE001 - a broken database still gets a page; the API reports the error
             ranks = []
+        servable = store.servable(run)  # (the run may have been marked failed just now)
     run_json = None
     if run is not None:
         run = public_run(request, run, request.app.state.store.data_dir)
@@ -116,12 +125,14 @@ def _context(request: Request, run, view: str) -> dict:
         run_json["warning_count"] = (run.summary or {}).get("warning_count") or 0
     settings = request.app.state.settings
     page = {"view": view, "run_id": run.id if run else None, "run": run_json, "ranks": ranks,
-            "read_only": settings.read_only, "max_upload_bytes": settings.max_upload_mb * 1_000_000}
+            "read_only": settings.read_only, "max_upload_bytes": settings.max_upload_mb * 1_000_000,
+            "ingest": ingest}
     return {
         "root": root_of(request.scope["path"]),
         "view": view,
         "views": VIEWS,
         "run": run,
+        "servable": servable,
         "run_id": run.id if run else None,
         "ranks": ranks,
         "all_ranks_option": view in ("timeline", "communication"),  # views that can show every rank at once
@@ -132,8 +143,15 @@ def _context(request: Request, run, view: str) -> dict:
     }
 
 
+def _rank_param(request: Request) -> int | None:
+    try:
+        return int(request.query_params.get("rank", ""))
+    except ValueError:
+        return None
+
+
 def error_page(request: Request, status: int, message: str) -> str:
     ctx = {"request": request, "root": root_of(request.scope["path"]), "view": "error", "views": VIEWS, "run": None,
-           "run_id": None, "ranks": [],
+           "servable": False, "run_id": None, "ranks": [],
            "page_json": "{}", "placeholder": None, "error_status": status, "error_message": message}
     return templates.get_template("base.html").render(ctx)

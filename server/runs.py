@@ -56,6 +56,8 @@ UPLOAD_ARCHIVE = "upload.archive"  # the uploaded archive itself, kept (within a
 WORK_DIR = "work"  # the worker's scratch folder (spill files) is WORK_DIR-<pid>, removed after every attempt
 STAGING_PREFIX = ".upload-"
 LOCK_FILE = ".run.lock"  # the web process and a worker both rewrite run.json: read-modify-write under a flock
+WANTED_FILE = "wanted.json"  # the ranks users opened in a run still ingesting, newest first (the worker's queue jump)
+MAX_WANTED = 8  # ranks remembered there
 INGEST_LOCK_FILE = ".ingest.lock"  # held by the run's live worker (its pid is written in it, for people)
 MAX_NAME_CHARS = 200
 MAX_LOG_BYTES = 64 << 10  # the tail of ingest.log the API hands out
@@ -161,6 +163,39 @@ class RunStore:
         if single.exists() or not (run_dir / layout.MANIFEST).exists():
             return single
         return run_dir / layout.CLUSTER_DB
+
+    def servable(self, run: Run) -> bool:
+        """Whether the run's views can be served: it is ready, or it is still ingesting (or queued to resume)
+        and its sharded layout is published (a manifest: its ready shards can be read)."""
+        if run.status == "ready":
+            return True
+        if run.status not in ("queued", "ingesting"):
+            return False
+        run_dir = self.run_dir(run.id)
+        return (run_dir / layout.MANIFEST).is_file() and (run_dir / layout.CLUSTER_DB).is_file()
+
+    def want_ranks(self, run_id: str, ranks: list[int]) -> None:
+        """Note that a user opened ``ranks`` of a run still ingesting: its worker loads their shards next
+        (``wanted_ranks``). Written only when the wish changes (temp file + rename)."""
+        now = self.wanted_ranks(run_id)
+        fresh = list(dict.fromkeys([*ranks, *now]))[:MAX_WANTED]
+        if fresh == now:
+            return
+        target = self.run_dir(run_id) / WANTED_FILE
+        tmp = target.with_name(f".{WANTED_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            tmp.write_text(json.dumps({"ranks": fresh, "at": time.time()}), encoding="utf-8")
+            os.replace(tmp, target)
+        except (FileNotFoundError, NotADirectoryError):  # deleted meanwhile
+            tmp.unlink(missing_ok=True)
+
+    def wanted_ranks(self, run_id: str) -> list[int]:
+        """The ranks users asked for while the run ingests, newest first ([] when none)."""
+        try:
+            data = json.loads((self.run_dir(run_id) / WANTED_FILE).read_text(encoding="utf-8"))
+            return [int(r) for r in data.get("ranks", [])][:MAX_WANTED]
+        except (OSError, ValueError, TypeError, AttributeError):
+            return []
 
     def remove_database(self, run_id: str) -> None:
         """The run's database in either layout (the manifest first: without it the folder holds no run)."""
@@ -301,18 +336,23 @@ class RunStore:
             os.close(fd)
         return True
 
-    def remove_scratch(self, run_id: str) -> None:
-        """Temp databases and scratch folders of earlier attempts; the caller holds the run's ingest lock."""
+    def remove_scratch(self, run_id: str) -> list[Path]:
+        """Temp databases and scratch folders of earlier attempts (and of pool workers killed mid-shard); the
+        caller holds the run's ingest lock. The shards an interrupted ingest finished stay: its manifest says
+        which, and the next attempt keeps them. Returns the temp files removed."""
         run_dir = self.run_dir(run_id)
+        gone = []
         for pattern in (f"{DB_FILE}.tmp-*", f"{layout.CLUSTER_DB}.tmp-*", f".{layout.MANIFEST}.tmp-*",
                         f"{layout.SHARDS_DIR}/*.tmp-*"):
             for leftover in run_dir.glob(pattern):
                 leftover.unlink(missing_ok=True)
-        for scratch in [*run_dir.glob(f"{WORK_DIR}*"), *run_dir.glob(".work-*")]:  # the sharded ingest's own
-            shutil.rmtree(scratch, ignore_errors=True)
-        if not (run_dir / layout.MANIFEST).exists():  # shards of an ingest that never finished
+                gone.append(leftover)
+        for scratch in [*run_dir.glob(f"{WORK_DIR}*"), *run_dir.glob(".work-*"), run_dir / ".progress"]:
+            shutil.rmtree(scratch, ignore_errors=True)  # the sharded ingest's own
+        if not (run_dir / layout.MANIFEST).exists():  # shards of an ingest that never published a manifest
             (run_dir / layout.CLUSTER_DB).unlink(missing_ok=True)
             shutil.rmtree(run_dir / layout.SHARDS_DIR, ignore_errors=True)
+        return gone
 
     def hold_ingest_lock(self, run_id: str) -> int | None:
         """Take the run's ingest lock without waiting: the open fd (the lock lasts until it is closed or this
@@ -444,10 +484,15 @@ class RunStore:
         return run
 
     def sweep(self) -> None:
-        """At startup: remove half-received uploads and half-deleted runs left by a previous process."""
+        """At startup: remove half-received uploads and half-deleted runs left by a previous process, and the
+        temp files that killed ingest tasks left in finished runs (a worker killed mid-shard leaves its
+        half-written shard, ~100 MB, beside a run that still became ready)."""
         for child in self.runs_dir.iterdir():
             if child.name.startswith((STAGING_PREFIX, ".deleted-")):
                 shutil.rmtree(child, ignore_errors=True)
+        for run in self.list():
+            if run.status in ("ready", "failed"):
+                self.clean_partial(run.id)
 
     @contextmanager
     def _record_lock(self, run_id: str):

@@ -2,11 +2,13 @@
 
 :class:`IngestQueue` runs ``workers`` threads; each takes a queued run and starts a worker process for it
 (:func:`ingest_worker`; see :func:`worker_context`). The worker calls ``ingest.shards.ingest_sharded``, which
-ingests the ranks in a pool of processes (one per core), each rank into its own shard written under a temporary
-name, and writes the run's manifest last (so the run folder holds a run only once complete); it reports progress
-into run.json as it goes, per shard
-(:class:`RunProgress`) and records the outcome there. The web process only ever opens finished databases,
-read-only, so one run's ingest never holds up serving the others.
+writes the run's small files of every rank first, then its shards in a pool of processes (one per core), each
+written under a temporary name and published in the run's manifest once complete, so the web process serves the
+run's ready ranks while the others still load (it only ever opens complete files, read-only, and one run's
+ingest never holds up serving the others). The ranks users open in a run still ingesting (``RunStore.want_ranks``)
+are loaded next. The worker reports progress into run.json as it goes (:class:`RunProgress`: bytes, also within
+a shard) and records the outcome there. A run interrupted part way (a restart, a killed worker) keeps the shards
+it finished: the next attempt does not redo them.
 
 The queue is persistent: it is the runs whose run.json says ``queued`` (or ``ingesting``, interrupted by a
 restart), re-read by :meth:`IngestQueue.start`. A worker that dies without recording an outcome (SIGKILL, a
@@ -38,7 +40,16 @@ import time
 import traceback
 from collections.abc import Callable
 
-from ascendscope.server.runs import LOG_FILE, SOURCE_DIR, WORK_DIR, RunNotFound, RunStore, folder_bytes
+from ascendscope.server.runs import (
+    DB_FILE,
+    LOG_FILE,
+    SOURCE_DIR,
+    WANTED_FILE,
+    WORK_DIR,
+    RunNotFound,
+    RunStore,
+    folder_bytes,
+)
 
 log = logging.getLogger("ascendscope.worker")
 
@@ -58,8 +69,10 @@ class IngestQueue:
     """Ingests queued runs, at most ``workers`` at once, each in a fresh worker process."""
 
     def __init__(self, store: RunStore, *, workers: int = 1, retries: int = 1,
-                 on_ready: Callable[[str], None] | None = None):
+                 on_ready: Callable[[str], None] | None = None, ingest_options: dict | None = None):
+        """``ingest_options``: extra keyword arguments of ``ingest_sharded`` (tests: ``group_bytes``)."""
         self.store = store
+        self.ingest_options = dict(ingest_options or {})
         self.workers = max(1, int(workers))
         self.retries = max(0, int(retries))
         self.on_ready = on_ready
@@ -193,7 +206,8 @@ class IngestQueue:
         lifeline, server_end = ctx.Pipe(duplex=False)  # the worker gets the read end; only we hold the write end
         # not a daemon: the worker starts its own pool of processes (it still dies with the server: its lifeline)
         proc = ctx.Process(target=ingest_worker, args=(str(self.store.data_dir), run_id, lifeline),
-                           name=f"ascendscope-ingest-{run_id}", daemon=False)
+                           kwargs={"options": self.ingest_options}, name=f"ascendscope-ingest-{run_id}",
+                           daemon=False)
         try:
             with self._lock:
                 if run_id in self._cancelled:
@@ -282,10 +296,11 @@ def _note(text: str) -> dict:
     return {"phase": "queued", "text": text, "percent": 0.0}
 
 
-def ingest_worker(data_dir: str, run_id: str, lifeline=None) -> None:
+def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | None = None) -> None:
     """Worker process body: ingest one run, reporting progress and the outcome in its run.json.
 
-    ``lifeline`` is the read end of a pipe the server holds open; the worker kills itself when it closes."""
+    ``lifeline`` is the read end of a pipe the server holds open; the worker kills itself when it closes.
+    ``options``: extra keyword arguments of ``ingest_sharded``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the server decides
     if lifeline is not None:
         _die_with_server(lifeline)
@@ -324,8 +339,10 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None) -> None:
     try:
         from ascendscope.ingest.shards import ingest_sharded  # the web process never imports the pipeline
 
-        store.remove_database(run_id)  # an earlier layout of this run (a retry) must not outlive this attempt
-        summary = ingest_sharded(source, run_dir, progress=progress)
+        (run_dir / DB_FILE).unlink(missing_ok=True)  # a single-file layout of this run must not outlive this attempt
+        # (the shards an interrupted attempt finished are kept: ingest_sharded reuses those of the same source)
+        summary = ingest_sharded(source, run_dir, progress=progress, wanted=lambda: store.wanted_ranks(run_id),
+                                 **(options or {}))
     except BaseException as exc:  # noqa: BLE001 - record every failure, even one that is not an Exception
         progress.close()
         wlog.error("ingest failed:\n%s", traceback.format_exc())
@@ -338,6 +355,9 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None) -> None:
         return
     progress.close()
     shutil.rmtree(work, ignore_errors=True)
+    (run_dir / WANTED_FILE).unlink(missing_ok=True)
+    if summary.get("reused"):
+        wlog.info("%d shard(s) finished by an earlier attempt were kept", summary["reused"])
     warnings = summary.get("warnings") or []
     for w in warnings[:MAX_LOGGED_WARNINGS]:
         wlog.warning("%s: %s", w.get("file"), w.get("message"))
@@ -430,7 +450,7 @@ class RunProgress:
 
     def file_start(self, rank: int, name: str, size: int) -> None:
         with self.lock:
-            self.current.append(f"rank {rank}: {name.rsplit('/', 1)[-1]}")
+            self.current.append(_current(rank, name))
         self.write()
 
     def file_progress(self, rank: int, name: str, done_bytes: int) -> None:
@@ -443,7 +463,7 @@ class RunProgress:
             self.partial.pop(name, None)
             self.done += size
             self.files_done += 1
-            label = f"rank {rank}: {name.rsplit('/', 1)[-1]}"
+            label = _current(rank, name)
             if label in self.current:
                 self.current.remove(label)
         self.write()
@@ -452,6 +472,8 @@ class RunProgress:
         with self.lock:
             if self.read_started is None:
                 self.phase_name = "extracting" if text.startswith("extracting") else "preparing"
+            elif text.startswith("reading"):  # a step of reading the files (the small ones, then the ranks)
+                self.phase_name = "reading"
             else:
                 self.phase_name = "finishing"
                 self.after_read += 1
@@ -499,6 +521,11 @@ class RunProgress:
     def _tick(self) -> None:
         while not self._stop.wait(TICK_S):
             self.write(force=True)
+
+
+def _current(rank: int, name: str) -> str:
+    """How a file (or a shard: "ranks 0–99") being read is named in the progress line."""
+    return name if name.startswith("rank") else f"rank {rank}: {name.rsplit('/', 1)[-1]}"
 
 
 def _brief_summary(summary) -> dict | None:

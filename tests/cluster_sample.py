@@ -18,6 +18,7 @@ import duckdb
 
 from ascendscope.ingest import SCHEMA_VERSION, commfiles
 from ascendscope.ingest.cluster import build_cluster_tables, load_cluster_analysis
+from ascendscope.ingest.lod import LOD_LEVELS_DDL
 from ascendscope.ingest.schema import CORE_DDL, EMPTY_TABLES
 
 BASE_COMPUTING_NS = 2_000_000
@@ -56,7 +57,7 @@ def empty_run(path: Path, name: str, ranks: int, t0_ns: int, span_ns: int):
         con.execute(ddl)
     for table in commfiles.COLUMNS:
         commfiles.create_table(con, table, [], None)
-    con.execute("CREATE TABLE lod_levels (level INTEGER, bucket_ns BIGINT, row_count BIGINT)")
+    con.execute(LOD_LEVELS_DDL)
     con.execute("INSERT INTO meta VALUES ('schema_version', ?), ('source_path', ?)", [str(SCHEMA_VERSION), name])
     con.execute(f"""INSERT INTO ranks (rank, device_id, folder, rank_source, has_trace, start_ns, end_ns)
                     SELECT r, r % 16, 'rank' || r || '_ascend_pt', 'profiler_info_file', false, {int(t0_ns)},

@@ -67,9 +67,9 @@ class ChromeTraceReader:
 
     def stage(self, job: Job, kind: str, path: Path) -> Staged:
         tl = ChromeTraceLoad(job.cur, job.prefix, path, job.workdir, job.display, on_progress=job.on_progress,
-                             on_nested=job.on_nested, split_read=job.split_read)
+                             on_nested=job.on_nested, split_read=job.split_read, rank=job.rank)
         tl.read()
-        added = overlap.derive(job.cur, job.prefix)
+        added = overlap.derive(job.cur, job.prefix, job.rank)
         stats = tl.derive()
         own = job.cur.execute(f"SELECT count(*) FROM {job.prefix}tracks WHERE kind = 'overlap'").fetchone()[0]
         staged = Staged(rows=stats["events"], status=tl.status, warnings=list(tl.warnings), timeline=True,

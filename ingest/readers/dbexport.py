@@ -118,7 +118,7 @@ def _stage_profiler_db(job: Job, con) -> Staged:
                 staged.warnings.append(f"no OVERLAP_ANALYSIS rows in the db: derived an Overlap Analysis lane from "
                                        f"the device tasks ({added} slices)")
             tl = trace.TraceLoad(cur, p, Path(job.display), job.workdir, job.display, on_progress=job.on_progress,
-                                 on_nested=job.on_nested)
+                                 on_nested=job.on_nested, rank=job.rank)
             tl.derive()
             staged.warnings += tl.warnings
             staged.timeline = True
@@ -175,7 +175,8 @@ def _events(job: Job) -> tuple[list[str], bool]:
     empty = job.workdir / "no-events.json"
     job.workdir.mkdir(parents=True, exist_ok=True)
     empty.write_text("[]")
-    cur.execute(trace.READ_EVENTS.format(p=p), [str(empty)])  # the event table exactly as the trace reader makes it
+    # the event table exactly as the trace reader makes it
+    cur.execute(trace.READ_EVENTS.format(p=p, rank=int(job.rank), many="", filename=""), [str(empty)])
     cur.execute(trace.EV_VIEW.format(p=p))
     notes = []
     host_pid, dev = cur.execute(f"""
@@ -257,4 +258,5 @@ def _derive_overlap(job: Job) -> int:
         UNION ALL
         SELECT 1, ts_ns, ts_ns + greatest(dur_ns, 0) FROM {job.prefix}lane_comm WHERE role = 'op'""").fetchnumpy()
     return overlap.append_lanes(job.cur, job.prefix, np.asarray(cols["what"]),
-                                np.asarray(cols["ts_ns"], dtype=np.int64), np.asarray(cols["end_ns"], dtype=np.int64))
+                                np.asarray(cols["ts_ns"], dtype=np.int64), np.asarray(cols["end_ns"], dtype=np.int64),
+                                rank=job.rank)

@@ -29,8 +29,8 @@ SAME_EVENT = "ph, name, cat, pid, tid, tid_text, ts_ns, dur_ns, flow_key, bp, CA
 
 STEPS_FROM_ITERATIONS = """
 INSERT INTO {p}steps
-SELECT step, name, local_id, ts_ns, end_ns, ts_ns, end_ns FROM (
-    SELECT TRY_CAST(regexp_extract(e.name, '^Iteration ([0-9]+)$', 1) AS BIGINT) AS step, e.name, n.local_id,
+SELECT rank, step, name, local_id, ts_ns, end_ns, ts_ns, end_ns FROM (
+    SELECT t.rank, TRY_CAST(regexp_extract(e.name, '^Iteration ([0-9]+)$', 1) AS BIGINT) AS step, e.name, n.local_id,
            n.ts_ns, n.ts_ns + n.dur_ns AS end_ns
     FROM {p}nest n JOIN {p}ev e USING (seq) JOIN {p}tracks t USING (local_track)
     WHERE e.ph = 'X' AND regexp_full_match(e.name, 'Iteration [0-9]+')
@@ -74,7 +74,7 @@ def stage(job: Job, files: list[Path], step_csvs: list[Path], skipped: list[Path
                                "are in the msprof_*.json files, which were read")
     if len(files) == 1:  # one file: read straight into the rank's tables
         tl = trace.TraceLoad(cur, p, files[0], job.workdir, files[0].name, on_progress=job.on_progress,
-                             on_nested=job.on_nested, split_read=job.split_read)
+                             on_nested=job.on_nested, split_read=job.split_read, rank=job.rank)
         tl.read()
         staged.status = tl.status
         where = f"{files[0].name}: "
@@ -82,10 +82,10 @@ def stage(job: Job, files: list[Path], step_csvs: list[Path], skipped: list[Path
         _merge(job, files, staged)
         cur.execute(trace.EV_VIEW.format(p=p))
         tl = trace.TraceLoad(cur, p, files[0], job.workdir, job.display, on_progress=job.on_progress,
-                             on_nested=job.on_nested)
+                             on_nested=job.on_nested, rank=job.rank)
         where = ""
     staged.rows = cur.execute(f"SELECT count(*) FROM {p}ev_t").fetchone()[0]  # as read: before any derived lane
-    added = overlap.derive(cur, p)
+    added = overlap.derive(cur, p, job.rank)
     tl.derive()
     staged.warnings += [where + w for w in tl.warnings]
     staged.overlap_source = "derived" if added else "trace"
@@ -103,7 +103,7 @@ def _merge(job: Job, files: list[Path], staged: Staged) -> None:
     total = sum(f.stat().st_size for f in files) or 1
     done, ok, by_message = 0, [], {}
     for i, path in enumerate(files):
-        tl = trace.TraceLoad(cur, f"{p}m{i}_", path, job.workdir / f"m{i}", path.name)
+        tl = trace.TraceLoad(cur, f"{p}m{i}_", path, job.workdir / f"m{i}", path.name, rank=job.rank)
         try:
             tl.read()
             ok.append(i)
@@ -165,7 +165,8 @@ def _steps_from_csv(cur, p: str, path: Path) -> list[str]:
     n_id, n_end, n_time = (f'"{c}"' for c in STEP_CSV_COLUMNS)
     n = cur.execute(f"""
         INSERT INTO {p}steps
-        SELECT step, 'Iteration ' || step, NULL, end_ns - dur_ns, end_ns, end_ns - dur_ns, end_ns FROM (
+        SELECT (SELECT any_value(rank) FROM {p}ev_t), step, 'Iteration ' || step, NULL, end_ns - dur_ns, end_ns,
+               end_ns - dur_ns, end_ns FROM (
             SELECT to_bigint({n_id}) AS step, us_to_ns({n_end}) AS end_ns, us_to_ns({n_time}) AS dur_ns
             FROM read_csv(?, header = true, all_varchar = true))
         WHERE step IS NOT NULL AND end_ns IS NOT NULL AND dur_ns IS NOT NULL

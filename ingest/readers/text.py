@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from .. import commfiles, csvfiles, overlap, trace, tracefile
+from .. import commfiles, csvfiles, csvmany, overlap, trace, tracefile, tracegroup
 from .protocol import Found, Job, Staged
 
 # file kind -> accepted names inside ASCEND_PROFILER_OUTPUT
@@ -81,9 +81,9 @@ READER = TextExportReader()
 
 def _stage_trace(job: Job, path: Path) -> Staged:
     tl = trace.TraceLoad(job.cur, job.prefix, path, job.workdir, job.display, on_progress=job.on_progress,
-                         on_nested=job.on_nested, split_read=job.split_read)
+                         on_nested=job.on_nested, split_read=job.split_read, rank=job.rank)
     tl.read()
-    added = overlap.derive(job.cur, job.prefix)
+    added = overlap.derive(job.cur, job.prefix, job.rank)
     stats = tl.derive()
     staged = Staged(rows=stats["events"], status=tl.status, warnings=list(tl.warnings), timeline=True,
                     overlap_source="derived" if added else "trace")
@@ -91,3 +91,41 @@ def _stage_trace(job: Job, path: Path) -> Staged:
         staged.warnings.append(f"no Overlap Analysis lane in the trace: derived one from the device tasks "
                                f"({added} slices)")
     return staged
+
+
+def stage_many(job: Job, kind: str, items: list[tuple[int, Path, str]]) -> dict[int, Staged | Exception]:
+    """One file kind of several ranks at once (``items``: rank, path, display name), into the stage's tables
+    (``job.prefix``, CSV-shaped tables at ``job.csv_prefix``), every row tagged with its rank; rank -> what its
+    file gave, or the error that stopped it (as ``stage`` would raise it). Raises when the whole kind fails."""
+    out: dict[int, Staged | Exception] = {}
+    if kind == "trace_view":
+        group = tracegroup.TraceGroup(job.cur, job.prefix, items, job.workdir, on_progress=job.on_progress,
+                                      on_nested=job.on_nested)
+        group.read()
+        group.derive()
+        stats = group.tl.rank_stats()
+        for rank, t in group.ranks.items():
+            if t.error is not None:
+                out[rank] = t.error
+                continue
+            added = group.added.get(rank, 0)
+            staged = Staged(rows=stats.get(rank, {}).get("events", 0), status=t.status, warnings=group.notes(rank),
+                            timeline=True, overlap_source="derived" if added else "trace")
+            if added:
+                staged.warnings.append(f"no Overlap Analysis lane in the trace: derived one from the device tasks "
+                                       f"({added} slices)")
+            out[rank] = staged
+        return out
+    if kind in csvfiles.TABLES:
+        job.workdir.mkdir(parents=True, exist_ok=True)
+        for rank, got in csvmany.load_many(job.cur, job.prefix, kind, items, job.workdir, job.csv_prefix).items():
+            out[rank] = got.error if got.error is not None else Staged(
+                rows=got.rows, status=got.status, warnings=got.warnings, tables=[csvfiles.TABLES[kind]])
+        return out
+    for rank, path, _display in items:  # communication files: Python rows, cheap per file
+        try:
+            out[rank] = READER.stage(Job(cur=job.cur, prefix=job.prefix, csv_prefix=job.csv_prefix, rank=rank,
+                                         display=_display, workdir=job.workdir), kind, path)
+        except Exception as exc:  # noqa: BLE001 - one rank's bad file is that rank's warning, as in stage()
+            out[rank] = exc
+    return out

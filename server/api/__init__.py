@@ -4,7 +4,8 @@ A router module exposes ``router`` (an ``APIRouter``) and is listed in ``server.
 declare what they need in their signature:
 
 * ``run: RunDep``          the run record (404 ``run_not_found``)
-* ``db: RunDbDep``         a cursor + cached :class:`server.db.RunInfo` of a *ready* run (409 ``run_not_ready``;
+* ``db: RunDbDep``         a cursor + cached :class:`server.db.RunInfo` of a run that can be served: ready, or
+                           still ingesting with its ready ranks published (409 ``run_not_ready`` before;
                            409 ``run_damaged`` when its file cannot be read, ``run_outdated`` when an older
                            ascendscope wrote it: either marks the run failed); its
                            queries take a slot of the server's :class:`server.querypool.QueryPool`, and
@@ -39,6 +40,7 @@ from pydantic import Field
 
 from ascendscope.server import columns, requestclock
 from ascendscope.server.db import DamagedDatabase, Databases, QueryTimeout, RunInfo, query, request_scope
+from ascendscope.server.db import version as db_version
 from ascendscope.server.querypool import QueryPool
 from ascendscope.server.requestclock import CancelToken
 from ascendscope.server.runs import Run, RunNotFound, RunStore
@@ -259,7 +261,7 @@ def run_damaged(store: RunStore, run: Run, reason: str) -> ApiError:
 
 
 def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> Iterator[RunDb]:
-    if run.status != "ready":
+    if not store.servable(run):
         raise ApiError(409, "run_not_ready", f"run {run.id!r} is {run.status}", run_status=run.status)
     try:
         # which ranks of a sharded run to load (server.db)
@@ -268,6 +270,8 @@ def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Req
         raise ApiError(422, "invalid_parameter", str(exc), parameter="ranks") from None
     version = file_id(store.db_path(run.id))  # before opening: a file replaced meanwhile is then cached under its
     info, cur = open_run_db(run, store, get_databases(request), ranks, about)  # old identity, never its new one
+    if info.pending_ranks:  # a run still ingesting: the ranks this request is about are loaded next
+        want_pending(store, run, info, ranks, about)
     if version is not None and info.loaded_ranks is not None:  # answers differ per scope of ranks
         version = (*version, tuple(info.loaded_ranks))
     try:
@@ -297,12 +301,22 @@ def request_budget(request: Request) -> dict:
 
 
 def file_id(path: FilePath) -> tuple | None:
-    """The file's version as far as caching goes (inode, size, mtime), or None when it cannot be read."""
+    """The run database's version as far as caching goes (``server.db.version``: inode, size, mtime, and a
+    sharded run's manifest's), or None when it cannot be read."""
     try:
-        st = path.stat()
+        return db_version(path)
     except OSError:
         return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def want_pending(store: RunStore, run: Run, info: RunInfo, ranks, about) -> None:
+    """Tell the run's ingest worker which of its pending ranks a user is looking at (``RunStore.want_ranks``)."""
+    wanted = [r for r in (ranks or about or ()) if r in set(info.pending_ranks)]
+    if wanted:
+        try:
+            store.want_ranks(run.id, wanted)
+        except (OSError, RunNotFound):
+            pass
 
 
 def ns_str(value: int | None) -> str | None:

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
+from ascendscope.ingest import layout
 from ascendscope.server.api import (
     ApiError,
     FastJSONResponse,
@@ -73,12 +74,27 @@ class RenameBody(BaseModel):
     name: Annotated[str, Field(min_length=1, max_length=200, description="the run's new display name")]
 
 
-def run_summary(run: Run) -> dict:
+def run_summary(run: Run, store: RunStore | None = None) -> dict:
+    """The run's record as the API shows it; a run still ingesting also says whether its views can be opened
+    (``servable``) and its ranks by state (``ranks_state``: ready, pending, failed, total, from its manifest)."""
     data = run.to_json()
     for key in HIDDEN_FIELDS:
         data.pop(key, None)
     data["warning_count"] = (run.summary or {}).get("warning_count")
+    if store is not None and run.status in ("queued", "ingesting"):
+        data["servable"] = store.servable(run)
+        data["ranks_state"] = ranks_state(store, run) if data["servable"] else None
     return data
+
+
+def ranks_state(store: RunStore, run: Run) -> dict | None:
+    """Counts of a sharded run's ranks by the state of their shard, and the pending ones (at most 64 listed)."""
+    try:
+        states = layout.manifest_ranks(layout.read_manifest(store.run_dir(run.id)))
+    except (OSError, ValueError, KeyError):
+        return None
+    return {"ready": len(states["ready"]), "pending": len(states["pending"]), "failed": len(states["failed"]),
+            "total": sum(len(v) for v in states.values()), "pending_ranks": states["pending"][:64]}
 
 
 def _checked(store: RunStore, run: Run) -> Run:
@@ -100,7 +116,8 @@ def _checked(store: RunStore, run: Run) -> Run:
 def list_runs(store: StoreDep, request: Request) -> FastJSONResponse:
     """Every run in the data dir, newest first: id, name, ranks, status, progress, error, created, size on disk."""
     runs = store.list()
-    return {"runs": [run_summary(public_run(request, _checked(store, r), store.data_dir)) for r in runs[:MAX_RUNS]],
+    return {"runs": [run_summary(public_run(request, _checked(store, r), store.data_dir), store)
+                     for r in runs[:MAX_RUNS]],
             "count": len(runs), "truncated": len(runs) > MAX_RUNS}
 
 
@@ -204,8 +221,8 @@ def get_run(run: RunDep, store: StoreDep, settings: SettingsDep, request: Reques
     ``percent``, ``mb_per_s``, ``eta_s``. ``origin_ns`` is the zero of every relative time in the timeline
     responses.
     """
-    data = run_summary(public_run(request, run, store.data_dir))
-    if run.status == "ready":
+    data = run_summary(public_run(request, run, store.data_dir), store)
+    if store.servable(run):  # ready, or ingesting with some ranks readable already
         data |= _ready_details(run, store, get_databases(request), settings.query_timeout_s)
         if "source_path" in data["meta"]:
             data["meta"]["source_path"] = source_label(request, run, data["meta"]["source_path"])
@@ -236,6 +253,8 @@ def _ready_details(run: Run, store: RunStore, databases, timeout_s: float) -> di
         "duration_ns": info.end_ns - info.start_ns,
         "ranks": ranks,
         "loaded_ranks": info.loaded_ranks,  # a sharded run: the ranks loaded (None: one file)
+        "pending_ranks": info.pending_ranks,  # a run still ingesting: ranks not readable yet
+        "failed_ranks": info.failed_ranks,
         "track_kinds": kinds,
         "meta": meta,
         "warnings": {"count": warning_count, "items": warnings, "truncated": warning_count > len(warnings)},

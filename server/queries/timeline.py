@@ -114,7 +114,9 @@ def tracks(db) -> dict:
         "loaded_ranks": db.info.loaded_ranks,  # a sharded run: the ranks loaded (None: one file)
         "tracks": out,
         "flow_categories": [{"cat": c, "count": n} for c, n in db.rows(FLOW_CATEGORIES_SQL)],
-        "lod_levels": [{"level": lv, "bucket_ns": b} for lv, b in db.info.lod_levels],
+        # per rank: each shard of a sharded run has its own widths
+        "lod_levels": {str(r): [{"level": lv, "bucket_ns": b} for lv, b in levels]
+                       for r, levels in sorted(db.info.lod_levels.items())},
         "slices_per_px": SLICES_PER_PX,
         # ranks without a timeline, and the file or table that would have given them one
         "empty_sources": sources.explain(db, "timeline")["trace"],
@@ -169,7 +171,7 @@ VIEWPORT_TABLES = ("slices", "slice_lod", "counters")
 
 def tables(db, rank: int) -> dict[str, str]:
     """The tables a viewport query of one rank's tracks reads: that rank's shard when the run is sharded and
-    several shards are attached (``layout.connect`` names a rank's shard ``r<rank>``; at 8 ranks a query on one
+    several shards are attached (``layout.connect`` names a shard ``r<its first rank>``; at 8 ranks a query on one
     shard costs a third of one on the union of all), else the run's views. Known from the connection's catalog,
     looked up once per connection."""
     shards = getattr(db.info, "viewport_shards", None)
@@ -178,7 +180,7 @@ def tables(db, rank: int) -> dict[str, str]:
         if db.info.loaded_ranks is not None and len(db.info.loaded_ranks) > 1:
             shards = {name for (name,) in db.rows(SHARD_NAMES_SQL)}
         db.info.viewport_shards = shards
-    shard = f"r{int(rank)}"
+    shard = db.info.shard_aliases.get(int(rank)) if getattr(db.info, "shard_aliases", None) else None
     if shard in shards:
         return {t: f'{shard}."{t}"' for t in VIEWPORT_TABLES}
     return {t: t for t in VIEWPORT_TABLES}
@@ -203,12 +205,14 @@ def rank_viewport_slices(db, tracks: list, start: int, end: int, width_px: int,
     of its longest slice), all dense tracks in one scan; sparse tracks are answered exactly (batched)."""
     origin, cap = db.info.origin_ns, db.settings.max_slices_per_track
     threshold = max_rows(width_px)
-    lod = lod_choice(db.info.lod_levels, lod_target_ns(end - start, width_px))
+    target = lod_target_ns(end - start, width_px)
+    # the level is chosen per rank: the shards of a sharded run each have their own widths
+    lods = {t.track_id: lod_choice(db.info.levels(t.rank), target) for t in tracks}
     # dense or sparse: from the track's extent when that is clear, else by counting (at most threshold + 1 rows)
     dense, sparse, unsure = [], [], []
     for t in tracks:
         guess = _estimate_rows(t, start, end)
-        if lod is None or guess * DENSITY_MARGIN < threshold:
+        if lods[t.track_id] is None or guess * DENSITY_MARGIN < threshold:
             sparse.append(t)
         elif guess > threshold * DENSITY_MARGIN:
             dense.append(t)
@@ -219,10 +223,12 @@ def rank_viewport_slices(db, tracks: list, start: int, end: int, width_px: int,
         for t in unsure:
             (dense if counts.get(t.track_id, 0) > threshold else sparse).append(t)
     answers: dict[int, tuple[dict, dict]] = {}
-    if dense:
-        level, bucket_ns = lod
-        ids = [t.track_id for t in dense]
-        lo = start - max(t.max_dur_ns for t in dense)
+    by_level: dict[tuple[int, int], list] = {}
+    for t in dense:
+        by_level.setdefault(lods[t.track_id], []).append(t)
+    for (level, bucket_ns), group in sorted(by_level.items()):  # all dense tracks of a level in one scan
+        ids = [t.track_id for t in group]
+        lo = start - max(t.max_dur_ns for t in group)
         cols = db.arrays(SLICES_LOD_SQL.format(**names), {
             "origin": origin, "level": level, "tracks": ids, "track_min": min(ids), "track_max": max(ids),
             "bucket_lo": lo // bucket_ns, "bucket_hi": (end - 1) // bucket_ns, "start": start, "end": end,
@@ -248,17 +254,23 @@ def rank_viewport_slices(db, tracks: list, start: int, end: int, width_px: int,
 
 
 def _lod_counts(db, tracks: list, start: int, end: int, names: dict[str, str]) -> dict[int, int]:
-    """track_id → slices starting in the window, from the coarsest LOD level with at least 16 buckets in it."""
-    levels = db.info.lod_levels
-    level, bucket_ns = levels[0]
-    for lv, b in levels:
-        if b * 16 <= end - start:
-            level, bucket_ns = lv, b
-    ids = [t.track_id for t in tracks]
-    rows = db.rows(SLICES_LOD_COUNT_SQL.format(**names), {"level": level, "tracks": ids, "track_min": min(ids),
-                                          "track_max": max(ids), "bucket_lo": start // bucket_ns,
-                                          "bucket_hi": (end - 1) // bucket_ns})
-    return {int(tid): int(n) for tid, n in rows}
+    """track_id → slices starting in the window, from the coarsest LOD level of its rank with at least 16
+    buckets in it (one scan per level chosen)."""
+    by_level: dict[tuple[int, int], list[int]] = {}
+    for t in tracks:
+        levels = db.info.levels(t.rank)
+        level, bucket_ns = levels[0]
+        for lv, b in levels:
+            if b * 16 <= end - start:
+                level, bucket_ns = lv, b
+        by_level.setdefault((level, bucket_ns), []).append(t.track_id)
+    out: dict[int, int] = {}
+    for (level, bucket_ns), ids in sorted(by_level.items()):
+        rows = db.rows(SLICES_LOD_COUNT_SQL.format(**names), {"level": level, "tracks": ids, "track_min": min(ids),
+                                              "track_max": max(ids), "bucket_lo": start // bucket_ns,
+                                              "bucket_hi": (end - 1) // bucket_ns})
+        out.update({int(tid): int(n) for tid, n in rows})
+    return out
 
 
 def _split(cols: dict, ids: list[int], cap: int, flags: dict) -> dict[int, tuple[dict, dict]]:

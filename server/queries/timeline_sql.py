@@ -62,7 +62,7 @@ SELECT count(*) FROM {counters} WHERE track_id = $track AND ts_ns >= $start AND 
 COUNTER_EXACT_SQL = """
 SELECT series, ts_ns - $origin AS ts_ns, value FROM {counters}
 WHERE track_id = $track AND ts_ns >= $start AND ts_ns < $end
-ORDER BY series, ts_ns LIMIT $limit
+ORDER BY series, ts_ns, value LIMIT $limit
 """
 COUNTER_LOD_SQL = """
 SELECT series, (ts_ns // $bucket) * $bucket - $origin AS ts_ns, max(value) AS value, min(value) AS value_min
@@ -71,12 +71,13 @@ WHERE track_id = $track AND ts_ns >= $start AND ts_ns < $end
 GROUP BY series, ts_ns // $bucket
 ORDER BY series, ts_ns LIMIT $limit
 """
-# the last point before the window and the first after it, so a line reaches the window's edges
+# the last point before the window and the first after it, so a line reaches the window's edges; samples at one
+# time (real traces have dozens) are told apart by value, so every layout and every run of a query answer the same
 COUNTER_EDGES_SQL = """
 SELECT series, max(ts_ns) FILTER (WHERE ts_ns < $start) - $origin AS before_ts_ns,
-       arg_max(value, ts_ns) FILTER (WHERE ts_ns < $start) AS before_value,
+       arg_max(value, (ts_ns, value)) FILTER (WHERE ts_ns < $start) AS before_value,
        min(ts_ns) FILTER (WHERE ts_ns >= $end) - $origin AS after_ts_ns,
-       arg_min(value, ts_ns) FILTER (WHERE ts_ns >= $end) AS after_value
+       arg_min(value, (ts_ns, value)) FILTER (WHERE ts_ns >= $end) AS after_value
 FROM {counters} WHERE track_id = $track AND (ts_ns < $start OR ts_ns >= $end)
 GROUP BY series
 """

@@ -29,7 +29,7 @@ def quick(tmp_path_factory):
 
 def test_every_size_and_tool_has_a_row(quick):
     report, text = quick
-    assert [s["ranks"] for s in report["sizes"]] == [r for r, _ in suite.QUICK_SIZES]
+    assert [s["ranks"] for s in report["sizes"]] == [r for r, _, _ in suite.QUICK_SIZES]
     for size in report["sizes"]:
         assert set(size["ingest"]) == set(suite.TOOLS)
         assert size["ingest"]["ours"]["status"] == "ok"
@@ -40,7 +40,7 @@ def test_every_size_and_tool_has_a_row(quick):
         for peer in PEERS:  # the peers are an optional extra
             assert size["ingest"][peer]["status"] in ("ok", "not installed"), size["ingest"][peer]
         for tool in suite.TOOLS:
-            assert re.search(rf"^\s*{size['ranks']} {tool}\b", text, re.M), f"no table line for {tool}"
+            assert re.search(rf"^\s*{size['ranks']}\s+\S+ {tool}\b", text, re.M), f"no table line for {tool}"
     assert report["ray"]["status"] == "not asked"
 
 
@@ -82,8 +82,16 @@ def test_paint_viewport_and_targets(quick):
         floor = targets[f"ingest ≥ 0.6 × the read_json floor ({size['ranks']} rank(s))"]
         assert floor["got"] == round(rows["ours"]["mb_per_s"] / rows["floor"]["mb_per_s"], 2)
         assert floor["met"] == (floor["got"] >= 0.6)
+        # ours was watched: when the views could first answer, when rank 0 could be opened, when it was done
+        seen = rows["ours"]["insight"]
+        assert 0 < seen["cluster_view_s"] <= seen["rank0_s"] <= seen["complete_s"], seen
+        moved = rows["ours"]["progress"]
+        assert moved["events"] > 0 and moved["first_move_s"] is not None
+        assert 0 <= moved["longest_still_s"] <= rows["ours"]["wall_s"] + 0.5
         rss = targets[f"peak RSS per worker ≤ 1.5 GB ({size['ranks']} rank(s))"]
         assert rss["got"] == rows["ours"]["peak_rss_mb"] and rss["met"] == (rss["got"] <= 1536)
+    assert set(suite.table(report).splitlines()) >= {f"{'met ' if t['met'] else 'GAP '} {t['target']}: {t['got']} "
+                                                      f"(target {t['want']})" for t in report["targets"]}
 
 
 def test_bench_without_a_name_runs_the_suite():

@@ -33,7 +33,8 @@ def big_run(tmp_path_factory):
     generate_run(work / "gen", ranks=RANKS, steps=2, ops_per_step=5)
     store = RunStore(data)
     run = store.create_run("six ranks", str(work / "gen"))
-    summary = ingest_sharded(work / "gen", store.run_dir(run.id), workers=1)
+    # a shard per rank (group_bytes=0): the server can then load some ranks and not others
+    summary = ingest_sharded(work / "gen", store.run_dir(run.id), workers=1, group_bytes=0)
     store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
     app = create_app(Settings.from_env(environ={}, data_dir=str(data), max_loaded_ranks=LIMIT))
     with serving(app) as base:

@@ -242,10 +242,11 @@ def test_a_trace_failing_after_its_slices_are_written_leaves_no_rows(tmp_path, m
     from ascendscope.ingest import trace
     real_sql = trace.TraceLoad.sql
 
-    def failing_sql(self, template, params=None):
-        if template is trace.COUNTERS and "_r1_" in self.p:
-            raise duckdb.Error("simulated failure deriving the counters")
-        return real_sql(self, template, params)
+    def failing_sql(self, template, params=None, **names):
+        # (the two ranks are staged together first, then, that having failed, each alone)
+        if template is trace.STEPS and self.cur.execute(f"SELECT bool_or(rank = 1) FROM {self.p}ev").fetchone()[0]:
+            raise duckdb.Error("simulated failure deriving the steps")
+        return real_sql(self, template, params, **names)
 
     monkeypatch.setattr(trace.TraceLoad, "sql", failing_sql)
     con = _ingest(PYTORCH_TEXT / "level1", tmp_path)
@@ -255,7 +256,7 @@ def test_a_trace_failing_after_its_slices_are_written_leaves_no_rows(tmp_path, m
         assert con.execute(f"SELECT count(*) FROM {table} WHERE rank = 1").fetchone()[0] == 0, table
     assert con.execute("SELECT has_trace FROM ranks ORDER BY rank").fetchall() == [(True,), (False,)]
     assert ("rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json",
-            "not loaded: simulated failure deriving the counters") in _warnings(con)
+            "not loaded: simulated failure deriving the steps") in _warnings(con)
     kernels = PYTORCH_TEXT / "level1" / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     assert con.execute("SELECT count(*) FROM kernels WHERE rank = 1").fetchone()[0] == csv_rows(kernels)
 
@@ -490,3 +491,34 @@ def test_a_very_wide_csv_fails_alone(tmp_path):
                                "not loaded: 10000 columns in the header, more than the 512 a profiler CSV can have; "
                                "the file was not read")]
     assert con.execute("SELECT count(*) FROM op_statistic").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7])
+def test_a_csv_is_checked_block_by_block_as_if_whole(tmp_path, monkeypatch, block):
+    """A CSV of gigabytes is checked for UTF-8 and spreadsheet exponents a block at a time (bounded memory): the
+    first bad byte, the repaired copy and the exponent hint are those of the whole file, whatever the block size
+    (a character cut by a block boundary is not a bad byte)."""
+    import random
+
+    from ascendscope.ingest import csvfiles
+
+    monkeypatch.setattr(csvfiles, "READ_BLOCK", block)
+    rng = random.Random(block)
+    pieces = [b"a,b\n", "é".encode(), "中文".encode(), b"1e5", b"\xff", b"x", b"2E-3", b"\xe4\xb8", b"9", b"e"]
+    for i in range(200):
+        data = b"h1,h2\n" + b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 25)))
+        path = tmp_path / f"f{i}.csv"
+        path.write_bytes(data)
+        cl = csvfiles.CsvLoad(None, f"p{i}_", "kernel_details", path, 0, path.name, tmp_path)
+        cl._readable()
+        try:
+            data.decode("utf-8")
+            first_bad = None
+        except UnicodeDecodeError as exc:
+            first_bad = exc.start
+        said = [w for w in cl.warnings if "not UTF-8" in w]
+        assert said == ([] if first_bad is None else
+                        [f"bytes that are not UTF-8 (first at byte {first_bad}) replaced with U+FFFD"]), data
+        if first_bad is not None:
+            assert (tmp_path / f"p{i}_{path.name}").read_text(encoding="utf-8") == data.decode("utf-8", "replace")
+        assert cl.may_hold_exponents == csvfiles._may_hold_exponents(data), data

@@ -25,7 +25,8 @@ def test_lod_equals_naive_sql(tmp_path):
     con = duckdb.connect(str(out))
     assert con.execute("SELECT count(*) FROM lod_levels").fetchone()[0] >= 1
     lod.build(con, base_ns=1024)  # many levels, to check each one and the chaining between them
-    levels = con.execute("SELECT level, bucket_ns, row_count FROM lod_levels ORDER BY level").fetchall()
+    # one row per (rank, level), each rank's with the same widths and counts in a single-file run
+    levels = con.execute("SELECT DISTINCT level, bucket_ns, row_count FROM lod_levels ORDER BY level").fetchall()
     assert len(levels) >= (6 if HAVE_REAL else 3)  # the real run is longer than its generated twin
     assert all(b == a * 4 for (_, a, _), (_, b, _) in zip(levels, levels[1:]))
     for level, width, rows in levels:

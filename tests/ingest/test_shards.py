@@ -1,8 +1,10 @@
-"""Sharded ingest (issue #11): a run as one shard per rank + cluster.duckdb + manifest.json.
+"""Sharded ingest (issues #11, #17): a run as shards (one per big rank, small ranks together) + cluster.duckdb +
+manifest.json.
 
 A sharded run read through ``shards.connect`` holds the same rows as the single-file run of the same source, ids
-aside (each rank's ids are shifted by one constant, into its own range); a failed shard leaves the others; the
-process pool and a local Ray cluster write identical runs.
+aside (each rank's ids are shifted by one constant, into its own range) and the level-of-detail tables aside
+(each shard has its own widths; each equals its naive SQL); a failed shard leaves the others; the process pool
+and a local Ray cluster write identical runs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ascendscope.ingest import lod, shards
+from ascendscope.ingest import shards
 from ascendscope.ingest.pipeline import NoProfilingData, ingest_path, rank_id_bases
 from ascendscope.ingest.shards import connect, ingest_sharded, read_manifest
 from ascendscope.sample_data.generate import generate_run
@@ -26,6 +28,8 @@ TRACK_IDS = {"track_id", "src_track_id", "dst_track_id"}
 SLICE_IDS = {"slice_id", "parent_id", "src_slice_id", "dst_slice_id"}
 FLOW_IDS = {"flow_id"}
 VARYING = {"files": {"seconds"}}  # columns that differ between two ingests of one source
+# each database chooses its level-of-detail widths from its own slices (checked against the naive SQL below)
+PER_DATABASE = {"slice_lod", "lod_levels"}
 STABLE_META = ("schema_version", "ascendscope_version", "source_path", "bytes_read")
 
 
@@ -84,6 +88,8 @@ def assert_same_run(single: duckdb.DuckDBPyConnection, sharded: duckdb.DuckDBPyC
     tables = _tables(single)
     assert tables == [t for t in _tables(sharded)], "the same tables"
     for table in tables:
+        if table in PER_DATABASE:
+            continue
         cols_a, rows_a = _rows(single, table)
         cols_b, rows_b = _rows(sharded, table)
         assert cols_a == cols_b, table
@@ -96,6 +102,29 @@ def _both(src: Path, tmp_path: Path, **kwargs):
     ingest_path(src, single)
     summary = ingest_sharded(src, tmp_path / "run", workers=2, **kwargs)
     return single, summary
+
+
+NAIVE_LOD = """
+SELECT track_id, depth, ts_ns // ? AS bucket, count(*) AS slice_count,
+       arg_max(slice_id, (dur_ns, -slice_id)) AS slice_id,
+       min(ts_ns) AS min_ts_ns, max(ts_ns + dur_ns) AS max_end_ns, sum(dur_ns) AS total_dur_ns
+FROM slices GROUP BY track_id, depth, bucket
+"""
+
+
+def assert_shard_lod_is_naive(path: Path) -> None:
+    """A shard's levels equal the naive SQL of ingest/lod.py over its own slices, and are listed for each of its
+    ranks that has slices."""
+    with duckdb.connect(str(path), read_only=True) as con:
+        levels = con.execute("SELECT DISTINCT level, bucket_ns FROM lod_levels ORDER BY level").fetchall()
+        ranks = {r for (r,) in con.execute("SELECT DISTINCT rank FROM slices").fetchall()}
+        assert {r for (r,) in con.execute("SELECT DISTINCT rank FROM lod_levels").fetchall()} == ranks
+        assert bool(levels) == bool(ranks)
+        for level, width in levels:
+            naive = con.execute(f"SELECT * FROM ({NAIVE_LOD}) ORDER BY ALL", [width]).fetchall()
+            stored = con.execute("SELECT track_id, depth, bucket, slice_count, slice_id, min_ts_ns, max_end_ns, "
+                                 "total_dur_ns FROM slice_lod WHERE level = ? ORDER BY ALL", [level]).fetchall()
+            assert stored == naive, f"{path.name} level {level}"
 
 
 @pytest.fixture(scope="module")
@@ -119,65 +148,60 @@ def test_sharded_run_equals_single_file(sample, generated, tmp_path):
             assert_same_run(a, b)
         finally:
             b.close()
+    for path in (tmp_path / "run" / "shards").glob("*.duckdb"):
+        assert_shard_lod_is_naive(path)
 
 
-def test_shard_ids_are_in_their_ranks_range(generated, tmp_path):
-    ingest_sharded(generated, tmp_path / "run", workers=2)
-    for entry in read_manifest(tmp_path / "run")["shards"]:
-        bases = rank_id_bases(entry["rank"])
+@pytest.mark.parametrize("group_bytes", [0, 64 << 20], ids=["a shard per rank", "ranks together"])
+def test_shard_ids_are_in_their_ranks_range(generated, tmp_path, group_bytes):
+    ingest_sharded(generated, tmp_path / "run", workers=2, group_bytes=group_bytes)
+    entries = read_manifest(tmp_path / "run")["shards"]
+    assert len(entries) == (3 if group_bytes == 0 else 1)
+    for entry in entries:
         with duckdb.connect(str(tmp_path / "run" / entry["file"]), read_only=True) as con:
-            for sql, base, span in (("SELECT min(track_id), max(track_id) FROM tracks", bases.track, 1 << 16),
-                                    ("SELECT min(slice_id), max(slice_id) FROM slices", bases.slice, 1 << 36),
-                                    ("SELECT min(flow_id), max(flow_id) FROM flows", bases.slice, 1 << 36)):
-                lo, hi = con.execute(sql).fetchone()
-                assert base < lo <= hi < base + span, sql
+            for rank in entry["ranks"]:
+                bases = rank_id_bases(rank)
+                for sql, base, span in (("SELECT min(track_id), max(track_id) FROM tracks", bases.track, 1 << 16),
+                                        ("SELECT min(slice_id), max(slice_id) FROM slices", bases.slice, 1 << 36),
+                                        ("SELECT min(flow_id), max(flow_id) FROM flows", bases.slice, 1 << 36)):
+                    lo, hi = con.execute(sql.replace("FROM tracks", "FROM tracks WHERE rank = ?")
+                                         .replace("FROM slices", "FROM slices WHERE rank = ?")
+                                         .replace("FROM flows", "FROM flows WHERE rank = ?"), [rank]).fetchone()
+                    assert base < lo <= hi < base + span, sql
     assert rank_id_bases(2).slice == 2 << 36 and (rank_id_bases(32767).slice + (1 << 36)) <= 2 ** 53
 
 
-def test_every_shard_has_the_runs_lod_levels(generated, tmp_path):
-    """Level L has one width in every shard (the whole run's), equal to the single-file run's."""
-    single, _ = _both(generated, tmp_path)
-    with duckdb.connect(str(single), read_only=True) as con:
-        expected = con.execute("SELECT level, bucket_ns FROM lod_levels ORDER BY level").fetchall()
-    assert expected
-    for path in (tmp_path / "run" / "shards").glob("*.duckdb"):
-        with duckdb.connect(str(path), read_only=True) as con:
-            assert con.execute("SELECT level, bucket_ns FROM lod_levels ORDER BY level").fetchall() == expected
-            assert con.execute("SELECT count(DISTINCT (level, bucket_ns)) FROM slice_lod").fetchone()[0] == \
-                len(expected)
-
-
-def test_lod_base_from_inputs_equals_base_bucket_ns(generated, tmp_path):
-    """The width chosen from per-rank inputs equals the one chosen over all ranks' slices at once."""
-    one = tmp_path / "one.duckdb"
-    ingest_path(generated, one)
-    with duckdb.connect(str(one), read_only=True) as con:
-        rows = con.execute("SELECT count(*), max(ts_ns + dur_ns) - min(ts_ns) FROM slices GROUP BY track_id, depth"
-                           ).fetchall()
-        n = con.execute("SELECT count(*) FROM slices").fetchone()[0]
-    parts = []
-    for rank in (0, 1, 2):
-        with duckdb.connect() as part:
-            part.execute(f"ATTACH '{one}' AS src (READ_ONLY)")
-            part.execute(f"CREATE TABLE slices AS SELECT * FROM src.slices WHERE rank = {rank}")
-            parts.append(lod.inputs(part))
-    base, span = lod.base_from_inputs(parts)
-    assert base == lod.base_bucket_ns(rows, n)
-    assert span == max(p["max_end_ns"] for p in parts) - min(p["min_ts_ns"] for p in parts)
+@pytest.mark.parametrize("group_bytes", [0, 64 << 20], ids=["a shard per rank", "ranks together"])
+def test_every_shards_lod_equals_its_naive_sql(generated, tmp_path, group_bytes):
+    """Each shard summarises its own slices at its own widths (it is complete the moment it is written); the
+    server picks a level per rank."""
+    ingest_sharded(generated, tmp_path / "run", workers=2, group_bytes=group_bytes)
+    paths = sorted((tmp_path / "run" / "shards").glob("*.duckdb"))
+    assert len(paths) == (3 if group_bytes == 0 else 1)
+    for path in paths:
+        assert_shard_lod_is_naive(path)
 
 
 def test_manifest_and_summary(generated, tmp_path):
-    summary = ingest_sharded(generated, tmp_path / "run", workers=2)
+    summary = ingest_sharded(generated, tmp_path / "run", workers=2, group_bytes=0)
     manifest = read_manifest(tmp_path / "run")
-    assert manifest["format_version"] == shards.FORMAT_VERSION and manifest["source"] == str(generated)
-    assert [e["rank"] for e in manifest["shards"]] == [0, 1, 2]
+    assert manifest["format_version"] == shards.FORMAT_VERSION == 2 and manifest["source"] == str(generated)
+    assert manifest["status"] == "complete" and manifest["ranks"] == {"ready": 3, "pending": 0, "failed": 0,
+                                                                      "total": 3}
+    assert [e["ranks"] for e in manifest["shards"]] == [[0], [1], [2]]
     for e in manifest["shards"]:
-        assert e["status"] == "ready" and e["file"] == f"shards/rank_{e['rank']:05d}.duckdb"
+        assert e["status"] == "ready" and e["file"] == f"shards/rank_{e['ranks'][0]:05d}.duckdb"
         assert e["bytes"] == (tmp_path / "run" / e["file"]).stat().st_size
         assert e["bytes"] < 2 << 20  # a small rank's shard is written in small blocks (default blocks: ~7 MB)
+        assert len(e["source"]) == 32 and e["counts"]["slices_per_kind"]
     assert summary["ranks"] == [0, 1, 2] and summary["slices_per_kind"]
     assert [s["rank"] for s in summary["shards"]] == [0, 1, 2]
     assert all(s["seconds"] > 0 for s in summary["shards"])
+    grouped = ingest_sharded(generated, tmp_path / "grouped", workers=2)
+    (entry,) = read_manifest(tmp_path / "grouped")["shards"]
+    assert entry["ranks"] == [0, 1, 2] and entry["file"] == "shards/ranks_00000-00002.duckdb"
+    assert {k: v for k, v in grouped.items() if k not in ("seconds", "shards")} == \
+        {k: v for k, v in summary.items() if k not in ("seconds", "shards")}
     leftovers = [p.name for p in (tmp_path / "run").rglob("*") if ".tmp-" in p.name or p.name.startswith(".work")]
     assert leftovers == []
 
@@ -188,13 +212,13 @@ def test_failed_shard_leaves_the_others_and_says_why(generated, tmp_path):
     out = tmp_path / "run"
     (out / "shards" / "rank_00001.duckdb").mkdir(parents=True)
     (out / "shards" / "rank_00001.duckdb" / "keep").write_text("x")
-    summary = ingest_sharded(generated, out, workers=2)
+    summary = ingest_sharded(generated, out, workers=2, group_bytes=0)
     manifest = read_manifest(out)
-    by_rank = {e["rank"]: e for e in manifest["shards"]}
-    assert by_rank[1]["status"] == "failed" and by_rank[1]["file"] is None
+    by_rank = {e["ranks"][0]: e for e in manifest["shards"]}
+    assert by_rank[1]["status"] == "failed" and manifest["ranks"]["failed"] == 1
     assert "rank_00001.duckdb" in by_rank[1]["error"]
     assert by_rank[0]["status"] == by_rank[2]["status"] == "ready"
-    assert summary["ranks"] == [0, 2]
+    assert summary["ranks"] == [0, 1, 2]  # its small files are in the cluster tables: the Cluster view lists it
     assert any(w["rank"] == 1 and w["file"] == "rank1_ascend_pt" and "rank_00001.duckdb" in w["message"]
                for w in summary["warnings"])
     con, loaded = connect(out)
@@ -211,10 +235,10 @@ def test_corrupt_trace_of_one_rank_is_a_warning_of_its_shard(generated, tmp_path
     shutil.copytree(generated, src)
     trace = src / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2] + b"\x00garbage")
-    summary = ingest_sharded(src, tmp_path / "run", workers=2)
+    summary = ingest_sharded(src, tmp_path / "run", workers=2)  # the three ranks share a shard
     assert summary["ranks"] == [0, 1, 2]
     assert any(w["rank"] == 1 and w["file"].endswith("trace_view.json") for w in summary["warnings"])
-    entry = {e["rank"]: e for e in read_manifest(tmp_path / "run")["shards"]}[1]
+    (entry,) = read_manifest(tmp_path / "run")["shards"]
     assert entry["status"] == "ready" and entry["warnings"] >= 1
     con, _ = connect(tmp_path / "run")
     try:
@@ -226,13 +250,13 @@ def test_corrupt_trace_of_one_rank_is_a_warning_of_its_shard(generated, tmp_path
 
 
 def test_connect_attaches_only_the_ranks_asked_for(generated, tmp_path):
-    ingest_sharded(generated, tmp_path / "run", workers=2)
+    ingest_sharded(generated, tmp_path / "run", workers=2, group_bytes=0)
     con, loaded = connect(tmp_path / "run", [1, 7])
     try:
         assert loaded == [1]
         dbs = {d for (d,) in con.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal"
                                          ).fetchall()}
-        assert dbs == {"memory", "cluster", "r1"}
+        assert dbs == {"memory", "cluster", "r1"}  # a shard is attached as r<its first rank>
         assert con.execute("SELECT DISTINCT rank FROM tracks").fetchall() == [(1,)]
         # the run-wide tables still list every rank
         assert con.execute("SELECT count(*) FROM ranks").fetchone()[0] == 3
@@ -253,12 +277,12 @@ def test_nothing_found_writes_no_manifest_and_removes_an_old_one(generated, tmp_
 
 def test_reingest_removes_shards_of_ranks_gone(generated, tmp_path):
     out = tmp_path / "run"
-    ingest_sharded(generated, out, workers=2)
+    ingest_sharded(generated, out, workers=2, group_bytes=0)
     src = tmp_path / "src"
     shutil.copytree(generated / "rank0_ascend_pt", src / "rank0_ascend_pt")
-    ingest_sharded(src, out, workers=1)
+    ingest_sharded(src, out, workers=1, group_bytes=0)
     assert sorted(p.name for p in (out / "shards").iterdir()) == ["rank_00000.duckdb"]
-    assert [e["rank"] for e in json.loads((out / "manifest.json").read_text())["shards"]] == [0]
+    assert [e["ranks"] for e in json.loads((out / "manifest.json").read_text())["shards"]] == [[0]]
 
 
 # --- executors: a 1,000-rank generated run through the process pool and a local Ray cluster ----------------------
@@ -269,13 +293,14 @@ def _dump(out: Path) -> dict[str, list]:
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.duckdb"))
     for name in names:
         with duckdb.connect(str(out / name), read_only=True) as con:
-            for (table,) in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall():
+            for schema, table in con.execute("SELECT schema_name, table_name FROM duckdb_tables() ORDER BY ALL"
+                                             ).fetchall():
                 if table == "meta":
                     continue
-                cur = con.execute(f'SELECT * FROM "{table}"')
+                cur = con.execute(f'SELECT * FROM "{schema}"."{table}"')
                 cols = [d[0] for d in cur.description]
                 drop = {"seconds"} if table == "files" else set()
-                dump[f"{name}:{table}"] = sorted(repr(tuple(v for c, v in zip(cols, r) if c not in drop))
+                dump[f"{name}:{schema}.{table}"] = sorted(repr(tuple(v for c, v in zip(cols, r) if c not in drop))
                                                  for r in cur.fetchall())
     return dump
 
@@ -321,8 +346,8 @@ def test_thousand_ranks_process_pool_and_ray_agree(thousand, tmp_path):
 def test_ray_executor_on_a_small_run(generated, tmp_path):
     if not _ray_available():
         pytest.skip("ray is not installed (pip install 'ascendscope[ray]')")
-    by_pool = ingest_sharded(generated, tmp_path / "pool", workers=2)
-    ingest_sharded(generated, tmp_path / "ray", executor="ray", workers=2)
+    by_pool = ingest_sharded(generated, tmp_path / "pool", workers=2, group_bytes=0)
+    ingest_sharded(generated, tmp_path / "ray", executor="ray", workers=2, group_bytes=0)
     assert _dump(tmp_path / "ray") == _dump(tmp_path / "pool")
     assert by_pool["ranks"] == [0, 1, 2]
 
@@ -352,8 +377,8 @@ def _cli(*args):
 def test_cli_writes_a_run_folder_or_one_file(generated, tmp_path):
     proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2", "--quiet")
     assert proc.returncode == 0, proc.stderr
-    assert "shards: 3 ready, 0 failed" in proc.stdout and "ranks: 0, 1, 2" in proc.stdout
-    assert [e["status"] for e in read_manifest(tmp_path / "run")["shards"]] == ["ready"] * 3
+    assert "shards: 1 ready, 0 failed" in proc.stdout and "ranks: 0, 1, 2" in proc.stdout
+    assert [e["status"] for e in read_manifest(tmp_path / "run")["shards"]] == ["ready"]
     proc = _cli(generated, "--out", tmp_path / "one.duckdb", "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "one.duckdb").is_file() and "shards:" not in proc.stdout
@@ -368,11 +393,10 @@ def test_cli_refuses_contradictory_arguments(generated, tmp_path, args):
 
 
 def test_cli_exits_2_when_no_rank_loads(generated, tmp_path):
-    for rank in (0, 1, 2):
-        (tmp_path / "run" / "shards" / f"rank_{rank:05d}.duckdb" / "x").mkdir(parents=True)
+    (tmp_path / "run" / "shards" / "ranks_00000-00002.duckdb" / "x").mkdir(parents=True)
     proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2", "--quiet")
     assert proc.returncode == 2 and "no rank could be loaded" in proc.stderr
-    assert "shards: 0 ready, 3 failed" in proc.stdout and "[rank 1] not loaded: " in proc.stdout
+    assert "shards: 0 ready, 1 failed" in proc.stdout and "[ranks 0–2] not loaded: " in proc.stdout
 
 
 def test_a_lone_rank_gets_every_core(tmp_path, monkeypatch):
@@ -386,13 +410,13 @@ def test_a_lone_rank_gets_every_core(tmp_path, monkeypatch):
     def spy(kind, *, workers=None, ray_address=None):
         seen["workers"] = workers
         runner = real(kind, workers=workers, ray_address=ray_address)
-        run = runner.run
+        start = runner.start
 
-        def recording_run(fn, calls):
+        def recording_start(fn, calls, order=None):
             seen["threads"] += [c["threads"] for c in calls]
-            return run(fn, calls)
+            return start(fn, calls, order)
 
-        runner.run = recording_run
+        runner.start = recording_start
         return runner
 
     monkeypatch.setattr(shards, "make_executor", spy)
@@ -400,3 +424,42 @@ def test_a_lone_rank_gets_every_core(tmp_path, monkeypatch):
     summary = ingest_sharded(src, tmp_path / "run", workers=2)
     assert summary["ranks"] == [0]
     assert seen["workers"] == 1 and set(seen["threads"]) == {2}
+
+
+def test_ready_shards_of_an_unchanged_source_are_kept(generated, tmp_path):
+    """Ingesting again into the folder keeps every shard made from the same files (a resumed ingest does not
+    redo finished ranks), redoes the one whose files changed, and reuses nothing made by another version."""
+    src = tmp_path / "src"
+    shutil.copytree(generated, src)
+    out = tmp_path / "run"
+    first = ingest_sharded(src, out, workers=2, group_bytes=0)
+    assert first["reused"] == 0
+    stats = {p.name: p.stat() for p in (out / "shards").glob("*.duckdb")}
+    again = ingest_sharded(src, out, workers=2, group_bytes=0)
+    assert again["reused"] == 3
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "shards").glob("*.duckdb")} == \
+        {name: (st.st_ino, st.st_mtime_ns) for name, st in stats.items()}
+    assert {k: v for k, v in again.items() if k not in ("seconds", "reused", "shards")} == \
+        {k: v for k, v in first.items() if k not in ("seconds", "reused", "shards")}
+    csv = src / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    csv.write_text(csv.read_text() + "\n")
+    changed = ingest_sharded(src, out, workers=2, group_bytes=0)
+    assert changed["reused"] == 2
+    assert (out / "shards" / "rank_00001.duckdb").stat().st_mtime_ns != stats["rank_00001.duckdb"].st_mtime_ns
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["schema_version"] = 0  # a manifest another version wrote: nothing of it is trusted
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert ingest_sharded(src, out, workers=2, group_bytes=0)["reused"] == 0
+
+
+def test_shards_extracted_from_an_archive_are_kept_too(generated, tmp_path):
+    """An archive is extracted afresh each time (new file times): its own size and time say it is the same."""
+    import zipfile
+
+    zipped = tmp_path / "run.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        for path in sorted(generated.rglob("*")):
+            if path.is_file():
+                z.write(path, path.relative_to(generated))
+    ingest_sharded(zipped, tmp_path / "run", workers=1)
+    assert ingest_sharded(zipped, tmp_path / "run", workers=1)["reused"] == 1

@@ -1,7 +1,8 @@
 """On a sharded run of several ranks, a viewport query about one rank's tracks reads that rank's shard alone, not
 the union of every shard (issue #18: at 8 ranks a third of the cost), and answers exactly as the single-file layout
 does: slices of two ranks in one request (exact and level of detail), counters and flows; on a generated run and
-on the real level1 sample."""
+on the real level1 sample, one shard per rank, and on a generated run whose two small ranks share a shard (issue #17:
+both ranks are read from that shard, attached as ``r0``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.conftest import PYTORCH_TEXT
 from tests.server.test_sharded_runs import _natural_ids, _normal
 
 
-@pytest.fixture(scope="module", params=["generated", "level1"])
+@pytest.fixture(scope="module", params=["generated", "grouped", "level1"])
 def layouts(request, tmp_path_factory):
     import duckdb
 
@@ -35,7 +36,9 @@ def layouts(request, tmp_path_factory):
     store = RunStore(tmp_path_factory.mktemp("routing"))
     single, sharded = store.create_run("single", str(source)), store.create_run("sharded", str(source))
     ingest_path(source, store.db_path(single.id))
-    ingest_sharded(source, store.run_dir(sharded.id), workers=2)
+    # a shard per rank (group_bytes=0), or the small ranks grouped as the server does by default
+    grouping = {} if request.param == "grouped" else {"group_bytes": 0}
+    ingest_sharded(source, store.run_dir(sharded.id), workers=2, **grouping)
     for run in (single, sharded):
         store.set_status(run.id, "ready")
     with duckdb.connect(str(store.db_path(single.id)), read_only=True) as con:
@@ -45,7 +48,7 @@ def layouts(request, tmp_path_factory):
     con.close()
     app = create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)), store=store)
     with TestClient(app) as client:
-        yield client, {"single": (single.id, single_ids), "sharded": (sharded.id, sharded_ids)}
+        yield client, {"single": (single.id, single_ids), "sharded": (sharded.id, sharded_ids)}, request.param
 
 
 def answers(client, run_id: str, names: dict) -> list:
@@ -70,7 +73,7 @@ def answers(client, run_id: str, names: dict) -> list:
 def test_each_rank_is_read_from_its_shard_with_the_same_answers(layouts, monkeypatch):
     from ascendscope.server import api
 
-    client, runs = layouts
+    client, runs, layout = layouts
     executed = []
     real = api.query
     monkeypatch.setattr(api, "query", lambda cur, sql, params=(), **kw: executed.append(sql) or
@@ -81,7 +84,10 @@ def test_each_rank_is_read_from_its_shard_with_the_same_answers(layouts, monkeyp
     assert single == sharded
     viewport = [sql for sql in executed if "FROM r0." in sql or "FROM r1." in sql]
     assert any('r0."slices"' in sql or 'r0."slice_lod"' in sql for sql in viewport)
-    assert any('r1."slices"' in sql or 'r1."slice_lod"' in sql for sql in viewport)
+    if layout == "grouped":  # one shard holds both ranks: it is attached once, as r0
+        assert not any("FROM r1." in sql for sql in viewport)
+    else:
+        assert any('r1."slices"' in sql or 'r1."slice_lod"' in sql for sql in viewport)
     assert any('r0."counters"' in sql or 'r1."counters"' in sql for sql in viewport)
     unions = [sql for sql in executed if "slice_lod" in sql and "FROM slice_lod" in sql]
     assert not unions  # no level-of-detail query read the union of the shards

@@ -12,7 +12,7 @@ import pytest
 
 from ascendscope.ingest.layout import connect
 from ascendscope.ingest.pipeline import ingest_path
-from ascendscope.ingest.shards import ingest_sharded
+from ascendscope.ingest.shards import ingest_sharded, read_manifest
 from ascendscope.server.db import Databases, parse_ranks, request_scope
 from ascendscope.server.runs import RunStore
 from tests.conftest import PYTORCH_TEXT
@@ -39,7 +39,8 @@ def served(tmp_path_factory):
     summary = ingest_path(SOURCE, store.db_path(single.id))
     store.set_status(single.id, "ready", summary={"ranks": summary["ranks"]})
     sharded = store.create_run("sharded", str(SOURCE))
-    summary = ingest_sharded(SOURCE, store.run_dir(sharded.id), workers=2)
+    # one shard per rank (group_bytes=0), so that a rank's scope is its own shard
+    summary = ingest_sharded(SOURCE, store.run_dir(sharded.id), workers=2, group_bytes=0)
     store.set_status(sharded.id, "ready", summary={"ranks": summary["ranks"]})
     assert store.db_path(sharded.id).name == "cluster.duckdb"
     app = create_app(Settings.from_env(environ={}, data_dir=str(data_dir)))
@@ -160,9 +161,30 @@ def test_a_request_for_rank_1_attaches_only_its_shard(served):
                                               ).fetchall()}
     finally:
         cur.close()
-    assert attached == {"memory", "cluster", "r1"}
+    assert attached == {"memory", "cluster", "r1"}  # a shard is attached as r<its first rank>
     assert databases.info(run["sharded"], path, scope).loaded_ranks == [1]
     assert databases.info(run["sharded"], path, scope).ranks == [0, 1]  # the rank picker still offers both
+
+
+@pytest.mark.parametrize("sample", ["level1", "generated"])
+def test_a_shard_of_several_ranks_loads_them_all(tmp_path, sample):
+    """Small ranks share a shard: asking for one attaches that shard, and the answer says both are loaded."""
+    source = SOURCE
+    if sample == "generated":
+        from ascendscope.sample_data.generate import generate_run
+
+        source = tmp_path / "gen"
+        generate_run(source, ranks=2, steps=2, ops_per_step=30)
+    elif not SOURCE.is_dir():
+        pytest.skip(f"real sample {SOURCE} not found")
+    ingest_sharded(source, tmp_path / "run", workers=1)
+    (entry,) = read_manifest(tmp_path / "run")["shards"]
+    assert entry["ranks"] == [0, 1] and entry["file"] == "shards/ranks_00000-00001.duckdb"
+    databases = Databases(max_loaded_ranks=1)
+    path = tmp_path / "run" / "cluster.duckdb"
+    info = databases.info("grouped", path, databases.scope(path, (1,)))
+    assert info.loaded_ranks == [0, 1] and {t.rank for t in info.tracks.values()} == {0, 1}
+    databases.close_all()
 
 
 def test_above_the_limit_the_default_scope_is_the_first_rank(served):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYTORCH_TEXT, needs_samples
+from tests.run_helpers import wait
 
 pytestmark = needs_samples
 OPS_PER_STEP = 6000  # a generated rank whose trace takes a few seconds to ingest: time to kill the worker
@@ -39,16 +40,6 @@ def running_queue(store, **options):
         yield queue
     finally:
         queue.stop()
-
-
-def wait(fn, timeout_s: float = 60.0, every_s: float = 0.02):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s} s")
 
 
 def reading(store, run_id):

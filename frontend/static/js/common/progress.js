@@ -28,3 +28,12 @@ export function progressBar(p, bar = el("progress")) {
   else bar.removeAttribute("value");
   return bar;
 }
+
+/** "3 of 8 ranks loaded · 1 failed" for a run still ingesting (run.ranks_state), "" when it says nothing. */
+export function ranksText(state) {
+  if (!state || !state.total) return "";
+  const fmt = (n) => n.toLocaleString("en-US");
+  const parts = [`${fmt(state.ready)} of ${fmt(state.total)} rank${state.total === 1 ? "" : "s"} loaded`];
+  if (state.failed) parts.push(`${fmt(state.failed)} failed`);
+  return parts.join(" · ");
+}

@@ -1,5 +1,6 @@
 // The runs page: one row per run (name, ranks, status with live ingest progress, size on disk, created, source)
 // with open / rename / delete / retry (a failed run), refreshed every second while any run is queued or ingesting
+// (a run still ingesting opens as soon as its first ranks are loaded: the row says how many are)
 // (every 10 s otherwise, for runs others add); and the upload zone (upload.js). A run's ingest warnings and its
 // ingest log unfold under its status, and stay unfolded across refreshes. A read-only dashboard has no upload zone
 // and no actions.
@@ -8,7 +9,7 @@ import { apiGet, apiSend } from "../common/api.js";
 import { el } from "../common/dom.js";
 import { formatBytes } from "../common/format.js";
 import { page } from "../common/nav.js";
-import { progressBar, progressText } from "../common/progress.js";
+import { progressBar, progressText, ranksText } from "../common/progress.js";
 import { RUNS_API, runApi, runPage } from "../common/urls.js";
 import { initUploads } from "./upload.js";
 
@@ -41,6 +42,8 @@ function statusCell(run) {
   if (run.status === "queued" || run.status === "ingesting") {
     box.append(progressBar(run.progress));
     box.append(el("div", { class: "run-progress muted" }, progressText(run.progress)));
+    const ranks = ranksText(run.ranks_state);
+    if (ranks) box.append(el("div", { class: "run-ranks" }, `${ranks} — open it now`));
   }
   if (run.error) box.append(el("div", { class: "run-error" }, run.error));
   if (refusals.has(run.id)) box.append(el("div", { class: "run-error" }, refusals.get(run.id)));
@@ -97,9 +100,14 @@ async function loadLog(id) {
   return el("pre", { class: "run-log" }, log.truncated ? `… (the last ${formatBytes(text.length)})\n${text}` : text);
 }
 
+/** A run whose views can be opened: ready, or still ingesting with its first ranks loaded. */
+function openable(run) {
+  return run.status === "ready" || Boolean(run.servable);
+}
+
 function nameCell(run) {
-  const ready = run.status === "ready";
-  return el(ready ? "a" : "span", { class: "run-name-link", href: ready ? runPage(run.id, "timeline") : null,
+  const open = openable(run);
+  return el(open ? "a" : "span", { class: "run-name-link", href: open ? runPage(run.id, "timeline") : null,
     title: run.id }, run.name);
 }
 
@@ -172,7 +180,7 @@ function retry(run) {
 
 function actionsCell(tr, run) {
   const actions = el("div", { class: "run-actions" });
-  if (run.status === "ready") {
+  if (openable(run)) {
     actions.append(el("a", { class: "btn primary", href: runPage(run.id, "timeline") }, "Open"));
   }
   if (run.status === "failed") actions.append(retry(run));
@@ -187,7 +195,7 @@ function render(runs) {
   for (const run of runs) {
     const tr = el("tr", { dataset: { runId: run.id, status: run.status } });
     cell(tr, nameCell(run));
-    cell(tr, run.rank_count ?? "–", "num");
+    cell(tr, run.rank_count ?? run.ranks_state?.total ?? "–", "num");
     cell(tr, statusCell(run));
     cell(tr, formatBytes(run.size), "num");
     cell(tr, new Date(run.created * 1000).toLocaleString());

@@ -1,0 +1,199 @@
+"""One CSV kind of many small ranks in one DuckDB read, instead of one read (and ~10 statements) per file.
+
+A DuckDB statement costs a millisecond or more whatever its size, and reading a CSV takes about ten
+(``csvfiles.CsvLoad``): for a rank of a few hundred kB that fixed cost, not the bytes, is the ingest time. Here
+the files of one kind whose header lines are identical are concatenated into one file, each file's rows preceded
+by a marker row naming it, and typed like one CSV (``csvfiles``: the same column plan, type inference over all
+of them, the same exact conversions); each row gets its file's rank and its row number within its file. The
+result is the table the per-file loads would make, unioned: ``{out}{table}`` with ``rank`` and ``src_row``.
+
+Anything unusual goes through ``CsvLoad`` file by file instead, so its warnings stay exact: a file that is empty,
+too wide, not UTF-8, whose header no other file shares, or a batch in which DuckDB rejects a row or a marker does
+not come back where it was put (an unterminated quote would swallow it).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from .csvfiles import (
+    MAX_COLUMNS,
+    TABLES,
+    CsvLoad,
+    _may_hold_exponents,
+    _quote_ident,
+    _quote_text,
+    column_plan,
+)
+
+MARKER = "\x01ascendscope-file:"  # + the file's index + "\x01": a cell no profiler writes
+MARKER_RE = "^\x01ascendscope-file:([0-9]+)\x01$"
+
+
+@dataclass
+class CsvResult:
+    """What loading one rank's file gave (as ``CsvLoad``: rows, status, warnings), or the error that stopped it."""
+
+    rows: int = 0
+    status: str = "loaded"
+    warnings: list[str] = field(default_factory=list)
+    error: Exception | None = None
+
+
+def load_many(cur: duckdb.DuckDBPyConnection, prefix: str, kind: str, items: list[tuple[int, Path, str]],
+              workdir: Path, out_prefix: str) -> dict[int, CsvResult]:
+    """Load the files ``items`` ((rank, path, display name), one file per rank) of one CSV kind into
+    ``{out_prefix}{table}`` (scratch tables under ``prefix``); rank -> its result."""
+    table = TABLES[kind]
+    results: dict[int, CsvResult] = {}
+    batches: dict[bytes, list[tuple[int, Path, str, bytes]]] = {}
+    alone: list[tuple[int, Path, str]] = []
+    exponents = False
+    for rank, path, display in items:
+        data = _plain_body(path)
+        if data is None:
+            alone.append((rank, path, display))
+            continue
+        header, body = data
+        exponents = exponents or _may_hold_exponents(body)
+        batches.setdefault(header, []).append((rank, path, display, body))
+    parts: list[str] = []
+    n = 0
+    for header, files in batches.items():
+        if len(files) < 2:
+            alone.extend((r, p, d) for r, p, d, _ in files)
+            continue
+        part = f"{out_prefix}{table}__b{n}"
+        got = _load_batch(cur, prefix, table, header, files, workdir / f"{table}_{n}.csv", part, exponents)
+        if got is None:  # DuckDB did not read the batch as the files it was made of: file by file instead
+            alone.extend((r, p, d) for r, p, d, _ in files)
+            continue
+        results.update(got)
+        parts.append(part)
+        n += 1
+    for i, (rank, path, display) in enumerate(alone):
+        cl = CsvLoad(cur, f"{prefix}f{i}_", kind, path, rank, display, workdir, out_prefix=f"{out_prefix}f{i}_")
+        part = cl.out
+        try:
+            results[rank] = CsvResult(rows=cl.load(), status=cl.status, warnings=cl.warnings)
+            parts.append(part)
+        except (ValueError, OSError, UnicodeError, duckdb.Error) as exc:
+            results[rank] = CsvResult(status="failed", error=exc)
+    if parts:
+        cur.execute(f"CREATE OR REPLACE TABLE {out_prefix}{table} AS "
+                    + " UNION ALL BY NAME ".join(f"SELECT * FROM {t}" for t in parts))
+        for t in parts:
+            cur.execute(f"DROP TABLE {t}")
+    return results
+
+
+def _plain_body(path: Path) -> tuple[bytes, bytes] | None:
+    """(header line without a BOM or line end, the rest) of a file that can join a batch: not empty, not wider
+    than MAX_COLUMNS, valid UTF-8; None for any other (CsvLoad then says what is wrong with it)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if not data.strip():
+        return None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    end = data.find(b"\n")
+    if end < 0:
+        return None
+    header = data[:end].rstrip(b"\r")
+    try:
+        width = len(next(csv.reader([header.decode("utf-8")]), []))
+    except csv.Error:
+        return None
+    if width > MAX_COLUMNS or width == 0:
+        return None
+    body = data[end + 1:]
+    if body and not body.endswith(b"\n"):
+        body += b"\n"
+    return header, body
+
+
+def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combined: Path, out: str,
+                exponents: bool) -> dict[int, CsvResult] | None:
+    combined.parent.mkdir(parents=True, exist_ok=True)
+    with open(combined, "wb") as fh:
+        fh.write(header + b"\n")
+        for i, (_, _, _, body) in enumerate(files):
+            fh.write(f"{MARKER}{i}\x01\n".encode())
+            fh.write(body)
+    raw, rej = f"{prefix}many_{table}", "rej" + re.sub(r"[^0-9A-Za-z_]", "_", prefix) + "many"
+    loader = CsvLoad(cur, prefix, _kind(table), combined, 0, combined.name, combined.parent)
+    try:
+        headers = [r[0] for r in cur.execute(f"DESCRIBE SELECT * FROM {loader._reader(combined, None)}").fetchall()][1:]
+        first = _quote_ident(headers[0])
+        cur.execute(f"CREATE OR REPLACE TABLE {raw}_all AS SELECT * FROM {loader._reader(combined, rej)}")
+        rejects = cur.execute(f"SELECT count(*) FROM {rej}_errors").fetchone()[0]
+        cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
+        marks = [int(i) for (i,) in cur.execute(
+            f"SELECT regexp_extract({first}, '{_quote_text(MARKER_RE)}', 1) FROM {raw}_all "
+            f"WHERE regexp_full_match({first}, '{_quote_text(MARKER_RE)}') ORDER BY src_row").fetchall()]
+        if rejects or marks != list(range(len(files))):
+            return None
+        ranks = [r for r, _, _, _ in files]
+        # a row's file: the last marker before it; its row number: counted from that marker
+        cur.execute(f"""CREATE OR REPLACE TABLE {raw} AS
+            SELECT CAST(list_extract(?::INTEGER[], file_ + 1) AS INTEGER) AS rank_, src_row - mark_ AS src_row,
+                   * EXCLUDE (src_row, file_, mark_, is_mark)
+            FROM (SELECT *, max(CASE WHEN is_mark THEN TRY_CAST(regexp_extract({first}, '{_quote_text(MARKER_RE)}', 1)
+                                                                AS INTEGER) END)
+                               OVER (ORDER BY src_row ROWS UNBOUNDED PRECEDING) AS file_,
+                         max(CASE WHEN is_mark THEN src_row END) OVER (ORDER BY src_row ROWS UNBOUNDED PRECEDING)
+                             AS mark_
+                  FROM (SELECT *, regexp_full_match({first}, '{_quote_text(MARKER_RE)}') AS is_mark FROM {raw}_all))
+            WHERE NOT is_mark ORDER BY file_, src_row""", [ranks])
+        plan = column_plan(table, headers)
+        decided = loader._infer_types(raw, [(h, t) for h, t, e in plan if e is None])
+        selects = ["rank_ AS rank", "CAST(src_row AS INTEGER) AS src_row"]
+        for h, target, expr in plan:
+            selects.append(f"{(expr or decided[target]).format(c=_quote_ident(h))} AS {_quote_ident(target)}")
+        cur.execute(f"CREATE OR REPLACE TABLE {out} AS SELECT {', '.join(selects)} FROM {raw}")
+        results = {r: CsvResult() for r in ranks}
+        for rank, rows in cur.execute(f"SELECT rank, count(*) FROM {out} GROUP BY rank").fetchall():
+            results[int(rank)].rows = int(rows)
+        if exponents:
+            _precision(cur, raw, plan, results)
+        return results
+    except duckdb.Error:
+        cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
+        cur.execute(f"DROP TABLE IF EXISTS {out}")
+        return None
+    finally:
+        cur.execute(f"DROP TABLE IF EXISTS {raw}_all")
+        cur.execute(f"DROP TABLE IF EXISTS {raw}")
+        combined.unlink(missing_ok=True)
+
+
+def _precision(cur, raw: str, plan, results: dict[int, CsvResult]) -> None:
+    """CsvLoad's check for values a spreadsheet rewrote in scientific notation, per rank."""
+    from .csvfiles import TIMESTAMP_HINT
+
+    cols = [h for h, target, expr in plan
+            if (expr or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(target)]
+    if not cols:
+        return
+    rows = cur.execute("SELECT rank_, " + ", ".join(f"count(*) FILTER (WHERE is_sci({_quote_ident(h)}))"
+                                                     for h in cols) + f" FROM {raw} GROUP BY rank_").fetchall()
+    for rank, *counts in rows:
+        for h, n in zip(cols, counts):
+            if n:
+                results[int(rank)].warnings.append(
+                    f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
+                    "they were loaded but keep only the digits shown")
+
+
+def _kind(table: str) -> str:
+    return next(k for k, t in TABLES.items() if t == table)

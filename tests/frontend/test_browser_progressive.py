@@ -1,0 +1,90 @@
+"""A run opens in the browser while it ingests (issue #17), under the real Content-Security-Policy: the runs page
+offers it with how many ranks are loaded; its timeline draws a loaded rank while a banner says which ranks are
+pending, with the progress and ETA, and the rank selector marks them; a page opened on a pending rank says it is
+next in the queue and reloads by itself, drawing that rank, once its shard is published.
+
+The run is pinned half-way (its manifest says rank 2's shard is pending) so the test does not race a worker; the
+worker side is tested in tests/server/test_progressive.py. Generated data only.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser_helpers import poll
+from tests.conftest import serving
+from tests.run_helpers import pin
+
+pytestmark = pytest.mark.browser
+
+READY = "() => window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
+DRAWN = "() => window.__timeline.stats.slices > 0"
+
+
+@pytest.fixture()
+def half_way(tmp_path):
+    from ascendscope.ingest.shards import ingest_sharded
+    from ascendscope.sample_data.generate import generate_run
+    from ascendscope.server.app import create_app
+    from ascendscope.server.runs import RunStore
+    from ascendscope.server.settings import Settings
+
+    generate_run(tmp_path / "src", ranks=3, steps=2, ops_per_step=40, seed=4)
+    store = RunStore(tmp_path / "data")
+    run = store.create_run("three ranks", str(tmp_path / "src"))
+    ingest_sharded(tmp_path / "src", store.run_dir(run.id), workers=1, group_bytes=0)
+    pin(store.run_dir(run.id), [2])
+    store.set_status(run.id, "ingesting", progress={"phase": "reading", "text": "reading rank 2", "percent": 61.0,
+                                                    "done_bytes": 600_000, "total_bytes": 1_000_000,
+                                                    "mb_per_s": 3.2, "eta_s": 14.0})
+    with serving(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as base:
+        yield base, store, run.id
+
+
+def drawn_ranks(page) -> set[int]:
+    return {lane["rank"] for lane in page.evaluate("() => window.__timeline.lanes()") if lane["rank"] is not None}
+
+
+def test_a_rank_is_browsable_while_another_ingests(page, half_way, artifacts_dir):
+    base, store, run_id = half_way
+    page.goto(f"{base}/")
+    row = page.locator(f'tr[data-run-id="{run_id}"]')
+    row.locator(".run-ranks").wait_for()
+    assert "2 of 3 ranks loaded" in row.locator(".run-ranks").inner_text()
+    assert row.locator("a.btn.primary", has_text="Open").count() == 1
+    page.screenshot(path=str(artifacts_dir / "progressive_runs_page.png"))
+
+    page.goto(f"{base}/runs/{run_id}/timeline?rank=0")
+    page.wait_for_function(READY, timeout=20_000)
+    page.wait_for_function(DRAWN, timeout=20_000)
+    assert drawn_ranks(page) == {0}
+    banner = page.locator("#run-ingesting")
+    banner.locator(".ingest-line").wait_for()
+    text = banner.inner_text()
+    assert "Still ingesting" in text and "2 of 3 ranks loaded" in text and "pending: rank 2" in text
+    assert "ETA 14 s" in text and "61%" in text
+    poll(page, "() => [...document.querySelectorAll('#rank-select option')].map(o => o.textContent)"
+               ".includes('2 (loading)')")
+    page.screenshot(path=str(artifacts_dir / "progressive_timeline.png"))
+    # rank 2 is loaded meanwhile (the run still ingests): the banner offers it, the page is not reloaded under the user
+    pin(store.run_dir(run_id), [])
+    page.locator("#run-ingesting .ingest-refresh").wait_for(timeout=20_000)
+    assert page.locator("#run-ingesting .ingest-refresh").inner_text() == "1 more loaded: refresh"
+    assert drawn_ranks(page) == {0}
+
+
+def test_a_pending_rank_opens_by_itself_once_loaded(page, half_way, artifacts_dir):
+    base, store, run_id = half_way
+    page.goto(f"{base}/runs/{run_id}/timeline?rank=2")
+    banner = page.locator("#run-ingesting")
+    banner.locator(".ingest-line").wait_for()
+    assert "Rank 2 is next in the queue" in banner.inner_text()
+    assert store.wanted_ranks(run_id) == [2]  # opening it moved it to the front of the ingest queue
+    page.screenshot(path=str(artifacts_dir / "progressive_pending_rank.png"))
+    # rank 2's shard is published (the worker rewrites the manifest), then the run is ready
+    pin(store.run_dir(run_id), [])
+    store.set_status(run_id, "ready")
+    page.wait_for_function("() => !document.getElementById('run-ingesting')", timeout=20_000)
+    page.wait_for_function(READY, timeout=20_000)
+    page.wait_for_function(DRAWN, timeout=20_000)
+    assert 2 in drawn_ranks(page)

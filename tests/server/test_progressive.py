@@ -1,0 +1,254 @@
+"""A run opens while it ingests (issue #17): its small files first, then each rank as soon as its shard is written;
+the rank a user opens is loaded next; a killed worker resumes without redoing finished shards.
+
+The API tests pin a run half-way (its manifest says one shard is still pending) to check what is served then, and
+that nothing cached before a rank appears is served after; the worker tests ingest generated runs for real (each
+rank its own shard, ``group_bytes=0``), with a real SIGKILL. Generated data only: no ../shared needed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from ascendscope.ingest.shards import ingest_sharded, read_manifest
+from ascendscope.sample_data.generate import generate_run
+from ascendscope.server.runs import RunStore
+from tests.run_helpers import pin, wait
+
+
+@pytest.fixture(scope="module")
+def three_ranks(tmp_path_factory) -> Path:
+    src = tmp_path_factory.mktemp("three") / "run"
+    generate_run(src, ranks=3, steps=2, ops_per_step=40, seed=3)
+    return src
+
+
+@pytest.fixture()
+def half_way(three_ranks, tmp_path):
+    """A run whose rank 2 is still ingesting, served by an app; yields (client, store, run id)."""
+    from fastapi.testclient import TestClient
+
+    from ascendscope.server.app import create_app
+    from ascendscope.server.settings import Settings
+
+    store = RunStore(tmp_path / "data")
+    run = store.create_run("half", str(three_ranks))
+    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1, group_bytes=0)
+    pin(store.run_dir(run.id), [2])
+    store.set_status(run.id, "ingesting", progress={"phase": "reading", "text": "reading rank 2", "percent": 40.0,
+                                                    "eta_s": 12.0})
+    with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as client:
+        yield client, store, run.id
+
+
+def test_a_run_is_served_for_its_ready_ranks_while_another_ingests(half_way):
+    client, store, run_id = half_way
+    run = client.get(f"/api/runs/{run_id}").json()
+    assert run["status"] == "ingesting" and run["servable"] is True
+    assert run["ranks_state"] == {"ready": 2, "pending": 1, "failed": 0, "total": 3, "pending_ranks": [2]}
+    assert run["pending_ranks"] == [2] and [r["rank"] for r in run["ranks"]] == [0, 1, 2]
+    tracks = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+    assert tracks["loaded_ranks"] == [0, 1] and {t["rank"] for t in tracks["tracks"]} == {0, 1}
+    # the small files' views already cover every rank
+    summary = client.get(f"/api/runs/{run_id}/summary").json()
+    assert {r["rank"] for r in summary["breakdown"]} >= {0, 1, 2}
+    assert client.get(f"/api/runs/{run_id}/cluster/overview").json()["rank_count"] == 3
+    listed = next(r for r in client.get("/api/runs").json()["runs"] if r["id"] == run_id)
+    assert listed["servable"] and listed["ranks_state"]["ready"] == 2
+    # its pages render the views (not the "ingesting" placeholder) with the ingest banner
+    html = client.get(f"/runs/{run_id}/timeline").text
+    assert 'id="run-ingesting"' in html and 'id="timeline"' in html and "/static/js/common/ingest.js" in html
+
+
+def test_asking_for_a_pending_rank_moves_it_to_the_front(half_way):
+    client, store, run_id = half_way
+    assert store.wanted_ranks(run_id) == []
+    assert client.get(f"/api/runs/{run_id}/timeline/tracks", params={"rank": 0}).status_code == 200
+    assert store.wanted_ranks(run_id) == []  # rank 0 is loaded: nothing to move
+    client.get(f"/api/runs/{run_id}/timeline/tracks", params={"ranks": "2"})
+    assert store.wanted_ranks(run_id) == [2]
+    client.get(f"/runs/{run_id}/summary", params={"rank": 2})  # a page opened on a pending rank asks too
+    assert store.wanted_ranks(run_id) == [2]
+
+
+def test_nothing_cached_is_served_once_a_rank_appears(half_way):
+    client, store, run_id = half_way
+    before = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+    assert before["loaded_ranks"] == [0, 1]
+    pin(store.run_dir(run_id), [])  # rank 2's shard is published
+    after = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+    assert after["loaded_ranks"] == [0, 1, 2] and {t["rank"] for t in after["tracks"]} == {0, 1, 2}
+    track = max((t for t in after["tracks"] if t["rank"] == 2), key=lambda t: t["slice_count"])
+    got = client.get(f"/api/runs/{run_id}/timeline/slices", params={"track_id": track["track_id"], "width_px": 800})
+    assert got.status_code == 200 and got.json()["tracks"][0]["count"] > 0
+    assert client.get(f"/api/runs/{run_id}").json()["pending_ranks"] == []
+
+
+def test_a_run_with_no_shard_ready_yet_answers_empty(three_ranks, tmp_path):
+    """Right after the small files: every table exists (empty where only shards have rows)."""
+    from fastapi.testclient import TestClient
+
+    from ascendscope.server.app import create_app
+    from ascendscope.server.settings import Settings
+
+    store = RunStore(tmp_path / "data")
+    run = store.create_run("early", str(three_ranks))
+    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1)
+    pin(store.run_dir(run.id), [0, 1, 2])
+    store.set_status(run.id, "ingesting")
+    with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as client:
+        tracks = client.get(f"/api/runs/{run.id}/timeline/tracks").json()
+        assert tracks["tracks"] == [] and tracks["loaded_ranks"] == []
+        assert client.get(f"/api/runs/{run.id}/operators").status_code == 200
+        comm = client.get(f"/api/runs/{run.id}/communication").json()
+        assert comm  # the communication files of every rank are read already
+        assert client.get(f"/api/runs/{run.id}/cluster/overview").json()["rank_count"] == 3
+
+
+# --- the real worker ----------------------------------------------------------------------------------------------
+
+@contextmanager
+def queue_on(store, retries: int = 1, **options):
+    from ascendscope.server.worker import IngestQueue
+
+    queue = IngestQueue(store, workers=1, retries=retries, ingest_options={"group_bytes": 0, **options}
+                        ).start(resume=True)
+    try:
+        yield queue
+    finally:
+        queue.stop()
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory) -> Path:
+    """Six ranks: five small, then one whose trace takes a few seconds more than theirs."""
+    root = tmp_path_factory.mktemp("uneven")
+    generate_run(root / "small", ranks=6, steps=2, ops_per_step=60, seed=5)
+    generate_run(root / "big", ranks=6, steps=3, ops_per_step=2500, seed=5)
+    src = root / "run"
+    src.mkdir()
+    for r in range(6):
+        shutil.copytree(root / ("big" if r == 5 else "small") / f"rank{r}_ascend_pt", src / f"rank{r}_ascend_pt")
+    return src
+
+
+def _manifest(store, run_id):
+    try:
+        return read_manifest(store.run_dir(run_id))
+    except (OSError, ValueError):
+        return None
+
+
+def test_a_rank_is_browsable_while_another_still_ingests(uneven, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from ascendscope.server.app import create_app
+    from ascendscope.server.settings import Settings
+
+    store = RunStore(tmp_path / "data")
+    run = store.create_run("uneven", str(uneven))
+    with queue_on(store) as queue, TestClient(create_app(
+            Settings.from_env(environ={}, data_dir=str(store.data_dir)), store=store, ingest_queue=queue)) as client:
+        queue.enqueue(run.id)
+        # rank 0's shard is published while rank 5's is still being written
+        wait(lambda: (m := _manifest(store, run.id)) and 0 in [r for e in m["shards"] if e["status"] == "ready"
+                                                              for r in e["ranks"]], 300)
+        body = client.get(f"/api/runs/{run.id}").json()
+        if body["status"] == "ingesting":  # (a very fast machine may have finished meanwhile)
+            assert 0 not in body["pending_ranks"] and body["ranks_state"]["ready"] >= 1
+            tracks = client.get(f"/api/runs/{run.id}/timeline/tracks", params={"rank": 0}).json()
+            assert 0 in tracks["loaded_ranks"] and any(t["rank"] == 0 and t["slice_count"] for t in tracks["tracks"])
+            pending = set(body["pending_ranks"])
+            assert not pending & set(tracks["loaded_ranks"])
+        assert queue.wait_idle(300)
+    done = store.get(run.id)
+    assert done.status == "ready", done.error
+    manifest = read_manifest(store.run_dir(run.id))
+    assert manifest["status"] == "complete" and all(e["status"] == "ready" for e in manifest["shards"])
+
+
+def test_the_rank_a_user_opens_jumps_the_queue(tmp_path):
+    """Eight equal ranks, one task at a time: rank 7, asked for through the page as soon as the run opens, is not
+    loaded last (it would be in rank order)."""
+    src = tmp_path / "src"
+    generate_run(src, ranks=8, steps=2, ops_per_step=400, seed=8)
+    from fastapi.testclient import TestClient
+
+    from ascendscope.server.app import create_app
+    from ascendscope.server.settings import Settings
+
+    store = RunStore(tmp_path / "data")
+    run = store.create_run("eight", str(src))
+    with queue_on(store, workers=1) as queue, TestClient(create_app(
+            Settings.from_env(environ={}, data_dir=str(store.data_dir)), store=store, ingest_queue=queue)) as client:
+        queue.enqueue(run.id)
+        wait(lambda: store.servable(store.get(run.id)) or store.get(run.id).status == "ready", 300)
+        page = client.get(f"/runs/{run.id}/timeline", params={"rank": 7})
+        assert page.status_code == 200
+        assert queue.wait_idle(300)
+    assert store.get(run.id).status == "ready"
+    finished = {e["ranks"][0]: e["finished"] for e in read_manifest(store.run_dir(run.id))["shards"]}
+    assert finished[7] < max(finished[r] for r in range(7)), finished
+    assert not (store.run_dir(run.id) / "wanted.json").exists()
+
+
+def test_a_killed_worker_resumes_without_redoing_finished_shards(uneven, tmp_path):
+    """SIGKILL of the ingest worker (its pool dies with it) once some shards are published: the next attempt
+    keeps those files as they are and writes only the others."""
+    store = RunStore(tmp_path / "data")
+    run = store.create_run("resume", str(uneven))
+    run_dir = store.run_dir(run.id)
+    with queue_on(store, retries=1) as queue:
+        queue.enqueue(run.id)
+        wait(lambda: (m := _manifest(store, run.id)) and sum(e["status"] == "ready" for e in m["shards"]) >= 1
+             and m["shards"][5]["status"] == "pending", 300)
+        pid = store.get(run.id).worker_pid
+        kept = {e["file"]: (run_dir / e["file"]).stat() for e in _manifest(store, run.id)["shards"]
+                if e["status"] == "ready"}
+        os.kill(pid, signal.SIGKILL)
+        assert queue.wait_idle(300)
+    done = store.get(run.id)
+    assert done.status == "ready", done.error
+    assert done.attempts == 2
+    for file, before in kept.items():
+        after = (run_dir / file).stat()
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), file
+    log = (run_dir / "ingest.log").read_text()
+    assert "killed by SIGKILL" in log
+    kept_line = [line for line in log.splitlines() if "finished by an earlier attempt were kept" in line]
+    assert kept_line and int(kept_line[-1].split(" shard(s)")[0].rsplit(" ", 1)[-1]) >= len(kept)
+    assert not [p for p in run_dir.rglob("*") if ".tmp-" in p.name]
+
+
+def test_temp_files_of_killed_tasks_are_swept(three_ranks, tmp_path):
+    """#19: a pool worker killed mid-shard leaves its temp file (~90 MB) beside a run that still becomes ready;
+    the end of an ingest, and a server start, sweep them."""
+    out = tmp_path / "run"
+    planted = []
+
+    def plant():  # asked between task submissions, while the ingest runs: a temp file appears meanwhile
+        (out / "shards").mkdir(parents=True, exist_ok=True)
+        for name in ("rank_00001.duckdb.tmp-999999-1", "rank_00001.duckdb.tmp-999999-1.wal"):
+            (out / "shards" / name).write_bytes(b"x" * 1000)
+            planted.append(name)
+        return []
+
+    ingest_sharded(three_ranks, out, workers=1, group_bytes=0, wanted=plant)
+    assert planted and not list((out / "shards").glob("*.tmp-*"))
+    # a ready run in a store, with what a killed worker left: swept when a server starts
+    store = RunStore(tmp_path / "data")
+    run = store.create_run("swept", str(three_ranks))
+    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1, group_bytes=0)
+    store.set_status(run.id, "ready")
+    stray = store.run_dir(run.id) / "shards" / "rank_00002.duckdb.tmp-4242-7"
+    stray.write_bytes(b"x" * 1000)
+    (store.run_dir(run.id) / "cluster.duckdb.tmp-4242-7").write_bytes(b"x")
+    store.sweep()
+    assert not stray.exists() and not list(store.run_dir(run.id).glob("*.tmp-*"))
+    assert (store.run_dir(run.id) / "manifest.json").is_file()
