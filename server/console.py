@@ -40,8 +40,7 @@ class Console:
         self.all_ranks: list[int] = []
         try:
             if is_sharded(path):
-                self.all_ranks = [e["rank"] for e in layout.read_manifest(path.parent)["shards"]
-                                  if e["status"] == "ready"]
+                self.all_ranks = sorted(layout.ready_shards(layout.read_manifest(path.parent)))
             target = path.parent if is_sharded(path) else path
             self.conn, self.loaded = readonly.open_run(target, None if ranks is None else list(ranks),
                                                        memory_limit=MEMORY_LIMIT)
@@ -65,7 +64,7 @@ class ConsoleDatabases:
     def scope(self, path: Path, asked: tuple[int, ...] | None) -> tuple[int, ...] | None:
         if not is_sharded(path):
             return None
-        ready = [e["rank"] for e in layout.read_manifest(path.parent)["shards"] if e["status"] == "ready"]
+        ready = sorted(layout.ready_shards(layout.read_manifest(path.parent)))
         if asked:
             asked = tuple(asked[:self.max_loaded_ranks])
         return scope(ready, asked, None, self.max_loaded_ranks)
