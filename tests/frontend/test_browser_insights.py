@@ -138,6 +138,7 @@ def test_sql_console(page, live_server, wait_runs, artifacts_dir):
     assert page.locator("#q-chart .main-svg").count() >= 1
     # the chart's y by default is the first measure (step_ms), not a key column (step)
     assert page.locator("#q-y option:checked").inner_text() == "step_ms"
+    assert page.locator("#q-kind").input_value() == "scatter"  # each rank twice: bars would pile up
     assert "/query.csv?sql=" in page.locator("#q-csv").get_attribute("href")
     page.screenshot(path=str(artifacts_dir / "sql_console.png"))
     # a link reproduces the query

@@ -51,11 +51,12 @@ function sortedRows() {
 
 function renderTable() {
   const host = clear($("#q-results"));
-  const table = el("table", { class: "v-table q-table", id: "q-table" });
+  const table = el("table", { class: "grid v-table q-table", id: "q-table" });
   const head = el("tr");
   result.columns.forEach((name, i) => {
     const mark = sort.col === i ? (sort.dir > 0 ? " ▲" : " ▼") : "";
-    head.append(el("th", { class: `sortable${NUMERIC.test(result.types[i]) ? " num" : ""}`, title: result.types[i],
+    head.append(el("th", { class: `sortable${NUMERIC.test(result.types[i]) ? " num" : ""}${sort.col === i ? " sorted" : ""}`,
+      title: result.types[i],
       dataset: { col: String(i) }, onclick: () => {
         sort = sort.col === i ? { col: i, dir: -sort.dir } : { col: i, dir: 1 };
         renderTable();
@@ -98,6 +99,10 @@ function fillAxes() {
   }
   const kind = urlParam("kind");
   if (kind && [...$("#q-kind").options].some((o) => o.value === kind)) $("#q-kind").value = kind;
+  else {  // bars of a repeated x would pile up into one: points then
+    const xi = Number($("#q-x").value);
+    $("#q-kind").value = new Set(result.rows.map((r) => r[xi])).size < result.rows.length ? "scatter" : "bar";
+  }
 }
 
 function renderChart() {
