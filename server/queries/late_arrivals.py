@@ -48,6 +48,9 @@ CAUSE_WORDS = {
 SORTS = {"wait_caused": "wait_caused_ns", "lead": "lead_ns", "start": "first_ns", "ranks": "ranks",
          "max_wait": "max_wait_ns"}
 
+OF_SLICE_SQL = """
+SELECT rank, group_id, op_name, seq, start_ns FROM cluster_collectives WHERE slice_id = ? LIMIT 1
+"""
 TABLE_SQL = """
 SELECT count(*) FROM information_schema.tables WHERE table_name = 'cluster_collectives'
 """
@@ -303,6 +306,26 @@ def instance(db, group_id: str, op_name: str, seq: int, *, kernels: bool = False
                                 "slice_id": _i(r["slice_id"])}
                                for r in items]
     return out
+
+
+def of_slice(db, slice_id: int) -> dict:
+    """The instance a collective op (a slice of a communication lane) belongs to, as :func:`instance` answers it
+    without the per-rank arrivals, and that op's rank and wait; ``instance`` None when the slice is no collective
+    of two ranks or more (the timeline's Slice Detail asks for every collective op clicked)."""
+    if not available(db):
+        return _unavailable()
+    row = db.dicts(OF_SLICE_SQL, [slice_id])
+    if not row:
+        return {"available": True, "instance": None}
+    r = row[0]
+    try:
+        inst = instance(db, r["group_id"], r["op_name"], int(r["seq"]))
+    except NotFound:
+        return {"available": True, "instance": None}
+    inst.pop("arrivals", None)
+    inst.pop("window_items", None)
+    return {"available": True, "rank": int(r["rank"]), "wait_ns": int(inst["last_ns"]) - int(r["start_ns"]),
+            "instance": inst}
 
 
 def totals(db, step: int | None = None, limit: int = MAX_TOTAL_ROWS) -> dict:

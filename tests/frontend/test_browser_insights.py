@@ -93,6 +93,28 @@ def test_timeline_draws_the_wait_chain_and_the_critical_path(page, live_server, 
     assert "overlay" not in page.url
 
 
+def test_slice_detail_of_a_collective_says_who_it_waited_for(page, live_server, wait_runs, artifacts_dir, client):
+    """Click-through from the timeline: a waiting rank's collective op names the late rank and why, links to that
+    rank's op with the wait chain, and to the step's late arrivals in the Cluster view."""
+    run = wait_runs.ids["waits_sharded"]
+    inst = client.get(f"/api/runs/{run}/late_arrivals/instance",
+                      params={"group_id": "0", "op_name": "hcom_allReduce__123_1_1", "seq": 0}).json()
+    op = dict(zip(inst["arrivals"]["rank"], inst["arrivals"]["slice_id"]))[0]
+    open_timeline(page, live_server, run, slice=op, ranks=0)
+    box = page.locator("#tl-late-detail")
+    box.wait_for(timeout=15_000)
+    text = box.inner_text()
+    assert "Waited 300 µs for rank 2, the last of 4 ranks" in text
+    assert "computing +300 µs (100% of its lateness)" in text
+    page.locator("#tl-detail").screenshot(path=str(artifacts_dir / "timeline_slice_detail_late.png"))
+    late = parse_qs(urlparse(page.locator("#tl-late-open").get_attribute("href")).query)
+    assert late["ranks"] == ["0,2"] and late["slice"] == [str(inst["late_slice_id"])]
+    page.locator("#tl-late-cluster").click()
+    page.wait_for_function(CLUSTER_READY, timeout=30_000)
+    assert page.locator("#cl-late-step").input_value() == "2"  # the op's step, not the default one
+    assert page.locator("#cl-late-rows tbody tr td:nth-child(2)").first.inner_text() == "hcom_allReduce__123_1_1"
+
+
 def test_critical_path_what_if(page, live_server, wait_runs, artifacts_dir):
     open_timeline(page, live_server, wait_runs.ids["waits"], overlay="path", cp_rank=2,
                   start_ns=(T0_US - 20) * US, end_ns=(T0_US + 800) * US)

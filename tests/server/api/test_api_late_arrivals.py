@@ -63,6 +63,25 @@ def test_instance_lists_every_arrival_and_the_late_ranks_window(client, wait_run
     assert r.status_code == 404
 
 
+@pytest.mark.parametrize("name", ["waits", "waits_sharded"])
+def test_of_slice_names_the_instance_of_a_collective_op(client, wait_runs, name):
+    """The timeline's Slice Detail: a waiting rank's op waited 300 µs for rank 2; rank 2's own op is the late one;
+    a kernel is no collective."""
+    run = wait_runs.ids[name]
+    inst = get(client, run, "instance", group_id="0", op_name="hcom_allReduce__123_0_1", seq=0)
+    ops = dict(zip(inst["arrivals"]["rank"], inst["arrivals"]["slice_id"]))
+    waiting = get(client, run, "of_slice", slice_id=ops[0])
+    assert waiting["rank"] == 0 and waiting["wait_ns"] == 300 * US
+    assert waiting["instance"]["last_rank"] == 2 and waiting["instance"]["cause"]["part"] == "computing"
+    assert "arrivals" not in waiting["instance"]
+    late = get(client, run, "of_slice", slice_id=ops[2])
+    assert late["rank"] == 2 and late["wait_ns"] == 0 and late["instance"]["wait_caused_ns"] == 900 * US
+    kernel = get(client, run, "instance", group_id="0", op_name="hcom_allReduce__123_0_1", seq=0, kernels="true",
+                 rank=2)["window_items"]
+    matmul = next(i["slice_id"] for i in kernel if i["name"] == "MatMul")
+    assert get(client, run, "of_slice", slice_id=matmul)["instance"] is None
+
+
 def test_table_as_csv(client, wait_runs):
     r = client.get(f"/api/runs/{wait_runs.ids['waits']}/late_arrivals/table.csv", params={"step": 2})
     assert r.status_code == 200 and r.headers["X-Row-Count"] == "1"

@@ -8,15 +8,14 @@
 import { apiGet } from "../common/api.js";
 import { $, clear, el } from "../common/dom.js";
 import { formatCount, pct } from "../common/format.js";
+import { PART_LABELS } from "../common/lateparts.js";
 import { ms } from "../common/time.js";
-import { runPage, withQuery } from "../common/urls.js";
+import { runPage, urlParam, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { apiBase, runId } from "./run.js";
 import { DataTable } from "./table.js";
 
 const api = `${apiBase}/late_arrivals`;
-export const PART_LABELS = { late_start: "started later", computing: "computing", other_comm: "other collectives",
-  launch_bound: "launch-bound idle", free: "idle, nothing queued", preparing: "before the first computation" };
 const PARTS = ["computing", "other_comm", "launch_bound", "free", "preparing"];
 const PAD_NS = 20000n;
 
@@ -151,9 +150,11 @@ export async function initLateArrivals() {
     return;
   }
   const sel = stepOptions(answer.steps);
-  // the step that lost the most to late ranks first
+  // the step the URL asks for (late_step=, the timeline's Slice Detail links here), else the one that lost the
+  // most to late ranks
+  const asked = answer.steps.find((s) => s.step !== null && String(s.step) === urlParam("late_step"));
   const worst = answer.steps.reduce((a, b) => (b.wait_caused_ns > a.wait_caused_ns ? b : a));
-  step = worst.step;
+  step = (asked || worst).step;
   sel.value = step === null ? "" : String(step);
   table = new DataTable($("#cl-late-table"), {
     id: "cl-late-rows", columns: COLUMNS, sort: "wait_caused", pageSize: 15, details,
@@ -173,4 +174,5 @@ export async function initLateArrivals() {
   });
   await Promise.all([table.reload(), loadTotals()]);
   host.dataset.ready = "1";
+  if (location.hash === "#cl-late") $("#cl-late").scrollIntoView();
 }
