@@ -40,6 +40,7 @@ def test_cluster_view_names_the_late_rank_and_why(page, live_server, wait_runs, 
     matmul = page.locator(".cl-late-items tr", has_text="MatMul").locator("td")
     assert matmul.nth(3).inner_text() == "0.400" and matmul.nth(4).inner_text() == "81.6%"  # of 490 µs
     assert page.locator("#cl-late-totals").get_attribute("data-ranks") == "4"
+    assert page.locator("#cl-late-totals").get_attribute("data-kind") == "bars"
     assert "rank 2 caused the most" in page.locator("#cl-late-totals-note").inner_text()
     page.locator("#cl-late").screenshot(path=str(artifacts_dir / "cluster_late_arrivals.png"))
     page.locator("#cl-late-totals").screenshot(path=str(artifacts_dir / "cluster_late_totals.png"))
@@ -49,14 +50,16 @@ def test_cluster_view_names_the_late_rank_and_why(page, live_server, wait_runs, 
     assert q["overlay"] == ["waits"] and q["ranks"] == ["1,2"]
 
 
-def test_cluster_view_of_1000_ranks(page, live_server, late_synthetic):
+def test_cluster_view_of_1000_ranks(page, live_server, late_synthetic, artifacts_dir):
     s = late_synthetic
     open_cluster(page, live_server, s.run_id)
     assert page.locator("#cl-late-rows tbody tr").count() == 2
     assert page.locator("#cl-late-totals").get_attribute("data-ranks") == str(s.ranks)
+    assert page.locator("#cl-late-totals").get_attribute("data-kind") == "scatter"  # 1,000 bars would be a blur
     shown = page.locator("#cl-late-step").input_value()
     lates = {int(t) for t in page.locator("#cl-late-rows tbody tr td:nth-child(4)").all_inner_texts()}
     assert lates == {s.late_rank(int(shown), 0), s.late_rank(int(shown), 1)}
+    page.locator("#cl-late").screenshot(path=str(artifacts_dir / "cluster_late_arrivals_1000.png"))
 
 
 @needs_real

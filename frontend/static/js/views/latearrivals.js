@@ -18,6 +18,7 @@ import { DataTable } from "./table.js";
 const api = `${apiBase}/late_arrivals`;
 const PARTS = ["computing", "other_comm", "launch_bound", "free", "preparing"];
 const PAD_NS = 20000n;
+const MAX_BAR_RANKS = 48;
 
 let table = null;
 let step = null;
@@ -118,14 +119,28 @@ async function loadTotals() {
   const t = await apiGet(`${api}/totals`, { step: step ?? undefined });
   const node = $("#cl-late-totals");
   const ranks = t.rank.map(String);
-  await plot(node, [
-    { type: "bar", name: "wait caused (as the last rank)", x: ranks, y: t.wait_caused_ns.map((v) => v / 1e6),
-      marker: { color: "#e8533a" }, hovertemplate: "Rank %{x}: caused %{y:,.3f} ms<extra></extra>" },
-    { type: "bar", name: "wait suffered", x: ranks, y: t.wait_suffered_ns.map((v) => v / 1e6),
-      marker: { color: "#3f7fd8" }, hovertemplate: "Rank %{x}: waited %{y:,.3f} ms<extra></extra>" },
-  ], baseLayout({ barmode: "group", margin: { l: 60, r: 20, t: 30, b: 40 },
-    xaxis: { title: { text: "Rank (most wait caused first)" }, type: "category" },
-    yaxis: { title: { text: "ms" } } }));
+  const caused = t.wait_caused_ns.map((v) => v / 1e6);
+  const suffered = t.wait_suffered_ns.map((v) => v / 1e6);
+  if (t.rank.length > MAX_BAR_RANKS) {
+    // too many ranks for bars side by side: one point per rank, wait suffered across, wait caused up (the ranks
+    // that held the others up stand out at the top)
+    await plot(node, [{ type: "scatter", mode: "markers", x: suffered, y: caused, text: ranks,
+      marker: { color: caused.map((v) => (v > 0 ? "#e8533a" : "#3f7fd8")), size: 6 },
+      hovertemplate: "Rank %{text}: caused %{y:,.3f} ms, waited %{x:,.3f} ms<extra></extra>" }],
+    baseLayout({ showlegend: false, margin: { l: 60, r: 20, t: 10, b: 50 },
+      xaxis: { title: { text: "wait suffered (ms)" } }, yaxis: { title: { text: "wait caused as the last rank (ms)" } } }));
+    node.dataset.kind = "scatter";
+  } else {
+    await plot(node, [
+      { type: "bar", name: "wait caused (as the last rank)", x: ranks, y: caused,
+        marker: { color: "#e8533a" }, hovertemplate: "Rank %{x}: caused %{y:,.3f} ms<extra></extra>" },
+      { type: "bar", name: "wait suffered", x: ranks, y: suffered,
+        marker: { color: "#3f7fd8" }, hovertemplate: "Rank %{x}: waited %{y:,.3f} ms<extra></extra>" },
+    ], baseLayout({ barmode: "group", margin: { l: 60, r: 20, t: 30, b: 50 },
+      xaxis: { title: { text: "Rank (most wait caused first)" }, type: "category" },
+      yaxis: { title: { text: "ms" } } }));
+    node.dataset.kind = "bars";
+  }
   node.dataset.ranks = String(t.rank.length);
   const worst = t.rank.length && t.wait_caused_ns[0] > 0
     ? `rank ${t.rank[0]} caused the most: ${ms(t.wait_caused_ns[0])} ms, last ${t.times_last[0]} time(s)` : "";
