@@ -41,6 +41,7 @@ def test_cluster_view_names_the_late_rank_and_why(page, live_server, wait_runs, 
     assert matmul.nth(3).inner_text() == "0.400" and matmul.nth(4).inner_text() == "81.6%"  # of 490 µs
     assert page.locator("#cl-late-totals").get_attribute("data-ranks") == "4"
     assert page.locator("#cl-late-totals").get_attribute("data-kind") == "bars"
+    assert page.locator("#cl-late .v-csv").is_visible() and not page.locator("#cl-late .v-parquet").is_visible()
     assert "rank 2 caused the most" in page.locator("#cl-late-totals-note").inner_text()
     page.locator("#cl-late").screenshot(path=str(artifacts_dir / "cluster_late_arrivals.png"))
     page.locator("#cl-late-totals").screenshot(path=str(artifacts_dir / "cluster_late_totals.png"))
