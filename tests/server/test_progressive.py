@@ -267,8 +267,8 @@ def test_a_killed_server_resumes_without_redoing_finished_shards(tmp_path):
     data = tmp_path / "data"
     proc, _ = start_serve(data, src, new_session=True)
     try:
-        run_dir = wait_for(lambda: next(iter((data / "runs").glob("*/manifest.json")), None), 300).parent
-        manifest = wait_for(lambda: _half_done(run_dir), 300, 0.05)
+        run_dir = wait_for(lambda: next(iter((data / "runs").glob("*/manifest.json")), None), 300, proc=proc).parent
+        manifest = wait_for(lambda: _half_done(run_dir), 300, 0.05, proc=proc)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -280,7 +280,7 @@ def test_a_killed_server_resumes_without_redoing_finished_shards(tmp_path):
     proc, base = start_serve(data, src, new_session=True)
     try:
         (run,) = wait_for(lambda: [r for r in httpx.get(f"{base}/api/runs", timeout=5).json()["runs"]
-                                   if r["status"] in ("ready", "failed")], 300)
+                                   if r["status"] in ("ready", "failed")], 300, proc=proc)
     finally:
         stop(proc)
     assert run["status"] == "ready", run
