@@ -281,6 +281,14 @@ def _ratio(size: dict, tool: str) -> float | None:
     return round(ours["mb_per_s"] / other["mb_per_s"], 2)
 
 
+def floor_target(ranks: int) -> float | None:
+    """Issue #17's share of the floor: 0.6 up to 8 ranks (one 300 MB rank, 8 × 20 MB), 0.5 for 64 ranks of ~10 MB;
+    none for 1,000 tiny ranks, whose target is the whole ingest in 20 s."""
+    if ranks >= 1000:
+        return None
+    return 0.5 if ranks >= 64 else 0.6
+
+
 def targets(sizes: list[dict], ray: dict) -> list[dict]:
     """Each target of issue #17 beside what was measured (only where it was)."""
     out = []
@@ -289,8 +297,8 @@ def targets(sizes: list[dict], ray: dict) -> list[dict]:
         ours = ing["ours"]
         label = f"{s['ranks']} rank(s)"
         floor = _ratio(s, "floor")
-        if floor is not None:
-            want = 0.5 if s["ranks"] >= 64 else 0.6
+        want = floor_target(s["ranks"])
+        if floor is not None and want is not None:
             out.append({"target": f"ingest ≥ {want} × the read_json floor ({label})", "want": want, "got": floor})
         if ing.get("tb_profiler_ascend", {}).get("status") == "ok" and ours.get("status") == "ok":
             out.append({"target": f"ingest ≥ 10 × tb_profiler_ascend ({label})", "want": 10.0,
@@ -324,7 +332,7 @@ def targets(sizes: list[dict], ray: dict) -> list[dict]:
 
 def table(report: dict) -> str:
     lines = [f"ascendscope bench suite ({'quick' if report['quick'] else 'full'}), {report['cpus']} cores, "
-             f"load {report['load_start']} → {report['load_end']}", ""]
+             f"load {report['load_start']} → {report['load_end']}, {report.get('seconds', 0) / 60:.1f} min", ""]
     head = f"{'ranks':>5} {'MB/rank':>8} {'tool':<20} {'input MB':>9} {'wall s':>8} {'cpu s':>8} {'MB/s':>8} " \
            f"{'peak RSS':>9} {'tree RSS':>9} {'ours ×':>7}  views / rank 0 / ready (s) · progress first / still (s)"
     lines += [head, "-" * len(head)]
@@ -360,6 +368,9 @@ def table(report: dict) -> str:
     lines += ["", "Ray, 2 local workers vs 1: " + (f"{ray['speedup_2']}× ({ray['wall_s_1']} → {ray['wall_s_2']} s)"
                                                    if ray.get("status") == "ok"
                                                    else f"{ray['status']} ({ray.get('note', '')})"), ""]
+    if report["quick"]:  # fixed costs dominate a run of a few MB: the verdicts below say nothing about the targets
+        lines.append("(--quick: runs of a few MB, so the verdicts below only show the rows work; the targets are "
+                     "judged at issue #17's sizes, without --quick)")
     for t in report["targets"]:
         lines.append(f"{'met ' if t['met'] else 'GAP '} {t['target']}: {t['got']} (target {t['want']})")
     return "\n".join(lines)
@@ -406,6 +417,7 @@ def main(argv=None) -> int:
                                                  "duckdb": pkg_version("duckdb"),
                                                  **{p: pkg_version(d) for p, d in PEER_PACKAGES.items()}},
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sizes": []}
+    t0 = time.perf_counter()
     try:
         for ranks, mb, tools_here in sizes:
             print(f"[{ranks} rank(s) × {mb:g} MB] generating (once) …", file=sys.stderr, flush=True)
@@ -455,6 +467,7 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["load_end"] = load()
+    report["seconds"] = round(time.perf_counter() - t0, 1)  # the whole suite, generation included
     report["targets"] = targets(report["sizes"], report["ray"])
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

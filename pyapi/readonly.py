@@ -9,14 +9,21 @@ SQL console of the server), so that a query can read the documented tables (docs
   ``DESCRIBE``, ``SHOW``, ``SUMMARIZE`` — or ``EXPLAIN``): :func:`check_query` refuses anything else by DuckDB's own
   parse of it, before it runs, so ``CREATE``/``INSERT``/``PRAGMA``/``SET`` never reach the database (an in-memory
   connection would otherwise accept a ``CREATE TABLE``).
+* It also calls none of :data:`BLOCKED_FUNCTIONS` (found in DuckDB's parse tree): functions that run SQL from a
+  string, or show the server's paths and settings, which the locks above do not cover.
 * :func:`run_query` binds parameters, can interrupt a query past a deadline, and fetches the result.
+
+The server's SQL console (``server/console.py``, ``server/queries/sql_console.py``) goes through these same
+functions; each refusal carries a ``code`` its API answers with.
 
 Only DuckDB: no web stack, no pandas.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -26,26 +33,65 @@ from ascendscope.ingest import layout
 
 READING_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
 MAX_QUERY_CHARS = 100_000
+# table functions and functions the locks leave open: SQL run from a string (its text is not checked here), the
+# attached files' paths, settings (temp_directory…), environment variables
+BLOCKED_FUNCTIONS = frozenset({
+    "query", "query_table", "json_execute_serialized_sql", "current_setting", "getenv", "duckdb_databases",
+    "duckdb_settings", "duckdb_temporary_files", "duckdb_extensions", "duckdb_secrets", "duckdb_memory",
+    "duckdb_logs", "duckdb_log_contexts", "pragma_database_list", "pragma_database_size", "pragma_storage_info",
+    "pragma_metadata_info", "pragma_user_agent", "pragma_platform", "which_secret",
+})
+_CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_EXPLAIN = re.compile(r"^\s*explain\s+(analy[sz]e\s+)?(\([^)]*\)\s*)?", re.I)
 
 
 class ReadOnlyQueryError(ValueError):
-    """A query the read-only rules refuse, or one DuckDB could not run; the message says why."""
+    """A query the read-only rules refuse, or one DuckDB could not run; the message says why and ``code`` names the
+    rule (empty_query, query_too_long, syntax_error, one_statement, read_only, function_refused, query_failed,
+    query_timeout)."""
+
+    def __init__(self, message: str, code: str = "query_failed"):
+        super().__init__(message)
+        self.code = code
 
 
-def lock_down(conn: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """No file or network access from queries from now on, and no setting can be changed back."""
+class QueryTimedOut(ReadOnlyQueryError):
+    """The query ran past its deadline and was interrupted."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "query_timeout")
+
+
+def lock_down(conn: duckdb.DuckDBPyConnection, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """No file or network access from queries from now on, no extension installed or loaded on the fly, an optional
+    memory limit (``'2GB'``), and no setting can be changed back."""
     conn.execute("SET enable_external_access = false")
+    conn.execute("SET autoinstall_known_extensions = false")
+    conn.execute("SET autoload_known_extensions = false")
+    if memory_limit:
+        conn.execute("SET memory_limit = ?", [memory_limit])
     conn.execute("SET lock_configuration = true")
     return conn
 
 
-def connect(path: str | os.PathLike, ranks: list[int] | None = None) -> duckdb.DuckDBPyConnection:
+def connect(path: str | os.PathLike, ranks: list[int] | None = None, *,
+            memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """A locked-down read-only connection to a run: a ``.duckdb`` file, or a sharded run folder (its
     ``manifest.json``; ``ranks`` narrows the shards attached, None: all of them)."""
+    return open_run(path, ranks, memory_limit=memory_limit)[0]
+
+
+def open_run(path: str | os.PathLike, ranks: list[int] | None = None, *, memory_limit: str | None = None
+             ) -> tuple[duckdb.DuckDBPyConnection, list[int] | None]:
+    """:func:`connect`, and the ranks whose shards were attached (None: a single-file run, every rank)."""
     target = Path(path)
     if target.is_dir() and layout.is_sharded(target):
-        conn, _ = layout.connect(target, ranks)
-        return lock_down(conn)
+        conn, loaded = layout.connect(target, ranks)
+        try:
+            return lock_down(conn, memory_limit=memory_limit), loaded
+        except BaseException:
+            conn.close()
+            raise
     if target.is_dir():
         raise FileNotFoundError(f"{target} holds no run (no {layout.MANIFEST})")
     if not target.is_file():
@@ -58,37 +104,73 @@ def connect(path: str | os.PathLike, ranks: list[int] | None = None) -> duckdb.D
         for (table,) in conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'run' "
                                      "ORDER BY table_name").fetchall():
             conn.execute(f'CREATE VIEW main."{table}" AS SELECT * FROM run."{table}"')
+        lock_down(conn, memory_limit=memory_limit)
     except BaseException:
         conn.close()
         raise
-    return lock_down(conn)
+    return conn, None
 
 
 def check_query(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Raise :class:`ReadOnlyQueryError` unless ``sql`` is one reading statement."""
+    """Raise :class:`ReadOnlyQueryError` unless ``sql`` is one reading statement calling no blocked function.
+    ``conn`` only parses (a locked connection, or a cursor of one)."""
     if not isinstance(sql, str) or not sql.strip():
-        raise ReadOnlyQueryError("the query is empty")
+        raise ReadOnlyQueryError("the query is empty", "empty_query")
     if len(sql) > MAX_QUERY_CHARS:
-        raise ReadOnlyQueryError(f"the query is longer than {MAX_QUERY_CHARS:,} characters")
+        raise ReadOnlyQueryError(f"the query is longer than {MAX_QUERY_CHARS:,} characters", "query_too_long")
     try:
         statements = conn.extract_statements(sql)
     except duckdb.Error as exc:
-        raise ReadOnlyQueryError(_first_line(exc)) from None
+        raise ReadOnlyQueryError(_first_line(exc), "syntax_error") from None
     if len(statements) != 1:
-        raise ReadOnlyQueryError(f"one statement at a time, please (this query has {len(statements)})")
+        raise ReadOnlyQueryError(f"one statement at a time, please (this query has {len(statements)})",
+                                 "one_statement")
     kind = statements[0].type
     if kind not in READING_STATEMENTS:
-        raise ReadOnlyQueryError(f"only reading queries run here (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN); "
-                                 f"this one is {kind.name}")
+        raise ReadOnlyQueryError(f"only reading queries run here (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN; "
+                                 f"no ATTACH, COPY, INSTALL, LOAD or SET); this one is {kind.name}", "read_only")
+    blocked = sorted(called_functions(conn, sql) & BLOCKED_FUNCTIONS)
+    if blocked:
+        raise ReadOnlyQueryError(f"{', '.join(blocked)}: not available here (runs SQL from a string, or shows the "
+                                 "server's files and settings)", "function_refused")
+
+
+def called_functions(conn: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
+    """The (lower-case) names of the functions a reading statement calls: from DuckDB's parse tree of the query (of
+    what an ``EXPLAIN`` explains), or, where DuckDB cannot serialise it (``DESCRIBE``, ``SHOW``…), every
+    ``name(`` in its text: more than it calls, never less."""
+    inner = _EXPLAIN.sub("", sql.strip(), count=1)
+    cur = conn.cursor()
+    try:
+        tree = json.loads(cur.execute("SELECT json_serialize_sql(?::VARCHAR)", [inner]).fetchone()[0])
+    except duckdb.Error:
+        tree = {"error": True}
+    finally:
+        cur.close()
+    if tree.get("error"):
+        return {m.group(1).lower() for m in _CALLED.finditer(sql)}
+    out: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            name = node.get("function_name")
+            if isinstance(name, str):
+                out.add(name.lower())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
 
 
 def run_query(conn: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict | None = None, *,
-              timeout_s: float | None = None, fetch: str = "df"):
+              timeout_s: float | None = None, fetch: str = "df", max_rows: int | None = None):
     """Check ``sql``, run it on a fresh cursor of ``conn`` and fetch its result: ``"df"`` a pandas DataFrame,
-    ``"arrow"`` a ``pyarrow.Table``, ``"rows"`` ``(column names, list of tuples)``. A query still running after
-    ``timeout_s`` is interrupted (:class:`ReadOnlyQueryError`)."""
-    if fetch not in ("df", "arrow", "rows"):
-        raise ValueError(f"fetch must be df, arrow or rows, not {fetch!r}")
+    ``"arrow"`` a ``pyarrow.Table``, ``"rows"`` ``(column names, list of tuples)``, ``"typed"`` ``(column names,
+    DuckDB type names, list of tuples)``; ``max_rows`` fetches at most that many rows (``rows``/``typed``). A query
+    still running after ``timeout_s`` is interrupted (:class:`QueryTimedOut`)."""
+    if fetch not in ("df", "arrow", "rows", "typed"):
+        raise ValueError(f"fetch must be df, arrow, rows or typed, not {fetch!r}")
     check_query(conn, sql)
     bound = params if isinstance(params, dict) else list(params or ())
     cur = conn.cursor()
@@ -102,9 +184,12 @@ def run_query(conn: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | 
         cur.execute(sql, bound)
         if fetch == "df":
             return cur.fetchdf()
-        return [d[0] for d in cur.description], cur.fetchall()
+        description = cur.description or []
+        rows = cur.fetchall() if max_rows is None else cur.fetchmany(max_rows)
+        names = [d[0] for d in description]
+        return (names, rows) if fetch == "rows" else (names, [str(d[1]) for d in description], rows)
     except duckdb.InterruptException:
-        raise ReadOnlyQueryError(f"the query took longer than {timeout_s:g} s and was stopped") from None
+        raise QueryTimedOut(f"the query took longer than {timeout_s:g} s and was stopped") from None
     except duckdb.Error as exc:
         raise ReadOnlyQueryError(_first_line(exc)) from None
     finally:

@@ -1,16 +1,14 @@
 """Locked-down DuckDB connections for the SQL console (``server/queries/sql_console.py``), one per run and scope.
 
-A console connection is never the views' connection (``server.db``): it is opened for the console alone and then
-locked, so nothing a user types can loosen it:
+A console connection is never the views' connection (``server.db``): it is opened for the console alone by
+``ascendscope.readonly`` — the read-only rules ``Run.sql`` follows too — and locked before any query runs:
 
 * an in-memory database of its own (a connection to the file itself would share the views' database instance,
-  and lock it too) that attaches, read-only, a single-file run's file (a view per table: its tables by their
-  names, for every cursor), or a
-  sharded run's ``cluster.duckdb`` and the scope's shards with the documented table names as views
-  (``layout.connect``, as the views read it);
-* then ``enable_external_access = false`` (no file, network, ATTACH, COPY, INSTALL or LOAD from here on: DuckDB
-  refuses to turn it back on while the database runs), no extension auto-install or auto-load, a memory limit,
-  and ``lock_configuration = true`` (no ``SET`` of any setting afterwards).
+  and lock it too) that attaches a single-file run's file read-only, its tables as views, or a sharded run's
+  ``cluster.duckdb`` and the scope's shards with the documented table names as views (``layout.connect``, as the
+  views read it);
+* then ``readonly.lock_down``: no file, network, ATTACH, COPY, INSTALL or LOAD from then on, no extension
+  auto-install or auto-load, a memory limit, and no ``SET`` of any setting afterwards.
 
 Scope of a sharded run: like the views (``server.db.scope``) — every rank up to ``max_loaded_ranks`` ranks, above
 that the ranks asked for (``ranks=``, at most ``max_loaded_ranks`` of them), else the first. The run-wide and
@@ -26,18 +24,12 @@ from pathlib import Path
 
 import duckdb
 
+from ascendscope import readonly
 from ascendscope.ingest import layout
 from ascendscope.server.db import DamagedDatabase, is_sharded, scope
 
 MEMORY_LIMIT = "2GB"
 MAX_OPEN = 4
-LOCK_SQL = (
-    "SET enable_external_access = false",
-    "SET autoinstall_known_extensions = false",
-    "SET autoload_known_extensions = false",
-    f"SET memory_limit = '{MEMORY_LIMIT}'",
-    "SET lock_configuration = true",
-)
 
 
 class Console:
@@ -48,19 +40,10 @@ class Console:
         self.all_ranks: list[int] = []
         try:
             if is_sharded(path):
-                manifest = layout.read_manifest(path.parent)
-                self.all_ranks = sorted(layout.ready_shards(manifest))  # a shard may hold several ranks
-                self.conn, self.loaded = layout.connect(path.parent, None if ranks is None else list(ranks),
-                                                        manifest=manifest)
-            else:  # a database instance of its own: duckdb.connect(path) would share (and lock) the views' one
-                self.conn = duckdb.connect(":memory:")
-                quoted = str(path).replace("'", "''")  # our own path, never user input
-                self.conn.execute(f"ATTACH '{quoted}' AS run (READ_ONLY)")
-                for (table,) in self.conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = "
-                                                  "'run' AND schema_name = 'main'").fetchall():
-                    self.conn.execute(f'CREATE VIEW main."{table}" AS SELECT * FROM run.main."{table}"')
-            for sql in LOCK_SQL:
-                self.conn.execute(sql)
+                self.all_ranks = sorted(layout.ready_shards(layout.read_manifest(path.parent)))
+            target = path.parent if is_sharded(path) else path
+            self.conn, self.loaded = readonly.open_run(target, None if ranks is None else list(ranks),
+                                                       memory_limit=MEMORY_LIMIT)
         except (duckdb.Error, OSError, ValueError) as exc:
             raise DamagedDatabase(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__) from exc
 

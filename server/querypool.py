@@ -39,12 +39,7 @@ import numpy as np
 
 from ascendscope.server.db import QueryTimeout
 from ascendscope.server.requestclock import ClientGone
-
-try:
-    import fcntl
-except ImportError:  # no flock (Windows): the heavy slots are then per process only
-    fcntl = None
-
+from ascendscope.server.runs import try_flock
 
 HEAVY_POLL_S = 0.02  # how often a heavy request tries the heavy slots
 
@@ -132,7 +127,7 @@ class QueryPool:
         fd = None
         while fd is None:
             for i in range(self.heavy_slots):
-                fd = _try_flock(self.lock_dir / f".heavy-slot-{i}.lock")
+                fd = try_flock(self.lock_dir / f".heavy-slot-{i}.lock")
                 if fd is not None:
                     break
             else:
@@ -274,16 +269,3 @@ def _private_lock_dir() -> Path:
     if not _PRIVATE:
         _PRIVATE.append(Path(tempfile.mkdtemp(prefix=f"ascendscope-slots-{os.getpid()}-")))
     return _PRIVATE[0]
-
-
-def _try_flock(path: Path) -> int | None:
-    """The fd holding an exclusive flock on ``path``, or None if another holder has it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    if fcntl is None:
-        return fd
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd

@@ -47,6 +47,20 @@ except ImportError:  # not on Windows; there one process writes a run.json at a 
 
 log = logging.getLogger("ascendscope.runs")
 
+
+def try_flock(path: Path) -> int | None:
+    """The fd holding an exclusive flock on ``path`` (created if need be), or None if another holder has it; the
+    lock lasts until the fd is closed or the process dies."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if fcntl is None:
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
 STATUSES = ("queued", "ingesting", "ready", "failed")
 RUN_FILE = "run.json"
 DB_FILE = "run.duckdb"
@@ -358,16 +372,9 @@ class RunStore:
         """Take the run's ingest lock without waiting: the open fd (the lock lasts until it is closed or this
         process dies), or None if a live process holds it. Raises RunNotFound if the run's folder is gone."""
         try:
-            fd = os.open(self.run_dir(run_id) / INGEST_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            return try_flock(self.run_dir(run_id) / INGEST_LOCK_FILE)
         except (FileNotFoundError, NotADirectoryError):
             raise RunNotFound(run_id) from None
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                return None
-        return fd
 
     def ingest_lock_free(self, run_id: str) -> bool:
         """True if no live process is ingesting the run right now."""

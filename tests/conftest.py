@@ -116,6 +116,20 @@ class LiveServer:
     runs: dict[str, str]
 
 
+def store_with_copy(db_file: Path, data_dir: Path, name: str = "generated"):
+    """A run store in ``data_dir`` holding a ready run ``name`` whose database is a copy of ``db_file``;
+    ``(store, run_id)``."""
+    import shutil
+
+    from ascendscope.server.runs import RunStore
+
+    store = RunStore(data_dir)
+    run = store.create_run(name, name)
+    shutil.copy(db_file, store.db_path(run.id))
+    store.set_status(run.id, "ready")
+    return store, run.id
+
+
 @contextmanager
 def serving(app, port: int | None = None):
     """uvicorn serving ``app`` on a free 127.0.0.1 port in a thread; yields the base URL."""

@@ -48,7 +48,7 @@ def add_wait_runs(data_dir: Path, work: Path) -> WaitRuns:
                                ("waits_level0", work / "waits_level0", False)):
         run = store.create_run(name, str(src))
         if sharded:
-            # a shard per rank, as a big run's ranks are (small ranks would share one): rank-bounded reads show
+            # a shard per rank (group_bytes=0): the scope tests load some ranks and not others
             summary = ingest_sharded(src, store.run_dir(run.id), workers=2, group_bytes=0)
         else:
             summary = ingest_path(src, store.db_path(run.id))

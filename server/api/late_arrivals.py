@@ -70,6 +70,14 @@ def late_instance(db: RunDbDep, group_id: GroupQ, op_name: OpQ, seq: SeqQ = 0, k
     return out
 
 
+@router.get("/of_slice")
+@fast_json
+def late_of_slice(db: RunDbDep, slice_id: Annotated[Int64, Query(description="a collective op's slice id")]) -> dict:
+    """The instance the collective op ``slice_id`` belongs to (its last rank, lead, wait caused and cause), and
+    that op's own wait; ``instance`` null for a slice that is no collective of two ranks or more."""
+    return la.of_slice(db, slice_id)
+
+
 @router.get("/totals")
 @fast_json
 def late_totals(db: RunDbDep, step: StepQ = None,

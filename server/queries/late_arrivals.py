@@ -48,6 +48,9 @@ CAUSE_WORDS = {
 SORTS = {"wait_caused": "wait_caused_ns", "lead": "lead_ns", "start": "first_ns", "ranks": "ranks",
          "max_wait": "max_wait_ns"}
 
+OF_SLICE_SQL = """
+SELECT rank, group_id, op_name, seq, start_ns FROM cluster_collectives WHERE slice_id = ? LIMIT 1
+"""
 TABLE_SQL = """
 SELECT count(*) FROM information_schema.tables WHERE table_name = 'cluster_collectives'
 """
@@ -198,8 +201,13 @@ def cause(row: dict) -> dict:
     top = max(positive, key=positive.get) if positive else None
     window = ({p: _i(row.get(f"late_{p}_ns")) for p in PARTS}
               if row.get("late_computing_ns") is not None else None)
+    # each part's share of the lateness: the deltas add up to it exactly, so the shares add up to 1 (a part the
+    # late rank spent less time in than the reference has a negative share)
+    shares = {k: v / lateness for k, v in deltas.items()} if lateness else {}
+    window_ns = (_i(row["last_ns"]) - _i(row["late_window_start_ns"])
+                 if row.get("late_window_start_ns") is not None else None)
     return {"part": top, "delta_ns": positive.get(top), "words": CAUSE_WORDS.get(top), "lateness_ns": lateness,
-            "deltas": deltas, "late_window": window,
+            "deltas": deltas, "shares": shares, "late_window": window, "window_ns": window_ns,
             "top_kernel": row.get("top_kernel"), "top_kernel_ns": _i(row.get("top_kernel_ns"))}
 
 
@@ -292,10 +300,32 @@ def instance(db, group_id: str, op_name: str, seq: int, *, kernels: bool = False
     if kernels and rank is not None and start is not None and rows[0]["late_source"] == "trace":
         end = int(rows[0]["last_ns"])
         items = db.dicts(WINDOW_ITEMS_SQL, [end, int(start), rank, end, int(start), MAX_WINDOW_ITEMS])
-        out["window_items"] = [{"kind": r["kind"], "name": r["name"],
-                                "count": int(r["count"]), "ns": _i(r["ns"]), "slice_id": _i(r["slice_id"])}
+        window_ns = end - int(start)
+        out["window_items"] = [{"kind": r["kind"], "name": r["name"], "count": int(r["count"]), "ns": _i(r["ns"]),
+                                "share": _i(r["ns"]) / window_ns if window_ns > 0 else None,
+                                "slice_id": _i(r["slice_id"])}
                                for r in items]
     return out
+
+
+def of_slice(db, slice_id: int) -> dict:
+    """The instance a collective op (a slice of a communication lane) belongs to, as :func:`instance` answers it
+    without the per-rank arrivals, and that op's rank and wait; ``instance`` None when the slice is no collective
+    of two ranks or more (the timeline's Slice Detail asks for every collective op clicked)."""
+    if not available(db):
+        return _unavailable()
+    row = db.dicts(OF_SLICE_SQL, [slice_id])
+    if not row:
+        return {"available": True, "instance": None}
+    r = row[0]
+    try:
+        inst = instance(db, r["group_id"], r["op_name"], int(r["seq"]))
+    except NotFound:
+        return {"available": True, "instance": None}
+    inst.pop("arrivals", None)
+    inst.pop("window_items", None)
+    return {"available": True, "rank": int(r["rank"]), "wait_ns": int(inst["last_ns"]) - int(r["start_ns"]),
+            "instance": inst}
 
 
 def totals(db, step: int | None = None, limit: int = MAX_TOTAL_ROWS) -> dict:

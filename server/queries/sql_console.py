@@ -1,13 +1,13 @@
 """The SQL console: one read-only statement over a run's documented tables, time-limited and row-capped.
 
-Contract: :func:`check` refuses (``QueryError``, 400) anything but exactly one ``SELECT`` statement — ``SELECT``,
-``WITH … SELECT``, ``VALUES``, ``FROM …``, ``DESCRIBE`` / ``SHOW`` / ``SUMMARIZE`` parse as one — judged by DuckDB's
-own parser (``extract_statements``: ATTACH, COPY, INSTALL, LOAD, SET, PRAGMA, CALL, EXPORT, CREATE, UPDATE… are
-other statement types), and any call of :data:`BLOCKED_FUNCTIONS` (functions that run SQL from a string, or show
-server paths and settings), found in DuckDB's parse tree (``json_serialize_sql``). What gets past it runs on a
-locked connection (``server/console.py``: no file or network access, no ``SET``): a file name or URL in a query
-fails there. :func:`run` fetches at most ``max_rows`` rows (``truncated`` says when there were more) under a
-deadline that interrupts the query.
+The rules are ``ascendscope.readonly``'s, the ones ``Run.sql`` follows: :func:`run` hands the query to
+``readonly.run_query`` on a cursor of the console's locked connection (``server/console.py``), which refuses
+anything but exactly one reading statement (``SELECT``, ``WITH … SELECT``, ``VALUES``, ``FROM …``, ``DESCRIBE`` /
+``SHOW`` / ``SUMMARIZE``, ``EXPLAIN``) by DuckDB's own parse of it (ATTACH, COPY, INSTALL, LOAD, SET, PRAGMA, CALL,
+EXPORT, CREATE, UPDATE… are other statement types), and any call of a blocked function (SQL run from a string,
+server paths and settings); a file name or URL in a query fails on the locked connection. Each refusal becomes a
+``QueryError`` (400) with the rule's code; a query past its deadline is interrupted (``QueryTimeout``, 504).
+:func:`run` fetches at most ``max_rows`` rows (``truncated`` says when there were more).
 
 Values leave JSON-ready: integers beyond 2**53 (epoch ns) as decimal strings, other non-JSON types as text.
 """
@@ -16,36 +16,19 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import json
 import re
-import threading
 import time
 import uuid
 
-import duckdb
-
+from ascendscope import readonly
 from ascendscope.server.db import QueryTimeout
-from ascendscope.server.deadlines import DEADLINES
 from ascendscope.server.queries import QueryError
 
 MAX_SQL_CHARS = 20_000
 MAX_ROWS = 5_000
 MAX_CELL_CHARS = 2_000
 EXACT_INT = 2 ** 53
-BLOCKED_FUNCTIONS = frozenset({
-    "query", "query_table", "json_execute_serialized_sql", "current_setting", "getenv", "duckdb_databases",
-    "duckdb_settings", "duckdb_temporary_files", "duckdb_extensions", "duckdb_secrets", "duckdb_memory",
-    "duckdb_logs", "duckdb_log_contexts", "pragma_database_list", "pragma_database_size", "pragma_storage_info",
-    "pragma_metadata_info", "pragma_user_agent", "pragma_platform", "which_secret",
-})
-ALLOWED_TYPES = ("StatementType.SELECT",)
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-# one parser for every request: extract_statements and json_serialize_sql touch no data
-_PARSER = duckdb.connect(":memory:")
-_PARSER.execute("SET enable_external_access = false")
-_PARSER.execute("SET lock_configuration = true")
-_PARSER_LOCK = threading.Lock()
 
 # docs/schema.md, "Example queries": the same text (a test keeps the two equal), one click away in the console
 EXAMPLES = (
@@ -96,52 +79,6 @@ WHERE table_schema = 'main' AND table_catalog = current_catalog() ORDER BY table
 """
 
 
-def _functions(tree) -> set[str]:
-    out: set[str] = set()
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            name = node.get("function_name")
-            if isinstance(name, str):
-                out.add(name.lower())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return out
-
-
-def check(sql: str) -> str:
-    """The statement to run, or ``QueryError`` saying why it is refused."""
-    text = (sql or "").strip()
-    if not text:
-        raise QueryError("empty_query", "type a SELECT statement")
-    if len(text) > MAX_SQL_CHARS:
-        raise QueryError("query_too_long", f"a query has at most {MAX_SQL_CHARS:,} characters")
-    with _PARSER_LOCK:
-        try:
-            statements = _PARSER.extract_statements(text)
-        except duckdb.Error as exc:
-            raise QueryError("syntax_error", _first_line(exc)) from None
-        if len(statements) != 1:
-            raise QueryError("one_statement", f"one statement at a time ({len(statements)} given)")
-        kind = str(statements[0].type)
-        if kind not in ALLOWED_TYPES:
-            raise QueryError("read_only", f"only SELECT statements run here ({kind.split('.')[-1]} refused: the "
-                                          "console is read-only, without ATTACH, COPY, INSTALL, LOAD or SET)")
-        tree = json.loads(_PARSER.execute("SELECT json_serialize_sql(?::VARCHAR)", [text]).fetchone()[0])
-    if not tree.get("error"):
-        blocked = sorted(_functions(tree) & BLOCKED_FUNCTIONS)
-        if blocked:
-            raise QueryError("function_refused", f"{', '.join(blocked)}: not available in the console (it runs "
-                                                 "SQL from a string or shows server settings)")
-    return text
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
-
-
 def cell(v):
     """A value as JSON takes it (see the module note)."""
     if v is None or isinstance(v, (bool, str)):
@@ -168,24 +105,18 @@ def cell(v):
 
 
 def run(conn, sql: str, *, timeout_s: float, max_rows: int = MAX_ROWS) -> dict:
-    """Run one checked statement on a cursor of the console connection ``conn``: ``{columns, types, rows,
-    row_count, truncated, elapsed_ms}``. Raises ``QueryError`` for a query DuckDB rejects, ``QueryTimeout`` (504) for
-    one that ran out of time."""
-    text = check(sql)
-    cur = conn.cursor()
-    cancel = DEADLINES.call_later(timeout_s, cur.interrupt)
+    """Run one statement on a cursor of the console connection ``conn``: ``{columns, types, rows, row_count,
+    truncated, elapsed_ms}``. Raises ``QueryError`` for a query the rules refuse or DuckDB rejects, ``QueryTimeout``
+    (504) for one that ran out of time."""
+    cur = conn.cursor()  # one per request: check and run on it, never on the shared connection
     t0 = time.perf_counter()
     try:
-        cur.execute(text)
-        names = [d[0] for d in cur.description] if cur.description else []
-        types = [str(d[1]) for d in cur.description] if cur.description else []
-        rows = cur.fetchmany(max_rows + 1)
-    except duckdb.InterruptException:
+        names, types, rows = readonly.run_query(cur, sql, timeout_s=timeout_s, fetch="typed", max_rows=max_rows + 1)
+    except readonly.QueryTimedOut:
         raise QueryTimeout(f"the query ran longer than {timeout_s:g} s and was stopped") from None
-    except duckdb.Error as exc:
-        raise QueryError("query_failed", _first_line(exc)) from None
+    except readonly.ReadOnlyQueryError as exc:
+        raise QueryError(exc.code, str(exc)) from None
     finally:
-        cancel()
         cur.close()
     return {"columns": names, "types": types, "rows": [[cell(v) for v in r] for r in rows[:max_rows]],
             "row_count": min(len(rows), max_rows), "truncated": len(rows) > max_rows, "row_cap": max_rows,

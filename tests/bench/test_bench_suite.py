@@ -42,6 +42,8 @@ def test_every_size_and_tool_has_a_row(quick):
         for tool in suite.TOOLS:
             assert re.search(rf"^\s*{size['ranks']}\s+\S+ {tool}\b", text, re.M), f"no table line for {tool}"
     assert report["ray"]["status"] == "not asked"
+    # how long the whole suite took (generation included), in the report and the table's first line
+    assert report["seconds"] > 0 and f"{report['seconds'] / 60:.1f} min" in text.splitlines()[0]
 
 
 def test_numbers_are_positive_and_ratios_come_from_them(quick):

@@ -4,12 +4,10 @@ timeline page asks for and draws them; on a generated run, and on the real level
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from ascendscope.server.columns import MEDIA_TYPE
-from tests.conftest import PYTORCH_TEXT, serving
+from tests.conftest import PYTORCH_TEXT, serving, store_with_copy
 
 pytestmark = pytest.mark.browser
 READY = "() => window.__timeline && window.__timeline.ready && window.__timeline.pending() === 0"
@@ -51,16 +49,12 @@ ROUND_TRIP = """async (urls) => {
 @pytest.fixture(scope="module")
 def generated_server(generated_db, tmp_path_factory):
     from ascendscope.server.app import create_app
-    from ascendscope.server.runs import RunStore
     from ascendscope.server.settings import Settings
 
     data = tmp_path_factory.mktemp("columns-browser")
-    store = RunStore(data)
-    run = store.create_run("generated", "generated")
-    shutil.copy(generated_db, store.db_path(run.id))
-    store.set_status(run.id, "ready")
+    store, run_id = store_with_copy(generated_db, data)
     with serving(create_app(Settings.from_env(environ={}, data_dir=str(data)), store=store)) as base:
-        yield base, run.id
+        yield base, run_id
 
 
 @pytest.fixture(params=["generated", "level1"])

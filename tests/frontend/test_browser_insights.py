@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, quote, urlparse
 
-import httpx
 import pytest
 
 from ascendscope.sample_data.waits import T0_US
 from tests.browser_helpers import poll
 from tests.conftest import needs_samples
-from tests.samples import HAVE_REAL
+from tests.samples import needs_real
 
 pytestmark = pytest.mark.browser
 
@@ -36,42 +35,43 @@ def test_cluster_view_names_the_late_rank_and_why(page, live_server, wait_runs, 
     assert "computing +0.300 ms · top kernel MatMul 0.400 ms" in cells.nth(7).inner_text()
     rows.nth(0).locator(".v-expand").click()
     page.locator(".cl-late-items").wait_for()
-    assert page.locator(".cl-late-why tr.cl-late-cause").inner_text().startswith("computing")
-    assert "MatMul" in page.locator(".cl-late-items").inner_text()
+    cause = page.locator(".cl-late-why tr.cl-late-cause td")
+    assert cause.nth(0).inner_text() == "computing" and cause.nth(3).inner_text() == "100.0%"
+    matmul = page.locator(".cl-late-items tr", has_text="MatMul").locator("td")
+    assert matmul.nth(3).inner_text() == "0.400" and matmul.nth(4).inner_text() == "81.6%"  # of 490 µs
     assert page.locator("#cl-late-totals").get_attribute("data-ranks") == "4"
+    assert page.locator("#cl-late-totals").get_attribute("data-kind") == "bars"
+    assert page.locator("#cl-late .v-csv").is_visible() and not page.locator("#cl-late .v-parquet").is_visible()
     assert "rank 2 caused the most" in page.locator("#cl-late-totals-note").inner_text()
     page.locator("#cl-late").screenshot(path=str(artifacts_dir / "cluster_late_arrivals.png"))
+    page.locator("#cl-late-totals").screenshot(path=str(artifacts_dir / "cluster_late_totals.png"))
     # the last rank's link opens its wait chain on the timeline
     href = rows.nth(0).locator("a.cl-late-open").get_attribute("href")
     q = parse_qs(urlparse(href).query)
     assert q["overlay"] == ["waits"] and q["ranks"] == ["1,2"]
 
 
-def test_cluster_view_of_1000_ranks(page, live_server, late_synthetic):
+def test_cluster_view_of_1000_ranks(page, live_server, late_synthetic, artifacts_dir):
     s = late_synthetic
     open_cluster(page, live_server, s.run_id)
     assert page.locator("#cl-late-rows tbody tr").count() == 2
     assert page.locator("#cl-late-totals").get_attribute("data-ranks") == str(s.ranks)
+    assert page.locator("#cl-late-totals").get_attribute("data-kind") == "scatter"  # 1,000 bars would be a blur
     shown = page.locator("#cl-late-step").input_value()
     lates = {int(t) for t in page.locator("#cl-late-rows tbody tr td:nth-child(4)").all_inner_texts()}
     assert lates == {s.late_rank(int(shown), 0), s.late_rank(int(shown), 1)}
+    page.locator("#cl-late").screenshot(path=str(artifacts_dir / "cluster_late_arrivals_1000.png"))
 
 
-@needs_samples
-def test_cluster_view_of_the_real_sample(page, live_server, runs):
-    """The first late arrival is the API's (the real sample's: rank 1 at hcom_allReduce__586_0_1, 5.608 ms)."""
-    run = runs.ids["level1"]
-    open_cluster(page, live_server, run)
+@needs_real
+def test_cluster_view_of_the_real_sample(page, live_server, runs, artifacts_dir):
+    open_cluster(page, live_server, runs.ids["level1"])
     first = page.locator("#cl-late-rows tbody tr").nth(0).locator("td")
-    api = f"{live_server.base_url}/api/runs/{run}/late_arrivals"
-    steps = httpx.get(f"{api}/steps", timeout=10).json()["steps"]
-    worst = max(steps, key=lambda x: x["wait_caused_ns"])  # the step the view opens on
-    params = {"sort": "wait_caused", "order": "desc"} | ({} if worst["step"] is None else {"step": worst["step"]})
-    top = httpx.get(f"{api}/table", params=params, timeout=10).json()["rows"][0]
-    assert first.nth(1).inner_text() == top["op_name"] and first.nth(3).inner_text() == str(top["last_rank"])
-    assert first.nth(5).inner_text() == f"{top['wait_caused_ns'] / 1e6:.3f}"
-    if HAVE_REAL:
-        assert (top["op_name"], top["last_rank"], first.nth(5).inner_text()) == ("hcom_allReduce__586_0_1", 1, "5.608")
+    assert first.nth(1).inner_text() == "hcom_allReduce__586_0_1" and first.nth(3).inner_text() == "1"
+    assert first.nth(5).inner_text() == "5.608"
+    page.locator("#cl-late-rows tbody tr").nth(0).locator(".v-expand").click()
+    page.locator(".cl-late-items").wait_for()
+    page.locator("#cl-late").screenshot(path=str(artifacts_dir / "cluster_late_arrivals_level1.png"))
 
 
 def open_timeline(page, live_server, run_id, **params):
@@ -97,6 +97,28 @@ def test_timeline_draws_the_wait_chain_and_the_critical_path(page, live_server, 
     assert "overlay" not in page.url
 
 
+def test_slice_detail_of_a_collective_says_who_it_waited_for(page, live_server, wait_runs, artifacts_dir, client):
+    """Click-through from the timeline: a waiting rank's collective op names the late rank and why, links to that
+    rank's op with the wait chain, and to the step's late arrivals in the Cluster view."""
+    run = wait_runs.ids["waits_sharded"]
+    inst = client.get(f"/api/runs/{run}/late_arrivals/instance",
+                      params={"group_id": "0", "op_name": "hcom_allReduce__123_1_1", "seq": 0}).json()
+    op = dict(zip(inst["arrivals"]["rank"], inst["arrivals"]["slice_id"]))[0]
+    open_timeline(page, live_server, run, slice=op, ranks=0)
+    box = page.locator("#tl-late-detail")
+    box.wait_for(timeout=15_000)
+    text = box.inner_text()
+    assert "Waited 300 µs for rank 2, the last of 4 ranks" in text
+    assert "computing +300 µs (100% of its lateness)" in text
+    page.locator("#tl-detail").screenshot(path=str(artifacts_dir / "timeline_slice_detail_late.png"))
+    late = parse_qs(urlparse(page.locator("#tl-late-open").get_attribute("href")).query)
+    assert late["ranks"] == ["0,2"] and late["slice"] == [str(inst["late_slice_id"])]
+    page.locator("#tl-late-cluster").click()
+    page.wait_for_function(CLUSTER_READY, timeout=30_000)
+    assert page.locator("#cl-late-step").input_value() == "2"  # the op's step, not the default one
+    assert page.locator("#cl-late-rows tbody tr td:nth-child(2)").first.inner_text() == "hcom_allReduce__123_1_1"
+
+
 def test_critical_path_what_if(page, live_server, wait_runs, artifacts_dir):
     open_timeline(page, live_server, wait_runs.ids["waits"], overlay="path", cp_rank=2,
                   start_ns=(T0_US - 20) * US, end_ns=(T0_US + 800) * US)
@@ -112,12 +134,17 @@ def test_critical_path_what_if(page, live_server, wait_runs, artifacts_dir):
     assert "Estimated step: 580 µs (measured 780 µs): 200 µs saved" in text
     assert page.locator(".cp-assumptions li").count() >= 5
     page.locator("#tl-panel").screenshot(path=str(artifacts_dir / "timeline_critical_path_whatif.png"))
+    assert page.locator(".cp-assumptions").get_attribute("open") is not None  # stated beside the estimate
+    page.locator(".cp-whatif").screenshot(path=str(artifacts_dir / "critical_path_whatif_result.png"))
 
 
 @needs_samples
-def test_wait_chain_on_the_real_sample(page, live_server, runs):
-    open_timeline(page, live_server, runs.ids["level1"], overlay="waits")
+def test_wait_chain_on_the_real_sample(page, live_server, runs, artifacts_dir):
+    open_timeline(page, live_server, runs.ids["level1"], overlay="waits,path", cp_rank=0)
     poll(page, "() => window.__timeline.insights.drawn.waits >= 1", timeout_s=15)
+    poll(page, "() => window.__timeline.insights.drawn.path >= 1", timeout_s=20)
+    page.locator('.tl-panel-tab[data-tab="critpath"]').click()
+    page.screenshot(path=str(artifacts_dir / "timeline_wait_chain_path_level1.png"))
 
 
 def test_sql_console(page, live_server, wait_runs, artifacts_dir):
@@ -135,12 +162,25 @@ def test_sql_console(page, live_server, wait_runs, artifacts_dir):
     shown = [float(t) for t in page.locator("#q-table tbody tr td:nth-child(3)").all_inner_texts()]
     assert shown == sorted(shown, reverse=True) and len(set(shown)) > 1
     assert page.locator("#q-chart .main-svg").count() >= 1
+    # the chart's y by default is the first measure (step_ms), not a key column (step)
+    assert page.locator("#q-y option:checked").inner_text() == "step_ms"
+    assert page.locator("#q-kind").input_value() == "scatter"  # each rank twice: bars would pile up
     assert "/query.csv?sql=" in page.locator("#q-csv").get_attribute("href")
     page.screenshot(path=str(artifacts_dir / "sql_console.png"))
     # a link reproduces the query
     page.goto(page.url)
     page.wait_for_function("() => document.getElementById('query-view').dataset.state === 'done'")
     assert page.locator("#q-table tbody tr").count() == 8
+    # a slice id in a result opens that slice on the timeline, its rank loaded
+    sql = "SELECT rank, slice_id, name, dur_ns FROM slices WHERE name = 'MatMul' AND rank = 2 ORDER BY ts_ns LIMIT 1"
+    page.goto(f"{live_server.base_url}/runs/{run}/query?sql={quote(sql)}")
+    page.wait_for_function("() => document.getElementById('query-view').dataset.state === 'done'")
+    link = page.locator("#q-table a.q-slice").first
+    slice_id = int(link.inner_text())
+    assert parse_qs(urlparse(link.get_attribute("href")).query)["ranks"] == ["2"]
+    link.click()
+    page.wait_for_function(TIMELINE_READY, timeout=20_000)
+    page.wait_for_function("(id) => window.__timeline.selected === id", arg=slice_id, timeout=15_000)
 
 
 def test_sql_console_shows_a_refusal(browser, live_server, wait_runs):

@@ -13,7 +13,7 @@ from ascendscope.ingest import collectives
 from ascendscope.ingest.pipeline import ingest_path
 from ascendscope.sample_data.waits import T0_US, write_wait_run
 from tests.conftest import PYTORCH_TEXT, REAL_SAMPLES
-from tests.samples import HAVE_REAL, STEP
+from tests.samples import STEP, needs_real
 
 US = 1000
 T0_NS = T0_US * 1000
@@ -111,7 +111,7 @@ def test_cover_counts_time_inside_windows():
     assert got.tolist() == [35, 3, 23, 0, 0]
 
 
-# --- the real samples ------------------------------------------------------------------------------------------------
+# --- the real samples (or their generated twins; the real data's own numbers: needs_real) ---------------------------
 
 def _real(tmp_path_factory, rel: str):
     src = REAL_SAMPLES / rel
@@ -149,18 +149,18 @@ def test_level1_ops_match_the_trace_and_communication_json(level1):
                        "communication.json").read_text())
     groups = {k.split("@")[1] for step in comm.values() for ops in step.values() for k in ops if "@" in k}
     assert {r["group_id"] for r in got} == groups and len(groups) == 1
-    assert all(r["step"] == STEP and r["seq"] == 0 for r in got)  # ProfilerStep#50 in the real sample
+    assert all(r["step"] == STEP and r["seq"] == 0 for r in got)
+    for x in got:  # each window splits exactly into the lane's parts
+        assert x["computing_ns"] + x["other_comm_ns"] + x["launch_bound_ns"] + x["free_ns"] + x["preparing_ns"] == \
+            x["start_ns"] - x["window_start_ns"]
 
 
+@needs_real
 def test_level1_first_allreduce_window(level1):
-    """The first allreduce (hcom_allReduce__586_0_1 in the real sample, where rank 1 reaches it 5.608 ms after rank
-    0): each rank's window runs from its profiled step's start to its arrival, split exactly into the lane's parts."""
-    first = level1.execute("SELECT op_name FROM cluster_collectives WHERE op_type = 'hcom_allReduce_' AND rank = 0 "
-                           "ORDER BY start_ns LIMIT 1").fetchone()[0]
-    r = {x["rank"]: x for x in rows(level1, f"op_name = '{first}'")}
-    assert set(r) == {0, 1}
-    if HAVE_REAL:
-        assert first == "hcom_allReduce__586_0_1" and r[1]["start_ns"] - r[0]["start_ns"] == 5_607_716
+    """Rank 1 reaches hcom_allReduce__586_0_1 5.608 ms after rank 0: its window (from its ProfilerStep#50 start)
+    is longer by that much minus its later step start, split exactly into the lane's parts."""
+    r = {x["rank"]: x for x in rows(level1, "op_name = 'hcom_allReduce__586_0_1'")}
+    assert r[1]["start_ns"] - r[0]["start_ns"] == 5_607_716
     steps = dict(level1.execute("SELECT rank, host_start_ns FROM steps").fetchall())
     assert r[0]["window_start_ns"] == steps[0] and r[1]["window_start_ns"] == steps[1]
     for x in r.values():
@@ -170,8 +170,7 @@ def test_level1_first_allreduce_window(level1):
 
 
 def test_st4_ops_come_from_communication_json(tmp_path_factory):
-    """No trace on any rank: communication.json's collectives (p2p left out), grouped by its groups; group 503
-    runs on ranks 2 and 3."""
+    """No trace on any rank: communication.json's collectives (p2p left out), grouped by its groups."""
     con, src = _real(tmp_path_factory, "msinsight_st_4rank_2025q4/level2")
     got = rows(con)
     assert got and all(r["source"] == "communication" and r["computing_ns"] is None for r in got)
@@ -185,9 +184,14 @@ def test_st4_ops_come_from_communication_json(tmp_path_factory):
                 if op != "Total Op Info":
                     expected.add((rank, op.split("@")[0], op.split("@")[1]))
     assert {(r["rank"], r["op_name"], r["group_id"]) for r in got} == expected
-    if HAVE_REAL:  # the real sample's times (the twin's group of ranks 2 and 3 runs other ops)
-        g503 = {r["rank"]: r["start_ns"] for r in got if r["op_name"] == "hcom_allReduce__503_2_1"}
-        assert g503 == {2: 1764246877265345800, 3: 1764246877271840000}
+    con.close()
+
+
+@needs_real
+def test_st4_group_503_runs_on_ranks_2_and_3(tmp_path_factory):
+    con, _ = _real(tmp_path_factory, "msinsight_st_4rank_2025q4/level2")
+    g503 = {r["rank"]: r["start_ns"] for r in rows(con) if r["op_name"] == "hcom_allReduce__503_2_1"}
+    assert g503 == {2: 1764246877265345800, 3: 1764246877271840000}
     con.close()
 
 

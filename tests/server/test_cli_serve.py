@@ -32,10 +32,14 @@ def start_serve(data_dir: Path, *paths: Path, new_session: bool = False) -> tupl
     return proc, f"http://127.0.0.1:{port}"
 
 
-def wait_for(fn, timeout_s=90.0, every_s=0.2):
+def wait_for(fn, timeout_s=90.0, every_s=0.2, proc: subprocess.Popen | None = None):
+    """``fn()``'s first truthy value within ``timeout_s`` (HTTP errors count as not yet); fails early when
+    ``proc`` (a server) has exited."""
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the server exited: {proc.stdout.read() if proc.stdout else ''}")
         try:
             last = fn()
             if last:

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -23,6 +22,7 @@ import pytest
 
 from tests.archives import zip_folder
 from tests.conftest import free_port
+from tests.server.test_cli_serve import wait_for as cli_wait_for
 
 WAIT_S = 120.0
 
@@ -65,18 +65,7 @@ def stop(proc: subprocess.Popen) -> str:
 
 
 def wait_for(fn, timeout_s: float = WAIT_S, proc: subprocess.Popen | None = None):
-    deadline, last = time.monotonic() + timeout_s, None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the server exited: {proc.stdout.read()}")
-        try:
-            last = fn()
-            if last:
-                return last
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"timed out; last value {last!r}")
+    return cli_wait_for(fn, timeout_s, 0.1, proc)
 
 
 def processes_answering(base: str, want: int) -> set[int]:

@@ -8,12 +8,14 @@ rank its own shard, ``group_bytes=0``), with a real SIGKILL. Generated data only
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ascendscope.ingest.shards import ingest_sharded, read_manifest
@@ -252,3 +254,49 @@ def test_temp_files_of_killed_tasks_are_swept(three_ranks, tmp_path):
     store.sweep()
     assert not stray.exists() and not list(store.run_dir(run.id).glob("*.tmp-*"))
     assert (store.run_dir(run.id) / "manifest.json").is_file()
+
+
+def test_a_killed_server_resumes_without_redoing_finished_shards(tmp_path):
+    """``ascendscope serve`` SIGKILLed with its whole process group (server, ingest worker, pool) once some shards
+    are published: the next ``serve`` of the same data dir finishes the run, keeping those files as they are."""
+    from ascendscope.sample_data.generate import ops_for_target_mb
+    from tests.server.test_cli_serve import start_serve, stop, wait_for
+
+    src = tmp_path / "src"  # three ranks of ~19 MB: two would pass GROUP_BYTES, so each is a shard of its own
+    generate_run(src, ranks=3, steps=2, ops_per_step=ops_for_target_mb(20, seed=6), seed=6)
+    data = tmp_path / "data"
+    proc, _ = start_serve(data, src, new_session=True)
+    try:
+        run_dir = wait_for(lambda: next(iter((data / "runs").glob("*/manifest.json")), None), 300, proc=proc).parent
+        manifest = wait_for(lambda: _half_done(run_dir), 300, 0.05, proc=proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    kept = {e["file"]: (run_dir / e["file"]).stat() for e in manifest["shards"] if e["status"] == "ready"}
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "ingesting"  # as the dead server left it
+
+    proc, base = start_serve(data, src, new_session=True)
+    try:
+        (run,) = wait_for(lambda: [r for r in httpx.get(f"{base}/api/runs", timeout=5).json()["runs"]
+                                   if r["status"] in ("ready", "failed")], 300, proc=proc)
+    finally:
+        stop(proc)
+    assert run["status"] == "ready", run
+    for file, before in kept.items():
+        after = (run_dir / file).stat()
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), file
+    log = (run_dir / "ingest.log").read_text()
+    assert "interrupted" in log and "finished by an earlier attempt were kept" in log
+    assert not [p for p in run_dir.rglob("*") if ".tmp-" in p.name]
+
+
+def _half_done(run_dir: Path) -> dict | None:
+    """The run's manifest once some of its three shards are ready and some still pending, else None."""
+    try:
+        manifest = read_manifest(run_dir)
+    except (OSError, ValueError):
+        return None
+    states = {e["status"] for e in manifest["shards"]}
+    return manifest if len(manifest["shards"]) == 3 and {"ready", "pending"} <= states else None

@@ -12,27 +12,23 @@ from fastapi.testclient import TestClient
 
 from ascendscope.server.queries import advice as aq
 from ascendscope.server.runs import RACY_S, RUN_FILE, RunStore
+from tests.conftest import store_with_copy
 
 
 @pytest.fixture(scope="module")
 def store_app(generated_db, tmp_path_factory):
     """A store holding the generated run (ready), the crafted Advice run, and an app over it."""
-    import shutil
-
     from ascendscope.server.app import create_app
     from ascendscope.server.settings import Settings
     from tests.advice_sample import add_crafted_run
 
     data = tmp_path_factory.mktemp("repeated")
-    store = RunStore(data)
-    run = store.create_run("generated", "generated")
-    shutil.copy(generated_db, store.db_path(run.id))
-    store.set_status(run.id, "ready")
+    store, run_id = store_with_copy(generated_db, data)
     crafted_id, _, _ = add_crafted_run(data, tmp_path_factory.mktemp("crafted"))
     app = create_app(Settings.from_env(environ={}, data_dir=str(data)), store=store)
     time.sleep(RACY_S + 0.05)  # run.json files younger than this are read again on purpose (RecordCache)
     with TestClient(app) as client:
-        yield store, app, client, run.id, crafted_id
+        yield store, app, client, run_id, crafted_id
 
 
 def test_run_json_is_parsed_once_while_it_is_unchanged(store_app):

@@ -5,7 +5,6 @@ viewport request is still answered and another heavy view waits its deadline out
 
 from __future__ import annotations
 
-import shutil
 import socket
 import threading
 import time
@@ -16,20 +15,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ascendscope.server.requestclock import ClientGone
+from tests.conftest import store_with_copy
 
 WAIT_S = 30  # bounds a broken test; never a timing assertion
 
 
 @pytest.fixture(scope="module")
 def store(generated_db, tmp_path_factory):
-    from ascendscope.server.runs import RunStore
-
-    data = tmp_path_factory.mktemp("budget")
-    s = RunStore(data)
-    run = s.create_run("generated", "generated")
-    shutil.copy(generated_db, s.db_path(run.id))
-    s.set_status(run.id, "ready")
-    return s, run.id
+    return store_with_copy(generated_db, tmp_path_factory.mktemp("budget"))
 
 
 def make_app(store, **settings):

@@ -1,8 +1,9 @@
 """On a sharded run of several ranks, a viewport query about one rank's tracks reads that rank's shard alone, not
 the union of every shard (issue #18: at 8 ranks a third of the cost), and answers exactly as the single-file layout
 does: slices of two ranks in one request (exact and level of detail), counters and flows; on a generated run and
-on the real level1 sample, one shard per rank, and on a generated run whose two small ranks share a shard (issue #17:
-both ranks are read from that shard, attached as ``r0``)."""
+on the real level1 sample, one shard per rank, on a generated run whose two small ranks share a shard (issue #17:
+both ranks are read from that shard, attached as ``r0``), and on one of four ranks in two shards of two (ranks 2
+and 3 are read from the second, attached as ``r2``: a rank that is not its shard's first still finds it)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.conftest import PYTORCH_TEXT
 from tests.server.test_sharded_runs import _natural_ids, _normal
 
 
-@pytest.fixture(scope="module", params=["generated", "grouped", "level1"])
+@pytest.fixture(scope="module", params=["generated", "grouped", "two groups", "level1"])
 def layouts(request, tmp_path_factory):
     import duckdb
 
@@ -32,13 +33,18 @@ def layouts(request, tmp_path_factory):
         from ascendscope.sample_data.generate import generate_run
 
         source = tmp_path_factory.mktemp("routing-src") / "run"
-        generate_run(source, ranks=2, steps=2, ops_per_step=60, seed=3)
+        generate_run(source, ranks=4 if request.param == "two groups" else 2, steps=2, ops_per_step=60, seed=3)
     store = RunStore(tmp_path_factory.mktemp("routing"))
     single, sharded = store.create_run("single", str(source)), store.create_run("sharded", str(source))
     ingest_path(source, store.db_path(single.id))
-    # a shard per rank (group_bytes=0), or the small ranks grouped as the server does by default
-    grouping = {} if request.param == "grouped" else {"group_bytes": 0}
+    # a shard per rank (group_bytes=0), the small ranks grouped as the server does by default, or two per shard
+    grouping = {"grouped": {}, "two groups": {"group_bytes": int(2.5 * _largest_rank_bytes(source))}}.get(
+        request.param, {"group_bytes": 0})
     ingest_sharded(source, store.run_dir(sharded.id), workers=2, **grouping)
+    if request.param == "two groups":
+        from ascendscope.ingest.layout import read_manifest
+
+        assert [e["ranks"] for e in read_manifest(store.run_dir(sharded.id))["shards"]] == [[0, 1], [2, 3]]
     for run in (single, sharded):
         store.set_status(run.id, "ready")
     with duckdb.connect(str(store.db_path(single.id)), read_only=True) as con:
@@ -49,6 +55,10 @@ def layouts(request, tmp_path_factory):
     app = create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)), store=store)
     with TestClient(app) as client:
         yield client, {"single": (single.id, single_ids), "sharded": (sharded.id, sharded_ids)}, request.param
+
+
+def _largest_rank_bytes(source) -> int:
+    return max(sum(f.stat().st_size for f in rank.rglob("*") if f.is_file()) for rank in source.iterdir())
 
 
 def answers(client, run_id: str, names: dict) -> list:
@@ -82,12 +92,26 @@ def test_each_rank_is_read_from_its_shard_with_the_same_answers(layouts, monkeyp
     executed.clear()
     sharded = answers(client, *runs["sharded"])
     assert single == sharded
-    viewport = [sql for sql in executed if "FROM r0." in sql or "FROM r1." in sql]
+    viewport = [sql for sql in executed if any(f"FROM r{r}." in sql for r in range(4))]
     assert any('r0."slices"' in sql or 'r0."slice_lod"' in sql for sql in viewport)
     if layout == "grouped":  # one shard holds both ranks: it is attached once, as r0
         assert not any("FROM r1." in sql for sql in viewport)
+    elif layout == "two groups":  # ranks 0-1 from r0, ranks 2-3 from r2; no r1 or r3 exists
+        assert any('r2."slices"' in sql or 'r2."slice_lod"' in sql for sql in viewport)
+        assert not any("FROM r1." in sql or "FROM r3." in sql for sql in viewport)
+        # rank 3 alone, exact and level of detail: read from r2, never from the union of the shards
+        run_id = runs["sharded"][0]
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        rank3 = [t["track_id"] for t in meta["tracks"] if t["rank"] == 3 and t["kind"] != "counter"
+                 and t["slice_count"]]
+        for width in (1600, 30):
+            executed.clear()
+            got = client.get(f"/api/runs/{run_id}/timeline/slices", params={"track_id": rank3, "width_px": width})
+            assert got.status_code == 200 and any(t["count"] for t in got.json()["tracks"])
+            reads = [sql for sql in executed if "slice" in sql]
+            assert reads and all('r2."slice' in sql for sql in reads), reads
     else:
         assert any('r1."slices"' in sql or 'r1."slice_lod"' in sql for sql in viewport)
-    assert any('r0."counters"' in sql or 'r1."counters"' in sql for sql in viewport)
+    assert any(f'r{r}."counters"' in sql for sql in viewport for r in range(4))
     unions = [sql for sql in executed if "slice_lod" in sql and "FROM slice_lod" in sql]
     assert not unions  # no level-of-detail query read the union of the shards

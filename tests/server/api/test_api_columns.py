@@ -4,14 +4,12 @@ that are answered exactly and from the level of detail; JSON stays the default."
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from ascendscope.server import columns
-from tests.conftest import PYTORCH_TEXT
+from tests.conftest import PYTORCH_TEXT, store_with_copy
 
 BINARY = {"Accept": columns.MEDIA_TYPE}
 
@@ -19,16 +17,12 @@ BINARY = {"Accept": columns.MEDIA_TYPE}
 @pytest.fixture(scope="module")
 def generated_client(generated_db, tmp_path_factory):
     from ascendscope.server.app import create_app
-    from ascendscope.server.runs import RunStore
     from ascendscope.server.settings import Settings
 
     data = tmp_path_factory.mktemp("columns")
-    store = RunStore(data)
-    run = store.create_run("generated", "generated")
-    shutil.copy(generated_db, store.db_path(run.id))
-    store.set_status(run.id, "ready")
+    store, run_id = store_with_copy(generated_db, data)
     with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(data)), store=store)) as client:
-        yield client, run.id
+        yield client, run_id
 
 
 @pytest.fixture(params=["generated", "level1"])

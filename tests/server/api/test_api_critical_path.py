@@ -9,8 +9,7 @@ import pytest
 from ascendscope.server.queries import DuckRunner
 from ascendscope.server.queries import critical_path as cp
 from ascendscope.server.queries.critical_model import Element, Model
-from tests.conftest import needs_samples
-from tests.samples import HAVE_REAL, STEP
+from tests.samples import STEP, needs_real
 
 US = 1000
 
@@ -150,11 +149,9 @@ def test_the_model_replays_the_constructed_runs(wait_runs, runs, name):
     con.close()
 
 
-@needs_samples
-def test_the_real_sample(client, runs):
-    """level1 rank 0: the model replays the measured step; the path covers it; halving communication saves time, a
-    kernel never costs. In the real sample rank 0 waited for rank 1 at the first allReduce, so the path runs through
-    rank 1's arrival (checked on it; the twin's ranks arrive otherwise)."""
+def test_the_model_replays_the_level1_sample(client, runs):
+    """level1 (or its twin), both ranks: the model replays the measured step and the path covers it; a kernel sped
+    up never costs time."""
     import duckdb
 
     con = duckdb.connect(str(runs.dbs["level1"]), read_only=True)
@@ -163,14 +160,23 @@ def test_the_real_sample(client, runs):
         _replays_measured(model)
         assert model.measured.step_end == max(st["host_end_ns"], st["device_end_ns"])
     con.close()
-    a = get(client, runs.ids["level1"], rank=0, step=STEP, communication="true", factor=2)
-    if HAVE_REAL:
-        assert a["step_ns"] == 1736408883842726510 - 1736408883686740710
-        remote = [s for s in a["path"] if s["kind"] == "remote"]
-        assert remote and remote[0]["rank"] == 1 and remote[0]["name"] == "rank 1 before hcom_allReduce__586_0_1"
-        assert remote[0]["end_ns"] == "1736408883737849280"  # rank 1's arrival
-        assert a["whatif"]["saved_ns"] > 0  # the wait for rank 1 is on the path
-    assert 0 <= a["whatif"]["saved_ns"] < a["step_ns"]
+    a = get(client, runs.ids["level1"], rank=0, step=STEP)
+    assert sum(s["dur_ns"] for s in a["path"]) == a["step_ns"]
     k = a["kernel_names"][0]["name"]
     b = get(client, runs.ids["level1"], rank=0, step=STEP, kernel=k, factor=2)
+    assert 0 <= b["whatif"]["saved_ns"] <= a["kernel_names"][0]["ns"] // 2 + 1
+
+
+@needs_real
+def test_the_real_sample(client, runs):
+    """level1 rank 0 waited for rank 1 at the first allReduce, so the path runs through rank 1's arrival; halving
+    communication saves time, a kernel never costs."""
+    a = get(client, runs.ids["level1"], rank=0, step=50, communication="true", factor=2)
+    assert a["step_ns"] == 1736408883842726510 - 1736408883686740710
+    remote = [s for s in a["path"] if s["kind"] == "remote"]
+    assert remote and remote[0]["rank"] == 1 and remote[0]["name"] == "rank 1 before hcom_allReduce__586_0_1"
+    assert remote[0]["end_ns"] == "1736408883737849280"  # rank 1's arrival
+    assert 0 < a["whatif"]["saved_ns"] < a["step_ns"]
+    k = a["kernel_names"][0]["name"]
+    b = get(client, runs.ids["level1"], rank=0, step=50, kernel=k, factor=2)
     assert 0 <= b["whatif"]["saved_ns"] <= a["kernel_names"][0]["ns"] // 2 + 1

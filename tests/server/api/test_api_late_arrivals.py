@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from ascendscope.sample_data.waits import T0_US
-from tests.conftest import needs_samples
 from tests.insight_sample import LEAD_NS
-from tests.samples import HAVE_REAL, STEP
+from tests.samples import needs_real
 
 US = 1000
 
@@ -39,6 +38,10 @@ def test_the_late_rank_and_its_cause(client, wait_runs, name):
     assert cause["top_kernel"] == "MatMul" and cause["top_kernel_ns"] == 400 * US
     # the lateness over the median rank splits exactly into the late start and the parts' differences
     assert sum(cause["deltas"].values()) == cause["lateness_ns"]
+    # so the shares of the lateness add up to 1: all of it is computing (MatMul 400 µs against 100 µs)
+    assert cause["shares"]["computing"] == 1.0 and sum(cause["shares"].values()) == pytest.approx(1.0)
+    # the late rank's window: from the step's start to its arrival at 490 µs
+    assert cause["window_ns"] == 490 * US and sum(cause["late_window"].values()) == 490 * US
 
 
 def test_instance_lists_every_arrival_and_the_late_ranks_window(client, wait_runs):
@@ -50,12 +53,33 @@ def test_instance_lists_every_arrival_and_the_late_ranks_window(client, wait_run
                                                                                  3: 300 * US}
     items = {(i["kind"], i["name"]): i["ns"] for i in inst["window_items"]}
     assert items[("kernel", "MatMul")] == 400 * US and items[("kernel", "Add")] == 50 * US
+    shares = {(i["kind"], i["name"]): i["share"] for i in inst["window_items"]}
+    assert shares[("kernel", "MatMul")] == pytest.approx(400 / 490)  # of the 490 µs window
     assert ("device", "EVENT_WAIT") in items and ("host", "AscendCL@aclnnMm") in items
     r = client.get(f"/api/runs/{run}/late_arrivals/instance",
                    params={"group_id": "0", "op_name": "hcom_allReduce__123_0_1", "rank": 1})
     assert r.status_code == 400 and r.json()["error"]["code"] == "not_last_rank"
     r = client.get(f"/api/runs/{run}/late_arrivals/instance", params={"group_id": "0", "op_name": "nope"})
     assert r.status_code == 404
+
+
+@pytest.mark.parametrize("name", ["waits", "waits_sharded"])
+def test_of_slice_names_the_instance_of_a_collective_op(client, wait_runs, name):
+    """The timeline's Slice Detail: a waiting rank's op waited 300 µs for rank 2; rank 2's own op is the late one;
+    a kernel is no collective."""
+    run = wait_runs.ids[name]
+    inst = get(client, run, "instance", group_id="0", op_name="hcom_allReduce__123_0_1", seq=0)
+    ops = dict(zip(inst["arrivals"]["rank"], inst["arrivals"]["slice_id"]))
+    waiting = get(client, run, "of_slice", slice_id=ops[0])
+    assert waiting["rank"] == 0 and waiting["wait_ns"] == 300 * US
+    assert waiting["instance"]["last_rank"] == 2 and waiting["instance"]["cause"]["part"] == "computing"
+    assert "arrivals" not in waiting["instance"]
+    late = get(client, run, "of_slice", slice_id=ops[2])
+    assert late["rank"] == 2 and late["wait_ns"] == 0 and late["instance"]["wait_caused_ns"] == 900 * US
+    kernel = get(client, run, "instance", group_id="0", op_name="hcom_allReduce__123_0_1", seq=0, kernels="true",
+                 rank=2)["window_items"]
+    matmul = next(i["slice_id"] for i in kernel if i["name"] == "MatMul")
+    assert get(client, run, "of_slice", slice_id=matmul)["instance"] is None
 
 
 def test_table_as_csv(client, wait_runs):
@@ -135,19 +159,12 @@ def test_a_run_without_the_table_says_so(client, runs):
         assert body["available"] is False and "ingest its source again" in body["message"]
 
 
-@needs_samples
+@needs_real
 def test_the_real_sample_rank_1_made_rank_0_wait(client, runs):
-    """level1: each instance's cause adds up to its lateness. In the real sample rank 1 reaches the first allReduce
-    5.608 ms after rank 0 (both trace_view.json HCCL lanes); rank 0's communication.json has it waiting there
-    (Synchronization Time 5.616 ms, its own clock rounding)."""
+    """level1: rank 1 reaches the first allReduce 5.608 ms after rank 0 (both trace_view.json HCCL lanes); rank 0's
+    communication.json has it waiting there (Synchronization Time 5.616 ms, its own clock rounding)."""
     run = runs.ids["level1"]
-    table = get(client, run, "table", step=STEP)
-    assert table["rows"]
-    for r in table["rows"]:
-        c = r["cause"]
-        assert c is None or sum(c["deltas"].values()) == c["lateness_ns"], r
-    if not HAVE_REAL:  # the twin's ranks arrive by its own timings
-        return
+    table = get(client, run, "table", step=50)
     first = next(r for r in table["rows"] if r["op_name"] == "hcom_allReduce__586_0_1")
     assert first["late_rank"] == 1 and first["wait_caused_ns"] == 5_607_716
     assert first["group_id"] == "17522688603477080586"

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from ascendscope import readonly
 from ascendscope.server.app import create_app
 from ascendscope.server.queries import sql_console as sc
+from ascendscope.server.runs import RunStore
 from ascendscope.server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -69,6 +71,28 @@ def test_refused(client, wait_runs, what, sql, status, code):
         assert r.json()["error"]["code"] == code, (what, r.text)
         assert "/tmp/pytest" not in r.text  # no server path in the message
     assert not Path("/tmp/ascendscope-console.csv").exists() and not Path("/tmp/ascendscope-export").exists()
+
+
+@pytest.mark.parametrize("what,sql,status,code", REFUSED, ids=[r[0] for r in REFUSED])
+def test_python_refuses_the_same_with_the_same_rule(runs, wait_runs, what, sql, status, code):
+    """One set of rules (ascendscope.readonly): Run.sql's connection refuses what the console refuses, by the same
+    rule code."""
+    conn = readonly.connect(RunStore(runs.data_dir).db_path(wait_runs.ids["waits"]))
+    try:
+        with pytest.raises(readonly.ReadOnlyQueryError) as caught:
+            readonly.run_query(conn, sql, fetch="rows")
+        assert caught.value.code == code, (what, str(caught.value))
+    finally:
+        conn.close()
+
+
+def test_explain_runs_and_explains_no_blocked_function(client, wait_runs):
+    run = wait_runs.ids["waits"]
+    assert q(client, run, "EXPLAIN SELECT count(*) FROM slices").status_code == 200
+    r = q(client, run, "EXPLAIN ANALYZE SELECT * FROM query('SELECT 42')")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "function_refused"
+    r = q(client, run, "DESCRIBE SELECT getenv('HOME') AS h")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "function_refused"
 
 
 def test_the_console_connection_stays_locked(client, wait_runs):

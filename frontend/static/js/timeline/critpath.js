@@ -147,7 +147,8 @@ export class CritPathPage {
         + `${formatCount(w.elements_changed)} element(s) sped up ×${w.factor}. `
         + `New path: ${w.categories.slice(0, 4).map((c) => `${c.category} ${pct(c.share)}`).join(", ")}.`));
     }
-    out.push(el("details", { class: "cp-assumptions" }, el("summary", {}, "Assumptions of the model"),
+    // open beside an estimate: the estimate means nothing without them
+    out.push(el("details", { class: "cp-assumptions", open: Boolean(w) }, el("summary", {}, "Assumptions of the model"),
       el("ul", {}, d.assumptions.map((a) => el("li", {}, a)))));
     return el("div", { class: "cp-whatif" }, el("h3", {}, "What if…"),
       el("div", { class: "cp-form" }, "speed up ", mode, " × ", factor, go), names, ...out);

@@ -11,6 +11,8 @@ import { apiGet, isAbort } from "../common/api.js";
 import { formatDuration } from "../common/time.js";
 import { replaceParams, runApi, urlParam } from "../common/urls.js";
 import { CritPathPage } from "./critpath.js";
+import { LABEL_FONT } from "./geometry.js";
+import { lateSection } from "./latedetail.js";
 
 const WAIT_FILL = "rgba(232, 83, 58, 0.35)";
 const WAIT_LINE = "#ff9f43";
@@ -19,7 +21,6 @@ const PATH_FILL = "rgba(255, 214, 10, 0.22)";
 const PATH_LINE = "#ffd60a";
 const REMOTE_FILL = "rgba(255, 159, 67, 0.28)";
 const FETCH_DELAY_MS = 150;
-const LABEL_FONT = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
 
 export class Insights {
   constructor(tl) {
@@ -34,7 +35,7 @@ export class Insights {
     this.page = new CritPathPage(tl.$("tl-critpath"), {
       runId: tl.runId, jump: (id) => tl.select(id, { reveal: true, keepPanel: true }),
       showTime: (startAbs, endAbs) => tl.setView(tl.rel(startAbs), tl.rel(endAbs)),
-      ranks: () => [...new Set([...tl.tracks.values()].map((t) => t.rank))].sort((a, b) => a - b),
+      ranks: () => this.shownRanks(),
       defaultRank: () => tl.rankFilter, changed: () => tl.requestDraw(),
       onShow: (on) => this.setPath(on), relMs: (abs) => formatDuration(tl.rel(abs) - tl.runStart),
     });
@@ -43,6 +44,24 @@ export class Insights {
     this.syncButtons();
     this.page.setShown(this.path);
     if (this.path) this.page.load();
+  }
+
+  /** Slice Detail of a collective op: its late arrival across ranks (latedetail.js), put on top of the detail's
+   * right column when it answers while the slice is still the one shown. */
+  async sliceDetail(d, token) {
+    let box = null;
+    try {
+      box = await lateSection(this.tl.runId, d, this.shownRanks());
+    } catch {
+      return;  // the detail stands without it
+    }
+    if (!box || token !== this.tl._detailToken) return;
+    const right = this.tl.panel.detail.querySelector(".tl-detail-grid > .tl-detail:last-child");
+    if (right) right.prepend(box);
+  }
+
+  shownRanks() {
+    return [...new Set([...this.tl.tracks.values()].map((t) => t.rank))].sort((a, b) => a - b);
   }
 
   bind(btn, fn) {

@@ -517,6 +517,7 @@ export class Timeline {
       dst_depth: f.direction === "in" ? d.depth : f.other.depth ?? null,
     }));
     this.panel.showDetail(d, this.laneTitle(d.track_id));
+    this.insights.sliceDetail(d, token);  // a collective's late arrival, when it has one
     if (reveal && (!hint || zoom)) this.reveal(shown, zoom, reveal === "lanes");
     this.requestDraw();
   }

@@ -7,18 +7,18 @@
 
 import { apiGet } from "../common/api.js";
 import { $, clear, el } from "../common/dom.js";
-import { formatCount } from "../common/format.js";
+import { formatCount, pct } from "../common/format.js";
+import { PART_LABELS } from "../common/lateparts.js";
 import { ms } from "../common/time.js";
-import { runPage, withQuery } from "../common/urls.js";
+import { runPage, urlParam, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { apiBase, runId } from "./run.js";
 import { DataTable } from "./table.js";
 
 const api = `${apiBase}/late_arrivals`;
-export const PART_LABELS = { late_start: "started later", computing: "computing", other_comm: "other collectives",
-  launch_bound: "launch-bound idle", free: "idle, nothing queued", preparing: "before the first computation" };
 const PARTS = ["computing", "other_comm", "launch_bound", "free", "preparing"];
 const PAD_NS = 20000n;
+const MAX_BAR_RANKS = 48;
 
 let table = null;
 let step = null;
@@ -59,17 +59,19 @@ function breakdownTable(inst) {
   const c = inst.cause;
   const t = el("table", { class: "v-table cl-late-why" });
   t.append(el("thead", {}, el("tr", {}, ...["Part of the window", `Rank ${inst.last_rank} (ms)`,
-    `Δ vs rank ${inst.ref_rank} (ms)`].map((h) => el("th", {}, h)))));
+    `Δ vs rank ${inst.ref_rank} (ms)`].map((h) => el("th", {}, h)),
+  el("th", { title: `share of the lateness (${ms(c.lateness_ns)} ms)` }, "Share"))));
   const body = el("tbody");
+  const share = (p) => el("td", { class: "num" }, c.shares[p] === undefined ? "–" : pct(c.shares[p]));
   if (c.deltas.late_start !== undefined) {
     body.append(el("tr", {}, el("td", {}, PART_LABELS.late_start), el("td", { class: "num" }, "–"),
-      el("td", { class: "num" }, ms(c.deltas.late_start))));
+      el("td", { class: "num" }, ms(c.deltas.late_start)), share("late_start")));
   }
   for (const p of PARTS) {
     if (!c.late_window) break;
     body.append(el("tr", { class: p === c.part ? "cl-late-cause" : null }, el("td", {}, PART_LABELS[p]),
       el("td", { class: "num" }, ms(c.late_window[p])), el("td", { class: "num" },
-        c.deltas[p] === undefined ? "–" : ms(c.deltas[p]))));
+        c.deltas[p] === undefined ? "–" : ms(c.deltas[p])), share(p)));
   }
   t.append(body);
   return t;
@@ -78,14 +80,14 @@ function breakdownTable(inst) {
 function itemsTable(inst) {
   if (!inst.window_items) return el("div", { class: "v-note" }, "No trace of this rank: its window cannot be listed.");
   const t = el("table", { class: "v-table cl-late-items" });
-  t.append(el("thead", {}, el("tr", {}, ...["In the window", "Name", "Count", "Time inside (ms)"]
-    .map((h) => el("th", {}, h)))));
+  t.append(el("thead", {}, el("tr", {}, ...["In the window", "Name", "Count", "Time (ms)"].map((h) => el("th", {}, h)),
+    el("th", { title: `time inside the window, as a share of it (${ms(inst.cause.window_ns)} ms)` }, "Share"))));
   const body = el("tbody");
   for (const it of inst.window_items) {
     const link = it.slice_id === null ? it.name
       : el("a", { href: runPage(runId, "timeline", { slice: it.slice_id, ranks: inst.last_rank }) }, it.name);
     body.append(el("tr", {}, el("td", {}, it.kind), el("td", {}, link), el("td", { class: "num" }, formatCount(it.count)),
-      el("td", { class: "num" }, ms(it.ns))));
+      el("td", { class: "num" }, ms(it.ns)), el("td", { class: "num" }, pct(it.share))));
   }
   t.append(body);
   return t;
@@ -100,7 +102,8 @@ function details(row) {
       el("div", { class: "v-note" }, `Rank ${inst.last_rank} arrived ${ms(inst.cause.lateness_ns)} ms after rank ` +
         `${inst.ref_rank} (the median arrival) and ${ms(inst.lead_ns)} ms after the next latest; its window ` +
         `(since the group's previous collective, or the step's start) against rank ${inst.ref_rank}'s:`),
-      el("div", { class: "cl-late-grid" }, breakdownTable(inst), itemsTable(inst)), chart);
+      el("div", { class: "cl-late-grid" }, el("div", { class: "cl-late-cell" }, breakdownTable(inst)),
+        el("div", { class: "cl-late-cell" }, itemsTable(inst))), chart);
     const a = inst.arrivals;
     return plot(chart, [{ type: "bar", x: a.rank.map(String), y: a.wait_ns.map((v) => v / 1e6),
       marker: { color: a.rank.map((r) => (r === inst.last_rank ? "#e8533a" : "#3f7fd8")) },
@@ -116,14 +119,28 @@ async function loadTotals() {
   const t = await apiGet(`${api}/totals`, { step: step ?? undefined });
   const node = $("#cl-late-totals");
   const ranks = t.rank.map(String);
-  await plot(node, [
-    { type: "bar", name: "wait caused (as the last rank)", x: ranks, y: t.wait_caused_ns.map((v) => v / 1e6),
-      marker: { color: "#e8533a" }, hovertemplate: "Rank %{x}: caused %{y:,.3f} ms<extra></extra>" },
-    { type: "bar", name: "wait suffered", x: ranks, y: t.wait_suffered_ns.map((v) => v / 1e6),
-      marker: { color: "#3f7fd8" }, hovertemplate: "Rank %{x}: waited %{y:,.3f} ms<extra></extra>" },
-  ], baseLayout({ barmode: "group", margin: { l: 60, r: 20, t: 30, b: 40 },
-    xaxis: { title: { text: "Rank (most wait caused first)" }, type: "category" },
-    yaxis: { title: { text: "ms" } } }));
+  const caused = t.wait_caused_ns.map((v) => v / 1e6);
+  const suffered = t.wait_suffered_ns.map((v) => v / 1e6);
+  if (t.rank.length > MAX_BAR_RANKS) {
+    // too many ranks for bars side by side: one point per rank, wait suffered across, wait caused up (the ranks
+    // that held the others up stand out at the top)
+    await plot(node, [{ type: "scatter", mode: "markers", x: suffered, y: caused, text: ranks,
+      marker: { color: caused.map((v) => (v > 0 ? "#e8533a" : "#3f7fd8")), size: 6 },
+      hovertemplate: "Rank %{text}: caused %{y:,.3f} ms, waited %{x:,.3f} ms<extra></extra>" }],
+    baseLayout({ showlegend: false, margin: { l: 60, r: 20, t: 10, b: 50 },
+      xaxis: { title: { text: "wait suffered (ms)" } }, yaxis: { title: { text: "wait caused as the last rank (ms)" } } }));
+    node.dataset.kind = "scatter";
+  } else {
+    await plot(node, [
+      { type: "bar", name: "wait caused (as the last rank)", x: ranks, y: caused,
+        marker: { color: "#e8533a" }, hovertemplate: "Rank %{x}: caused %{y:,.3f} ms<extra></extra>" },
+      { type: "bar", name: "wait suffered", x: ranks, y: suffered,
+        marker: { color: "#3f7fd8" }, hovertemplate: "Rank %{x}: waited %{y:,.3f} ms<extra></extra>" },
+    ], baseLayout({ barmode: "group", margin: { l: 60, r: 20, t: 30, b: 50 },
+      xaxis: { title: { text: "Rank (most wait caused first)" }, type: "category" },
+      yaxis: { title: { text: "ms" } } }));
+    node.dataset.kind = "bars";
+  }
   node.dataset.ranks = String(t.rank.length);
   const worst = t.rank.length && t.wait_caused_ns[0] > 0
     ? `rank ${t.rank[0]} caused the most: ${ms(t.wait_caused_ns[0])} ms, last ${t.times_last[0]} time(s)` : "";
@@ -148,9 +165,11 @@ export async function initLateArrivals() {
     return;
   }
   const sel = stepOptions(answer.steps);
-  // the step that lost the most to late ranks first
+  // the step the URL asks for (late_step=, the timeline's Slice Detail links here), else the one that lost the
+  // most to late ranks
+  const asked = answer.steps.find((s) => s.step !== null && String(s.step) === urlParam("late_step"));
   const worst = answer.steps.reduce((a, b) => (b.wait_caused_ns > a.wait_caused_ns ? b : a));
-  step = worst.step;
+  step = (asked || worst).step;
   sel.value = step === null ? "" : String(step);
   table = new DataTable($("#cl-late-table"), {
     id: "cl-late-rows", columns: COLUMNS, sort: "wait_caused", pageSize: 15, details,
@@ -170,4 +189,5 @@ export async function initLateArrivals() {
   });
   await Promise.all([table.reload(), loadTotals()]);
   host.dataset.ready = "1";
+  if (location.hash === "#cl-late") $("#cl-late").scrollIntoView();
 }

@@ -9,13 +9,15 @@ import { apiGet } from "../common/api.js";
 import { $, clear, el } from "../common/dom.js";
 import { plotText } from "../common/escape.js";
 import { formatCount } from "../common/format.js";
-import { replaceParams, urlParam, withQuery } from "../common/urls.js";
+import { replaceParams, runPage, urlParam, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
-import { apiBase } from "./run.js";
+import { apiBase, runId } from "./run.js";
 
 const api = `${apiBase}/query`;
 const NUMERIC = /^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT|FLOAT|DOUBLE|DECIMAL)/i;
 const MAX_CHART_POINTS = 5000;
+const SLICE_COLUMN = /^(slice_id|src_slice_id|dst_slice_id)$/;
+const KEY_COLUMN = /^(rank|step|seq|id|.*_id|group.*|device.*|stream.*|tid|pid)$/i;
 
 let result = null;
 let sort = { col: null, dir: 1 };
@@ -49,20 +51,29 @@ function sortedRows() {
 
 function renderTable() {
   const host = clear($("#q-results"));
-  const table = el("table", { class: "v-table q-table", id: "q-table" });
+  const table = el("table", { class: "grid v-table q-table", id: "q-table" });
   const head = el("tr");
   result.columns.forEach((name, i) => {
     const mark = sort.col === i ? (sort.dir > 0 ? " ▲" : " ▼") : "";
-    head.append(el("th", { class: `sortable${NUMERIC.test(result.types[i]) ? " num" : ""}`, title: result.types[i],
+    head.append(el("th", { class: `sortable${NUMERIC.test(result.types[i]) ? " num" : ""}${sort.col === i ? " sorted" : ""}`,
+      title: result.types[i],
       dataset: { col: String(i) }, onclick: () => {
         sort = sort.col === i ? { col: i, dir: -sort.dir } : { col: i, dir: 1 };
         renderTable();
       } }, name, mark));
   });
   const body = el("tbody");
+  // a slice's id opens it on the timeline (with its rank when the row has one): a finding one click away
+  const rankCol = result.columns.indexOf("rank");
+  const sliceCols = new Set(result.columns.flatMap((c, i) => (SLICE_COLUMN.test(c) ? [i] : [])));
+  const text = (v) => (v === null ? "NULL" : typeof v === "object" ? JSON.stringify(v) : String(v));
   for (const row of sortedRows()) {
     body.append(el("tr", {}, row.map((v, i) => el("td", { class: NUMERIC.test(result.types[i]) ? "num" : null },
-      v === null ? "NULL" : typeof v === "object" ? JSON.stringify(v) : String(v)))));
+      sliceCols.has(i) && v !== null
+        ? el("a", { class: "q-slice", title: "open on the timeline", href: runPage(runId, "timeline",
+          { slice: String(v), ranks: rankCol >= 0 && row[rankCol] !== null ? String(row[rankCol]) : undefined }) },
+        text(v))
+        : text(v)))));
   }
   table.append(el("thead", {}, head), body);
   host.append(table);
@@ -75,7 +86,11 @@ function fillAxes() {
   $("#q-chart").hidden = cols.length < 2;
   if (cols.length < 2) return;
   const want = { x: urlParam("x"), y: urlParam("y") };
-  const firstNumeric = result.types.findIndex((t, i) => i > 0 && NUMERIC.test(t));
+  // y by default: the first measure after the first column (a number that is not a rank, step or id), else the
+  // first number
+  const numericAt = (i) => i > 0 && NUMERIC.test(result.types[i]);
+  const measure = cols.findIndex((c, i) => numericAt(i) && !KEY_COLUMN.test(c));
+  const firstNumeric = measure >= 0 ? measure : cols.findIndex((c, i) => numericAt(i));
   for (const axis of ["x", "y"]) {
     const sel = clear($(`#q-${axis}`));
     sel.append(...cols.map((c, i) => el("option", { value: String(i) }, c)));
@@ -84,6 +99,10 @@ function fillAxes() {
   }
   const kind = urlParam("kind");
   if (kind && [...$("#q-kind").options].some((o) => o.value === kind)) $("#q-kind").value = kind;
+  else {  // bars of a repeated x would pile up into one: points then
+    const xi = Number($("#q-x").value);
+    $("#q-kind").value = new Set(result.rows.map((r) => r[xi])).size < result.rows.length ? "scatter" : "bar";
+  }
 }
 
 function renderChart() {
