@@ -38,8 +38,8 @@ names) comes from ``random.Random(f"{seed}-structure")`` and is the same for eve
 one ``random.Random(f"{seed}-timing-{rank}")`` per rank (``collection`` n > 0 adds ``-{n}``: another collection of
 the same model, as profiling one script twice gives; what is the script's own, which ops allocate and how much and
 each kernel's duration before a 2 % jitter, then comes from ``random.Random(f"{seed}-script-{rank}")``, so numbered
-collections agree on it as the real text and db exports of one job do). The trace is streamed to disk in chunks: memory use does not
-grow with the number of steps or ops.
+collections agree on it as the real text and db exports of one job do). The trace is streamed to disk in chunks:
+memory use does not grow with the number of steps or ops.
 
 Trace content follows FORMATS.md (sections 1-6) and the 2025 Level1 sample:
 
