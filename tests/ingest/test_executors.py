@@ -14,7 +14,9 @@ from ascendscope.ingest.executors import ProcessExecutor, iterate
 
 
 def sleeper(seconds: float, pid_file: str) -> int:
-    Path(pid_file).write_text(str(os.getpid()))
+    tmp = Path(pid_file + ".tmp")  # written whole, then renamed: a reader never sees an empty file
+    tmp.write_text(str(os.getpid()))
+    tmp.replace(pid_file)
     time.sleep(seconds)
     return os.getpid()
 
