@@ -144,9 +144,15 @@ class IngestQueue:
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        killed = False
         for proc in procs:
             if proc.is_alive():
                 proc.kill()
+                killed = True
+        if killed:  # a worker slow to stop (a loaded machine): its thread still records the run as queued again
+            deadline = time.monotonic() + timeout_s
+            for thread in self._threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def wait_idle(self, timeout_s: float = 120.0) -> bool:
         """True once no run is queued or ingesting (for the CLI and tests)."""
