@@ -25,16 +25,28 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """A venv with only the wheel built from this checkout (and its dependencies, from pip's cache or index)."""
+    """A fresh venv with only the wheel built from this checkout installed in it. Its dependencies are those of
+    the test environment, seen through a path entry (not as a site folder: its ``.pth`` files, among them the
+    editable install of this checkout, are not run), and ``pip check`` proves the wheel's own requirements are
+    met by them. (Installing them anew from pip's cache took most of a minute of every test run.)"""
     where = tmp_path_factory.mktemp("wheel")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                             "--wheel-dir", str(where / "dist"), str(ROOT)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (where / "dist").glob("ascendscope-*.whl")
-    venv.create(where / "venv", with_pip=True)
+    venv.create(where / "venv", with_pip=False)
     python = where / "venv" / "bin" / "python"
-    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(wheel)], capture_output=True, text=True)
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    done = subprocess.run([*pip, "install", "--quiet", "--no-deps", str(wheel)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+    site = next((where / "venv" / "lib").glob("python3*/site-packages"))
+    ours = Path(next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()))
+    (site / "zz_test_dependencies.pth").write_text(f"{ours}\n")
+    checked = subprocess.run([*pip, "check"], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    found = subprocess.run([str(python), "-c", "import ascendscope; print(ascendscope.__file__)"],
+                           capture_output=True, text=True, cwd=where)
+    assert Path(found.stdout.strip()).is_relative_to(site), found  # the wheel's, never the checkout's
     return where / "venv" / "bin"
 
 
