@@ -77,6 +77,8 @@ PROGRESS_DIR = ".progress"
 POLL_S = 0.5  # how often the waiting loop looks at progress files and at what the user wants
 MIN_REWRITE_S = 2.0  # cluster.duckdb is rewritten at most this often while shards finish …
 REWRITE_FACTOR = 4  # … and at most once per this many times its last write took
+CLUSTER_BIG_ROWS = 50_000  # cluster.duckdb is written in DuckDB's default blocks past this many rows …
+DEFAULT_BLOCK_BYTES = 256 << 10  # … of this size
 
 
 @dataclass
@@ -387,7 +389,7 @@ class ClusterTables:
         ready = sorted(set(self.ready))
         target = self.out / CLUSTER_DB
         tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-        self.con.execute(f"ATTACH '{_sql_path(tmp)}' AS out (BLOCK_SIZE {pipeline.SMALL_BLOCK_BYTES})")
+        self.con.execute(f"ATTACH '{_sql_path(tmp)}' AS out (BLOCK_SIZE {self._block_size()})")
         try:
             for table, ranked in sorted(self.tables.items()):
                 if table in EARLY_TABLES and ranked:  # the small files' rows, and those shards made for the others
@@ -425,6 +427,14 @@ class ClusterTables:
                 leftover.unlink(missing_ok=True)
             raise
         self.write_s = time.perf_counter() - t0
+
+    def _block_size(self) -> int:
+        """Small blocks keep the file of a small run small (a block per column at least); past CLUSTER_BIG_ROWS
+        rows the default blocks, which a rewrite checkpoints several times faster (0.16 s against 0.7 s for the
+        cluster tables of 1,000 ranks; the file is rewritten as shards become ready)."""
+        rows = sum(self.con.execute(f'SELECT count(*) FROM "{prefix}_{table}"').fetchone()[0]
+                   for table in self.tables for prefix in ("small", "shard"))
+        return pipeline.SMALL_BLOCK_BYTES if rows < CLUSTER_BIG_ROWS else DEFAULT_BLOCK_BYTES
 
     def summary(self, entries: list[dict]) -> dict:
         """The ingest summary of the whole run: that of a single file (the shards' counts added up, the small
