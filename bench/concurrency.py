@@ -4,7 +4,10 @@
     ascendscope bench concurrency --quick                       # a smoke run on a small generated run
 
 Scenarios (``--scenarios``), each on a generated run (``sample_data.generate``, ingested once into a store under
-``--cache``; ``--store-1rank``/``--store-8rank`` reuse a store already made):
+``--cache``; ``--store-1rank``/``--store-8rank`` reuse a store already made). The older version of ``--before``
+gets the same run ingested by its own code into one database file (the layout and schema it reads; this
+version writes a run folder of shards), once, in a store beside it; a store given with ``--store-*`` is served
+to both as it is:
 
 * ``1rank``: one rank of ~1 M slices; every request is ``/timeline/slices`` for 4 of the 24 tracks on screen at
   1,600 px, at 1 and 50 clients;
@@ -26,16 +29,18 @@ start, the end and its peak. ``--json FILE`` keeps everything.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ascendscope.bench.served import Server
+from ascendscope.bench.served import Server, shim_for
 from ascendscope.bench.wrkload import run_wrk, walk_config
 
 QUICK = {"clients": [1, 4], "seconds": 2.0}
@@ -60,13 +65,17 @@ SCENARIOS = {
 QUICK_SCENARIO = Scenario("quick", 2, 0, 24, (0.70, 0.15, 0.15), (1, 4))
 
 
-def prepare(cache: Path, sc: Scenario) -> tuple[Path, str]:
-    """A store with the scenario's generated run, ready (generated and ingested once, then reused)."""
+def prepare(cache: Path, sc: Scenario, checkout: Path | None = None) -> tuple[Path, str]:
+    """A store with the scenario's generated run, ready (generated and ingested once, then reused). With
+    ``checkout`` (an older version), the run is ingested by that version's own ``python -m ascendscope.ingest``
+    into one database file (``run.duckdb``, the layout and schema it reads), in a store of its own; else by this
+    version into a run folder of shards."""
     from ascendscope.ingest.shards import ingest_sharded
     from ascendscope.sample_data.generate import generate_run, ops_for_target_mb
-    from ascendscope.server.runs import RunStore
+    from ascendscope.server.runs import DB_FILE, RunStore
 
-    data = cache / f"concurrency_{sc.name}"
+    tag = f"_{hashlib.sha1(str(checkout.resolve()).encode()).hexdigest()[:8]}" if checkout else ""
+    data = cache / f"concurrency_{sc.name}{tag}"
     store = RunStore(data)
     ready = [r for r in store.list() if r.status == "ready"]
     if ready:
@@ -78,7 +87,16 @@ def prepare(cache: Path, sc: Scenario) -> tuple[Path, str]:
         generate_run(src, ranks=sc.ranks, steps=3, ops_per_step=ops, seed=0)
     run = store.create_run(sc.name, str(src))
     print(f"ingesting {src} …", file=sys.stderr, flush=True)
-    summary = ingest_sharded(src, store.run_dir(run.id))
+    if checkout is not None:
+        env = dict(os.environ, PYTHONPATH=str(shim_for(checkout)))
+        done = subprocess.run([sys.executable, "-m", "ascendscope.ingest", str(src), "--out",
+                               str(store.run_dir(run.id) / DB_FILE), "--quiet"], env=env, capture_output=True,
+                              text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"the older version could not ingest {src}: {done.stderr.strip()[-2000:]}")
+        summary = {"ranks": list(range(sc.ranks))}
+    else:
+        summary = ingest_sharded(src, store.run_dir(run.id))
     store.set_status(run.id, "ready", summary={"ranks": summary.get("ranks")})
     return data, run.id
 
@@ -212,6 +230,11 @@ def main(argv=None) -> int:
                 sc = replace(sc, mix=tuple(args.mix))
             plans.append((sc, *(one_store(Path(stores[name])) if stores[name] else prepare(cache, sc))))
     versions = ["before", "after"] if args.before else ["after"]
+    # the older version reads its own layout: one database file per run (a given --store-* serves both)
+    olds = {}
+    for sc, data, run_id in plans if args.before else []:
+        given = not args.quick and stores[sc.name]
+        olds[sc.name] = (data, run_id) if given else prepare(cache, sc, Path(args.before))
     rows = []
     for rep in range(args.repeat):
         for sc, data, run_id in plans:
@@ -220,7 +243,8 @@ def main(argv=None) -> int:
                 for version in order:
                     print(f"[{rep + 1}/{args.repeat}] {sc.name} {n} client(s) {version} …", file=sys.stderr,
                           flush=True)
-                    rows.append(measure(data, run_id, sc, n, version, args, health=n == max(sc.clients)))
+                    where = olds[sc.name] if version == "before" else (data, run_id)
+                    rows.append(measure(*where, sc, n, version, args, health=n == max(sc.clients)))
     report = {"cpus": os.cpu_count(), "seconds": args.seconds, "repeat": args.repeat, "results": rows,
               "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     if args.soak:
