@@ -430,8 +430,8 @@ class ClusterTables:
 
     def _block_size(self) -> int:
         """Small blocks keep the file of a small run small (a block per column at least); past CLUSTER_BIG_ROWS
-        rows the default blocks, which a rewrite checkpoints several times faster (0.16 s against 0.7 s for the
-        cluster tables of 1,000 ranks; the file is rewritten as shards become ready)."""
+        rows the default blocks, which a rewrite checkpoints faster (the file is rewritten as shards become
+        ready; its last write at 1,000 ranks took 0.75 s against 1.35 s, docs/benchmarks.md)."""
         rows = sum(self.con.execute(f'SELECT count(*) FROM "{prefix}_{table}"').fetchone()[0]
                    for table in self.tables for prefix in ("small", "shard"))
         return pipeline.SMALL_BLOCK_BYTES if rows < CLUSTER_BIG_ROWS else DEFAULT_BLOCK_BYTES
