@@ -76,8 +76,10 @@ def test_a_rank_is_browsable_while_another_ingests(page, half_way, artifacts_dir
 def test_a_pending_rank_opens_by_itself_once_loaded(page, half_way, artifacts_dir):
     base, store, run_id = half_way
     page.goto(f"{base}/runs/{run_id}/timeline?rank=2")
-    # (the page may first reload itself asking the server for rank 2, ?ranks=2: the banner is drawn again then)
     page.locator("#run-ingesting", has_text="Rank 2 is next in the queue").wait_for(timeout=20_000)
+    page.wait_for_function(READY, timeout=20_000)
+    # the page did not reload itself asking the server for rank 2 (?ranks=2): no server can load it yet
+    assert "ranks=" not in page.url
     assert store.wanted_ranks(run_id) == [2]  # opening it moved it to the front of the ingest queue
     page.screenshot(path=str(artifacts_dir / "progressive_pending_rank.png"))
     # rank 2's shard is published (the worker rewrites the manifest), then the run is ready

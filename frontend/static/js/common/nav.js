@@ -100,6 +100,6 @@ async function waitUntilReady() {
 
 initRankSelect();
 window.addEventListener(LOADED_EVENT, (e) => {
-  if (!rescope(currentRank(), urlParam("slice"))) showLoaded(e.detail.ranks);
+  if (!rescope(currentRank(), urlParam("slice"), page.ingest?.pending)) showLoaded(e.detail.ranks);
 });
 waitUntilReady();

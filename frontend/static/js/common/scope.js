@@ -38,11 +38,15 @@ let leaving = false;
 /** On a page whose URL names no `ranks`, once an answer said which ranks are loaded: when the server has not
  *  loaded `rank` (the one picked) or the rank of `sliceId` (a linked slice), reload the page asking for them
  *  (location.replace). True while that reload is under way: the caller then stops building the page. (With
- *  `ranks` in the URL the server loaded what it could of them; asking again would only loop.) */
-export function rescope(rank, sliceId) {
+ *  `ranks` in the URL the server loaded what it could of them; asking again would only loop.) Ranks in
+ *  `pending` (a run still ingesting: not written yet) are not asked for: no server could load them, and the
+ *  ingest banner reloads the page once they are. */
+export function rescope(rank, sliceId, pending = []) {
   if (leaving) return true;
   if (urlParam("ranks") || loaded === null) return false;
-  const want = [rank, sliceRank(sliceId)].filter((r) => r !== null && r !== undefined && !loaded.includes(r));
+  const notYet = new Set(pending.map(Number));
+  const want = [rank, sliceRank(sliceId)].filter((r) => r !== null && r !== undefined && !loaded.includes(r)
+    && !notYet.has(Number(r)));
   if (!want.length) return false;
   const url = setParams(new URL(location.href), { ranks: [...new Set(want)].sort((a, b) => a - b).join(",") });
   leaving = true;

@@ -9,7 +9,7 @@ import { apiGet, isAbort } from "../common/api.js";
 import { colorFor } from "../common/colors.js";
 import { el } from "../common/dom.js";
 import { formatCount } from "../common/format.js";
-import { currentRank, onRankChange } from "../common/nav.js";
+import { currentRank, onRankChange, page } from "../common/nav.js";
 import { rescope } from "../common/scope.js";
 import { sourceNote } from "../common/sources.js";
 import { absNs, formatDuration, formatExact, relNs } from "../common/time.js";
@@ -73,7 +73,7 @@ export class Timeline {
     const tr = await apiGet(runApi(this.runId, "/timeline/tracks"));
     // a big sharded run loaded without the rank picked (?rank=) or the linked slice's (?slice=): the page reloads
     // asking for them, and nothing of this one is drawn meanwhile
-    if (rescope(currentRank(), urlParam("slice"))) return new Promise(() => {});
+    if (rescope(currentRank(), urlParam("slice"), page.ingest?.pending)) return new Promise(() => {});
     this.origin = BigInt(tr.origin_ns);
     this.runStart = relNs(tr.start_ns, this.origin);
     this.baseStart = this.runStart;
