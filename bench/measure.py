@@ -30,12 +30,7 @@ import psutil
 LAUNCHER = """
 import os, sys
 pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
-while True:
-    try:
-        _, status, usage = os.wait4(pid, 0)
-        break
-    except InterruptedError:
-        continue
+_, status, usage = os.wait4(pid, 0)  # (an interrupted wait is retried by Python itself, PEP 475)
 with open(sys.argv[1], "w") as f:
     f.write(f"{usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
 sys.exit(0)
