@@ -107,7 +107,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     store = store or RunStore(settings.data_dir)
     databases = Databases(settings.max_open_databases, settings.max_loaded_ranks, threads=query_threads(settings))
     query_pool = QueryPool(settings.query_slots, settings.query_cache_mb * 10**6, heavy_slots=settings.heavy_slots,
-                           lock_dir=store.data_dir)
+                           lock_dir=store.data_dir, index_bytes=settings.track_cache_mb * 10**6)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

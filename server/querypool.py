@@ -15,7 +15,9 @@ Contract:
   and raises ``ClientGone``.
 * :meth:`QueryPool.shared`: answers by key. A key asked for by several requests at the same time is computed
   once (single flight), inside a slot; every waiter gets its answer, or its exception. Answers are then kept in
-  an LRU cache bounded in bytes; errors are never cached. A key must name everything its answer depends on (the
+  an LRU cache bounded in bytes; errors are never cached. ``store="index"`` keeps them in a second LRU of its own
+  budget (``index_bytes``: whole tracks kept to answer viewports from memory, ``server.queries.track_index``),
+  so large, long-lived entries and small recent answers do not push each other out. A key must name everything its answer depends on (the
   run, the identity of its database file, the parameters), and callers must not mutate what they get back: the
   same objects go to every request.
 """
@@ -42,11 +44,12 @@ from ascendscope.server.requestclock import ClientGone
 from ascendscope.server.runs import try_flock
 
 HEAVY_POLL_S = 0.02  # how often a heavy request tries the heavy slots
+INDEX_HOT_S = 30.0  # an "index" entry used this recently is never pushed out to admit another
 
 
 class QueryPool:
     def __init__(self, slots: int = 0, cache_bytes: int = 64 * 10**6, *, heavy_slots: int = 0,
-                 lock_dir: Path | None = None):
+                 lock_dir: Path | None = None, index_bytes: int = 0):
         """``slots`` 0 means one per core; ``heavy_slots`` 0 half the cores (at least 1); ``lock_dir`` holds the
         heavy slots' lock files (None: a process-local folder, so the budget is per process)."""
         self.slots = slots if slots > 0 else max(1, os.cpu_count() or 1)
@@ -54,6 +57,7 @@ class QueryPool:
         self.lock_dir = Path(lock_dir) if lock_dir is not None else _private_lock_dir()
         self._mine_heavy = threading.local()
         self.cache_bytes = cache_bytes
+        self.index_bytes = index_bytes
         self._free_slots = self.slots
         self._queue: deque[threading.Lock] = deque()  # threads waiting for a slot, first come first served
         self._mine = threading.local()
@@ -61,6 +65,9 @@ class QueryPool:
         self._flights: dict[Hashable, Future] = {}
         self._cache: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
         self._cached_bytes = 0
+        self._index: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
+        self._index_used = 0
+        self._index_touched: dict[Hashable, float] = {}  # key -> when it was last used (monotonic s)
         self.running = 0  # threads inside a slot now, and the most ever (tests and benchmarks read them)
         self.peak = 0
         self.counts: Counter = Counter()  # computed / coalesced / hit keys
@@ -160,15 +167,18 @@ class QueryPool:
         self.peak = max(self.peak, self.running)
 
     def shared(self, keys: list[Hashable], compute: Callable[[list[Hashable]], dict], *, timeout_s: float,
-               cancel=None) -> dict:
-        """key → answer for every key: from the cache, from a computation in flight, or from
-        ``compute(missing keys)`` (which returns a dict holding each of them) run in a slot."""
+               cancel=None, store: str = "answers") -> dict:
+        """key → answer for every key: from the cache (``store``: "answers" or "index"), from a computation in
+        flight, or from ``compute(missing keys)`` (which returns a dict holding each of them) run in a slot."""
         answers, todo, waits = {}, [], {}
+        cache = self._index if store == "index" else self._cache
         with self._lock:
             for key in dict.fromkeys(keys):
-                if key in self._cache:
-                    self._cache.move_to_end(key)
-                    answers[key] = self._cache[key][0]
+                if key in cache:
+                    cache.move_to_end(key)
+                    answers[key] = cache[key][0]
+                    if cache is self._index:
+                        self._index_touched[key] = time.monotonic()
                     self.counts["hit"] += 1
                 elif key in self._flights:
                     waits[key] = self._flights[key]
@@ -177,7 +187,7 @@ class QueryPool:
                     self._flights[key] = Future()
                     todo.append(key)
         if todo:
-            answers.update(self._compute(todo, compute, timeout_s, cancel))
+            answers.update(self._compute(todo, compute, timeout_s, cancel, store))
         deadline = time.monotonic() + timeout_s
         for key, flight in waits.items():
             try:
@@ -190,7 +200,7 @@ class QueryPool:
                     raise
                 # the request computing it went away, not this one: compute it here
                 left = max(0.0, deadline - time.monotonic())
-                answers.update(self.shared([key], compute, timeout_s=left, cancel=cancel))
+                answers.update(self.shared([key], compute, timeout_s=left, cancel=cancel, store=store))
         return answers
 
     @staticmethod
@@ -209,7 +219,7 @@ class QueryPool:
         cancel.check()
         raise FutureTimeout()
 
-    def _compute(self, todo: list, compute: Callable, timeout_s: float, cancel=None) -> dict:
+    def _compute(self, todo: list, compute: Callable, timeout_s: float, cancel=None, store: str = "answers") -> dict:
         try:
             with self.slot(timeout_s, cancel=cancel):
                 done = compute(todo)
@@ -219,16 +229,20 @@ class QueryPool:
         except BaseException as exc:
             self._settle(todo, error=exc)
             raise
-        self._settle(todo, done=done)
+        self._settle(todo, done=done, store=store)
         return {k: done[k] for k in todo}
 
-    def _settle(self, keys: list, *, done: dict | None = None, error: BaseException | None = None) -> None:
+    def _settle(self, keys: list, *, done: dict | None = None, error: BaseException | None = None,
+                store: str = "answers") -> None:
         with self._lock:
             flights = [self._flights.pop(k) for k in keys]
             if done is not None:
                 self.counts["computed"] += len(keys)
                 for key in keys:
-                    self._remember(key, done[key])
+                    if store == "index":
+                        self._keep_index(key, done[key])
+                    else:
+                        self._remember(key, done[key])
         for key, flight in zip(keys, flights):
             if error is not None:
                 flight.set_exception(error)
@@ -245,8 +259,46 @@ class QueryPool:
             _, (_, old) = self._cache.popitem(last=False)
             self._cached_bytes -= old
 
+    def index_admits(self, key: Hashable, size: int) -> bool:
+        """Whether the "index" store holds ``key``, or would keep an entry of about ``size`` bytes: one at most a
+        quarter of its budget, for which there is room, or room made by pushing out only entries not used for
+        ``INDEX_HOT_S``. When the entries in use fill the budget, the others are answered another way, instead
+        of being read again and again in turn."""
+        with self._lock:
+            if key in self._index:
+                return True
+            if size > self.index_bytes // 4:
+                return False
+            need = self._index_used + size - self.index_bytes
+            if need <= 0:
+                return True
+            cold_before = time.monotonic() - INDEX_HOT_S
+            for old, (_, old_size) in self._index.items():  # least recently used first
+                if self._index_touched.get(old, 0.0) > cold_before:
+                    return False
+                need -= old_size
+                if need <= 0:
+                    return True
+            return False
+
+    def _keep_index(self, key: Hashable, value: object) -> None:
+        size = approx_bytes(value)
+        if size > self.index_bytes // 4:
+            return
+        self._index[key] = (value, size)
+        self._index_touched[key] = time.monotonic()
+        self._index_used += size
+        while self._index_used > self.index_bytes:
+            old_key, (_, old) = self._index.popitem(last=False)
+            self._index_touched.pop(old_key, None)
+            self._index_used -= old
+
     def cached_bytes(self) -> int:
         return self._cached_bytes
+
+    def index_used(self) -> int:
+        """Bytes of the "index" store now."""
+        return self._index_used
 
 
 def approx_bytes(value: object) -> int:

@@ -208,9 +208,11 @@ class RunDb:
     def arrays(self, sql: str, params: list | tuple = ()) -> dict[str, np.ndarray]:
         return self._query(sql, params, "arrays")
 
-    def shared(self, kind: str, params: tuple, items: list[Hashable], compute: Callable[[list], dict]) -> dict:
+    def shared(self, kind: str, params: tuple, items: list[Hashable], compute: Callable[[list], dict], *,
+               store: str = "answers") -> dict:
         """item → ``compute(items)[item]``, computed once for concurrent requests of the same (kind, params, item)
-        on this file and cached (see :class:`QueryPool`); what it returns is shared: do not mutate it."""
+        on this file and cached in ``store`` (see :class:`QueryPool`); what it returns is shared: do not mutate
+        it."""
         timeout_s = self.remaining()
         if self.file_id is None:
             with self.pool.slot(timeout_s, heavy=self.heavy, cancel=self.cancel):
@@ -218,8 +220,14 @@ class RunDb:
         base = (self.run.id, self.file_id, kind, params)
         answers = self.pool.shared([base + (i,) for i in items],
                                    lambda keys: {base + (i,): a for i, a in compute([k[-1] for k in keys]).items()},
-                                   timeout_s=timeout_s, cancel=self.cancel)
+                                   timeout_s=timeout_s, cancel=self.cancel, store=store)
         return {key[-1]: answer for key, answer in answers.items()}
+
+    def index_admits(self, kind: str, params: tuple, item: Hashable, size: int) -> bool:
+        """Whether ``shared(kind, params, [item], …, store="index")`` has its answer kept, or would keep one of
+        about ``size`` bytes (:meth:`QueryPool.index_admits`)."""
+        return self.file_id is not None and self.pool.index_admits((self.run.id, self.file_id, kind, params, item),
+                                                                   size)
 
     def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]:
         rows = self.rows(sql, params)

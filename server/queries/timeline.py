@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ascendscope.server.queries import NotFound, QueryError, ns_str, sources
+from ascendscope.server.queries import NotFound, QueryError, ns_str, sources, track_index
 from ascendscope.server.queries.timeline_sql import (
     COUNTER_COUNT_SQL,
     COUNTER_EDGES_SQL,
@@ -144,11 +144,16 @@ def viewport_answers(db, by_id: dict, start: int, end: int, width_px: int) -> di
                      lambda ids: factorized(viewport_slices(db, [by_id[i] for i in ids], start, end, width_px)))
 
 
-def factorized(answers: dict[int, tuple[dict, dict]]) -> dict[int, tuple[dict, dict, tuple]]:
+def factorized(answers: dict[int, tuple]) -> dict[int, tuple[dict, dict, tuple]]:
     """(flags, columns) → (flags, columns but name, (name codes, distinct names)): the costly part of interning
-    names is done once per answer (then cached), so a response only merges the short lists of distinct names."""
+    names is done once per answer (then cached), so a response only merges the short lists of distinct names.
+    An answer from memory (``track_index``) comes in the second shape already and passes as it is."""
     out = {}
-    for tid, (flags, cols) in answers.items():
+    for tid, answer in answers.items():
+        if len(answer) == 3:
+            out[tid] = answer
+            continue
+        flags, cols = answer
         codes, uniques = pd.factorize(np.asarray(cols["name"], dtype=object), use_na_sentinel=False)
         out[tid] = (flags, {k: v for k, v in cols.items() if k != "name"},
                     (codes, [None if isinstance(u, float) else u for u in uniques.tolist()]))
@@ -198,11 +203,13 @@ def viewport_slices(db, tracks: list, start: int, end: int, width_px: int) -> di
 
 
 def rank_viewport_slices(db, tracks: list, start: int, end: int, width_px: int,
-                         names: dict[str, str]) -> dict[int, tuple[dict, dict]]:
+                         names: dict[str, str]) -> dict[int, tuple]:
     """track_id → (flags, columns). A track with more than ``max_rows(width_px)`` slices in the window is dense:
     answered from ``slice_lod`` at :func:`lod_choice` of :func:`lod_target_ns` (``lod: true``, one row per
     (depth, bucket) drawn over the extent of the bucket's slices, with ``slice_count`` and the ``slice_id``/``name``
-    of its longest slice), all dense tracks in one scan; sparse tracks are answered exactly (batched)."""
+    of its longest slice), all dense tracks in one scan; sparse tracks are answered exactly (batched). A track
+    kept in memory (``track_index.usable``, ``usable_lod``) is answered from there, the same rows, as (flags,
+    columns but name, (name codes, distinct names))."""
     origin, cap = db.info.origin_ns, db.settings.max_slices_per_track
     threshold = max_rows(width_px)
     target = lod_target_ns(end - start, width_px)
@@ -222,7 +229,16 @@ def rank_viewport_slices(db, tracks: list, start: int, end: int, width_px: int,
         counts = _lod_counts(db, unsure, start, end, names)
         for t in unsure:
             (dense if counts.get(t.track_id, 0) > threshold else sparse).append(t)
-    answers: dict[int, tuple[dict, dict]] = {}
+    answers: dict[int, tuple] = {}
+    for t in dense:
+        level, bucket_ns = lods[t.track_id]
+        if track_index.usable_lod(db, t, level):
+            answers[t.track_id] = track_index.lod(db, t.track_id, level, bucket_ns, start, end, names)
+    for t in sparse:
+        if track_index.usable(db, t):
+            answers[t.track_id] = track_index.exact(db, t.track_id, start, end, names)
+    dense = [t for t in dense if t.track_id not in answers]
+    sparse = [t for t in sparse if t.track_id not in answers]
     by_level: dict[tuple[int, int], list] = {}
     for t in dense:
         by_level.setdefault(lods[t.track_id], []).append(t)
@@ -232,7 +248,7 @@ def rank_viewport_slices(db, tracks: list, start: int, end: int, width_px: int,
         cols = db.arrays(SLICES_LOD_SQL.format(**names), {
             "origin": origin, "level": level, "tracks": ids, "track_min": min(ids), "track_max": max(ids),
             "bucket_lo": lo // bucket_ns, "bucket_hi": (end - 1) // bucket_ns, "start": start, "end": end,
-            "limit": cap * len(ids) + 1})
+            "limit": cap + 1})
         answers.update(_split(cols, ids, cap, {"lod": True, "bucket_ns": bucket_ns, "level": level}))
     # sparse tracks whose longest slice is shorter than the window share one scan; the others go one by one
     batch = [t for t in sparse if t.max_dur_ns <= end - start]
@@ -241,7 +257,7 @@ def rank_viewport_slices(db, tracks: list, start: int, end: int, width_px: int,
         los = [start - t.max_dur_ns for t in batch]
         cols = db.arrays(SLICES_EXACT_BATCH_SQL.format(**names), {
             "origin": origin, "tracks": ids, "los": los, "track_min": min(ids), "track_max": max(ids),
-            "lo_min": min(los), "start": start, "end": end, "limit": cap * len(ids) + 1})
+            "lo_min": min(los), "start": start, "end": end, "limit": cap + 1})
         answers.update(_split(cols, ids, cap, {"lod": False, "bucket_ns": None}))
     for t in sparse:
         if t.track_id in answers:
@@ -266,6 +282,12 @@ def _lod_counts(db, tracks: list, start: int, end: int, names: dict[str, str]) -
         by_level.setdefault((level, bucket_ns), []).append(t.track_id)
     out: dict[int, int] = {}
     for (level, bucket_ns), ids in sorted(by_level.items()):
+        kept = [tid for tid in ids if track_index.usable_lod(db, db.info.tracks[tid], level)]
+        for tid in kept:
+            out[tid] = track_index.lod_count(db, tid, level, start // bucket_ns, (end - 1) // bucket_ns, names)
+        ids = [tid for tid in ids if tid not in out]
+        if not ids:
+            continue
         rows = db.rows(SLICES_LOD_COUNT_SQL.format(**names), {"level": level, "tracks": ids, "track_min": min(ids),
                                               "track_max": max(ids), "bucket_lo": start // bucket_ns,
                                               "bucket_hi": (end - 1) // bucket_ns})
@@ -274,15 +296,13 @@ def _lod_counts(db, tracks: list, start: int, end: int, names: dict[str, str]) -
 
 
 def _split(cols: dict, ids: list[int], cap: int, flags: dict) -> dict[int, tuple[dict, dict]]:
-    """Rows of several tracks (ordered by track_id) → per track (flags, columns), each capped at ``cap``; the last
-    track of a result that hit the overall limit is marked truncated too."""
+    """Rows of several tracks (ordered by track_id, at most ``cap`` + 1 each) → per track (flags, columns), each
+    capped at ``cap`` and marked truncated when it had more."""
     by_track = cols.pop("track_id")
-    complete = len(by_track) <= cap * len(ids)
     out = {}
     for tid in ids:
         a, b = np.searchsorted(by_track, tid, "left"), np.searchsorted(by_track, tid, "right")
-        cut = b - a > cap or (not complete and tid == by_track[-1])
-        out[tid] = (flags | {"truncated": bool(cut)}, {k: v[a:min(b, a + cap)] for k, v in cols.items()})
+        out[tid] = (flags | {"truncated": bool(b - a > cap)}, {k: v[a:min(b, a + cap)] for k, v in cols.items()})
     return out
 
 

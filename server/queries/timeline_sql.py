@@ -27,15 +27,16 @@ ORDER BY slice_id
 LIMIT $limit
 """
 # The same for several tracks in one scan: each track keeps its own prunable bound (a join on the requested
-# (track, lo) pairs); the BETWEEN and the smallest lo let the zone maps prune for all of them.
+# (track, lo) pairs); the BETWEEN and the smallest lo let the zone maps prune for all of them. $limit (the cap + 1)
+# holds per track: one dense track cannot use up the rows of the others.
 SLICES_EXACT_BATCH_SQL = """
 SELECT s.track_id, s.ts_ns - $origin AS ts_ns, s.dur_ns, s.depth, s.name, s.slice_id
 FROM {slices} s JOIN (SELECT unnest($tracks) AS track_id, unnest($los) AS lo) r
   ON s.track_id = r.track_id AND s.ts_ns >= r.lo
 WHERE s.track_id BETWEEN $track_min AND $track_max AND s.ts_ns >= $lo_min AND s.ts_ns < $end
   AND (s.ts_ns + s.dur_ns > $start OR s.ts_ns >= $start)
+QUALIFY row_number() OVER (PARTITION BY s.track_id ORDER BY s.slice_id) <= $limit
 ORDER BY s.track_id, s.slice_id
-LIMIT $limit
 """
 # Level of detail: the rows of the slice_lod level whose bucket_ns is just below the target, for all dense tracks
 # of a request at once. Per track it equals the naive
@@ -44,13 +45,14 @@ LIMIT $limit
 #   FROM slices WHERE track_id = $track GROUP BY depth, b HAVING max(ts_ns + dur_ns) > $start AND min(ts_ns) < $end
 # (ingest/lod.py; tests/server/api/test_api_timeline.py checks it); each row is drawn over its bucket's extent
 # [min_ts_ns, max_end_ns). The BETWEEN and bucket bounds add nothing logically: they let the zone maps prune.
+# $limit (the cap + 1) holds per track.
 SLICES_LOD_SQL = """
 SELECT track_id, min_ts_ns - $origin AS ts_ns, max_end_ns - min_ts_ns AS dur_ns, depth, name, slice_id, slice_count
 FROM {slice_lod}
 WHERE level = $level AND track_id BETWEEN $track_min AND $track_max AND list_contains($tracks, track_id)
   AND bucket >= $bucket_lo AND bucket <= $bucket_hi AND max_end_ns > $start AND min_ts_ns < $end
+QUALIFY row_number() OVER (PARTITION BY track_id ORDER BY depth, bucket) <= $limit
 ORDER BY track_id, depth, bucket
-LIMIT $limit
 """
 COUNTER_SERIES_SQL = """
 SELECT track_id, series, count(*) AS points, min(value) AS min_value, max(value) AS max_value

@@ -82,6 +82,7 @@ def answers(client, run_id: str, names: dict) -> list:
 
 def test_each_rank_is_read_from_its_shard_with_the_same_answers(layouts, monkeypatch):
     from ascendscope.server import api
+    from ascendscope.server.querypool import QueryPool
 
     client, runs, layout = layouts
     executed = []
@@ -104,7 +105,10 @@ def test_each_rank_is_read_from_its_shard_with_the_same_answers(layouts, monkeyp
         meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
         rank3 = [t["track_id"] for t in meta["tracks"] if t["rank"] == 3 and t["kind"] != "counter"
                  and t["slice_count"]]
-        for width in (1600, 30):
+        for width, pool in ((1600, QueryPool(cache_bytes=0)), (30, QueryPool(cache_bytes=0)),
+                            (1600, QueryPool(cache_bytes=0, index_bytes=10**8)),
+                            (30, QueryPool(cache_bytes=0, index_bytes=10**8))):
+            client.app.state.query_pool = pool  # queries, then whole tracks read into memory: from r2 either way
             executed.clear()
             got = client.get(f"/api/runs/{run_id}/timeline/slices", params={"track_id": rank3, "width_px": width})
             assert got.status_code == 200 and any(t["count"] for t in got.json()["tracks"])

@@ -1,0 +1,136 @@
+"""Whole timeline tracks kept in memory, so a viewport on them is answered without a database query.
+
+A viewport query on the ts-ordered ``slices`` table scans every track's rows in the window (and, for a track with
+one long slice, everything since that slice began) to find one track's few: 4–8 ms of DuckDB per query on a 1 M
+slice rank, most of a request's cost under many users (docs/benchmarks.md, issue #18). A track shown once is
+therefore read whole, once per server process (its slices in ``slice_id`` order; a level of its level of detail in
+``(depth, bucket)`` order), and kept in the query pool's ``index`` store, an LRU bounded by ``track_cache_mb``;
+later windows on it are a mask over numpy arrays. A track too large for a quarter of that budget, a database of
+unknown version (nothing may be cached) or a budget of 0 keep the SQL path of ``server.queries.timeline``.
+
+Every answer here equals the SQL one row for row (``tests/server/test_track_index.py`` compares them): the same
+overlap test, order, columns, cap and flags, with names interned per answer in order of first appearance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# names come as codes into the track's distinct names (sorted, NULL last): Python never builds a string per slice
+TRACK_NAMES_SQL = "SELECT DISTINCT name FROM {table} WHERE {where} ORDER BY name NULLS LAST"
+TRACK_ROWS_SQL = """
+WITH s AS (SELECT {columns}, name FROM {table} WHERE {where}),
+n AS (SELECT name, row_number() OVER (ORDER BY name NULLS LAST) - 1 AS code FROM (SELECT DISTINCT name FROM s))
+SELECT {columns}, n.code FROM s JOIN n ON n.name IS NOT DISTINCT FROM s.name ORDER BY {order}
+"""
+SLICE_COLUMNS = "ts_ns, dur_ns, depth, slice_id"
+LOD_COLUMNS = "bucket, min_ts_ns, max_end_ns, depth, slice_id, slice_count"
+BYTES_PER_SLICE = 48  # the arrays of one slice (about 40 bytes) and a margin for its share of the names
+
+
+def usable(db, t) -> bool:
+    """Whether the track ``t`` is answered from memory: caching is possible (the database's version is known),
+    and the track is kept already or the store admits it (``QueryPool.index_admits``: it has room, or what it
+    would push out has not been used for a while, so tracks read in turn never push each other out)."""
+    if db.file_id is None or getattr(db.pool, "index_bytes", 0) <= 0:
+        return False
+    return db.index_admits("track_slices", (), t.track_id, t.slice_count * BYTES_PER_SLICE)
+
+
+def usable_lod(db, t, level: int) -> bool:
+    """The same for one level of the track's level of detail (sized as if it held every slice: at most)."""
+    if db.file_id is None or getattr(db.pool, "index_bytes", 0) <= 0:
+        return False
+    return db.index_admits("track_lod", (level,), t.track_id, t.slice_count * BYTES_PER_SLICE)
+
+
+def _read(db, table: str, where: str, params: dict, columns: str, order: str) -> tuple[dict, np.ndarray, list]:
+    names = [r[0] for r in db.rows(TRACK_NAMES_SQL.format(table=table, where=where), params)]
+    cols = db.arrays(TRACK_ROWS_SQL.format(table=table, where=where, columns=columns, order=order), params)
+    codes = np.asarray(cols.pop("code"), dtype=np.int32)
+    return cols, codes, names
+
+
+def _load_slices(db, track_id: int, tables: dict[str, str]) -> dict:
+    cols, codes, names = _read(db, tables["slices"], "track_id = $track", {"track": track_id}, SLICE_COLUMNS,
+                               "slice_id")
+    ts = np.asarray(cols["ts_ns"], dtype=np.int64)
+    dur = np.asarray(cols["dur_ns"], dtype=np.int64)
+    return {"ts": ts, "end": ts + dur, "dur": dur, "depth": np.asarray(cols["depth"]),
+            "slice_id": np.asarray(cols["slice_id"]), "codes": codes, "names": names,
+            "sorted": bool(len(ts) < 2 or np.all(ts[1:] >= ts[:-1])),
+            "max_dur": int(dur.max()) if len(dur) else 0}
+
+
+def _load_lod(db, track_id: int, level: int, tables: dict[str, str]) -> dict:
+    cols, codes, names = _read(db, tables["slice_lod"], "level = $level AND track_id = $track",
+                               {"track": track_id, "level": level}, LOD_COLUMNS, "depth, bucket")
+    return {"bucket": np.asarray(cols["bucket"], dtype=np.int64),
+            "min_ts": np.asarray(cols["min_ts_ns"], dtype=np.int64),
+            "max_end": np.asarray(cols["max_end_ns"], dtype=np.int64), "depth": np.asarray(cols["depth"]),
+            "slice_id": np.asarray(cols["slice_id"]), "slice_count": np.asarray(cols["slice_count"]),
+            "codes": codes, "names": names}
+
+
+def track_slices(db, track_id: int, tables: dict[str, str]) -> dict:
+    """The track's slices in memory (read once per process while the budget keeps them)."""
+    return db.shared("track_slices", (), [track_id],
+                     lambda ids: {i: _load_slices(db, i, tables) for i in ids}, store="index")[track_id]
+
+
+def track_lod(db, track_id: int, level: int, tables: dict[str, str]) -> dict:
+    """One level of the track's level of detail in memory."""
+    return db.shared("track_lod", (level,), [track_id],
+                     lambda ids: {i: _load_lod(db, i, level, tables) for i in ids}, store="index")[track_id]
+
+
+def _names_of(index: dict, picked: np.ndarray) -> tuple[np.ndarray, list]:
+    """(codes, distinct names) of the picked rows, in order of first appearance (as ``pd.factorize`` gives them
+    for the SQL answer)."""
+    codes, firsts = pd.factorize(index["codes"][picked])
+    names = index["names"]
+    return codes, [names[i] for i in firsts.tolist()]
+
+
+def exact(db, track_id: int, start: int, end: int, tables: dict[str, str]) -> tuple[dict, dict, tuple]:
+    """(flags, columns but name, (name codes, distinct names)) of the slices overlapping [start, end), as
+    ``SLICES_EXACT_SQL`` answers them: by slice_id, capped at ``max_slices_per_track``."""
+    ix = track_slices(db, track_id, tables)
+    cap, origin = db.settings.max_slices_per_track, db.info.origin_ns
+    ts, end_ns = ix["ts"], ix["end"]
+    lo, hi = 0, len(ts)
+    if ix["sorted"]:  # only rows starting in [start - longest slice, end) can overlap the window
+        lo = int(np.searchsorted(ts, start - ix["max_dur"], "left"))
+        hi = int(np.searchsorted(ts, end, "left"))
+    part = slice(lo, hi)
+    keep = (ts[part] < end) & ((end_ns[part] > start) | (ts[part] >= start))
+    picked = np.flatnonzero(keep) + lo
+    truncated = len(picked) > cap
+    picked = picked[:cap]
+    cols = {"ts_ns": ts[picked] - origin, "dur_ns": ix["dur"][picked], "depth": ix["depth"][picked],
+            "slice_id": ix["slice_id"][picked]}
+    return {"lod": False, "bucket_ns": None, "truncated": bool(truncated)}, cols, _names_of(ix, picked)
+
+
+def lod(db, track_id: int, level: int, bucket_ns: int, start: int, end: int,
+        tables: dict[str, str]) -> tuple[dict, dict, tuple]:
+    """The track's rows of one level-of-detail level drawn in [start, end), as ``SLICES_LOD_SQL`` answers them:
+    by (depth, bucket), each over its bucket's extent, capped at ``max_slices_per_track``."""
+    ix = track_lod(db, track_id, level, tables)
+    cap, origin = db.settings.max_slices_per_track, db.info.origin_ns
+    picked = np.flatnonzero((ix["max_end"] > start) & (ix["min_ts"] < end))
+    truncated = len(picked) > cap
+    picked = picked[:cap]
+    lo_ts = ix["min_ts"][picked]
+    cols = {"ts_ns": lo_ts - origin, "dur_ns": ix["max_end"][picked] - lo_ts, "depth": ix["depth"][picked],
+            "slice_id": ix["slice_id"][picked], "slice_count": ix["slice_count"][picked]}
+    flags = {"lod": True, "bucket_ns": bucket_ns, "level": level, "truncated": bool(truncated)}
+    return flags, cols, _names_of(ix, picked)
+
+
+def lod_count(db, track_id: int, level: int, bucket_lo: int, bucket_hi: int, tables: dict[str, str]) -> int:
+    """Slices starting in the buckets [bucket_lo, bucket_hi] of a level (``SLICES_LOD_COUNT_SQL``)."""
+    ix = track_lod(db, track_id, level, tables)
+    keep = (ix["bucket"] >= bucket_lo) & (ix["bucket"] <= bucket_hi)
+    return int(ix["slice_count"][keep].sum())
