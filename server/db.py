@@ -281,6 +281,30 @@ class Databases:
             self._entries.move_to_end(key)
             return entry
 
+    def open_already(self, run_id: str, path: Path, ranks: tuple[int, ...] | None,
+                     about: tuple[int, ...] | None) -> tuple[RunInfo, duckdb.DuckDBPyConnection] | None:
+        """(info, a new cursor) when the connection this request needs is open, current and has its info loaded:
+        a few ``stat`` calls, nothing that can wait on the disk or on DuckDB, so it may run on the event loop. None
+        when something must be opened, read or checked first (then :meth:`scope`, :meth:`info` and
+        :meth:`cursor`, on a thread)."""
+        try:
+            mtime_ns = version(path)
+        except OSError:
+            return None
+        with self._lock:
+            if is_sharded(path):
+                known = self._ready.get(path)
+                if known is None or known[0] != mtime_ns:
+                    return None
+                ranks = scope(known[1], ranks, about, self.max_loaded_ranks)
+            else:
+                ranks = None
+            entry = self._entries.get((run_id, ranks))
+            if entry is None or entry.path != path or entry.mtime_ns != mtime_ns or entry.info is None:
+                return None
+            self._entries.move_to_end((run_id, ranks))
+        return entry.info, entry.conn.cursor()
+
     def cursor(self, run_id: str, path: Path, ranks: tuple[int, ...] | None = None) -> duckdb.DuckDBPyConnection:
         return self._entry(run_id, path, ranks).conn.cursor()
 

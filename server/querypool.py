@@ -17,9 +17,10 @@ Contract:
   once (single flight), inside a slot; every waiter gets its answer, or its exception. Answers are then kept in
   an LRU cache bounded in bytes; errors are never cached. ``store="index"`` keeps them in a second LRU of its own
   budget (``index_bytes``: whole tracks kept to answer viewports from memory, ``server.queries.track_index``),
-  so large, long-lived entries and small recent answers do not push each other out. A key must name everything its answer depends on (the
-  run, the identity of its database file, the parameters), and callers must not mutate what they get back: the
-  same objects go to every request.
+  so large, long-lived entries and small recent answers do not push each other out; it admits an entry only by
+  pushing out entries not used lately (:meth:`QueryPool.index_admits`). A key must name everything its answer
+  depends on (the run, the identity of its database file, the parameters), and callers must not mutate what
+  they get back: the same objects go to every request.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Annotated, Any
@@ -35,6 +35,7 @@ import duckdb
 import numpy as np
 import orjson
 from fastapi import Depends, Header, Path, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
@@ -268,7 +269,10 @@ def run_damaged(store: RunStore, run: Run, reason: str) -> ApiError:
                     run_status=marked.status)
 
 
-def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> Iterator[RunDb]:
+async def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> AsyncIterator[RunDb]:
+    """The request's :class:`RunDb`. Async: when the run's connection is open already (nearly every request) it
+    is found on the event loop, and only opening one goes to a thread; a sync dependency would cost two thread
+    hops per request (in and out), more than the few ``stat`` calls it makes."""
     if not store.servable(run):
         raise ApiError(409, "run_not_ready", f"run {run.id!r} is {run.status}", run_status=run.status)
     try:
@@ -276,17 +280,22 @@ def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Req
         ranks, about = request_scope(request.query_params, request.path_params)
     except ValueError as exc:
         raise ApiError(422, "invalid_parameter", str(exc), parameter="ranks") from None
-    version = file_id(store.db_path(run.id))  # before opening: a file replaced meanwhile is then cached under its
-    info, cur = open_run_db(run, store, get_databases(request), ranks, about)  # old identity, never its new one
+    path = store.db_path(run.id)
+    version = file_id(path)  # before opening: a file replaced meanwhile is then cached under its old identity
+    databases = get_databases(request)
+    opened = databases.open_already(run.id, path, ranks, about)
+    if opened is None:
+        opened = await run_in_threadpool(open_run_db, run, store, databases, ranks, about)
+    info, cur = opened
     if info.pending_ranks:  # a run still ingesting: the ranks this request is about are loaded next
-        want_pending(store, run, info, ranks, about)
+        await run_in_threadpool(want_pending, store, run, info, ranks, about)
     if version is not None and info.loaded_ranks is not None:  # answers differ per scope of ranks
         version = (*version, tuple(info.loaded_ranks))
     try:
         yield RunDb(run=run, cur=cur, info=info, settings=settings, pool=request.app.state.query_pool,
                     file_id=version, **request_budget(request))
     except DamagedDatabase as exc:  # found by a query of this request
-        get_databases(request).forget(run.id)
+        databases.forget(run.id)
         raise run_damaged(store, run, str(exc)) from exc
     finally:
         cur.close()
