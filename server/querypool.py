@@ -71,7 +71,7 @@ class QueryPool:
         self._index_touched: dict[Hashable, float] = {}  # key -> when it was last used (monotonic s)
         self.running = 0  # threads inside a slot now, and the most ever (tests and benchmarks read them)
         self.peak = 0
-        self.counts: Counter = Counter()  # computed / coalesced / hit keys
+        self.counts: Counter = Counter()  # computed / coalesced / hit keys (indexed / index_hit: the index store)
 
     @contextmanager
     def slot(self, timeout_s: float, *, heavy: bool = False, cancel=None) -> Iterator[None]:
@@ -180,7 +180,7 @@ class QueryPool:
                     answers[key] = cache[key][0]
                     if cache is self._index:
                         self._index_touched[key] = time.monotonic()
-                    self.counts["hit"] += 1
+                    self.counts["hit" if cache is self._cache else "index_hit"] += 1
                 elif key in self._flights:
                     waits[key] = self._flights[key]
                     self.counts["coalesced"] += 1
@@ -238,7 +238,7 @@ class QueryPool:
         with self._lock:
             flights = [self._flights.pop(k) for k in keys]
             if done is not None:
-                self.counts["computed"] += len(keys)
+                self.counts["computed" if store == "answers" else "indexed"] += len(keys)
                 for key in keys:
                     if store == "index":
                         self._keep_index(key, done[key])

@@ -333,15 +333,25 @@ def counter_track(db, counter, start: int, end: int, width_px: int) -> dict:
     origin, cap, tid = db.info.origin_ns, db.settings.max_counter_points, counter.track_id
     names = tables(db, counter.rank)
     params = {"origin": origin, "track": tid, "start": start, "end": end, "limit": cap + 1}
-    count = db.one(COUNTER_COUNT_SQL.format(**names), {k: params[k] for k in ("track", "start", "end")})[0]
+    # from memory when the track is kept there (track_index: the same rows), else three queries
+    ix = track_index.counter_samples(db, tid, names) if track_index.usable_counter(db, counter) else None
+    if ix is not None:
+        count = track_index.counter_count(ix, start, end)
+    else:
+        count = db.one(COUNTER_COUNT_SQL.format(**names), {k: params[k] for k in ("track", "start", "end")})[0]
     bucket_ns = None
     if count > max_rows(width_px):
         bucket_ns = 1 << max(0, int(lod_target_ns(end - start, width_px)).bit_length() - 1)
-        cols = db.arrays(COUNTER_LOD_SQL.format(**names), params | {"bucket": bucket_ns})
+    if ix is not None:
+        cols = track_index.counter_rows(ix, start, end, origin, cap + 1, bucket_ns)
+        edges = track_index.counter_edges(ix, start, end, origin)
     else:
-        cols = db.arrays(COUNTER_EXACT_SQL.format(**names), params)
-    edges = {r[0]: r[1:] for r in db.rows(COUNTER_EDGES_SQL.format(**names), {k: params[k] for k in
-                                                              ("origin", "track", "start", "end")})}
+        if bucket_ns is not None:
+            cols = db.arrays(COUNTER_LOD_SQL.format(**names), params | {"bucket": bucket_ns})
+        else:
+            cols = db.arrays(COUNTER_EXACT_SQL.format(**names), params)
+        edges = {r[0]: r[1:] for r in db.rows(COUNTER_EDGES_SQL.format(**names), {k: params[k] for k in
+                                                                  ("origin", "track", "start", "end")})}
     # rows come ordered by series: each series is a slice of the columns (numpy, so they leave as typed arrays)
     names = np.asarray(cols["series"], dtype=object)
     cuts = [0, *(np.flatnonzero(names[1:] != names[:-1]) + 1).tolist(), len(names)]

@@ -134,3 +134,115 @@ def lod_count(db, track_id: int, level: int, bucket_lo: int, bucket_hi: int, tab
     ix = track_lod(db, track_id, level, tables)
     keep = (ix["bucket"] >= bucket_lo) & (ix["bucket"] <= bucket_hi)
     return int(ix["slice_count"][keep].sum())
+
+
+# ---- counter tracks ----------------------------------------------------------------------------------------------
+# A counter track's samples in (series, ts, value) order, series as codes into its sorted distinct names; each
+# series is then one contiguous, ts-sorted run of the arrays.
+COUNTER_ROWS_SQL = """
+WITH s AS (SELECT series, ts_ns, value FROM {counters} WHERE track_id = $track),
+n AS (SELECT series, row_number() OVER (ORDER BY series NULLS LAST) - 1 AS code FROM (SELECT DISTINCT series FROM s))
+SELECT n.code, s.ts_ns, s.value FROM s JOIN n ON n.series IS NOT DISTINCT FROM s.series
+ORDER BY n.code, s.ts_ns, s.value NULLS LAST
+"""
+COUNTER_SERIES_NAMES_SQL = "SELECT DISTINCT series FROM {counters} WHERE track_id = $track ORDER BY series NULLS LAST"
+COUNTER_POINTS_SQL = "SELECT track_id, count(*) FROM counters GROUP BY track_id"
+BYTES_PER_POINT = 24
+
+
+def counter_points(db) -> dict[int, int]:
+    """track_id → samples of every counter track (one query per connection, then kept with its info)."""
+    known = getattr(db.info, "counter_points", None)
+    if known is None:
+        known = {int(t): int(n) for t, n in db.rows(COUNTER_POINTS_SQL)}
+        db.info.counter_points = known
+    return known
+
+
+def usable_counter(db, t) -> bool:
+    """Whether the counter track ``t`` is answered from memory (as :func:`usable` for slices)."""
+    if db.file_id is None or getattr(db.pool, "index_bytes", 0) <= 0:
+        return False
+    points = counter_points(db).get(t.track_id, 0)
+    return db.index_admits("counter_samples", (), t.track_id, points * BYTES_PER_POINT)
+
+
+def _load_counter(db, track_id: int, tables: dict[str, str]) -> dict:
+    names = [r[0] for r in db.rows(COUNTER_SERIES_NAMES_SQL.format(**tables), {"track": track_id})]
+    cols = db.arrays(COUNTER_ROWS_SQL.format(**tables), {"track": track_id})
+    codes = np.asarray(cols["code"], dtype=np.int64)
+    values = cols["value"]
+    complete = not isinstance(values, list)  # a NULL value makes the column a list (server.db._plain)
+    values = np.asarray(values, dtype=np.float64) if complete else np.zeros(len(codes))
+    cuts = np.searchsorted(codes, np.arange(len(names) + 1), "left")
+    return {"names": names, "cuts": cuts, "ts": np.asarray(cols["ts_ns"], dtype=np.int64), "value": values,
+            "complete": complete}
+
+
+def counter_samples(db, track_id: int, tables: dict[str, str]) -> dict | None:
+    """The counter track's samples in memory; None when one of its values is NULL (the SQL path handles those:
+    its aggregates skip them)."""
+    ix = db.shared("counter_samples", (), [track_id],
+                   lambda ids: {i: _load_counter(db, i, tables) for i in ids}, store="index")[track_id]
+    return ix if ix["complete"] else None
+
+
+def _series_runs(ix: dict, start: int, end: int):
+    """Per series: (name, its ts and values, index of its first sample ≥ start, of its first ≥ end)."""
+    ts, values, cuts = ix["ts"], ix["value"], ix["cuts"]
+    for i, name in enumerate(ix["names"]):
+        s_ts, s_val = ts[cuts[i]:cuts[i + 1]], values[cuts[i]:cuts[i + 1]]
+        yield name, s_ts, s_val, int(np.searchsorted(s_ts, start, "left")), int(np.searchsorted(s_ts, end, "left"))
+
+
+def counter_count(ix: dict, start: int, end: int) -> int:
+    """Samples in [start, end) (``COUNTER_COUNT_SQL``)."""
+    return sum(b - a for _, _, _, a, b in _series_runs(ix, start, end))
+
+
+def counter_rows(ix: dict, start: int, end: int, origin: int, limit: int, bucket_ns: int | None) -> dict:
+    """The samples in [start, end) by (series, ts, value), or with ``bucket_ns`` their per-bucket max and min by
+    (series, bucket), at most ``limit`` rows: ``COUNTER_EXACT_SQL`` / ``COUNTER_LOD_SQL``."""
+    parts: list[tuple] = []
+    total = 0
+    for name, s_ts, s_val, a, b in _series_runs(ix, start, end):
+        if total >= limit:
+            break
+        if b <= a:
+            continue
+        w_ts, w_val = s_ts[a:b], s_val[a:b]
+        if bucket_ns is None:
+            part = (name, w_ts - origin, w_val)
+        else:
+            keys = w_ts // bucket_ns
+            firsts = np.concatenate(([0], np.flatnonzero(keys[1:] != keys[:-1]) + 1))
+            part = (name, keys[firsts] * bucket_ns - origin, np.maximum.reduceat(w_val, firsts),
+                    np.minimum.reduceat(w_val, firsts))
+        n = min(len(part[1]), limit - total)
+        parts.append((part[0], *(p[:n] for p in part[1:])))
+        total += n
+    series = np.empty(total, dtype=object)
+    at = 0
+    for part in parts:
+        series[at:at + len(part[1])] = part[0]
+        at += len(part[1])
+    empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    cols = {"series": series, "ts_ns": np.concatenate([p[1] for p in parts]) if parts else empty_i,
+            "value": np.concatenate([p[2] for p in parts]) if parts else empty_f}
+    if bucket_ns is not None:
+        cols["value_min"] = np.concatenate([p[3] for p in parts]) if parts else empty_f
+    return cols
+
+
+def counter_edges(ix: dict, start: int, end: int, origin: int) -> dict:
+    """series → (before_ts_ns, before_value, after_ts_ns, after_value): the last sample before the window and
+    the first after it (``COUNTER_EDGES_SQL``; ties at one time broken by value the same way), for every series
+    with a sample outside the window."""
+    out = {}
+    for name, s_ts, s_val, a, b in _series_runs(ix, start, end):
+        if a == 0 and b == len(s_ts):
+            continue
+        before = (int(s_ts[a - 1]) - origin, float(s_val[a - 1])) if a > 0 else (None, None)
+        after = (int(s_ts[b]) - origin, float(s_val[b])) if b < len(s_ts) else (None, None)
+        out[name] = (*before, *after)
+    return out
