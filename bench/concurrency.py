@@ -4,10 +4,9 @@
     ascendscope bench concurrency --quick                       # a smoke run on a small generated run
 
 Scenarios (``--scenarios``), each on a generated run (``sample_data.generate``, ingested once into a store under
-``--cache``; ``--store-1rank``/``--store-8rank`` reuse a store already made). The older version of ``--before``
-gets the same run ingested by its own code into one database file (the layout and schema it reads; this
-version writes a run folder of shards), once, in a store beside it; a store given with ``--store-*`` is served
-to both as it is:
+``--cache``; ``--store-1rank``/``--store-8rank`` give this version a store already made). The older version of
+``--before`` always gets the same run ingested by its own code into one database file (the layout and schema it
+reads; this version writes a run folder of shards), once, in a store of its own under ``--cache``:
 
 * ``1rank``: one rank of ~1 M slices; every request is ``/timeline/slices`` for 4 of the 24 tracks on screen at
   1,600 px, at 1 and 50 clients;
@@ -210,8 +209,10 @@ def main(argv=None) -> int:
     ap.add_argument("--mix", type=float, nargs=3, default=None, metavar=("SLICES", "COUNTERS", "FLOWS"),
                     help="shares of the request kinds, instead of the scenario's")
     ap.add_argument("--soak", type=float, default=0.0, help="then load this version for this many seconds (RSS)")
-    ap.add_argument("--store-1rank", default=None, help="a data dir holding the 1-rank run (else generated)")
-    ap.add_argument("--store-8rank", default=None, help="a data dir holding the 8-rank run (else generated)")
+    ap.add_argument("--store-1rank", default=None,
+                    help="a data dir holding the 1-rank run for this version (else generated)")
+    ap.add_argument("--store-8rank", default=None,
+                    help="a data dir holding the 8-rank run for this version (else generated)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: a small generated run, 1 and 4 clients, 2 s")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
     ap.add_argument("--cache", default=os.environ.get("ASCENDSCOPE_BENCH_CACHE", "bench/out"))
@@ -230,11 +231,9 @@ def main(argv=None) -> int:
                 sc = replace(sc, mix=tuple(args.mix))
             plans.append((sc, *(one_store(Path(stores[name])) if stores[name] else prepare(cache, sc))))
     versions = ["before", "after"] if args.before else ["after"]
-    # the older version reads its own layout: one database file per run (a given --store-* serves both)
-    olds = {}
-    for sc, data, run_id in plans if args.before else []:
-        given = not args.quick and stores[sc.name]
-        olds[sc.name] = (data, run_id) if given else prepare(cache, sc, Path(args.before))
+    # the older version reads its own layout: one database file per run, made by its own code (it cannot read a
+    # run folder of shards, so a given --store-* is this version's only)
+    olds = {sc.name: prepare(cache, sc, Path(args.before)) for sc, _, _ in plans} if args.before else {}
     rows = []
     for rep in range(args.repeat):
         for sc, data, run_id in plans:

@@ -45,7 +45,9 @@ from .discover import Discovery, RankSource, discover
 from .schema import CORE_DDL
 from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are this module's interface too
     GROUP_BYTES,
+    GROUP_BYTES_MAX,
     GROUP_RANKS,
+    GROUPS,
     TIMELINE_KINDS,
     IdBases,
     IdRangeError,
@@ -55,6 +57,7 @@ from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are 
     assemble_files,
     display_name,
     error_text,
+    group_target,
     groupable,
     plan_groups,
     plan_tasks,

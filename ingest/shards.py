@@ -4,8 +4,9 @@ opened while it ingests.
 ``ingest_sharded(src, out_dir)``:
 
 1. discovers the ranks once (so rank ids and file names are those of a single-file ingest) and plans the shards:
-   small ranks together, up to ``pipeline.GROUP_BYTES`` of input, so the fixed cost of a task and a file is paid
-   once for many ranks; a big rank alone (``pipeline.plan_groups``);
+   small ranks together, up to ``pipeline.group_target`` of input (the run's input in ~8 parts, between 32 and
+   128 MiB), so the fixed cost of a task and a file is paid once for many ranks; a big rank alone
+   (``pipeline.plan_groups``);
 2. loads the small files of every rank (``SMALL_KINDS``: step_trace_time.csv, communication*.json, the db
    export's analysis.db …) into ``cluster.duckdb`` with the ranks and the cluster tables, and writes the first
    manifest (``status: ingesting``, every shard ``pending``): the Cluster, Summary and Communication views
@@ -130,11 +131,12 @@ def source_id(sources: list, root: Path, archive: Path | None = None) -> str:
 def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | None = None,
                    ray_address: str | None = None, progress: Progress | None = None,
                    memory_limit: str = SHARD_MEMORY_LIMIT, wanted: Callable[[], list[int]] | None = None,
-                   resume: bool = True, group_bytes: int = pipeline.GROUP_BYTES) -> dict:
+                   resume: bool = True, group_bytes: int | None = None) -> dict:
     """Ingest ``src`` (folder, archive or trace file) into the run folder ``out_dir``; return the summary (that
     of ``ingest_path`` plus ``shards``: file, ranks, status, seconds, warnings, error per shard, and
     ``reused``: the shards kept from an earlier ingest of the same source). ``wanted()``: the ranks to load
-    first, asked again before each task starts."""
+    first, asked again before each task starts. ``group_bytes``: small ranks are sharded together up to this much
+    input (None: ``pipeline.group_target`` of the run; 0: a shard per rank)."""
     started = time.perf_counter()
     progress = progress or Progress()
     src_path, out = Path(src), Path(out_dir)
@@ -152,7 +154,8 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
         except NoProfilingData:
             (out / MANIFEST).unlink(missing_ok=True)  # an old run of this folder is not this source's
             raise
-        plan = plan_shards(disc, group_bytes, src_path if archive.is_archive(src_path) else None)
+        target = pipeline.group_target(disc.ranks) if group_bytes is None else group_bytes
+        plan = plan_shards(disc, target, src_path if archive.is_archive(src_path) else None)
         entries = _entries(plan, _previous(out) if resume else {}, out)
         todo = [i for i, e in enumerate(entries) if e["status"] != "ready"]
         (out / SHARDS_DIR).mkdir(exist_ok=True)

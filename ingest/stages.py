@@ -107,6 +107,19 @@ class Stage:
 
 GROUP_BYTES = 32 << 20  # small ranks are staged (and sharded) together up to this much input …
 GROUP_RANKS = 256  # … and this many ranks
+# A sharded ingest groups up to a target between these, sized so a run makes about GROUPS tasks: a task costs
+# ~1.3 s whatever its size (a file created, checkpointed and closed, its stages, the level of detail), so at
+# 32 MiB a 64-rank run of 12 MB ranks was 32 tasks of mostly overhead (docs/benchmarks.md, issue #17)
+GROUP_BYTES_MAX = 128 << 20
+GROUPS = 8
+
+
+def group_target(ranks: list[RankSource]) -> int:
+    """The group size of a sharded ingest of ``ranks``: their input divided into ``GROUPS``, within
+    [``GROUP_BYTES``, ``GROUP_BYTES_MAX``]. It depends only on the input, so a resumed ingest plans the same
+    shards and keeps those already written."""
+    total = sum(readers.size(kind, path) for src in ranks if groupable(src) for kind, path in src.files.items())
+    return max(GROUP_BYTES, min(GROUP_BYTES_MAX, total // GROUPS))
 
 
 def groupable(src: RankSource) -> bool:
