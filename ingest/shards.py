@@ -4,7 +4,7 @@ opened while it ingests.
 ``ingest_sharded(src, out_dir)``:
 
 1. discovers the ranks once (so rank ids and file names are those of a single-file ingest) and plans the shards:
-   small ranks together, up to ``pipeline.group_target`` of input (the run's input in ~8 parts, between 32 and
+   small ranks together, up to ``pipeline.group_target`` of input (the run's input in ~16 parts, between 32 and
    128 MiB), so the fixed cost of a task and a file is paid once for many ranks; a big rank alone
    (``pipeline.plan_groups``);
 2. loads the small files of every rank (``SMALL_KINDS``: step_trace_time.csv, communication*.json, the db

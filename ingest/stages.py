@@ -109,9 +109,11 @@ GROUP_BYTES = 32 << 20  # small ranks are staged (and sharded) together up to th
 GROUP_RANKS = 256  # … and this many ranks
 # A sharded ingest groups up to a target between these, sized so a run makes about GROUPS tasks: a task costs
 # ~1.3 s whatever its size (a file created, checkpointed and closed, its stages, the level of detail), so at
-# 32 MiB a 64-rank run of 12 MB ranks was 32 tasks of mostly overhead (docs/benchmarks.md, issue #17)
+# 32 MiB a 64-rank run of 12 MB ranks was 32 tasks of mostly overhead; fewer, larger tasks also make its first rank
+# browsable later and balance worse over the workers (8 tasks: 1,000 tiny ranks 4 % slower), hence 16
+# (docs/benchmarks.md, issue #17)
 GROUP_BYTES_MAX = 128 << 20
-GROUPS = 8
+GROUPS = 16
 
 
 def group_target(ranks: list[RankSource]) -> int:

@@ -481,8 +481,8 @@ def test_shards_extracted_from_an_archive_are_kept_too(generated, tmp_path):
     assert ingest_sharded(zipped, tmp_path / "run", workers=1)["reused"] == 1
 
 
-def test_the_group_size_divides_a_run_into_about_eight_tasks_within_bounds(tmp_path):
-    """A sharded ingest's default group size: the run's input / 8, but at least 32 MiB (small runs keep a shard
+def test_the_group_size_divides_a_run_into_about_sixteen_tasks_within_bounds(tmp_path):
+    """A sharded ingest's default group size: the run's input / 16, but at least 32 MiB (small runs keep a shard
     per big-enough rank) and at most 128 MiB (wide runs still spread over many tasks). Files are sparse."""
     from ascendscope.ingest.discover import RankSource
     from ascendscope.ingest.pipeline import GROUP_BYTES, GROUP_BYTES_MAX, group_target, plan_groups
@@ -501,6 +501,7 @@ def test_the_group_size_divides_a_run_into_about_eight_tasks_within_bounds(tmp_p
     assert group_target(ranks(3, 19)) == GROUP_BYTES  # the resume test's run: three shards
     assert len(plan_groups(ranks(3, 19), group_target(ranks(3, 19)))) == 3
     wide = ranks(64, 12)
-    assert group_target(wide) == 64 * 12 * 2**20 // 8
-    assert len(plan_groups(wide, group_target(wide))) == 8  # was 32 two-rank tasks at 32 MiB
-    assert group_target(ranks(200, 10)) == GROUP_BYTES_MAX
+    assert group_target(wide) == 64 * 12 * 2**20 // 16
+    assert len(plan_groups(wide, group_target(wide))) == 16  # was 32 two-rank tasks at 32 MiB
+    assert group_target(ranks(1000, 0.36)) == GROUP_BYTES  # tiny ranks: as before (the 256-rank cap aside)
+    assert group_target(ranks(400, 10)) == GROUP_BYTES_MAX
