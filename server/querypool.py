@@ -46,6 +46,7 @@ from ascendscope.server.runs import try_flock
 
 HEAVY_POLL_S = 0.02  # how often a heavy request tries the heavy slots
 INDEX_HOT_S = 30.0  # an "index" entry used this recently is never pushed out to admit another
+INDEX_REFUSED_KEPT = 4096  # keys of "index" entries found larger than their estimate, remembered
 
 
 class QueryPool:
@@ -69,6 +70,7 @@ class QueryPool:
         self._index: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
         self._index_used = 0
         self._index_touched: dict[Hashable, float] = {}  # key -> when it was last used (monotonic s)
+        self._index_refused: OrderedDict[Hashable, None] = OrderedDict()  # computed, found too big to keep
         self.running = 0  # threads inside a slot now, and the most ever (tests and benchmarks read them)
         self.peak = 0
         self.counts: Counter = Counter()  # computed / coalesced / hit keys (indexed / index_hit: the index store)
@@ -268,7 +270,7 @@ class QueryPool:
         with self._lock:
             if key in self._index:
                 return True
-            if size > self.index_bytes // 4:
+            if size > self.index_bytes // 4 or key in self._index_refused:  # (the estimate was too low once)
                 return False
             need = self._index_used + size - self.index_bytes
             if need <= 0:
@@ -284,7 +286,10 @@ class QueryPool:
 
     def _keep_index(self, key: Hashable, value: object) -> None:
         size = approx_bytes(value)
-        if size > self.index_bytes // 4:
+        if size > self.index_bytes // 4:  # never again: admitting it would read it for every request
+            self._index_refused[key] = None
+            while len(self._index_refused) > INDEX_REFUSED_KEPT:
+                self._index_refused.popitem(last=False)
             return
         self._index[key] = (value, size)
         self._index_touched[key] = time.monotonic()

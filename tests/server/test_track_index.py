@@ -204,3 +204,21 @@ def test_counter_answers_from_memory_keep_the_sql_cap(runs):
             b = sql.get(f"/api/runs/{run_id}/timeline/counters", params=params).json()
             assert _by_series(a) == _by_series(b)
             assert any(t["truncated"] for t in a["tracks"])
+
+
+def test_an_entry_larger_than_its_estimate_is_refused_once_not_read_for_every_request():
+    import numpy as np
+
+    from ascendscope.server.querypool import QueryPool
+
+    pool = QueryPool(slots=1, index_bytes=10_000)
+    reads = []
+
+    def big(keys):  # estimated at 1,000 bytes, but 8,000: more than a quarter of the budget
+        reads.extend(keys)
+        return {k: np.zeros(1_000) for k in keys}
+
+    assert pool.index_admits("t", 1_000)
+    pool.shared(["t"], big, timeout_s=1, store="index")
+    assert pool.index_used() == 0 and reads == ["t"]
+    assert not pool.index_admits("t", 1_000)  # the caller takes its other path from now on
