@@ -17,37 +17,42 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# names come as codes into the track's distinct names (sorted, NULL last): Python never builds a string per slice
-TRACK_NAMES_SQL = "SELECT DISTINCT name FROM {table} WHERE {where} ORDER BY name NULLS LAST"
-TRACK_ROWS_SQL = """
-WITH s AS (SELECT {columns}, name FROM {table} WHERE {where}),
-n AS (SELECT name, row_number() OVER (ORDER BY name NULLS LAST) - 1 AS code FROM (SELECT DISTINCT name FROM s))
-SELECT {columns}, n.code FROM s JOIN n ON n.name IS NOT DISTINCT FROM s.name ORDER BY {order}
+# a key column (a slice's name, a counter's series) comes as codes into the track's distinct values (sorted,
+# NULL last): Python never builds a string per row
+KEYS_SQL = "SELECT DISTINCT {key} FROM {table} WHERE {where} ORDER BY {key} NULLS LAST"
+ROWS_SQL = """
+WITH s AS (SELECT {columns}, {key} FROM {table} WHERE {where}),
+n AS (SELECT {key}, row_number() OVER (ORDER BY {key} NULLS LAST) - 1 AS code FROM (SELECT DISTINCT {key} FROM s))
+SELECT {columns}, n.code FROM s JOIN n ON n.{key} IS NOT DISTINCT FROM s.{key} ORDER BY {order}
 """
 SLICE_COLUMNS = "ts_ns, dur_ns, depth, slice_id"
 LOD_COLUMNS = "bucket, min_ts_ns, max_end_ns, depth, slice_id, slice_count"
 BYTES_PER_SLICE = 48  # the arrays of one slice (about 40 bytes) and a margin for its share of the names
 
 
+def _admits(db, kind: str, params: tuple, track_id: int, size: int) -> bool:
+    if getattr(db.pool, "index_bytes", 0) <= 0:
+        return False
+    return db.index_admits(kind, params, track_id, size)  # (never when the database's version is unknown)
+
+
 def usable(db, t) -> bool:
     """Whether the track ``t`` is answered from memory: caching is possible (the database's version is known),
     and the track is kept already or the store admits it (``QueryPool.index_admits``: it has room, or what it
     would push out has not been used for a while, so tracks read in turn never push each other out)."""
-    if db.file_id is None or getattr(db.pool, "index_bytes", 0) <= 0:
-        return False
-    return db.index_admits("track_slices", (), t.track_id, t.slice_count * BYTES_PER_SLICE)
+    return _admits(db, "track_slices", (), t.track_id, t.slice_count * BYTES_PER_SLICE)
 
 
 def usable_lod(db, t, level: int) -> bool:
     """The same for one level of the track's level of detail (sized as if it held every slice: at most)."""
-    if db.file_id is None or getattr(db.pool, "index_bytes", 0) <= 0:
-        return False
-    return db.index_admits("track_lod", (level,), t.track_id, t.slice_count * BYTES_PER_SLICE)
+    return _admits(db, "track_lod", (level,), t.track_id, t.slice_count * BYTES_PER_SLICE)
 
 
-def _read(db, table: str, where: str, params: dict, columns: str, order: str) -> tuple[dict, np.ndarray, list]:
-    names = [r[0] for r in db.rows(TRACK_NAMES_SQL.format(table=table, where=where), params)]
-    cols = db.arrays(TRACK_ROWS_SQL.format(table=table, where=where, columns=columns, order=order), params)
+def _read(db, table: str, where: str, params: dict, columns: str, order: str,
+          key: str = "name") -> tuple[dict, np.ndarray, list]:
+    """(columns, codes of ``key``, its distinct values) of the rows of ``table`` matching ``where``."""
+    names = [r[0] for r in db.rows(KEYS_SQL.format(key=key, table=table, where=where), params)]
+    cols = db.arrays(ROWS_SQL.format(key=key, table=table, where=where, columns=columns, order=order), params)
     codes = np.asarray(cols.pop("code"), dtype=np.int32)
     return cols, codes, names
 
@@ -137,15 +142,8 @@ def lod_count(db, track_id: int, level: int, bucket_lo: int, bucket_hi: int, tab
 
 
 # ---- counter tracks ----------------------------------------------------------------------------------------------
-# A counter track's samples in (series, ts, value) order, series as codes into its sorted distinct names; each
-# series is then one contiguous, ts-sorted run of the arrays.
-COUNTER_ROWS_SQL = """
-WITH s AS (SELECT series, ts_ns, value FROM {counters} WHERE track_id = $track),
-n AS (SELECT series, row_number() OVER (ORDER BY series NULLS LAST) - 1 AS code FROM (SELECT DISTINCT series FROM s))
-SELECT n.code, s.ts_ns, s.value FROM s JOIN n ON n.series IS NOT DISTINCT FROM s.series
-ORDER BY n.code, s.ts_ns, s.value NULLS LAST
-"""
-COUNTER_SERIES_NAMES_SQL = "SELECT DISTINCT series FROM {counters} WHERE track_id = $track ORDER BY series NULLS LAST"
+# A counter track's samples in (series, ts, value) order, series as codes into its sorted distinct names
+# (``_read``); each series is then one contiguous, ts-sorted run of the arrays.
 COUNTER_POINTS_SQL = "SELECT track_id, count(*) FROM counters GROUP BY track_id"
 BYTES_PER_POINT = 24
 
@@ -161,16 +159,14 @@ def counter_points(db) -> dict[int, int]:
 
 def usable_counter(db, t) -> bool:
     """Whether the counter track ``t`` is answered from memory (as :func:`usable` for slices)."""
-    if db.file_id is None or getattr(db.pool, "index_bytes", 0) <= 0:
-        return False
-    points = counter_points(db).get(t.track_id, 0)
-    return db.index_admits("counter_samples", (), t.track_id, points * BYTES_PER_POINT)
+    if getattr(db.pool, "index_bytes", 0) <= 0 or db.file_id is None:
+        return False  # (before counting every counter track's samples for nothing)
+    return _admits(db, "counter_samples", (), t.track_id, counter_points(db).get(t.track_id, 0) * BYTES_PER_POINT)
 
 
 def _load_counter(db, track_id: int, tables: dict[str, str]) -> dict:
-    names = [r[0] for r in db.rows(COUNTER_SERIES_NAMES_SQL.format(**tables), {"track": track_id})]
-    cols = db.arrays(COUNTER_ROWS_SQL.format(**tables), {"track": track_id})
-    codes = np.asarray(cols["code"], dtype=np.int64)
+    cols, codes, names = _read(db, tables["counters"], "track_id = $track", {"track": track_id}, "ts_ns, value",
+                               "n.code, ts_ns, value NULLS LAST", key="series")
     values = cols["value"]
     complete = not isinstance(values, list)  # a NULL value makes the column a list (server.db._plain)
     values = np.asarray(values, dtype=np.float64) if complete else np.zeros(len(codes))
