@@ -282,8 +282,9 @@ class Databases:
             return entry
 
     def open_already(self, run_id: str, path: Path, ranks: tuple[int, ...] | None,
-                     about: tuple[int, ...] | None) -> tuple[RunInfo, duckdb.DuckDBPyConnection] | None:
-        """(info, a new cursor) when the connection this request needs is open, current and has its info loaded:
+                     about: tuple[int, ...] | None) -> tuple[RunInfo, duckdb.DuckDBPyConnection,
+                                                             duckdb.DuckDBPyConnection] | None:
+        """(info, a new cursor, the connection it came from) when the connection this request needs is open, current and has its info loaded:
         a few ``stat`` calls, nothing that can wait on the disk or on DuckDB, so it may run on the event loop. None
         when something must be opened, read or checked first (then :meth:`scope`, :meth:`info` and
         :meth:`cursor`, on a thread)."""
@@ -303,10 +304,15 @@ class Databases:
             if entry is None or entry.path != path or entry.mtime_ns != mtime_ns or entry.info is None:
                 return None
             self._entries.move_to_end((run_id, ranks))
-        return entry.info, entry.conn.cursor()
+        return entry.info, entry.conn.cursor(), entry.conn
 
     def cursor(self, run_id: str, path: Path, ranks: tuple[int, ...] | None = None) -> duckdb.DuckDBPyConnection:
         return self._entry(run_id, path, ranks).conn.cursor()
+
+    def connection(self, run_id: str, path: Path, ranks: tuple[int, ...] | None = None
+                   ) -> duckdb.DuckDBPyConnection:
+        """The connection cursors come from (a cursor made from another cursor is closed with it)."""
+        return self._entry(run_id, path, ranks).conn
 
     def info(self, run_id: str, path: Path, ranks: tuple[int, ...] | None = None) -> RunInfo:
         """``ranks``: the scope (see :meth:`scope`); None loads the whole run, or its default scope when a

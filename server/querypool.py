@@ -25,6 +25,7 @@ Contract:
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -44,6 +45,7 @@ from ascendscope.server.db import QueryTimeout
 from ascendscope.server.requestclock import ClientGone
 from ascendscope.server.runs import try_flock
 
+LOG = logging.getLogger(__name__)
 HEAVY_POLL_S = 0.02  # how often a heavy request tries the heavy slots
 INDEX_HOT_S = 30.0  # an "index" entry used this recently is never pushed out to admit another
 INDEX_REFUSED_KEPT = 4096  # keys of "index" entries found larger than their estimate, remembered
@@ -71,6 +73,11 @@ class QueryPool:
         self._index_used = 0
         self._index_touched: dict[Hashable, float] = {}  # key -> when it was last used (monotonic s)
         self._index_refused: OrderedDict[Hashable, None] = OrderedDict()  # computed, found too big to keep
+        self.background_index = True  # index entries read by a background thread (False: by the request)
+        self._later: deque = deque()  # (key, job) queued for the background thread, the one it runs first
+        self._later_keys: set = set()
+        self._later_wake = threading.Condition(self._lock)
+        self._later_thread: threading.Thread | None = None
         self.running = 0  # threads inside a slot now, and the most ever (tests and benchmarks read them)
         self.peak = 0
         self.counts: Counter = Counter()  # computed / coalesced / hit keys (indexed / index_hit: the index store)
@@ -261,6 +268,60 @@ class QueryPool:
         while self._cached_bytes > self.cache_bytes:
             _, (_, old) = self._cache.popitem(last=False)
             self._cached_bytes -= old
+
+    def index_has(self, key: Hashable) -> bool:
+        """Whether the "index" store holds ``key`` now."""
+        with self._lock:
+            return key in self._index
+
+    def index_pending(self, key: Hashable) -> bool:
+        """Whether ``key`` is queued for (or being read by) the background thread."""
+        with self._lock:
+            return key in self._later_keys
+
+    def index_later(self, key: Hashable, job: Callable[[], object]) -> bool:
+        """Queue ``job`` (which fills the "index" entry ``key``) on the pool's background thread; False when the
+        key is queued, being read or kept already. Jobs run one at a time, in order, each in a query slot of its
+        own (through :meth:`shared`); an error is logged and leaves the entry out (a later request queues it
+        again)."""
+        with self._lock:
+            if key in self._later_keys or key in self._index:
+                return False
+            self._later_keys.add(key)
+            self._later.append((key, job))
+            if self._later_thread is None:
+                self._later_thread = threading.Thread(target=self._later_loop, name="ascendscope-index-loader",
+                                                      daemon=True)
+                self._later_thread.start()
+            self._later_wake.notify()
+        return True
+
+    def _later_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._later:
+                    self._later_wake.wait()
+                key, job = self._later[0]
+            try:
+                job()
+            except Exception as exc:  # noqa: BLE001 - a run deleted or closed meanwhile: the SQL path still answers
+                LOG.info("reading %s into memory in the background failed: %s", key[2:], exc)
+            finally:
+                with self._lock:
+                    self._later.popleft()
+                    self._later_keys.discard(key)
+                    self._later_wake.notify_all()
+
+    def index_settled(self, timeout_s: float = 60.0) -> bool:
+        """Wait until the background thread has nothing left to read (tests); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._later:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._later_wake.wait(left)
+        return True
 
     def index_admits(self, key: Hashable, size: int) -> bool:
         """Whether the "index" store holds ``key``, or would keep an entry of about ``size`` bytes: one at most a

@@ -27,6 +27,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Hashable
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Annotated, Any
@@ -179,6 +180,7 @@ class RunDb:
     deadline: float | None = None
     cancel: CancelToken | None = None
     heavy: bool = False
+    connection: duckdb.DuckDBPyConnection | None = None  # what ``cur`` came from: background reads' cursors too
 
     def remaining(self) -> float:
         """Seconds left before the deadline; :class:`QueryTimeout` (504) once it has passed."""
@@ -224,11 +226,39 @@ class RunDb:
                                    timeout_s=timeout_s, cancel=self.cancel, store=store)
         return {key[-1]: answer for key, answer in answers.items()}
 
-    def index_admits(self, kind: str, params: tuple, item: Hashable, size: int) -> bool:
-        """Whether ``shared(kind, params, [item], …, store="index")`` has its answer kept, or would keep one of
-        about ``size`` bytes (:meth:`QueryPool.index_admits`)."""
-        return self.file_id is not None and self.pool.index_admits((self.run.id, self.file_id, kind, params, item),
-                                                                   size)
+    def index_ready(self, kind: str, params: tuple, item: Hashable, size: int,
+                    load: Callable[[RunDb], object]) -> bool:
+        """Whether ``shared(kind, params, [item], …, store="index")`` answers from the index store now. When it
+        does not but the store would keep an entry of about ``size`` bytes (:meth:`QueryPool.index_admits`):
+        with a pool loading in the foreground, True (this request reads it); else ``load(db)`` is queued on the
+        pool's background thread with a cursor of its own and no deadline, and this request is answered another
+        way (False), so a first look at a large track or a run's flows costs a query, not a whole read."""
+        if self.file_id is None:
+            return False
+        key = (self.run.id, self.file_id, kind, params, item)
+        background = self.pool.background_index and self.connection is not None
+        if self.pool.index_has(key):
+            return True
+        if not self.pool.index_admits(key, size):
+            return False
+        if not background:
+            return True
+        if self.pool.index_pending(key):
+            return False
+        try:
+            cur = self.connection.cursor()
+        except duckdb.Error:  # a connection closed meanwhile (its run deleted): this request reads it
+            return True
+
+        def job() -> None:
+            try:
+                load(dataclasses.replace(self, cur=cur, deadline=None, cancel=None, heavy=False))
+            finally:
+                cur.close()
+
+        if not self.pool.index_later(key, job):
+            cur.close()
+        return False
 
     def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]:
         rows = self.rows(sql, params)
@@ -237,14 +267,16 @@ class RunDb:
 
 
 def open_run_db(run: Run, store: RunStore, databases: Databases, ranks: tuple[int, ...] | None = None,
-                about: tuple[int, ...] | None = None) -> tuple[RunInfo, duckdb.DuckDBPyConnection]:
-    """The run's cached RunInfo and a fresh cursor on its database (the caller closes it). A damaged or missing
+                about: tuple[int, ...] | None = None, *, with_connection: bool = False) -> tuple:
+    """The run's cached RunInfo and a fresh cursor on its database (the caller closes it), and with
+    ``with_connection`` the connection the cursor came from. A damaged or missing
     file marks the run failed and answers 409 ``run_damaged``, one written for another schema version 409
     ``run_outdated`` (:mod:`server.schema_check`); a run deleted meanwhile answers 404."""
     path = store.db_path(run.id)
     try:
         scope = databases.scope(path, ranks, about)  # the ranks of a sharded run to load (server.db)
-        return databases.info(run.id, path, scope), databases.cursor(run.id, path, scope)
+        opened = databases.info(run.id, path, scope), databases.cursor(run.id, path, scope)
+        return (*opened, databases.connection(run.id, path, scope)) if with_connection else opened
     except DamagedDatabase as exc:
         raise run_damaged(store, run, str(exc)) from exc
     except OutdatedDatabase as exc:
@@ -285,15 +317,16 @@ async def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, reques
     databases = get_databases(request)
     opened = databases.open_already(run.id, path, ranks, about)
     if opened is None:
-        opened = await run_in_threadpool(open_run_db, run, store, databases, ranks, about)
-    info, cur = opened
+        opened = await run_in_threadpool(functools.partial(open_run_db, with_connection=True), run, store,
+                                         databases, ranks, about)
+    info, cur, conn = opened
     if info.pending_ranks:  # a run still ingesting: the ranks this request is about are loaded next
         await run_in_threadpool(want_pending, store, run, info, ranks, about)
     if version is not None and info.loaded_ranks is not None:  # answers differ per scope of ranks
         version = (*version, tuple(info.loaded_ranks))
     try:
         yield RunDb(run=run, cur=cur, info=info, settings=settings, pool=request.app.state.query_pool,
-                    file_id=version, **request_budget(request))
+                    file_id=version, connection=conn, **request_budget(request))
     except DamagedDatabase as exc:  # found by a query of this request
         databases.forget(run.id)
         raise run_damaged(store, run, str(exc)) from exc

@@ -171,7 +171,7 @@ def intern_names(parts: list[tuple[np.ndarray, list]], entries: list[dict]) -> l
 
 
 SHARD_NAMES_SQL = "SELECT database_name FROM duckdb_databases() WHERE NOT internal"
-VIEWPORT_TABLES = ("slices", "slice_lod", "counters")
+VIEWPORT_TABLES = ("slices", "slice_lod", "counters", "flows")
 
 
 def tables(db, rank: int) -> dict[str, str]:
@@ -232,10 +232,10 @@ def rank_viewport_slices(db, tracks: list, start: int, end: int, width_px: int,
     answers: dict[int, tuple] = {}
     for t in dense:
         level, bucket_ns = lods[t.track_id]
-        if track_index.usable_lod(db, t, level):
+        if track_index.usable_lod(db, t, level, names):
             answers[t.track_id] = track_index.lod(db, t.track_id, level, bucket_ns, start, end, names)
     for t in sparse:
-        if track_index.usable(db, t):
+        if track_index.usable(db, t, names):
             answers[t.track_id] = track_index.exact(db, t.track_id, start, end, names)
     dense = [t for t in dense if t.track_id not in answers]
     sparse = [t for t in sparse if t.track_id not in answers]
@@ -282,7 +282,7 @@ def _lod_counts(db, tracks: list, start: int, end: int, names: dict[str, str]) -
         by_level.setdefault((level, bucket_ns), []).append(t.track_id)
     out: dict[int, int] = {}
     for (level, bucket_ns), ids in sorted(by_level.items()):
-        kept = [tid for tid in ids if track_index.usable_lod(db, db.info.tracks[tid], level)]
+        kept = [tid for tid in ids if track_index.usable_lod(db, db.info.tracks[tid], level, names)]
         for tid in kept:
             out[tid] = track_index.lod_count(db, tid, level, start // bucket_ns, (end - 1) // bucket_ns, names)
         ids = [tid for tid in ids if tid not in out]
@@ -334,7 +334,7 @@ def counter_track(db, counter, start: int, end: int, width_px: int) -> dict:
     names = tables(db, counter.rank)
     params = {"origin": origin, "track": tid, "start": start, "end": end, "limit": cap + 1}
     # from memory when the track is kept there (track_index: the same rows), else three queries
-    ix = track_index.counter_samples(db, tid, names) if track_index.usable_counter(db, counter) else None
+    ix = track_index.counter_samples(db, tid, names) if track_index.usable_counter(db, counter, names) else None
     if ix is not None:
         count = track_index.counter_count(ix, start, end)
     else:
@@ -383,8 +383,10 @@ def flows(db, start_ns: int | None, end_ns: int | None, cats: list[str]) -> dict
 
 
 def _flows(db, start: int, end: int, cats: list[str], cap: int) -> dict:
-    cols = db.arrays(FLOWS_IN_RANGE_SQL, {"origin": db.info.origin_ns, "cats": cats, "start": start, "end": end,
-                                          "limit": cap + 1})
+    cols = track_index.flows_answer(db, start, end, cats, cap)  # from memory, when every table it reads is kept
+    if cols is None:
+        cols = db.arrays(FLOWS_IN_RANGE_SQL, {"origin": db.info.origin_ns, "cats": cats, "start": start,
+                                              "end": end, "limit": cap + 1})
     truncated = len(cols["flow_id"]) > cap
     if truncated:
         cols = {k: v[:cap] for k, v in cols.items()}

@@ -27,25 +27,30 @@ SELECT {columns}, n.code FROM s JOIN n ON n.{key} IS NOT DISTINCT FROM s.{key} O
 """
 SLICE_COLUMNS = "ts_ns, dur_ns, depth, slice_id"
 LOD_COLUMNS = "bucket, min_ts_ns, max_end_ns, depth, slice_id, slice_count"
-BYTES_PER_SLICE = 48  # the arrays of one slice (about 40 bytes) and a margin for its share of the names
+BYTES_PER_SLICE = 32  # the arrays of one slice (about 22 bytes, narrowed) and a margin for its share of the names
 
 
-def _admits(db, kind: str, params: tuple, track_id: int, size: int) -> bool:
+def _admits(db, kind: str, params: tuple, item, size: int, load) -> bool:
+    """Whether the entry (kind, params, item) of the index store answers now (``RunDb.index_ready``: when it is
+    not kept but would be, ``load(db)`` reads it, on the pool's background thread unless the pool loads in the
+    foreground; meanwhile the SQL path answers)."""
     if getattr(db.pool, "index_bytes", 0) <= 0:
         return False
-    return db.index_admits(kind, params, track_id, size)  # (never when the database's version is unknown)
+    return db.index_ready(kind, params, item, size, load)  # (never when the database's version is unknown)
 
 
-def usable(db, t) -> bool:
+def usable(db, t, tables: dict[str, str]) -> bool:
     """Whether the track ``t`` is answered from memory: caching is possible (the database's version is known),
     and the track is kept already or the store admits it (``QueryPool.index_admits``: it has room, or what it
     would push out has not been used for a while, so tracks read in turn never push each other out)."""
-    return _admits(db, "track_slices", (), t.track_id, t.slice_count * BYTES_PER_SLICE)
+    return _admits(db, "track_slices", (), t.track_id, t.slice_count * BYTES_PER_SLICE,
+                   lambda bg: track_slices(bg, t.track_id, tables))
 
 
-def usable_lod(db, t, level: int) -> bool:
+def usable_lod(db, t, level: int, tables: dict[str, str]) -> bool:
     """The same for one level of the track's level of detail (sized as if it held every slice: at most)."""
-    return _admits(db, "track_lod", (level,), t.track_id, t.slice_count * BYTES_PER_SLICE)
+    return _admits(db, "track_lod", (level,), t.track_id, t.slice_count * BYTES_PER_SLICE,
+                   lambda bg: track_lod(bg, t.track_id, level, tables))
 
 
 def _read(db, table: str, where: str, params: dict, columns: str, order: str,
@@ -57,13 +62,42 @@ def _read(db, table: str, where: str, params: dict, columns: str, order: str,
     return cols, codes, names
 
 
+def _nulls(values) -> np.ndarray | None:
+    return np.fromiter((v is None for v in values), dtype=bool, count=len(values)) if isinstance(values, list) \
+        else None
+
+
+def _narrow(values) -> tuple:
+    """(array, base, null mask or None) of an integer column: values - base in the narrowest signed type."""
+    mask = None
+    if isinstance(values, list):  # a column with NULLs (server.db._plain)
+        mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+        values = np.array([0 if v is None else v for v in values], dtype=np.int64)
+    values = np.asarray(values, dtype=np.int64)
+    base = int(values.min()) if len(values) else 0
+    span = int(values.max()) - base if len(values) else 0
+    dtype = next(t for t in (np.int8, np.int16, np.int32, np.int64) if span <= np.iinfo(t).max)
+    return (values - base).astype(dtype), base, mask
+
+
+def _wide(packed: tuple, picked) -> np.ndarray:
+    """The picked values of a column packed by :func:`_narrow`, as int64 (an object array with None where NULL)."""
+    values, base, mask = packed
+    out = values[picked].astype(np.int64) + base
+    if mask is not None and mask[picked].any():
+        out = out.astype(object)
+        out[mask[picked]] = None
+    return out
+
+
 def _load_slices(db, track_id: int, tables: dict[str, str]) -> dict:
     cols, codes, names = _read(db, tables["slices"], "track_id = $track", {"track": track_id}, SLICE_COLUMNS,
                                "slice_id")
     ts = np.asarray(cols["ts_ns"], dtype=np.int64)
     dur = np.asarray(cols["dur_ns"], dtype=np.int64)
-    return {"ts": ts, "end": ts + dur, "dur": dur, "depth": np.asarray(cols["depth"]),
-            "slice_id": np.asarray(cols["slice_id"]), "codes": codes, "names": names,
+    # (ids, depths and durations in the narrowest type that holds them: about 22 bytes a slice instead of 44)
+    return {"ts": ts, "dur": _narrow(dur), "depth": _narrow(cols["depth"]), "slice_id": _narrow(cols["slice_id"]),
+            "codes": codes.astype(np.int16) if len(codes) and codes.max() < 2 ** 15 else codes, "names": names,
             "sorted": bool(len(ts) < 2 or np.all(ts[1:] >= ts[:-1])),
             "max_dur": int(dur.max()) if len(dur) else 0}
 
@@ -73,8 +107,8 @@ def _load_lod(db, track_id: int, level: int, tables: dict[str, str]) -> dict:
                                {"track": track_id, "level": level}, LOD_COLUMNS, "depth, bucket")
     return {"bucket": np.asarray(cols["bucket"], dtype=np.int64),
             "min_ts": np.asarray(cols["min_ts_ns"], dtype=np.int64),
-            "max_end": np.asarray(cols["max_end_ns"], dtype=np.int64), "depth": np.asarray(cols["depth"]),
-            "slice_id": np.asarray(cols["slice_id"]), "slice_count": np.asarray(cols["slice_count"]),
+            "max_end": np.asarray(cols["max_end_ns"], dtype=np.int64), "depth": _narrow(cols["depth"]),
+            "slice_id": _narrow(cols["slice_id"]), "slice_count": _narrow(cols["slice_count"]),
             "codes": codes, "names": names}
 
 
@@ -103,18 +137,19 @@ def exact(db, track_id: int, start: int, end: int, tables: dict[str, str]) -> tu
     ``SLICES_EXACT_SQL`` answers them: by slice_id, capped at ``max_slices_per_track``."""
     ix = track_slices(db, track_id, tables)
     cap, origin = db.settings.max_slices_per_track, db.info.origin_ns
-    ts, end_ns = ix["ts"], ix["end"]
+    ts = ix["ts"]
     lo, hi = 0, len(ts)
     if ix["sorted"]:  # only rows starting in [start - longest slice, end) can overlap the window
         lo = int(np.searchsorted(ts, start - ix["max_dur"], "left"))
         hi = int(np.searchsorted(ts, end, "left"))
     part = slice(lo, hi)
-    keep = (ts[part] < end) & ((end_ns[part] > start) | (ts[part] >= start))
+    dur = ix["dur"][0][part].astype(np.int64) + ix["dur"][1]
+    keep = (ts[part] < end) & ((ts[part] + dur > start) | (ts[part] >= start))
     picked = np.flatnonzero(keep) + lo
     truncated = len(picked) > cap
     picked = picked[:cap]
-    cols = {"ts_ns": ts[picked] - origin, "dur_ns": ix["dur"][picked], "depth": ix["depth"][picked],
-            "slice_id": ix["slice_id"][picked]}
+    cols = {"ts_ns": ts[picked] - origin, "dur_ns": _wide(ix["dur"], picked), "depth": _wide(ix["depth"], picked),
+            "slice_id": _wide(ix["slice_id"], picked)}
     return {"lod": False, "bucket_ns": None, "truncated": bool(truncated)}, cols, _names_of(ix, picked)
 
 
@@ -128,8 +163,8 @@ def lod(db, track_id: int, level: int, bucket_ns: int, start: int, end: int,
     truncated = len(picked) > cap
     picked = picked[:cap]
     lo_ts = ix["min_ts"][picked]
-    cols = {"ts_ns": lo_ts - origin, "dur_ns": ix["max_end"][picked] - lo_ts, "depth": ix["depth"][picked],
-            "slice_id": ix["slice_id"][picked], "slice_count": ix["slice_count"][picked]}
+    cols = {"ts_ns": lo_ts - origin, "dur_ns": ix["max_end"][picked] - lo_ts, "depth": _wide(ix["depth"], picked),
+            "slice_id": _wide(ix["slice_id"], picked), "slice_count": _wide(ix["slice_count"], picked)}
     flags = {"lod": True, "bucket_ns": bucket_ns, "level": level, "truncated": bool(truncated)}
     return flags, cols, _names_of(ix, picked)
 
@@ -138,7 +173,7 @@ def lod_count(db, track_id: int, level: int, bucket_lo: int, bucket_hi: int, tab
     """Slices starting in the buckets [bucket_lo, bucket_hi] of a level (``SLICES_LOD_COUNT_SQL``)."""
     ix = track_lod(db, track_id, level, tables)
     keep = (ix["bucket"] >= bucket_lo) & (ix["bucket"] <= bucket_hi)
-    return int(ix["slice_count"][keep].sum())
+    return int(_wide(ix["slice_count"], keep).sum())
 
 
 # ---- counter tracks ----------------------------------------------------------------------------------------------
@@ -157,11 +192,12 @@ def counter_points(db) -> dict[int, int]:
     return known
 
 
-def usable_counter(db, t) -> bool:
+def usable_counter(db, t, tables: dict[str, str]) -> bool:
     """Whether the counter track ``t`` is answered from memory (as :func:`usable` for slices)."""
     if getattr(db.pool, "index_bytes", 0) <= 0 or db.file_id is None:
         return False  # (before counting every counter track's samples for nothing)
-    return _admits(db, "counter_samples", (), t.track_id, counter_points(db).get(t.track_id, 0) * BYTES_PER_POINT)
+    return _admits(db, "counter_samples", (), t.track_id, counter_points(db).get(t.track_id, 0) * BYTES_PER_POINT,
+                   lambda bg: counter_samples(bg, t.track_id, tables))
 
 
 def _load_counter(db, track_id: int, tables: dict[str, str]) -> dict:
@@ -241,4 +277,207 @@ def counter_edges(ix: dict, start: int, end: int, origin: int) -> dict:
         before = (int(s_ts[a - 1]) - origin, float(s_val[a - 1])) if a > 0 else (None, None)
         after = (int(s_ts[b]) - origin, float(s_val[b])) if b < len(s_ts) else (None, None)
         out[name] = (*before, *after)
+    return out
+
+
+# ---- flows -------------------------------------------------------------------------------------------------------
+# A table's flows (a shard's, or the run's), per category in order of their earlier end (``lo``), with their ends' slice depths looked up once
+# (the SQL path joins every window's flows with the slices of every shard: ~20 ms of a ~40 ms query at 8 ranks of
+# 2.2 M slices). A window is then two binary searches per category: a flow overlaps [start, end) when lo < end and
+# hi >= start, and hi - lo is at most the category's longest span. Integer columns are kept as the narrowest type
+# that holds their distance from their smallest value, a null mask beside any column that has NULLs.
+FLOW_RANKS_SQL = "SELECT rank, count(*), min(flow_id) FROM flows GROUP BY rank"
+FLOW_READ_COLUMNS = ("least(src_ts_ns, dst_ts_ns) AS lo, greatest(src_ts_ns, dst_ts_ns) AS hi, flow_id, src_ts_ns, "
+                     "dst_ts_ns, src_track_id, src_slice_id, dst_track_id, dst_slice_id")
+FLOW_CATS_SQL = "SELECT DISTINCT coalesce(cat, '') FROM {flows} ORDER BY 1"
+# the category as its position in FLOW_CATS_SQL's list (a join with that list, as ``_read`` does, costs 1.5x)
+FLOW_READ_SQL = """
+SELECT {columns}, list_position($cats, coalesce(cat, '')) - 1 AS code FROM {flows}
+WHERE least(src_ts_ns, dst_ts_ns) IS NOT NULL ORDER BY flow_id
+"""
+DEPTHS_SQL = "SELECT slice_id, depth FROM {slices}"
+FLOW_COLUMNS = ("flow_id", "cat", "src_track_id", "src_ts_ns", "src_slice_id", "src_depth", "dst_track_id",
+                "dst_ts_ns", "dst_slice_id", "dst_depth")
+NARROW_COLUMNS = ("flow_id", "src_track_id", "src_slice_id", "src_depth", "dst_track_id", "dst_slice_id",
+                  "dst_depth")
+BYTES_PER_FLOW = 48  # about 39 bytes of arrays per flow (narrowed), and a margin
+
+
+def flow_sources(db) -> list[tuple[str, dict[str, str], int, int]] | None:
+    """(flows table, the tables beside it, flows, smallest flow_id) of each table holding flows: a shard (of one
+    rank or a group of ranks) when several are attached, else the run's; by smallest flow_id. Once per
+    connection. None when a flow has no rank (the SQL path answers then)."""
+    from ascendscope.server.queries.timeline import tables  # (timeline imports this module)
+
+    known = getattr(db.info, "flow_sources", False)
+    if known is False:
+        by_table: dict[str, list] = {}
+        for rank, count, first in db.rows(FLOW_RANKS_SQL):
+            if rank is None:
+                by_table = None
+                break
+            names = tables(db, int(rank))
+            entry = by_table.setdefault(names["flows"], [names, 0, int(first)])
+            entry[1] += int(count)
+            entry[2] = min(entry[2], int(first))
+        known = None if by_table is None else sorted(((table, *entry) for table, entry in by_table.items()),
+                                                     key=lambda source: source[3])
+        db.info.flow_sources = known
+    return known
+
+
+def _depths(slice_ids, ids: np.ndarray, depths: np.ndarray) -> list | np.ndarray:
+    """The depth of each slice of ``slice_ids`` (``ids`` sorted), None where it has none (a LEFT JOIN's NULL)."""
+    nulls = _nulls(slice_ids)
+    wanted = np.asarray([0 if v is None else v for v in slice_ids] if nulls is not None else slice_ids,
+                        dtype=np.int64)
+    at = np.minimum(np.searchsorted(ids, wanted), max(len(ids) - 1, 0))
+    found = (ids[at] == wanted) if len(ids) else np.zeros(len(wanted), dtype=bool)
+    if nulls is not None:
+        found &= ~nulls
+    out = depths[at] if len(ids) else np.zeros(len(wanted), dtype=np.int64)
+    return out if found.all() else [v if ok else None for v, ok in zip(out.tolist(), found.tolist())]
+
+
+def _load_flows(db, tables: dict[str, str]) -> dict:
+    # in flow_id order, the category as codes (no Python string per flow); each end's depth is looked up in the
+    # slices' (slice_id, depth), read once (a join of the two tables costs 3x as much)
+    cat_names = [c for (c,) in db.rows(FLOW_CATS_SQL.format(**tables))]
+    cols = db.arrays(FLOW_READ_SQL.format(columns=FLOW_READ_COLUMNS, **tables), {"cats": cat_names})
+    cat_code = np.asarray(cols.pop("code"), dtype=np.int64)
+    slices = db.arrays(DEPTHS_SQL.format(**tables))
+    ids, depths = np.asarray(slices.pop("slice_id"), dtype=np.int64), np.asarray(slices.pop("depth"))
+    if len(ids) > 1 and not np.all(ids[1:] >= ids[:-1]):  # (read in the table's order: slice_id order as written)
+        order = np.argsort(ids, kind="stable")
+        ids, depths = ids[order], depths[order]
+    cols["src_depth"] = _depths(cols["src_slice_id"], ids, depths)
+    cols["dst_depth"] = _depths(cols["dst_slice_id"], ids, depths)
+    del ids, depths
+    lo = np.asarray(cols["lo"], dtype=np.int64)
+    hi = np.asarray(cols["hi"], dtype=np.int64)
+    src_null = _nulls(cols["src_ts_ns"])
+    dst_null = _nulls(cols.pop("dst_ts_ns"))
+    src = np.asarray([lo[i] if v is None else v for i, v in enumerate(cols["src_ts_ns"])] if src_null is not None
+                     else cols["src_ts_ns"], dtype=np.int64)
+    # the span class (bit length of hi - lo): a window's candidates in a class start at most 2**class before it
+    span = hi - lo
+    cls = np.zeros(len(span), dtype=np.int8)
+    cls[span > 0] = np.frexp(span[span > 0].astype(np.float64))[1]
+    order = np.lexsort((lo, cls, cat_code))  # stable: flow_id order within equal (category, class, lo)
+    key = cat_code[order].astype(np.int64) * 128 + cls[order]
+    cuts = np.concatenate(([0], np.flatnonzero(key[1:] != key[:-1]) + 1, [len(key)])) if len(key) else [0]
+    lo, hi = lo[order], hi[order]
+    segments = [(int(cat_code[order[a]]), a, b, int((hi[a:b] - lo[a:b]).max()))
+                for a, b in zip(np.asarray(cuts[:-1]).tolist(), np.asarray(cuts[1:]).tolist())]
+    by_id = np.empty(len(order), dtype=np.int32)
+    by_id[order] = np.arange(len(order), dtype=np.int32)  # flow_id order → position
+    narrow = {}
+    for name in NARROW_COLUMNS:
+        values, base, mask = _narrow(cols[name])
+        narrow[name] = (values[order], base, None if mask is None else mask[order])
+    return {"segments": segments, "cat_code": cat_code[order].astype(np.int16),
+            "cat_names": np.array([str(c) for c in cat_names], dtype=object), "lo": lo, "hi": hi,
+            "src_is_hi": (src != lo[by_id])[order] if len(order) else np.zeros(0, dtype=bool),
+            "src_null": None if src_null is None else src_null[order],
+            "dst_null": None if dst_null is None else dst_null[order], "by_id": by_id, **narrow}
+
+
+def table_flows(db, tables: dict[str, str]) -> dict:
+    """The flows of one table (``flow_sources``) in memory."""
+    return db.shared("flows", (), [tables["flows"]], lambda keys: {k: _load_flows(db, tables) for k in keys},
+                     store="index")[tables["flows"]]
+
+
+def _column(packed: tuple, picked: np.ndarray):
+    values, base, mask = packed
+    out = values[picked].astype(np.int64) + base
+    if mask is not None and mask[picked].any():
+        return [None if m else v for v, m in zip(out.tolist(), mask[picked].tolist())]
+    return out
+
+
+def _window_rows(ix: dict, cats: list[str], start: int, end: int, limit: int) -> np.ndarray:
+    """Positions of the first ``limit`` flows (by flow_id) of ``cats`` (all when empty) overlapping [start, end).
+    The candidates of each (category, span class) are found by two binary searches on ``lo``; when they are many
+    (a wide window), the flows are read in flow_id order instead, a chunk at a time, until ``limit`` overlap,
+    whichever reads fewer rows."""
+    wanted = np.array([not cats or name in cats for name in ix["cat_names"]], dtype=bool)
+    lo, hi = ix["lo"], ix["hi"]
+    bounds = []
+    for code, a, b, span in ix["segments"]:
+        if wanted[code]:
+            i = a + int(np.searchsorted(lo[a:b], start - span, "left"))
+            j = a + int(np.searchsorted(lo[a:b], end, "left"))
+            if j > i:
+                bounds.append((i, j))
+    candidates = sum(j - i for i, j in bounds)
+    if not candidates:
+        return np.zeros(0, dtype=np.int64)
+    ids = ix["flow_id"][0]
+    if candidates <= limit * len(lo) // candidates:  # (about the rows the flow_id-order read would take)
+        rows = np.concatenate([np.flatnonzero(hi[i:j] >= start) + i for i, j in bounds])
+        if len(rows) > limit:
+            rows = rows[np.argpartition(ids[rows], limit - 1)[:limit]]
+        return rows[np.argsort(ids[rows], kind="stable")]
+    found, total, by_id, step = [], 0, ix["by_id"], max(4 * limit, 1024)
+    every = bool(wanted.all())
+    for k in range(0, len(by_id), step):
+        rows = by_id[k:k + step]
+        keep = (lo[rows] < end) & (hi[rows] >= start)
+        if not every:
+            keep &= wanted[ix["cat_code"][rows]]
+        found.append(rows[keep])
+        total += len(found[-1])
+        if total >= limit:
+            break
+    return np.concatenate(found).astype(np.int64)[:limit]
+
+
+def flows_answer(db, start: int, end: int, cats: list[str], cap: int) -> dict | None:
+    """The flows of the window as ``FLOWS_IN_RANGE_SQL`` answers them (by flow_id, at most ``cap + 1``), from the
+    ranks' flows in memory; None when a rank it needs is not kept (the SQL path answers then). Ranks are read in
+    order of their smallest flow_id, and no further once ``cap + 1`` flows with smaller ids are found."""
+    if getattr(db.pool, "index_bytes", 0) <= 0 or db.file_id is None:
+        return None  # (before counting every rank's flows for nothing)
+    sources = flow_sources(db)
+    if sources is None:
+        return None
+    ready = [_admits(db, "flows", (), table, count * BYTES_PER_FLOW, lambda bg, tables=tables: table_flows(bg, tables))
+             for table, tables, count, _ in sources]  # (each one not kept is read meanwhile, if it fits)
+    found: list[tuple[dict, np.ndarray]] = []
+    ids: list[np.ndarray] = []
+    for at, (_, tables, _, _) in enumerate(sources):
+        if not ready[at]:
+            return None
+        ix = table_flows(db, tables)
+        rows = _window_rows(ix, cats, start, end, cap + 1)
+        found.append((ix, rows))
+        ids.append(ix["flow_id"][0][rows].astype(np.int64) + ix["flow_id"][1])
+        total = np.sort(np.concatenate(ids))
+        if len(total) > cap and at + 1 < len(sources) and total[cap] < sources[at + 1][3]:
+            break
+    origin = db.info.origin_ns
+    parts = []
+    for ix, rows in found:
+        src_hi, lo, hi = ix["src_is_hi"][rows], ix["lo"][rows], ix["hi"][rows]
+        part = {"flow_id": _column(ix["flow_id"], rows), "cat": ix["cat_names"][ix["cat_code"][rows]],
+                "src_ts_ns": np.where(src_hi, hi, lo) - origin, "dst_ts_ns": np.where(src_hi, lo, hi) - origin}
+        for name in ("src_track_id", "src_slice_id", "src_depth", "dst_track_id", "dst_slice_id", "dst_depth"):
+            part[name] = _column(ix[name], rows)
+        for end_name, mask in (("src_ts_ns", ix["src_null"]), ("dst_ts_ns", ix["dst_null"])):
+            if mask is not None and mask[rows].any():
+                part[end_name] = [None if m else v for v, m in zip(part[end_name].tolist(), mask[rows].tolist())]
+        parts.append(part)
+    if not parts:
+        return {name: np.zeros(0, dtype=object if name == "cat" else np.int64) for name in FLOW_COLUMNS}
+    order = np.argsort(np.concatenate([np.asarray(p["flow_id"], dtype=np.int64) for p in parts]),
+                       kind="stable")[:cap + 1]
+    out = {}
+    for name in FLOW_COLUMNS:
+        values = [p[name] for p in parts]
+        if any(isinstance(v, list) for v in values):
+            merged = [x for v in values for x in (v if isinstance(v, list) else v.tolist())]
+            out[name] = [merged[i] for i in order.tolist()]
+        else:
+            out[name] = np.concatenate(values)[order]
     return out

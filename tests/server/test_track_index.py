@@ -16,9 +16,12 @@ from ascendscope.server.settings import Settings
 WIDTHS = (300, 1600)
 
 
-def client_for(data_dir, **settings) -> TestClient:
-    return TestClient(create_app(Settings.from_env(environ={}, data_dir=str(data_dir), query_cache_mb=0,
-                                                   **settings)))
+def client_for(data_dir, background: bool = False, **settings) -> TestClient:
+    """A client of a server over ``data_dir`` with no answer cache; its index entries read by the request that
+    first needs them (``background=False``: deterministic), or by the pool's background thread as served."""
+    app = create_app(Settings.from_env(environ={}, data_dir=str(data_dir), query_cache_mb=0, **settings))
+    app.state.query_pool.background_index = background
+    return TestClient(app)
 
 
 def windows(meta, rng: random.Random, n: int = 24) -> list[tuple[int, int]]:
@@ -102,7 +105,7 @@ def test_the_budget_bounds_what_is_kept_and_a_track_too_large_keeps_the_sql_path
     from ascendscope.server.queries import track_index
     from ascendscope.server.querypool import QueryPool
 
-    budget = 400_000  # a quarter holds a track of ~2,000 slices: this run has tracks of 400 to 2,996
+    budget = 300_000  # a quarter holds a track of ~2,300 slices: this run has tracks of 400 to 2,996
     data, run_id = prepare_store(tmp_path_factory.mktemp("trackbudget"), 40_000)
     loads = []
     for name in ("_load_slices", "_load_lod"):
@@ -110,6 +113,7 @@ def test_the_budget_bounds_what_is_kept_and_a_track_too_large_keeps_the_sql_path
         monkeypatch.setattr(track_index, name, lambda *a, real=real: loads.append(a[1:]) or real(*a))
     with client_for(data) as client:
         pool = client.app.state.query_pool = QueryPool(index_bytes=budget, cache_bytes=0)
+        pool.background_index = False
         meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
         tracks = [t for t in meta["tracks"] if t["kind"] != "counter" and t["slice_count"]]
         big = {t["track_id"] for t in tracks if t["slice_count"] * track_index.BYTES_PER_SLICE > budget // 4}
@@ -222,3 +226,105 @@ def test_an_entry_larger_than_its_estimate_is_refused_once_not_read_for_every_re
     pool.shared(["t"], big, timeout_s=1, store="index")
     assert pool.index_used() == 0 and reads == ["t"]
     assert not pool.index_admits("t", 1_000)  # the caller takes its other path from now on
+
+
+FLOW_CATEGORIES = ([], ["async_npu"], ["fwdbwd", "HostToDevice"], ["no such category"])
+
+
+def compare_flows(data_dir, run_id, seed: int, **settings) -> int:
+    """Flows of every window and category filter: memory against SQL. Returns the flows compared."""
+    seen = 0
+    with client_for(data_dir, **settings) as mem, client_for(data_dir, track_cache_mb=0, **settings) as sql:
+        meta = sql.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        url = f"/api/runs/{run_id}/timeline/flows"
+        for lo, hi in windows(meta, random.Random(seed)):
+            for cats in FLOW_CATEGORIES:
+                params = {"start_ns": lo, "end_ns": hi, "cat": cats}
+                a, b = mem.get(url, params=params), sql.get(url, params=params)
+                assert a.status_code == b.status_code == 200, (a.text, b.text)
+                assert a.json() == b.json(), (lo, hi, cats)
+                seen += a.json()["count"]
+        assert any(key[2] == "flows" for key in mem.app.state.query_pool._index)  # the memory path did answer
+    return seen
+
+
+@pytest.mark.parametrize("name", ["level1", "level0", "generated"])
+def test_flow_answers_from_memory_equal_the_sql_answers(runs, name):
+    assert compare_flows(runs.data_dir, runs.ids[name], seed=6) > 0
+    # a cap small enough that most windows are cut: the same first flows by flow_id, the same flag
+    assert compare_flows(runs.data_dir, runs.ids[name], seed=7, max_flows=7) > 0
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_flow_answers_from_memory_equal_the_sql_answers_over_several_shards(tmp_path_factory, group):
+    """Four ranks in a shard each, or in two shards of two: flows come from each shard's table in order of their
+    ids, and reading stops once the cap is reached with smaller ids than the next shard's."""
+    from ascendscope.ingest.shards import ingest_sharded
+    from ascendscope.sample_data.generate import generate_run
+    from ascendscope.server.runs import RunStore
+
+    source = tmp_path_factory.mktemp("flowshards-src") / "run"
+    generate_run(source, ranks=4, steps=2, ops_per_step=60, seed=5)
+    store = RunStore(tmp_path_factory.mktemp("flowshards"))
+    run = store.create_run("flows", str(source))
+    rank_bytes = max(sum(f.stat().st_size for f in r.rglob("*") if f.is_file()) for r in source.iterdir())
+    ingest_sharded(source, store.run_dir(run.id), workers=2,
+                   group_bytes=int(2.5 * rank_bytes) if group else 0)
+    store.set_status(run.id, "ready")
+    assert compare_flows(store.data_dir, run.id, seed=8) > 0
+    assert compare_flows(store.data_dir, run.id, seed=9, max_flows=5) > 0
+
+
+def test_flows_once_read_are_answered_without_a_query(runs, monkeypatch):
+    from ascendscope.server.api import RunDb
+
+    run_id = runs.ids["generated"]
+    calls = []
+    real = RunDb.arrays
+    monkeypatch.setattr(RunDb, "arrays", lambda self, sql, params=(): calls.append(sql) or real(self, sql, params))
+    with client_for(runs.data_dir) as client:
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        start, end = int(meta["start_ns"]), int(meta["end_ns"])
+        for k in range(1, 6):
+            lo = start + (end - start) * k // 12
+            body = client.get(f"/api/runs/{run_id}/timeline/flows",
+                              params={"start_ns": lo, "end_ns": lo + (end - start) // 5}).json()
+            assert body["count"] > 0
+    # one read of the flows (the category as codes) and one of the slices' depths, then none
+    assert len(calls) == 2 and "ORDER BY flow_id" in calls[0] and "depth" in calls[1], calls
+
+
+def test_as_served_a_first_look_is_answered_by_sql_while_the_track_and_flows_are_read_in_the_background(
+        runs, monkeypatch):
+    """A server reads a track (or a table's flows) into memory on its background thread: the request that first
+    needs it is answered by the SQL path (the same answer) instead of waiting for the whole read; once the read
+    is done, the same windows are answered with no query at all."""
+    import threading
+
+    from ascendscope.server.api import RunDb
+
+    run_id = runs.ids["generated"]
+    calls = []
+    real = RunDb.arrays
+    monkeypatch.setattr(RunDb, "arrays", lambda self, sql, params=(): calls.append(
+        (threading.current_thread().name, sql)) or real(self, sql, params))
+    with client_for(runs.data_dir, background=True) as client, client_for(runs.data_dir, track_cache_mb=0) as sql:
+        pool = client.app.state.query_pool
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        tid = max((t for t in meta["tracks"] if t["kind"] != "counter"), key=lambda t: t["slice_count"])["track_id"]
+        start, end = int(meta["start_ns"]), int(meta["end_ns"])
+        asks = [("slices", {"track_id": tid, "start_ns": start + (end - start) // 3,
+                            "end_ns": start + (end - start) // 3 + (end - start) // 50, "width_px": 1600}),
+                ("flows", {"start_ns": start + (end - start) // 3, "end_ns": start + (end - start) // 2})]
+        first = [client.get(f"/api/runs/{run_id}/timeline/{kind}", params=p).json() for kind, p in asks]
+        assert pool.index_settled(60)
+        whole = {name for name, sql in calls if "JOIN n ON" in sql or "list_position" in sql or "slice_id, depth" in sql}  # (track_index)
+        assert whole == {"ascendscope-index-loader"}, calls  # the whole reads: on the loader thread only
+        kept = {key[2] for key in pool._index}
+        assert {"track_slices", "flows"} <= kept, kept
+        calls.clear()
+        again = [client.get(f"/api/runs/{run_id}/timeline/{kind}", params=p).json() for kind, p in asks]
+        assert calls == []  # from memory now
+        assert first == again == [sql.get(f"/api/runs/{run_id}/timeline/{kind}", params=p).json()
+                                  for kind, p in asks]
+        assert first[0]["tracks"][0]["count"] > 0 and first[1]["count"] > 0
