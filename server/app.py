@@ -44,6 +44,7 @@ from ascendscope.server.errors import HTTP_ANSWERS, http_answer
 from ascendscope.server.querypool import QueryPool
 from ascendscope.server.requestclock import RequestClock
 from ascendscope.server.runs import RunStore
+from ascendscope.server.fastlane import FastLane
 from ascendscope.server.security import SecurityMiddleware
 from ascendscope.server.settings import Settings, cores, worker_count
 from ascendscope.server.worker import IngestQueue
@@ -151,7 +152,8 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
         return _docs_page(app)
 
     respond = _install_error_handlers(app)
-    app.add_middleware(CatchAll, respond=respond)  # added first: it runs inside the security middleware
+    app.add_middleware(FastLane)  # innermost: viewport requests answered without the router (server.fastlane)
+    app.add_middleware(CatchAll, respond=respond)  # added before the security middleware: it runs inside it
     app.add_middleware(SecurityMiddleware, token=settings.token, host=settings.host,
                        allowed_hosts=settings.allowed_hosts)
     app.add_middleware(RequestClock)  # outermost: a request's deadline counts from its arrival

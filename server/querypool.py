@@ -47,6 +47,7 @@ from ascendscope.server.runs import try_flock
 
 LOG = logging.getLogger(__name__)
 HEAVY_POLL_S = 0.02  # how often a heavy request tries the heavy slots
+INDEX_FOREGROUND_BYTES = 8 * 10**6  # an "index" entry estimated at most this is read by the request needing it
 INDEX_HOT_S = 30.0  # an "index" entry used this recently is never pushed out to admit another
 INDEX_REFUSED_KEPT = 4096  # keys of "index" entries found larger than their estimate, remembered
 
@@ -73,7 +74,8 @@ class QueryPool:
         self._index_used = 0
         self._index_touched: dict[Hashable, float] = {}  # key -> when it was last used (monotonic s)
         self._index_refused: OrderedDict[Hashable, None] = OrderedDict()  # computed, found too big to keep
-        self.background_index = True  # index entries read by a background thread (False: by the request)
+        self.background_index = True  # large index entries read by a background thread (False: by the request)
+        self.foreground_bytes = INDEX_FOREGROUND_BYTES  # (smaller ones by the request that needs them)
         self._later: deque = deque()  # (key, job) queued for the background thread, the one it runs first
         self._later_keys: set = set()
         self._later_wake = threading.Condition(self._lock)

@@ -230,13 +230,14 @@ class RunDb:
                     load: Callable[[RunDb], object]) -> bool:
         """Whether ``shared(kind, params, [item], …, store="index")`` answers from the index store now. When it
         does not but the store would keep an entry of about ``size`` bytes (:meth:`QueryPool.index_admits`):
-        with a pool loading in the foreground, True (this request reads it); else ``load(db)`` is queued on the
-        pool's background thread with a cursor of its own and no deadline, and this request is answered another
-        way (False), so a first look at a large track or a run's flows costs a query, not a whole read."""
+        for a small entry (at most the pool's ``foreground_bytes``: a read of a few ms) or a pool loading in the
+        foreground, True (this request reads it); else ``load(db)`` is queued on the pool's background thread
+        with a cursor of its own and no deadline, and this request is answered another way (False), so a first
+        look at a large track or at a run's flows costs a query, not a whole read of 50-500 ms."""
         if self.file_id is None:
             return False
         key = (self.run.id, self.file_id, kind, params, item)
-        background = self.pool.background_index and self.connection is not None
+        background = self.pool.background_index and self.connection is not None and size > self.pool.foreground_bytes
         if self.pool.index_has(key):
             return True
         if not self.pool.index_admits(key, size):

@@ -1,0 +1,110 @@
+"""A short path through the app for the timeline's viewport requests (``/timeline/slices``, ``/counters``,
+``/flows``): the requests a page sends dozens of per second while a user pans, and, with many users, nearly all
+the server's work.
+
+Routing, parameter validation and dependency solving by FastAPI cost about as much CPU as answering a viewport
+from memory (``docs/benchmarks.md``, issue #18). :class:`FastLane` (ASGI middleware, inside the security
+middleware, so tokens, hosts and headers are checked as for any request) answers a well-formed GET of those three
+endpoints itself: it parses the query string, finds the run and its database with the same functions as the
+dependencies (``server.api.get_run``, ``get_run_db``) and calls the same endpoint functions
+(``server.api.timeline``), so the answer is the one the router would give, byte for byte. Anything else (another
+path or method, a parameter it does not recognise or that does not validate, any exception on the way) goes to
+the router untouched, which then answers or explains the error exactly as before; a request that fails on the
+short path is simply asked again there, with what is left of its deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from urllib.parse import parse_qsl
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from ascendscope.server.api import INT64_MAX, INT64_MIN, get_run, get_run_db
+from ascendscope.server.api import timeline as endpoints
+
+PATH = re.compile(r"^/api/runs/([^/]+)/timeline/(slices|counters|flows)$")
+INT = re.compile(r"^[+-]?[0-9]{1,19}$")
+KNOWN = {"slices": {"track_id", "start_ns", "end_ns", "width_px"},
+         "counters": {"track_id", "start_ns", "end_ns", "width_px"},
+         "flows": {"start_ns", "end_ns", "cat", "width_px"}}  # (flows have no width: the router ignores it)
+MAX_WIDTH_PX = 20_000
+run_db = contextlib.asynccontextmanager(get_run_db)
+
+
+class Unusual(Exception):
+    """The request is not one the short path takes: the router answers it."""
+
+
+def _int(text: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
+    if not INT.match(text):
+        raise Unusual(text)
+    value = int(text)
+    if not lo <= value <= hi:
+        raise Unusual(text)
+    return value
+
+
+def parse(kind: str, query: bytes) -> dict:
+    """The endpoint's keyword arguments from the query string; :class:`Unusual` when anything is off (an unknown
+    or repeated parameter, a value that is not a plain integer in range), so that the router decides."""
+    args: dict = {"track_id": [], "cat": []}
+    known = KNOWN[kind]
+    for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True, strict_parsing=False):
+        if name not in known:
+            raise Unusual(name)
+        if name == "track_id":
+            args["track_id"].append(_int(value))
+        elif name == "cat":
+            args["cat"].append(value)
+        elif name in args:
+            raise Unusual(name)  # a repeated scalar: the router's rule (the last one) is not guessed here
+        elif name == "width_px":
+            args["width_px"] = _int(value, 1, MAX_WIDTH_PX)
+        else:
+            args[name] = _int(value)
+    if kind == "flows":
+        del args["track_id"]
+        args.pop("width_px", None)
+    else:
+        del args["cat"]
+        if not args["track_id"]:
+            raise Unusual("track_id")  # (the router's 400 or 422)
+    return args
+
+
+class FastLane:
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        match = PATH.match(scope["path"])
+        if match is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            response = await self._answer(scope, match.group(1), match.group(2))
+        except Exception:  # noqa: BLE001 - Unusual, or any error: the router answers it as it always does
+            response = None
+        if response is None:
+            await self.app(scope, receive, send)
+        else:
+            await response(scope, receive, send)
+
+    @staticmethod
+    async def _answer(scope, run_id: str, kind: str):
+        args = parse(kind, scope.get("query_string", b""))
+        request = Request(scope)
+        request.scope.setdefault("path_params", {})["run_id"] = run_id
+        app = scope["app"]
+        store, settings = app.state.store, app.state.settings
+        run = await get_run(run_id, store, request)
+        accept = request.headers.get("accept")
+        async with run_db(run, store, settings, request) as db:
+            return await run_in_threadpool(getattr(endpoints, kind), run_id, db, accept=accept, **args)
+
