@@ -41,10 +41,10 @@ from ascendscope.server.console import ConsoleDatabases
 from ascendscope.server.coordinator import IngestCoordinator
 from ascendscope.server.db import Databases
 from ascendscope.server.errors import HTTP_ANSWERS, http_answer
+from ascendscope.server.fastlane import FastLane
 from ascendscope.server.querypool import QueryPool
 from ascendscope.server.requestclock import RequestClock
 from ascendscope.server.runs import RunStore
-from ascendscope.server.fastlane import FastLane
 from ascendscope.server.security import SecurityMiddleware
 from ascendscope.server.settings import Settings, cores, worker_count
 from ascendscope.server.worker import IngestQueue

@@ -284,10 +284,10 @@ class Databases:
     def open_already(self, run_id: str, path: Path, ranks: tuple[int, ...] | None,
                      about: tuple[int, ...] | None) -> tuple[RunInfo, duckdb.DuckDBPyConnection,
                                                              duckdb.DuckDBPyConnection] | None:
-        """(info, a new cursor, the connection it came from) when the connection this request needs is open, current and has its info loaded:
-        a few ``stat`` calls, nothing that can wait on the disk or on DuckDB, so it may run on the event loop. None
-        when something must be opened, read or checked first (then :meth:`scope`, :meth:`info` and
-        :meth:`cursor`, on a thread)."""
+        """(info, a new cursor, the connection it came from) when the connection this request needs is open,
+        current and has its info loaded: a few ``stat`` calls, nothing that can wait on the disk or on DuckDB, so
+        it may run on the event loop. None when something must be opened, read or checked first (then
+        :meth:`scope`, :meth:`info` and :meth:`cursor`, on a thread)."""
         try:
             mtime_ns = version(path)
         except OSError:

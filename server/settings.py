@@ -44,8 +44,9 @@ SETTINGS: tuple[Setting, ...] = (
                                    "across all server processes (0: half the cores, at least 1); viewport "
                                    "requests never wait for them"),
     Setting("query_cache_mb", int, 64, "MB of recent timeline answers kept to answer other requests (0: none)"),
-    Setting("track_cache_mb", int, 256, "MB of whole timeline tracks kept in memory per server process, so a "
-                                        "viewport on them is answered without a database query (0: none)"),
+    Setting("track_cache_mb", int, 256, "MB of whole timeline tracks and flows kept in memory per server "
+                                        "process, so a viewport on them is answered without a database query "
+                                        "(0: none)"),
     Setting("max_slices_per_track", int, 50_000, "row cap for one track in one slices response"),
     Setting("max_tracks_per_request", int, 400, "track_id values accepted in one slices request"),
     Setting("max_flows", int, 5_000, "row cap for a flows response"),

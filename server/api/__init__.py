@@ -22,12 +22,12 @@ value is the client's mistake (422 ``invalid_parameter`` naming it), not a datab
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Hashable
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Annotated, Any

@@ -280,11 +280,11 @@ def counter_edges(ix: dict, start: int, end: int, origin: int) -> dict:
 
 
 # ---- flows -------------------------------------------------------------------------------------------------------
-# A table's flows (a shard's, or the run's), per category in order of their earlier end (``lo``), with their ends' slice depths looked up once
-# (the SQL path joins every window's flows with the slices of every shard: ~20 ms of a ~40 ms query at 8 ranks of
-# 2.2 M slices). A window is then two binary searches per category: a flow overlaps [start, end) when lo < end and
-# hi >= start, and hi - lo is at most the category's longest span. Integer columns are kept as the narrowest type
-# that holds their distance from their smallest value, a null mask beside any column that has NULLs.
+# A table's flows (a shard's, or the run's) with their ends' slice depths looked up once: the SQL path joins every
+# window's flows with the slices of every shard, ~20 ms of a ~40 ms query at 8 ranks of 2.2 M slices. They are
+# kept per (category, span class: the bit length of hi - lo) in order of their earlier end (lo); a flow overlaps
+# [start, end) when lo < end and hi >= start, so a window's candidates in a class are two binary searches away.
+# Integer columns are packed by ``_narrow``, a null mask beside any column that has NULLs.
 FLOW_RANKS_SQL = "SELECT rank, count(*), min(flow_id) FROM flows GROUP BY rank"
 FLOW_READ_COLUMNS = ("least(src_ts_ns, dst_ts_ns) AS lo, greatest(src_ts_ns, dst_ts_ns) AS hi, flow_id, src_ts_ns, "
                      "dst_ts_ns, src_track_id, src_slice_id, dst_track_id, dst_slice_id")
@@ -387,14 +387,6 @@ def table_flows(db, tables: dict[str, str]) -> dict:
                      store="index")[tables["flows"]]
 
 
-def _column(packed: tuple, picked: np.ndarray):
-    values, base, mask = packed
-    out = values[picked].astype(np.int64) + base
-    if mask is not None and mask[picked].any():
-        return [None if m else v for v, m in zip(out.tolist(), mask[picked].tolist())]
-    return out
-
-
 def _window_rows(ix: dict, cats: list[str], start: int, end: int, limit: int) -> np.ndarray:
     """Positions of the first ``limit`` flows (by flow_id) of ``cats`` (all when empty) overlapping [start, end).
     The candidates of each (category, span class) are found by two binary searches on ``lo``; when they are many
@@ -434,14 +426,15 @@ def _window_rows(ix: dict, cats: list[str], start: int, end: int, limit: int) ->
 
 def flows_answer(db, start: int, end: int, cats: list[str], cap: int) -> dict | None:
     """The flows of the window as ``FLOWS_IN_RANGE_SQL`` answers them (by flow_id, at most ``cap + 1``), from the
-    ranks' flows in memory; None when a rank it needs is not kept (the SQL path answers then). Ranks are read in
+    tables' flows in memory; None when one of them is not kept (the SQL path answers then). Tables are read in
     order of their smallest flow_id, and no further once ``cap + 1`` flows with smaller ids are found."""
     if getattr(db.pool, "index_bytes", 0) <= 0 or db.file_id is None:
-        return None  # (before counting every rank's flows for nothing)
+        return None  # (before counting every table's flows for nothing)
     sources = flow_sources(db)
     if sources is None:
         return None
-    ready = [_admits(db, "flows", (), table, count * BYTES_PER_FLOW, lambda bg, tables=tables: table_flows(bg, tables))
+    ready = [_admits(db, "flows", (), table, count * BYTES_PER_FLOW,
+                     lambda bg, tables=tables: table_flows(bg, tables))
              for table, tables, count, _ in sources]  # (each one not kept is read meanwhile, if it fits)
     found: list[tuple[dict, np.ndarray]] = []
     ids: list[np.ndarray] = []
@@ -459,24 +452,18 @@ def flows_answer(db, start: int, end: int, cats: list[str], cap: int) -> dict | 
     parts = []
     for ix, rows in found:
         src_hi, lo, hi = ix["src_is_hi"][rows], ix["lo"][rows], ix["hi"][rows]
-        part = {"flow_id": _column(ix["flow_id"], rows), "cat": ix["cat_names"][ix["cat_code"][rows]],
+        part = {"flow_id": _wide(ix["flow_id"], rows), "cat": ix["cat_names"][ix["cat_code"][rows]],
                 "src_ts_ns": np.where(src_hi, hi, lo) - origin, "dst_ts_ns": np.where(src_hi, lo, hi) - origin}
         for name in ("src_track_id", "src_slice_id", "src_depth", "dst_track_id", "dst_slice_id", "dst_depth"):
-            part[name] = _column(ix[name], rows)
+            part[name] = _wide(ix[name], rows)
         for end_name, mask in (("src_ts_ns", ix["src_null"]), ("dst_ts_ns", ix["dst_null"])):
             if mask is not None and mask[rows].any():
-                part[end_name] = [None if m else v for v, m in zip(part[end_name].tolist(), mask[rows].tolist())]
+                part[end_name] = part[end_name].astype(object)
+                part[end_name][mask[rows]] = None
         parts.append(part)
     if not parts:
         return {name: np.zeros(0, dtype=object if name == "cat" else np.int64) for name in FLOW_COLUMNS}
-    order = np.argsort(np.concatenate([np.asarray(p["flow_id"], dtype=np.int64) for p in parts]),
-                       kind="stable")[:cap + 1]
-    out = {}
-    for name in FLOW_COLUMNS:
-        values = [p[name] for p in parts]
-        if any(isinstance(v, list) for v in values):
-            merged = [x for v in values for x in (v if isinstance(v, list) else v.tolist())]
-            out[name] = [merged[i] for i in order.tolist()]
-        else:
-            out[name] = np.concatenate(values)[order]
-    return out
+    order = np.argsort(np.concatenate([p["flow_id"] for p in parts]), kind="stable")[:cap + 1]
+    out = {name: np.concatenate([p[name] for p in parts])[order] for name in FLOW_COLUMNS}
+    # a column with NULLs is a list, as the SQL path gives it (server.db._plain)
+    return {name: v.tolist() if name != "cat" and v.dtype == object else v for name, v in out.items()}

@@ -319,8 +319,10 @@ def test_as_served_a_first_look_is_answered_by_sql_while_the_track_and_flows_are
                 ("flows", {"start_ns": start + (end - start) // 3, "end_ns": start + (end - start) // 2})]
         first = [client.get(f"/api/runs/{run_id}/timeline/{kind}", params=p).json() for kind, p in asks]
         assert pool.index_settled(60)
-        whole = {name for name, sql in calls if "JOIN n ON" in sql or "list_position" in sql or "slice_id, depth" in sql}  # (track_index)
-        assert whole == {"ascendscope-index-loader"}, calls  # the whole reads: on the loader thread only
+        # the whole reads of track_index (a track, a shard's flows, its slices' depths): on the loader thread only
+        whole = {name for name, sql in calls
+                 if "JOIN n ON" in sql or "list_position" in sql or "slice_id, depth" in sql}
+        assert whole == {"ascendscope-index-loader"}, calls
         kept = {key[2] for key in pool._index}
         assert {"track_slices", "flows"} <= kept, kept
         calls.clear()
