@@ -383,7 +383,7 @@ def flows(db, start_ns: int | None, end_ns: int | None, cats: list[str]) -> dict
 
 
 def _flows(db, start: int, end: int, cats: list[str], cap: int) -> dict:
-    cols = track_index.flows_answer(db, start, end, cats, cap)  # from memory, when every table it reads is kept
+    cols = track_index.flows_answer(db, start, end, cats, cap, tables)  # from memory, when all it reads is kept
     if cols is None:
         cols = db.arrays(FLOWS_IN_RANGE_SQL, {"origin": db.info.origin_ns, "cats": cats, "start": start,
                                               "end": end, "limit": cap + 1})

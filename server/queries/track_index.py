@@ -302,12 +302,10 @@ NARROW_COLUMNS = ("flow_id", "src_track_id", "src_slice_id", "src_depth", "dst_t
 BYTES_PER_FLOW = 48  # about 39 bytes of arrays per flow (narrowed), and a margin
 
 
-def flow_sources(db) -> list[tuple[str, dict[str, str], int, int]] | None:
+def flow_sources(db, tables) -> list[tuple[str, dict[str, str], int, int]] | None:
     """(flows table, the tables beside it, flows, smallest flow_id) of each table holding flows: a shard (of one
-    rank or a group of ranks) when several are attached, else the run's; by smallest flow_id. Once per
-    connection. None when a flow has no rank (the SQL path answers then)."""
-    from ascendscope.server.queries.timeline import tables  # (timeline imports this module)
-
+    rank or a group of ranks) when several are attached, else the run's (``tables(db, rank)`` says which); by
+    smallest flow_id. Once per connection. None when a flow has no rank (the SQL path answers then)."""
     known = getattr(db.info, "flow_sources", False)
     if known is False:
         by_table: dict[str, list] = {}
@@ -424,24 +422,25 @@ def _window_rows(ix: dict, cats: list[str], start: int, end: int, limit: int) ->
     return np.concatenate(found).astype(np.int64)[:limit]
 
 
-def flows_answer(db, start: int, end: int, cats: list[str], cap: int) -> dict | None:
+def flows_answer(db, start: int, end: int, cats: list[str], cap: int, tables) -> dict | None:
     """The flows of the window as ``FLOWS_IN_RANGE_SQL`` answers them (by flow_id, at most ``cap + 1``), from the
     tables' flows in memory; None when one of them is not kept (the SQL path answers then). Tables are read in
-    order of their smallest flow_id, and no further once ``cap + 1`` flows with smaller ids are found."""
+    order of their smallest flow_id, and no further once ``cap + 1`` flows with smaller ids are found.
+    ``tables(db, rank)``: the tables a rank's viewport reads (``server.queries.timeline.tables``)."""
     if getattr(db.pool, "index_bytes", 0) <= 0 or db.file_id is None:
         return None  # (before counting every table's flows for nothing)
-    sources = flow_sources(db)
+    sources = flow_sources(db, tables)
     if sources is None:
         return None
     ready = [_admits(db, "flows", (), table, count * BYTES_PER_FLOW,
-                     lambda bg, tables=tables: table_flows(bg, tables))
-             for table, tables, count, _ in sources]  # (each one not kept is read meanwhile, if it fits)
+                     lambda bg, names=names: table_flows(bg, names))
+             for table, names, count, _ in sources]  # (each one not kept is read meanwhile, if it fits)
     found: list[tuple[dict, np.ndarray]] = []
     ids: list[np.ndarray] = []
-    for at, (_, tables, _, _) in enumerate(sources):
+    for at, (_, names, _, _) in enumerate(sources):
         if not ready[at]:
             return None
-        ix = table_flows(db, tables)
+        ix = table_flows(db, names)
         rows = _window_rows(ix, cats, start, end, cap + 1)
         found.append((ix, rows))
         ids.append(ix["flow_id"][0][rows].astype(np.int64) + ix["flow_id"][1])
