@@ -45,7 +45,7 @@ from ascendscope.server.db import QueryTimeout
 from ascendscope.server.requestclock import ClientGone
 from ascendscope.server.runs import try_flock
 
-LOG = logging.getLogger(__name__)
+log = logging.getLogger("ascendscope.querypool")
 HEAVY_POLL_S = 0.02  # how often a heavy request tries the heavy slots
 INDEX_FOREGROUND_BYTES = 8 * 10**6  # an "index" entry estimated at most this is read by the request needing it
 INDEX_HOT_S = 30.0  # an "index" entry used this recently is never pushed out to admit another
@@ -307,7 +307,7 @@ class QueryPool:
             try:
                 job()
             except Exception as exc:  # noqa: BLE001 - a run deleted or closed meanwhile: the SQL path still answers
-                LOG.info("reading %s into memory in the background failed: %s", key[2:], exc)
+                log.info("reading %s into memory in the background failed: %s", key[2:], exc)
             finally:
                 with self._lock:
                     self._later.popleft()

@@ -69,10 +69,9 @@ def _nulls(values) -> np.ndarray | None:
 
 def _narrow(values) -> tuple:
     """(array, base, null mask or None) of an integer column: values - base in the narrowest signed type."""
-    mask = None
-    if isinstance(values, list):  # a column with NULLs (server.db._plain)
-        mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
-        values = np.array([0 if v is None else v for v in values], dtype=np.int64)
+    mask = _nulls(values)  # a column with NULLs comes as a list (server.db._plain)
+    if mask is not None:
+        values = [0 if v is None else v for v in values]
     values = np.asarray(values, dtype=np.int64)
     base = int(values.min()) if len(values) else 0
     span = int(values.max()) - base if len(values) else 0
