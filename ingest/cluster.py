@@ -39,6 +39,7 @@ from pathlib import Path
 
 from . import collectives, jsonfile
 from .breakdown import ConnRunner, breakdown
+from .columns import insert_columns
 from .commfiles import _SLOT, _ms_to_ns, _num, _split_key, _step_id
 
 CLUSTER_DIR = "cluster_analysis_output"
@@ -95,21 +96,10 @@ def build_cluster_tables(con) -> None:
     con.execute(CLUSTER_RANKS_SQL)
     con.execute(CLUSTER_STEPS_DDL)
     rows = breakdown(ConnRunner(con))
-    if rows:
-        # one Arrow table: executemany costs a round trip per row (minutes at 1,000 ranks × 100 steps)
-        import pyarrow as pa
-
-        columns = {"rank": pa.array([r["rank"] for r in rows], pa.int32()),
-                   "step": pa.array([r["step"] for r in rows], pa.int64()),
-                   "source": pa.array([r["source"] for r in rows], pa.string()),
-                   "step_ns": pa.array([r["e2e_ns"] for r in rows], pa.int64())}
-        for src, dst in STEP_COLUMNS:
-            columns[dst] = pa.array([r[src] for r in rows], pa.int64())
-        con.register("cluster_steps_batch", pa.table(columns))
-        try:
-            con.execute("INSERT INTO cluster_steps SELECT * FROM cluster_steps_batch")
-        finally:
-            con.unregister("cluster_steps_batch")
+    if rows:  # one statement: executemany costs a round trip per row (minutes at 1,000 ranks × 100 steps)
+        insert_columns(con, "cluster_steps", [[r["rank"] for r in rows], [r["step"] for r in rows],
+                                              [r["source"] for r in rows], [r["e2e_ns"] for r in rows]]
+                       + [[r[src] for r in rows] for src, _ in STEP_COLUMNS])
     con.execute(CLUSTER_MATRIX_SQL)
     collectives.build(con)  # cluster_collectives: the late-arrival analysis's instances (ingest/collectives.py)
 

@@ -44,6 +44,7 @@ import re
 
 import numpy as np
 
+from .columns import insert_columns
 from .overlap import COMPUTE_TASK_TYPES, subtract, union
 
 P2P_PREFIXES = ("hcom_send", "hcom_receive", "hcom_batchsendrecv")
@@ -285,12 +286,4 @@ def build(con) -> None:
     con.execute(DDL)
     if not ops:
         return
-    import pyarrow as pa
-
-    types = {"INTEGER": pa.int32(), "BIGINT": pa.int64(), "VARCHAR": pa.string()}
-    table = pa.table({name: pa.array([o.get(name) for o in ops], types[sql_type]) for name, sql_type in COLUMNS})
-    con.register("cluster_collectives_batch", table)
-    try:
-        con.execute("INSERT INTO cluster_collectives SELECT * FROM cluster_collectives_batch")
-    finally:
-        con.unregister("cluster_collectives_batch")
+    insert_columns(con, "cluster_collectives", [[o.get(name) for o in ops] for name, _ in COLUMNS])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from pathlib import Path
 
 import orjson
@@ -24,22 +25,39 @@ _TIME_KEYS = {
 TOTAL_KEY = "Total Op Info"
 
 
-def _ms_to_ns(value) -> int | None:
+_PLAIN = re.compile(r"(-?)(\d+)(?:\.(\d*))?")
+_FAST_DIGITS = 20  # Decimal's context keeps 28 significant digits: up to this many the exact sum agrees with it
+
+
+def _scaled(value, digits: int) -> int | None:
+    """``value`` (a JSON number or numeric text) × 10**digits as an integer, exactly as
+    ``int((Decimal(str(value)) * 10**digits).to_integral_value())`` gives it (half to even), or None. Plain decimal
+    text is shifted as digits (a thousand ranks' files hold ~10^5 such values); anything else takes Decimal."""
     if value is None or value == "":
         return None
-    try:
-        return int((Decimal(str(value)) * 1_000_000).to_integral_value())
-    except (InvalidOperation, ValueError):
-        return None
+    if type(value) is int and abs(value) < 10 ** _FAST_DIGITS:
+        return value * 10 ** digits
+    text = repr(value) if type(value) is float else str(value)
+    m = _PLAIN.fullmatch(text)
+    if m is None or len(m.group(2)) + len(m.group(3) or "") > _FAST_DIGITS:
+        try:
+            return int((Decimal(text) * 10 ** digits).to_integral_value())
+        except (InvalidOperation, ValueError, OverflowError):  # not a number, NaN, Infinity
+            return None
+    sign, whole, frac = m.group(1), m.group(2), m.group(3) or ""
+    n = int(whole + frac[:digits].ljust(digits, "0"))
+    rest = frac[digits:].rstrip("0")
+    if rest and (rest[0] > "5" or (rest[0] == "5" and (len(rest) > 1 or n % 2))):
+        n += 1
+    return -n if sign else n
+
+
+def _ms_to_ns(value) -> int | None:
+    return _scaled(value, 6)
 
 
 def _us_to_ns(value) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        return int((Decimal(str(value)) * 1000).to_integral_value())
-    except (InvalidOperation, ValueError):
-        return None
+    return _scaled(value, 3)
 
 
 def _num(value) -> float | None:
@@ -49,7 +67,8 @@ def _num(value) -> float | None:
         return None
 
 
-def _step_id(step: str) -> int | None:
+@lru_cache(maxsize=4096)
+def _step_id(step: str) -> int | None:  # (the same few step names, in every row)
     m = re.search(r"(-?\d+)$", step)
     return int(m.group(1)) if m else None
 

@@ -6,7 +6,8 @@ when a slot frees (``order(pending indices)`` puts them in the order wanted *now
 between two picks, e.g. because a user opened a rank). ``batch.poll(timeout_s)`` returns the calls finished
 meanwhile as ``(index, result, error)`` (``error`` a one-line text, ``result`` None then), ``batch.done`` says
 all are, and ``batch.stop()`` cancels the rest and stops the running ones. ``run(fn, calls)`` iterates over a
-batch's results. ``fn`` must be a picklable module-level function whose arguments name paths every worker can
+batch's results. ``batch.fill()`` starts the next calls in the free slots at once (``poll`` does so only when called
+again). ``fn`` must be a picklable module-level function whose arguments name paths every worker can
 read and write (with Ray on several nodes: shared storage). ``close()`` frees the workers.
 
 * ``process``: ``concurrent.futures.ProcessPoolExecutor`` with ``workers`` processes (default: every core),
@@ -43,9 +44,11 @@ class ExecutorUnavailable(Exception):
     """The executor asked for cannot run here (Ray missing, a cluster that does not answer)."""
 
 
-def make_executor(kind: str = "process", *, workers: int | None = None, ray_address: str | None = None):
+def make_executor(kind: str = "process", *, workers: int | None = None, ray_address: str | None = None,
+                  nice: int = 0):
+    """``nice``: the process pool's workers run at this much lower CPU priority (the Ray executor ignores it)."""
     if kind == "process":
-        return ProcessExecutor(workers)
+        return ProcessExecutor(workers, nice=nice)
     if kind == "ray":
         return RayExecutor(workers, ray_address)
     raise ValueError(f"unknown executor {kind!r} (choose from {', '.join(EXECUTORS)})")
@@ -74,12 +77,17 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _exit_with_owner(owner: int, stop=None) -> None:
+def _exit_with_owner(owner: int, stop=None, nice: int = 0) -> None:
     """Pool worker initializer: exit at once when the process that started the pool (``owner``) is gone, our
     parent changes (the fork server that started us died) or ``stop`` (a multiprocessing Event) is set. A
     terminal's Ctrl+C reaches the whole process group: the owner decides what it means (it stops the batch), so a
-    task is never cut short by it alone."""
+    task is never cut short by it alone. ``nice``: lower this worker's CPU priority by that much."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:  # (a priority is a courtesy)
+            pass
     parent = os.getppid()
 
     def watch() -> None:
@@ -129,7 +137,9 @@ class Batch:
         self.pending.remove(pick)
         return pick
 
-    def _fill(self) -> None:
+    def fill(self) -> None:
+        """Start the next calls in the free slots now (``poll`` does it first thing too): a caller with work to
+        do between two polls calls it at once, so the workers do not wait for that work."""
         while self.pending and len(self.running) < self.slots:
             i = self._next()
             self.running[self._submit(i)] = i
@@ -151,9 +161,6 @@ class Batch:
     def stop(self) -> None:
         raise NotImplementedError
 
-    def warm(self, fn: Callable) -> None:
-        """Start the workers now, each running ``fn()`` (imports), before any call is submitted."""
-
 
 def iterate(batch: Batch) -> Iterator[tuple[int, object, str | None]]:
     """Every result of ``batch`` as it comes; stops its running calls if the loop is left early."""
@@ -166,8 +173,9 @@ def iterate(batch: Batch) -> Iterator[tuple[int, object, str | None]]:
 
 
 class ProcessExecutor:
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None, nice: int = 0):
         self.workers = max(1, int(workers or default_workers()))
+        self.nice = nice
         self.context = _start_context()
 
     def start(self, fn: Callable, calls: list[dict], order: Callable | None = None) -> Batch:
@@ -191,19 +199,16 @@ class _PoolBatch(Batch):
         if self.pool is None:
             self.stopping = self.ex.context.Event()  # set by stop(): every worker of this pool exits
             self.pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=self.ex.context,
-                                            initializer=_exit_with_owner, initargs=(os.getpid(), self.stopping))
+                                            initializer=_exit_with_owner,
+                                            initargs=(os.getpid(), self.stopping, self.ex.nice))
         return self.pool
 
     def _submit(self, i: int):
         return self._pool().submit(self.fn, **self.calls[i])
 
-    def warm(self, fn: Callable) -> None:
-        pool = self._pool()
-        for _ in range(self.slots):  # (the pool starts its processes with the first submission)
-            pool.submit(fn)
 
     def poll(self, timeout_s: float | None = None) -> list[tuple[int, object, str | None]]:
-        self._fill()
+        self.fill()
         if not self.running:
             return []
         done, _ = wait(list(self.running), timeout=timeout_s, return_when=FIRST_COMPLETED)
@@ -287,7 +292,7 @@ class _RayBatch(Batch):
         return self.remote.remote(**self.calls[i])
 
     def poll(self, timeout_s: float | None = None) -> list[tuple[int, object, str | None]]:
-        self._fill()
+        self.fill()
         if not self.running:
             return []
         done, _ = self.ray.wait(list(self.running), num_returns=1, timeout=timeout_s)

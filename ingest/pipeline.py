@@ -41,6 +41,7 @@ from . import (
     sqlfuncs,
     trace_tables,
 )
+from .columns import insert_columns
 from .discover import Discovery, RankSource, discover
 from .schema import CORE_DDL
 from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are this module's interface too
@@ -77,13 +78,10 @@ class NoProfilingData(Exception):
 
 
 def insert_rows(con, table: str, rows: list) -> None:
-    """Append ``rows`` (sequences of one length, in the table's column order) to ``table`` in one statement: one
-    list parameter per column, unnested side by side (a statement per row costs a millisecond: seconds for the
-    files of a thousand ranks; and an Arrow table made from Python values would import pandas, ~1 s)."""
-    if not rows:
-        return
-    columns = [list(c) for c in zip(*rows)]
-    con.execute(f"INSERT INTO {table} SELECT " + ", ".join("unnest(?)" for _ in columns), columns)
+    """Append ``rows`` (sequences of one length, in the table's column order) to ``table`` in one statement
+    (``columns.insert_columns``)."""
+    if rows:
+        insert_columns(con, table, [list(c) for c in zip(*rows)])
 
 
 EXTENTS_SQL = "SELECT rank, min(min_ts_ns), max(max_end_ns) FROM tracks WHERE slice_count > 0 GROUP BY rank"
@@ -223,10 +221,6 @@ def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
     return disc
 
 
-def warm_up() -> None:
-    """Nothing: a pool worker that runs it has imported this module (and DuckDB) before its first shard."""
-
-
 def ingest_shard(sources: list[RankSource], root: str | os.PathLike, out: str | os.PathLike, *, src_path: str,
                  scratch: str | None = None, workers: int = 2, memory_limit: str = "1GB", threads: int | None = None,
                  progress_path: str | None = None) -> dict:
@@ -308,7 +302,7 @@ def read_done_bytes(path: str | os.PathLike) -> int:
         return 0
 
 
-SMALL_SHARD_BYTES = 64 << 20  # a shard of less input than this is written in small blocks
+SMALL_SHARD_BYTES = 24 << 20  # a shard of less input than this is written in small blocks
 SMALL_BLOCK_BYTES = 16 << 10
 
 

@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,6 +76,7 @@ SMALL_KINDS = frozenset({"step_trace_time", "communication", "communication_matr
 # tables of the small files, kept in cluster.duckdb for every rank (the shards have the same rows for theirs)
 EARLY_TABLES = ("step_trace", "comm_ops", "comm_bandwidth", "comm_matrix", "comm_size_distribution")
 PROGRESS_DIR = ".progress"
+TASK_NICE = 10  # the shard tasks' processes run this much nicer than the ingest that waits for them
 POLL_S = 0.5  # how often the waiting loop looks at progress files and at what the user wants
 MIN_REWRITE_S = 2.0  # cluster.duckdb is rewritten at most this often while shards finish …
 REWRITE_FACTOR = 4  # … and at most once per this many times its last write took
@@ -171,11 +173,11 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
                   "src_path": str(src_path), "scratch": scratch, "memory_limit": memory_limit, "threads": threads,
                   "progress_path": str(out / PROGRESS_DIR / f"{Path(plan[i].file).stem}.bytes")} for i in todo]
         if todo:
-            runner = make_executor(executor, workers=n, ray_address=ray_address)
-            # its tasks start once the small files are published (those answer the first views, and soonest alone);
-            # its processes start now, and import what they need meanwhile
+            # the tasks start now, beside the small files, at a lower CPU priority: the small files answer the
+            # first views and come first (as do the server's requests); the tasks take the CPU they leave
+            runner = make_executor(executor, workers=n, ray_address=ray_address, nice=TASK_NICE)
             batch = runner.start(pipeline.ingest_shard, calls, order=_priority([plan[i] for i in todo], wanted))
-            batch.warm(pipeline.warm_up)
+            batch.fill()
         cluster = ClusterTables(out, disc, src_path, started)
         try:
             progress.phase("reading the small files of every rank")
@@ -214,41 +216,62 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
 
 def _wait(batch, todo: list[int], plan: list[Shard], entries: list[dict], cluster: ClusterTables, out: Path,
           src_path: Path, progress: Progress) -> None:
-    """Collect the shard tasks as they finish: failed ones into the cluster tables' warnings at once, ready ones
-    into the cluster tables (written at most every MIN_REWRITE_S) and then the manifest."""
-    unpublished: list[int] = []
+    """Collect the shard tasks as they finish and publish them: failed ones into the cluster tables' warnings,
+    ready ones into the cluster tables, which are rewritten (at most every MIN_REWRITE_S) before the manifest
+    that marks them. The rewrites run on a thread of their own, so a worker that frees starts its next shard at
+    once, not after a rewrite; the last shards are left to the caller's final write."""
+    finished: list[tuple[int, dict, str | None]] = []  # (plan index, its entry's new fields, error) to publish
     started: set[int] = set()
     last_write = time.monotonic()
-    while not batch.done:
-        for j, result, error in batch.poll(POLL_S):
-            i = todo[j]
+    job = None
+
+    def publish(items: list[tuple[int, dict, str | None]], write: bool) -> None:
+        # (only this thread touches the entries and the cluster tables while the tasks run)
+        for i, fields, error in items:
             shard, entry = plan[i], entries[i]
+            entry.update(fields)
             if error is None:
-                entry.update(status="ready", bytes=(out / shard.file).stat().st_size, seconds=result["seconds"],
-                             warnings=len(result["warnings"]), error=None, counts=_counts(result),
-                             finished=round(time.time(), 3))
-                unpublished.append(i)
+                cluster.add_shard(entry)
             else:
-                entry.update(status="failed", error=error, bytes=None)
                 cluster.fail(shard, error)
                 if (out / shard.file).is_file():  # an earlier ingest's: not this source's
                     (out / shard.file).unlink()
-            progress.file_done(shard.ranks[0], _label(shard), shard.input_bytes, float((result or {}).get("seconds")
-                                                                                       or 0.0))
-        for j in batch.running.values():  # bytes read so far by the tasks still running
-            shard = plan[todo[j]]
-            if j not in started:
-                started.add(j)
-                progress.file_start(shard.ranks[0], _label(shard), shard.input_bytes)
-            progress.file_progress(shard.ranks[0], _label(shard), pipeline.read_done_bytes(
-                out / PROGRESS_DIR / f"{Path(shard.file).stem}.bytes"))
-        due = time.monotonic() - last_write >= max(MIN_REWRITE_S, REWRITE_FACTOR * cluster.write_s)
-        if unpublished and (due or batch.done):
-            for i in unpublished:
-                cluster.add_shard(entries[i])
+        if write:
             cluster.write()
             _write_manifest(out, entries, src_path, "ingesting")
-            unpublished, last_write = [], time.monotonic()
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster-write") as writer:
+        while not batch.done:
+            for j, result, error in batch.poll(POLL_S):
+                i = todo[j]
+                shard = plan[i]
+                if error is None:
+                    finished.append((i, dict(status="ready", bytes=(out / shard.file).stat().st_size,
+                                             seconds=result["seconds"], warnings=len(result["warnings"]),
+                                             error=None, counts=_counts(result), finished=round(time.time(), 3)),
+                                     None))
+                else:
+                    finished.append((i, dict(status="failed", error=error, bytes=None), error))
+                progress.file_done(shard.ranks[0], _label(shard), shard.input_bytes,
+                                   float((result or {}).get("seconds") or 0.0))
+            batch.fill()  # the freed workers start their next shards now, whatever this loop does next
+            for j in batch.running.values():  # bytes read so far by the tasks still running
+                shard = plan[todo[j]]
+                if j not in started:
+                    started.add(j)
+                    progress.file_start(shard.ranks[0], _label(shard), shard.input_bytes)
+                progress.file_progress(shard.ranks[0], _label(shard), pipeline.read_done_bytes(
+                    out / PROGRESS_DIR / f"{Path(shard.file).stem}.bytes"))
+            if job is not None and job.done():
+                job.result()  # (raises what the rewrite raised)
+                job, last_write = None, time.monotonic()
+            due = time.monotonic() - last_write >= max(MIN_REWRITE_S, REWRITE_FACTOR * cluster.write_s)
+            if finished and job is None and due and not batch.done:
+                job = writer.submit(publish, finished, True)
+                finished = []
+        if job is not None:
+            job.result()
+    publish(finished, write=False)  # the caller's final write publishes the last ones
 
 
 def _counts(result: dict) -> dict:

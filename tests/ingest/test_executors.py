@@ -105,3 +105,26 @@ def test_a_worker_that_dies_is_retried_once_then_fails(tmp_path):
     assert results == {0: ("second try", None)}
     (i, result, error), = list(ProcessExecutor(1).run(always_dies, [{}]))
     assert result is None and "worker process died" in error
+
+
+def niceness() -> int:
+    return os.nice(0)
+
+
+def test_pool_workers_run_at_the_niceness_asked(tmp_path):
+    """The shard tasks run nicer than the ingest (and the server) that waits for them."""
+    assert list(ProcessExecutor(1, nice=5).run(niceness, [{}])) == [(0, os.nice(0) + 5, None)]
+    assert list(ProcessExecutor(1).run(niceness, [{}])) == [(0, os.nice(0), None)]
+
+
+def test_fill_starts_the_next_call_without_a_poll(tmp_path):
+    """A caller with work to do between two polls (the cluster tables' rewrite) calls fill(): the freed worker
+    starts its next call at once, not when the caller polls again."""
+    calls = [{"name": str(i), "folder": str(tmp_path)} for i in range(2)]
+    batch = ProcessExecutor(1).start(stamp, calls)
+    assert batch.poll(30) == [(0, "0", None)]  # call 1 waits: poll fills only when called
+    time.sleep(1.0)
+    assert not (tmp_path / "1").exists()
+    batch.fill()
+    assert _wait_for(lambda: (tmp_path / "1").exists(), 30)
+    assert [r for r in iterate(batch)] == [(1, "1", None)]
