@@ -31,14 +31,23 @@ def free_port() -> int:
 
 
 def shim_for(checkout: Path) -> Path:
-    """A folder whose ``ascendscope/<pkg>`` links to ``checkout/<pkg>`` (made once per checkout)."""
+    """A folder whose ``ascendscope/`` is the checkout's package (``pyapi/``'s files, when it has one) with
+    ``<pkg>`` linked to ``checkout/<pkg>``, and a ``sitecustomize`` that takes this environment's editable-install
+    finder off ``sys.meta_path`` (it maps ``ascendscope.*`` to the working tree before ``PYTHONPATH`` is searched).
+    Made once per checkout."""
     digest = hashlib.sha1(str(checkout.resolve()).encode()).hexdigest()[:12]
-    shim = Path(tempfile.gettempdir()) / f"ascendscope-shim-{digest}"
+    shim = Path(tempfile.gettempdir()) / f"ascendscope-shim2-{digest}"
     (shim / "ascendscope").mkdir(parents=True, exist_ok=True)
-    for name in PACKAGES:
-        link = shim / "ascendscope" / name
-        if not link.exists():
-            link.symlink_to(checkout.resolve() / name, target_is_directory=True)
+    top = checkout.resolve() / "pyapi"
+    links = [(shim / "ascendscope" / name, checkout.resolve() / name) for name in PACKAGES]
+    if top.is_dir():
+        links += [(shim / "ascendscope" / entry.name, entry) for entry in top.iterdir() if entry.name != "__pycache__"]
+    for link, target in links:
+        if not link.exists() and target.exists():
+            link.symlink_to(target, target_is_directory=target.is_dir())
+    (shim / "sitecustomize.py").write_text(
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '')]\n")
     return shim
 
 
