@@ -309,7 +309,8 @@ SMALL_BLOCK_BYTES = 16 << 10
 def _file_config(ranks: list[RankSource], shard: bool) -> dict:
     """DuckDB's default 256 KiB blocks cost a file at least a block per column of every table: ~7 MB for a rank
     of a few hundred kB, 7 GB for 1,000 such shards. A small shard is written in 16 KiB blocks instead (~0.6 MB;
-    a big one keeps the default, whose longer column segments scan faster)."""
+    a big one keeps the default, whose longer column segments scan faster, and which its commits write with 15 %
+    less CPU: a grouped shard of 32 MiB of input takes ~1 MB more in default blocks, docs/benchmarks.md)."""
     input_bytes = sum(readers.size(kind, path) for src in ranks for kind, path in src.files.items())
     if shard and input_bytes < SMALL_SHARD_BYTES:
         return {"default_block_size": str(SMALL_BLOCK_BYTES)}
