@@ -33,8 +33,8 @@ def free_port() -> int:
 def shim_for(checkout: Path) -> Path:
     """A folder whose ``ascendscope/`` is the checkout's package (``pyapi/``'s files, when it has one) with
     ``<pkg>`` linked to ``checkout/<pkg>``, and a ``sitecustomize`` that takes this environment's editable-install
-    finder off ``sys.meta_path`` (it maps ``ascendscope.*`` to the working tree before ``PYTHONPATH`` is searched).
-    Made once per checkout."""
+    finder off ``sys.meta_path`` (it would answer, from the working tree, any module the checkout lacks). Made once
+    per checkout."""
     digest = hashlib.sha1(str(checkout.resolve()).encode()).hexdigest()[:12]
     shim = Path(tempfile.gettempdir()) / f"ascendscope-shim2-{digest}"
     (shim / "ascendscope").mkdir(parents=True, exist_ok=True)
