@@ -85,10 +85,13 @@ class Watcher:
         self.thread.start()
 
     def _run(self) -> None:
-        while not self.stop.wait(WATCH_S):
+        while True:
+            last = self.stop.wait(WATCH_S)  # (once stopped, one more look: the ingest may have just finished)
             try:
                 manifest = json.loads((self.out / "manifest.json").read_text())
             except (OSError, ValueError):
+                if last:
+                    return
                 continue
             now = round(time.perf_counter() - self.t0, 2)
             ready = [r for e in manifest.get("shards", []) if e.get("status") == "ready" for r in e.get("ranks", [])]
@@ -99,6 +102,8 @@ class Watcher:
                 self.times.setdefault("rank0_s", now)
             if manifest.get("status") == "complete":
                 self.times.setdefault("complete_s", now)
+                return
+            if last:
                 return
 
     def done(self) -> dict:

@@ -12,10 +12,10 @@ read and write (with Ray on several nodes: shared storage). ``close()`` frees th
 
 * ``process``: ``concurrent.futures.ProcessPoolExecutor`` with ``workers`` processes (default: every core),
   started by forkserver (spawn where there is none), so a worker shares no threads or DuckDB state with its
-  parent, and ``nice`` steps nicer than it when asked. A worker that dies (killed, out of memory) breaks the pool: the tasks it took down are run once more in
-  a fresh pool, and fail with the reason if they die again. A worker exits as soon as the process that started
-  the pool dies, or the batch is stopped (a multiprocessing Event each worker watches), so a killed or interrupted
-  ingest leaves no task writing into the run's folder.
+  parent, and ``nice`` steps nicer than it when asked. A worker that dies (killed, out of memory) breaks the
+  pool: the tasks it took down are run once more in a fresh pool, and fail with the reason if they die again. A
+  worker exits as soon as the process that started the pool dies, or the batch is stopped (a multiprocessing
+  Event each worker watches), so a killed or interrupted ingest leaves no task writing into the run's folder.
 * ``ray``: one ``ray.remote`` task per call on the cluster at ``address`` (``ray.init(address=...)``), or on a
   local one of ``workers`` CPUs; stopped by ``ray.cancel``. Ray is an optional extra (``pip install
   'ascendscope[ray]'``), imported only here.

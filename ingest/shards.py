@@ -4,9 +4,9 @@ opened while it ingests.
 ``ingest_sharded(src, out_dir)``:
 
 1. discovers the ranks once (so rank ids and file names are those of a single-file ingest) and plans the shards:
-   small ranks together, up to ``pipeline.group_target`` of input (the run's input in ~16 parts, between 32 and
-   128 MiB), so the fixed cost of a task and a file is paid once for many ranks; a big rank alone
-   (``pipeline.plan_groups``);
+   small ranks together, up to ``pipeline.group_target`` of input (the smallest size that packs the run's ranks
+   into at most 8 groups, within 32 and 128 MiB), so the fixed cost of a task and a file is paid once for many
+   ranks; a big rank alone (``pipeline.plan_groups``);
 2. loads the small files of every rank (``SMALL_KINDS``: step_trace_time.csv, communication*.json, the db
    export's analysis.db …) into ``cluster.duckdb`` with the ranks and the cluster tables, and writes the first
    manifest (``status: ingesting``, every shard ``pending``): the Cluster, Summary and Communication views

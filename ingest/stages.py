@@ -107,21 +107,46 @@ class Stage:
 
 GROUP_BYTES = 32 << 20  # small ranks are staged (and sharded) together up to this much input …
 GROUP_RANKS = 256  # … and this many ranks
-# A sharded ingest groups up to a target between these, sized so a run makes about GROUPS tasks: a task costs
-# ~1.3 s whatever its size (a file created, checkpointed and closed, its stages, the level of detail), so at
-# 32 MiB a 64-rank run of 12 MB ranks was 32 tasks of mostly overhead; fewer, larger tasks also make its first rank
-# browsable later and balance worse over the workers (8 tasks: 1,000 tiny ranks 4 % slower), hence 16
-# (docs/benchmarks.md, issue #17)
+# A sharded ingest groups up to a target between these, sized so a run makes at most GROUPS tasks: a task costs
+# ~0.7 CPU-s whatever its size (a file created, checkpointed and closed, ~350 statements of its stage, the level of
+# detail), so at 32 MiB a 64-rank run of 12 MB ranks was 32 tasks of mostly overhead. Fewer, larger tasks make a
+# run's first rank browsable later; 8 keeps 2–4 workers busy to the end (1,000 tiny ranks in 8 tasks: 21–22 s
+# against 23–24 s in 11, 64 ranks of 12.5 MB in 8: 22–24 s against 26–31 s in 18; docs/benchmarks.md, issue #17)
 GROUP_BYTES_MAX = 128 << 20
-GROUPS = 16
+GROUPS = 8
 
 
 def group_target(ranks: list[RankSource]) -> int:
-    """The group size of a sharded ingest of ``ranks``: their input divided into ``GROUPS``, within
-    [``GROUP_BYTES``, ``GROUP_BYTES_MAX``]. It depends only on the input, so a resumed ingest plans the same
+    """The group size of a sharded ingest of ``ranks``: the smallest that packs their groupable ranks, in order
+    (as ``plan_groups`` does), into at most ``GROUPS`` groups, so the groups come out as even as the ranks allow,
+    within [``GROUP_BYTES``, ``GROUP_BYTES_MAX``]. It depends only on the input, so a resumed ingest plans the same
     shards and keeps those already written."""
-    total = sum(readers.size(kind, path) for src in ranks if groupable(src) for kind, path in src.files.items())
-    return max(GROUP_BYTES, min(GROUP_BYTES_MAX, total // GROUPS))
+    sizes = [sum(readers.size(kind, path) for kind, path in src.files.items()) for src in ranks if groupable(src)]
+    lo = sum(sizes) // GROUPS
+    hi = lo + max(sizes, default=0)  # packs into GROUPS at most: each group but the last holds over the average
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _groups(sizes, mid) <= GROUPS:
+            hi = mid
+        else:
+            lo = mid + 1
+    return max(GROUP_BYTES, min(GROUP_BYTES_MAX, hi))
+
+
+def _groups(sizes: list[int], target_bytes: int) -> int:
+    """How many groups ``plan_groups`` makes of ranks of these input sizes (all groupable)."""
+    groups, size, members = 0, 0, 0
+    for n in sizes:
+        if n >= target_bytes:
+            groups += 1 + (members > 0)
+            size = members = 0
+            continue
+        if members and (size + n > target_bytes or members >= GROUP_RANKS):
+            groups += 1
+            size = members = 0
+        members += 1
+        size += n
+    return groups + (members > 0)
 
 
 def groupable(src: RankSource) -> bool:

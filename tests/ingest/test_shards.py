@@ -483,29 +483,35 @@ def test_shards_extracted_from_an_archive_are_kept_too(generated, tmp_path):
     assert ingest_sharded(zipped, tmp_path / "run", workers=1)["reused"] == 1
 
 
-def test_the_group_size_divides_a_run_into_about_sixteen_tasks_within_bounds(tmp_path):
-    """A sharded ingest's default group size: the run's input / 16, but at least 32 MiB (small runs keep a shard
-    per big-enough rank) and at most 128 MiB (wide runs still spread over many tasks). Files are sparse."""
+def test_the_group_size_divides_a_run_into_at_most_eight_even_tasks_within_bounds(tmp_path):
+    """A sharded ingest's default group size: the smallest that packs the run's ranks into at most 8 groups (so
+    they come out even: no small last task keeping one worker busy alone), but at least 32 MiB (small runs keep a
+    shard per big-enough rank) and at most 128 MiB (wide runs still spread over many tasks). Files are sparse."""
     from ascendscope.ingest.discover import RankSource
     from ascendscope.ingest.pipeline import GROUP_BYTES, GROUP_BYTES_MAX, group_target, plan_groups
 
-    def ranks(n: int, mb: float) -> list[RankSource]:
+    def ranks(n: int, mb: float, bigger: dict | None = None) -> list[RankSource]:
         out = []
         for r in range(n):
-            path = tmp_path / f"{n}x{mb}" / f"r{r}" / "trace_view.json"
+            path = tmp_path / f"{n}x{mb}x{len(bigger or {})}" / f"r{r}" / "trace_view.json"
             if not path.exists():
                 path.parent.mkdir(parents=True)
                 with open(path, "wb") as fh:
-                    fh.truncate(int(mb * 2**20))
+                    fh.truncate(int((bigger or {}).get(r, mb) * 2**20))
             out.append(RankSource(folder=path.parent, files={"trace_view": path}, rank=r))
         return out
 
+    def sizes(run: list[RankSource]) -> list[int]:
+        return [len(g) for g in plan_groups(run, group_target(run))]
+
     assert group_target(ranks(3, 19)) == GROUP_BYTES  # the resume test's run: three shards
-    assert len(plan_groups(ranks(3, 19), group_target(ranks(3, 19)))) == 3
+    assert sizes(ranks(3, 19)) == [1, 1, 1]
     wide = ranks(64, 12)
-    assert group_target(wide) == 64 * 12 * 2**20 // 16
-    assert len(plan_groups(wide, group_target(wide))) == 16  # was 32 two-rank tasks at 32 MiB
-    assert group_target(ranks(1000, 0.36)) == GROUP_BYTES  # tiny ranks: as before (the 256-rank cap aside)
+    assert group_target(wide) == 96 * 2**20 and sizes(wide) == [8] * 8  # was 32 two-rank tasks at 32 MiB
+    assert sizes(ranks(1000, 0.36)) == [125] * 8  # (greedy at 1/8 of the input: 8 of 124 and one of 8)
+    assert sizes(ranks(10, 20)) == [2] * 5  # 8 groups would leave a rank alone beside pairs
+    uneven = ranks(40, 1, bigger={0: 20, 1: 20})
+    assert len(sizes(uneven)) <= 8 and sum(sizes(uneven)) == 40
     assert group_target(ranks(400, 10)) == GROUP_BYTES_MAX
 
 
