@@ -126,27 +126,11 @@ def group_target(ranks: list[RankSource]) -> int:
     hi = lo + max(sizes, default=0)  # packs into GROUPS at most: each group but the last holds over the average
     while lo < hi:
         mid = (lo + hi) // 2
-        if _groups(sizes, mid) <= GROUPS:
+        if len(_pack(sizes, mid)) <= GROUPS:
             hi = mid
         else:
             lo = mid + 1
     return max(GROUP_BYTES, min(GROUP_BYTES_MAX, hi))
-
-
-def _groups(sizes: list[int], target_bytes: int) -> int:
-    """How many groups ``plan_groups`` makes of ranks of these input sizes (all groupable)."""
-    groups, size, members = 0, 0, 0
-    for n in sizes:
-        if n >= target_bytes:
-            groups += 1 + (members > 0)
-            size = members = 0
-            continue
-        if members and (size + n > target_bytes or members >= GROUP_RANKS):
-            groups += 1
-            size = members = 0
-        members += 1
-        size += n
-    return groups + (members > 0)
 
 
 def groupable(src: RankSource) -> bool:
@@ -158,12 +142,17 @@ def plan_groups(ranks: list[RankSource], target_bytes: int = GROUP_BYTES, max_ra
                 ) -> list[list[int]]:
     """Indices of ``ranks`` in groups: consecutive groupable ranks together while their input stays under
     ``target_bytes`` (a rank at least that big, or one of another format, is a group of its own)."""
+    return _pack([sum(readers.size(kind, path) for kind, path in src.files.items()) if groupable(src) else None
+                  for src in ranks], target_bytes, max_ranks)
+
+
+def _pack(sizes: list[int | None], target_bytes: int, max_ranks: int = GROUP_RANKS) -> list[list[int]]:
+    """``plan_groups`` of ranks of these input sizes (None: a rank that is not groupable)."""
     groups: list[list[int]] = []
     current: list[int] = []
     size = 0
-    for i, src in enumerate(ranks):
-        n = sum(readers.size(kind, path) for kind, path in src.files.items())
-        if not groupable(src) or n >= target_bytes:
+    for i, n in enumerate(sizes):
+        if n is None or n >= target_bytes:
             if current:
                 groups.append(current)
                 current, size = [], 0

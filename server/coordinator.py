@@ -38,6 +38,7 @@ except ImportError:  # no flock (Windows): every process leads, as one process a
     fcntl = None
 
 log = logging.getLogger("ascendscope.coordinator")
+_LEAVING = threading.Event()  # set by leaving(): this process takes no lead from then on
 
 LEADER_LOCK = ".ingest-leader.lock"
 REQUESTS_DIR = "queue"
@@ -134,7 +135,7 @@ class IngestCoordinator:
         os.replace(tmp, path)  # complete or absent: the leader never reads half a file
 
     def _try_lead(self) -> None:
-        if self.is_leader or self._stopping.is_set():
+        if self.is_leader or self._stopping.is_set() or _LEAVING.is_set():
             return
         fd = os.open(self.store.data_dir / LEADER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         if fcntl is not None:
@@ -175,6 +176,13 @@ class IngestCoordinator:
                 queue.cancel(run_id)
             else:
                 queue.enqueue(run_id)
+
+
+def leaving() -> None:
+    """This process is about to stop (a server process whose supervisor died): it takes no lead from now on. Its
+    shutdown can take seconds; had it taken the lead meanwhile (the leader of that server stopping first), it
+    would start an ingest worker only to leave it behind, and the next server would count one more attempt."""
+    _LEAVING.set()
 
 
 def _mtime(path: Path) -> float:

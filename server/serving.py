@@ -115,6 +115,9 @@ def _exit_with(supervisor_pid: int) -> None:
     def watch() -> None:
         while os.getppid() == supervisor_pid:
             time.sleep(ORPHAN_POLL_S)
+        from ascendscope.server import coordinator
+
+        coordinator.leaving()  # (before its shutdown begins: no lead taken while it lasts)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="ascendscope-orphan-watch", daemon=True).start()

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -168,3 +169,28 @@ def test_two_servers_on_two_mounts_of_one_store(tmp_path, source, archive):
     finally:
         stop(a)
         stop(b)
+
+
+def test_a_leaving_process_takes_no_lead(tmp_path, monkeypatch):
+    """A server process whose supervisor died shuts down for seconds; if the lead freed meanwhile (that server's
+    leader stopping first), it must not take it: it would start an ingest worker only to leave it behind."""
+    from ascendscope.server import coordinator
+    from ascendscope.server.coordinator import IngestCoordinator
+    from ascendscope.server.runs import RunStore
+
+    store = RunStore(tmp_path / "data")
+    monkeypatch.setattr(coordinator, "_LEAVING", threading.Event())
+    first = IngestCoordinator(store).start()
+    second = IngestCoordinator(store).start()
+    try:
+        assert first.is_leader and not second.is_leader
+        coordinator.leaving()
+        first.stop()  # the lead is free now
+        second._try_lead()
+        assert not second.is_leader
+        coordinator._LEAVING.clear()
+        second._try_lead()
+        assert second.is_leader
+    finally:
+        first.stop()
+        second.stop()
