@@ -78,6 +78,24 @@ def test_the_sharded_ingest_passes_on_the_bytes_of_running_tasks(one_rank, tmp_p
         return real(path) or 300
 
     monkeypatch.setattr(shards.pipeline, "read_done_bytes", slow_read)
+    # the task would start beside the small files and may end before the coordinator first looks: here it starts
+    # when the coordinator's loop first polls, so that loop sees it run
+    real_make = shards.make_executor
+
+    def make(*args, **kwargs):
+        runner = real_make(*args, **kwargs)
+        start = runner.start
+
+        def start_on_first_poll(fn, calls, order=None):
+            batch = start(fn, calls, order)
+            fill, skip = batch.fill, [True]
+            batch.fill = lambda: skip.pop() if skip else fill()
+            return batch
+
+        runner.start = start_on_first_poll
+        return runner
+
+    monkeypatch.setattr(shards, "make_executor", make)
     summary = shards.ingest_sharded(one_rank, tmp_path / "out", workers=1, progress=rec)
     assert summary["shards"][0]["status"] == "ready"
     assert asked and all(str(p).endswith(".bytes") for p in asked)
