@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -217,12 +218,12 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
 def _wait(batch, todo: list[int], plan: list[Shard], entries: list[dict], cluster: ClusterTables, out: Path,
           src_path: Path, progress: Progress) -> None:
     """Collect the shard tasks as they finish and publish them: failed ones into the cluster tables' warnings,
-    ready ones into the cluster tables, which are rewritten (at most every MIN_REWRITE_S) before the manifest
-    that marks them. The rewrites run on a thread of their own, so a worker that frees starts its next shard at
+    ready ones into the cluster tables, which are rewritten (the first time at once, then at most every
+    MIN_REWRITE_S) before the manifest that marks them. The rewrites run on a thread of their own, so a worker that frees starts its next shard at
     once, not after a rewrite; the last shards are left to the caller's final write."""
     finished: list[tuple[int, dict, str | None]] = []  # (plan index, its entry's new fields, error) to publish
     started: set[int] = set()
-    last_write = time.monotonic()
+    last_write = -math.inf  # the first shards to finish are published at once: the first rank opens sooner
     job = None
 
     def publish(items: list[tuple[int, dict, str | None]], write: bool) -> None:

@@ -539,3 +539,23 @@ def test_a_freed_worker_starts_its_next_shard_while_the_cluster_tables_are_rewri
     assert seen and all(seen)
     manifest = read_manifest(out)
     assert manifest["status"] == "complete" and all(e["status"] == "ready" for e in manifest["shards"])
+
+
+def test_the_first_shards_to_finish_are_published_at_once(tmp_path, monkeypatch):
+    """However long the rewrites are spaced, the first shards to finish are published as soon as they are
+    collected (the first rank opens then), not one spacing after the small files; later ones wait their turn."""
+    src, out = tmp_path / "src", tmp_path / "run"
+    generate_run(src, ranks=3, steps=1, ops_per_step=5)
+    monkeypatch.setattr(shards, "MIN_REWRITE_S", 3600.0)
+    published = []
+    real = shards._write_manifest
+
+    def note(out_dir, entries, src_path, status, timing=None):
+        if threading.current_thread().name.startswith("cluster-write"):
+            published.append([e["status"] for e in entries])
+        return real(out_dir, entries, src_path, status, timing)
+
+    monkeypatch.setattr(shards, "_write_manifest", note)
+    summary = ingest_sharded(src, out, workers=1, group_bytes=0)
+    assert [s["status"] for s in summary["shards"]] == ["ready"] * 3
+    assert len(published) == 1 and "ready" in published[0] and "pending" in published[0], published

@@ -132,7 +132,7 @@ def uneven(tmp_path_factory) -> Path:
     """Six ranks: five small, then one whose trace takes a few seconds more than theirs."""
     root = tmp_path_factory.mktemp("uneven")
     generate_run(root / "small", ranks=6, steps=2, ops_per_step=60, seed=5)
-    generate_run(root / "big", ranks=6, steps=3, ops_per_step=2500, seed=5)
+    generate_run(root / "big", ranks=6, steps=4, ops_per_step=6000, seed=5)
     src = root / "run"
     src.mkdir()
     for r in range(6):
