@@ -219,8 +219,9 @@ def _wait(batch, todo: list[int], plan: list[Shard], entries: list[dict], cluste
           src_path: Path, progress: Progress) -> None:
     """Collect the shard tasks as they finish and publish them: failed ones into the cluster tables' warnings,
     ready ones into the cluster tables, which are rewritten (the first time at once, then at most every
-    MIN_REWRITE_S) before the manifest that marks them. The rewrites run on a thread of their own, so a worker that frees starts its next shard at
-    once, not after a rewrite; the last shards are left to the caller's final write."""
+    MIN_REWRITE_S) before the manifest that marks them. The rewrites run on a thread of their own, so a worker
+    that frees starts its next shard at once, not after a rewrite; the last shards are left to the caller's final
+    write."""
     finished: list[tuple[int, dict, str | None]] = []  # (plan index, its entry's new fields, error) to publish
     started: set[int] = set()
     last_write = -math.inf  # the first shards to finish are published at once: the first rank opens sooner
