@@ -48,7 +48,7 @@ from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are 
     GROUP_BYTES,
     GROUP_BYTES_MAX,
     GROUP_RANKS,
-    GROUPS,
+    GROUPS_PER_WORKER,
     TIMELINE_KINDS,
     IdBases,
     IdRangeError,

@@ -5,8 +5,8 @@ opened while it ingests.
 
 1. discovers the ranks once (so rank ids and file names are those of a single-file ingest) and plans the shards:
    small ranks together, up to ``pipeline.group_target`` of input (the smallest size that packs the run's ranks
-   into at most 8 groups, within 32 and 128 MiB), so the fixed cost of a task and a file is paid once for many
-   ranks; a big rank alone (``pipeline.plan_groups``);
+   into at most 2 groups per worker, within 32 and 128 MiB), so the fixed cost of a task and a file is paid once
+   for many ranks; a big rank alone (``pipeline.plan_groups``);
 2. loads the small files of every rank (``SMALL_KINDS``: step_trace_time.csv, communication*.json, the db
    export's analysis.db …) into ``cluster.duckdb`` with the ranks and the cluster tables, and writes the first
    manifest (``status: ingesting``, every shard ``pending``): the Cluster, Summary and Communication views
@@ -157,7 +157,8 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
         except NoProfilingData:
             (out / MANIFEST).unlink(missing_ok=True)  # an old run of this folder is not this source's
             raise
-        target = pipeline.group_target(disc.ranks) if group_bytes is None else group_bytes
+        wanted_workers = int(workers or default_workers())
+        target = pipeline.group_target(disc.ranks, wanted_workers) if group_bytes is None else group_bytes
         plan = plan_shards(disc, target, src_path if archive.is_archive(src_path) else None)
         entries = _entries(plan, _previous(out) if resume else {}, out)
         todo = [i for i, e in enumerate(entries) if e["status"] != "ready"]
@@ -166,7 +167,7 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
         progress.begin(sum(plan[i].input_bytes for i in todo) or 1, len(disc.ranks))
         # no more processes than tasks: a lone big rank gets every core (its files load side by side, its trace
         # in halves) instead of one core beside an idle worker
-        n = max(1, min(int(workers or default_workers()), len(todo) or 1))
+        n = max(1, min(wanted_workers, len(todo) or 1))
         threads = max(1, (os.cpu_count() or 1) // n)
         # node-local scratch for Ray (another node may not have our temp folder); our run folder's otherwise
         scratch = None if executor == "ray" else tempfile.gettempdir()

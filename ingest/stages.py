@@ -107,26 +107,29 @@ class Stage:
 
 GROUP_BYTES = 32 << 20  # small ranks are staged (and sharded) together up to this much input …
 GROUP_RANKS = 256  # … and this many ranks
-# A sharded ingest groups up to a target between these, sized so a run makes at most GROUPS tasks: a task costs
-# ~0.7 CPU-s whatever its size (a file created, checkpointed and closed, ~350 statements of its stage, the level of
-# detail), so at 32 MiB a 64-rank run of 12 MB ranks was 32 tasks of mostly overhead. Fewer, larger tasks make a
-# run's first rank browsable later; 8 keeps 2–4 workers busy to the end (1,000 tiny ranks in 8 tasks: 21–22 s
-# against 23–24 s in 11, 64 ranks of 12.5 MB in 8: 22–24 s against 26–31 s in 18; docs/benchmarks.md, issue #17)
+# A sharded ingest groups up to a target between these, sized so a run makes at most GROUPS_PER_WORKER tasks per
+# worker: a task costs ~0.7 CPU-s whatever its size (a file created, checkpointed and closed, ~350 statements of its
+# stage, the level of detail), so at 32 MiB a 64-rank run of 12 MB ranks was 32 tasks of mostly overhead. Fewer,
+# larger tasks make a run's first rank browsable later; two even rounds of tasks keep every worker busy to the end
+# (1,000 tiny ranks on 2 workers: 18.8–19.6 s in 4 tasks, 20.4–20.9 s in 6, 22.0–23.2 s in 8, 23–24 s in 11; the
+# first rank browsable after 10.7 s against 8.1 s in 8; docs/benchmarks.md, issue #17)
 GROUP_BYTES_MAX = 128 << 20
-GROUPS = 8
+GROUPS_PER_WORKER = 2
 
 
-def group_target(ranks: list[RankSource]) -> int:
-    """The group size of a sharded ingest of ``ranks``: the smallest that packs their groupable ranks, in order
-    (as ``plan_groups`` does), into at most ``GROUPS`` groups, so the groups come out as even as the ranks allow,
-    within [``GROUP_BYTES``, ``GROUP_BYTES_MAX``]. It depends only on the input, so a resumed ingest plans the same
-    shards and keeps those already written."""
+def group_target(ranks: list[RankSource], workers: int) -> int:
+    """The group size of a sharded ingest of ``ranks`` by ``workers`` processes: the smallest that packs their
+    groupable ranks, in order (as ``plan_groups`` does), into at most ``GROUPS_PER_WORKER * workers`` groups, so
+    the groups come out as even as the ranks allow, within [``GROUP_BYTES``, ``GROUP_BYTES_MAX``]. It depends only
+    on the input and the worker count, so a resumed ingest on the same machine plans the same shards and keeps
+    those already written."""
+    groups = GROUPS_PER_WORKER * max(1, int(workers))
     sizes = [sum(readers.size(kind, path) for kind, path in src.files.items()) for src in ranks if groupable(src)]
-    lo = sum(sizes) // GROUPS
-    hi = lo + max(sizes, default=0)  # packs into GROUPS at most: each group but the last holds over the average
+    lo = sum(sizes) // groups
+    hi = lo + max(sizes, default=0)  # packs into `groups` at most: each group but the last holds over the average
     while lo < hi:
         mid = (lo + hi) // 2
-        if len(_pack(sizes, mid)) <= GROUPS:
+        if len(_pack(sizes, mid)) <= groups:
             hi = mid
         else:
             lo = mid + 1

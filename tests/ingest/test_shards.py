@@ -483,10 +483,11 @@ def test_shards_extracted_from_an_archive_are_kept_too(generated, tmp_path):
     assert ingest_sharded(zipped, tmp_path / "run", workers=1)["reused"] == 1
 
 
-def test_the_group_size_divides_a_run_into_at_most_eight_even_tasks_within_bounds(tmp_path):
-    """A sharded ingest's default group size: the smallest that packs the run's ranks into at most 8 groups (so
-    they come out even: no small last task keeping one worker busy alone), but at least 32 MiB (small runs keep a
-    shard per big-enough rank) and at most 128 MiB (wide runs still spread over many tasks). Files are sparse."""
+def test_the_group_size_makes_two_even_tasks_per_worker_within_bounds(tmp_path):
+    """A sharded ingest's default group size: the smallest that packs the run's ranks into at most 2 groups per
+    worker (so they come out even: two full rounds, no small last task keeping one worker busy alone), but at
+    least 32 MiB (small runs keep a shard per big-enough rank) and at most 128 MiB (wide runs still spread over
+    many tasks); at most 256 ranks a group. Files are sparse."""
     from ascendscope.ingest.discover import RankSource
     from ascendscope.ingest.pipeline import GROUP_BYTES, GROUP_BYTES_MAX, group_target, plan_groups
 
@@ -501,18 +502,22 @@ def test_the_group_size_divides_a_run_into_at_most_eight_even_tasks_within_bound
             out.append(RankSource(folder=path.parent, files={"trace_view": path}, rank=r))
         return out
 
-    def sizes(run: list[RankSource]) -> list[int]:
-        return [len(g) for g in plan_groups(run, group_target(run))]
+    def sizes(run: list[RankSource], workers: int) -> list[int]:
+        return [len(g) for g in plan_groups(run, group_target(run, workers))]
 
-    assert group_target(ranks(3, 19)) == GROUP_BYTES  # the resume test's run: three shards
-    assert sizes(ranks(3, 19)) == [1, 1, 1]
+    assert group_target(ranks(3, 19), 2) == GROUP_BYTES  # the resume test's run: three shards
+    assert sizes(ranks(3, 19), 2) == [1, 1, 1]
     wide = ranks(64, 12)
-    assert group_target(wide) == 96 * 2**20 and sizes(wide) == [8] * 8  # was 32 two-rank tasks at 32 MiB
-    assert sizes(ranks(1000, 0.36)) == [125] * 8  # (greedy at 1/8 of the input: 8 of 124 and one of 8)
-    assert sizes(ranks(10, 20)) == [2] * 5  # 8 groups would leave a rank alone beside pairs
+    assert group_target(wide, 4) == 96 * 2**20 and sizes(wide, 4) == [8] * 8  # was 32 two-rank tasks at 32 MiB
+    assert sizes(wide, 2) == [10] * 6 + [4]  # 16 ranks (192 MiB) would pass the upper bound
+    assert sizes(ranks(1000, 0.36), 4) == [125] * 8  # (greedy at 1/8 of the input: 8 of 124 and one of 8)
+    assert sizes(ranks(1000, 0.2), 2) == [250] * 4  # two rounds of two tasks on 2 cores
+    assert sizes(ranks(1000, 0.2), 16) == [160] * 6 + [40]  # 32 groups would be under 32 MiB each
+    assert sizes(ranks(10, 20), 4) == [2] * 5  # 8 groups would leave a rank alone beside pairs
     uneven = ranks(40, 1, bigger={0: 20, 1: 20})
-    assert len(sizes(uneven)) <= 8 and sum(sizes(uneven)) == 40
-    assert group_target(ranks(400, 10)) == GROUP_BYTES_MAX
+    assert len(sizes(uneven, 4)) <= 8 and sum(sizes(uneven, 4)) == 40
+    assert group_target(ranks(400, 10), 2) == GROUP_BYTES_MAX
+    assert group_target(ranks(400, 10), 64) == 40 * 2**20  # at most 128 groups: 4 ranks each (3 would make 134)
 
 
 def test_a_freed_worker_starts_its_next_shard_while_the_cluster_tables_are_rewritten(tmp_path, monkeypatch):
