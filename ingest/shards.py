@@ -79,8 +79,8 @@ EARLY_TABLES = ("step_trace", "comm_ops", "comm_bandwidth", "comm_matrix", "comm
 PROGRESS_DIR = ".progress"
 TASK_NICE = 10  # the shard tasks' processes run this much nicer than the ingest that waits for them
 POLL_S = 0.5  # how often the waiting loop looks at progress files and at what the user wants
-MIN_REWRITE_S = 2.0  # cluster.duckdb is rewritten at most this often while shards finish …
-REWRITE_FACTOR = 4  # … and at most once per this many times its last write took
+MIN_REWRITE_S = 0.5  # while shards finish, cluster.duckdb is rewritten at most this often …
+REWRITE_FACTOR = 4  # … and for at most 1/this of the time waited (the first rewrite at once)
 CLUSTER_BIG_ROWS = 50_000  # cluster.duckdb is written in DuckDB's default blocks past this many rows …
 DEFAULT_BLOCK_BYTES = 256 << 10  # … of this size
 
@@ -219,13 +219,15 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
 def _wait(batch, todo: list[int], plan: list[Shard], entries: list[dict], cluster: ClusterTables, out: Path,
           src_path: Path, progress: Progress) -> None:
     """Collect the shard tasks as they finish and publish them: failed ones into the cluster tables' warnings,
-    ready ones into the cluster tables, which are rewritten (the first time at once, then at most every
-    MIN_REWRITE_S) before the manifest that marks them. The rewrites run on a thread of their own, so a worker
-    that frees starts its next shard at once, not after a rewrite; the last shards are left to the caller's final
-    write."""
+    ready ones into the cluster tables, which are rewritten before the manifest that marks them: the first time
+    at once, then at most every MIN_REWRITE_S and for at most 1/REWRITE_FACTOR of the time waited (a budget, not
+    a spacing: two shards finishing close together are both published soon). The rewrites run on a thread of
+    their own, so a worker that frees starts its next shard at once, not after a rewrite; the last shards are
+    left to the caller's final write."""
     finished: list[tuple[int, dict, str | None]] = []  # (plan index, its entry's new fields, error) to publish
     started: set[int] = set()
     last_write = -math.inf  # the first shards to finish are published at once: the first rank opens sooner
+    waited_from, spent = time.monotonic(), 0.0  # (spent: seconds of the rewrites so far)
     job = None
 
     def publish(items: list[tuple[int, dict, str | None]], write: bool) -> None:
@@ -267,8 +269,10 @@ def _wait(batch, todo: list[int], plan: list[Shard], entries: list[dict], cluste
                     out / PROGRESS_DIR / f"{Path(shard.file).stem}.bytes"))
             if job is not None and job.done():
                 job.result()  # (raises what the rewrite raised)
-                job, last_write = None, time.monotonic()
-            due = time.monotonic() - last_write >= max(MIN_REWRITE_S, REWRITE_FACTOR * cluster.write_s)
+                job, last_write, spent = None, time.monotonic(), spent + cluster.write_s
+            now = time.monotonic()
+            due = now - last_write >= MIN_REWRITE_S and (
+                spent == 0 or REWRITE_FACTOR * (spent + cluster.write_s) <= now - waited_from)
             if finished and job is None and due and not batch.done:
                 job = writer.submit(publish, finished, True)
                 finished = []
