@@ -25,11 +25,12 @@ pytestmark = needs_samples
 
 @pytest.fixture(scope="module")
 def slow_source(tmp_path_factory) -> Path:
-    """A generated rank of ~100 MB: its ingest takes seconds, longer than a server takes to start."""
+    """A generated rank of ~270 MB: its ingest takes 6–7 s here, longer than a server takes to start and to be
+    stopped (at ~100 MB, 4 s, a Ctrl+C sent once its ranks were being read could land after it ended)."""
     from ascendscope.sample_data.generate import generate_run
 
     path = tmp_path_factory.mktemp("slow") / "slow_ascend_pt_run"
-    generate_run(path, ranks=1, steps=3, ops_per_step=20_000)
+    generate_run(path, ranks=1, steps=8, ops_per_step=20_000)
     return path
 
 
