@@ -157,8 +157,8 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
         except NoProfilingData:
             (out / MANIFEST).unlink(missing_ok=True)  # an old run of this folder is not this source's
             raise
-        wanted_workers = int(workers or default_workers())
-        target = pipeline.group_target(disc.ranks, wanted_workers) if group_bytes is None else group_bytes
+        pool_workers = int(workers or default_workers())
+        target = pipeline.group_target(disc.ranks, pool_workers) if group_bytes is None else group_bytes
         plan = plan_shards(disc, target, src_path if archive.is_archive(src_path) else None)
         entries = _entries(plan, _previous(out) if resume else {}, out)
         todo = [i for i, e in enumerate(entries) if e["status"] != "ready"]
@@ -167,7 +167,7 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
         progress.begin(sum(plan[i].input_bytes for i in todo) or 1, len(disc.ranks))
         # no more processes than tasks: a lone big rank gets every core (its files load side by side, its trace
         # in halves) instead of one core beside an idle worker
-        n = max(1, min(wanted_workers, len(todo) or 1))
+        n = max(1, min(pool_workers, len(todo) or 1))
         threads = max(1, (os.cpu_count() or 1) // n)
         # node-local scratch for Ray (another node may not have our temp folder); our run folder's otherwise
         scratch = None if executor == "ray" else tempfile.gettempdir()
