@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ascendscope.server.db import QueryTimeout
+from ascendscope.server.indexfiles import mapped
 from ascendscope.server.requestclock import ClientGone
 from ascendscope.server.runs import try_flock
 
@@ -50,6 +51,10 @@ HEAVY_POLL_S = 0.02  # how often a heavy request tries the heavy slots
 INDEX_FOREGROUND_BYTES = 8 * 10**6  # an "index" entry estimated at most this is read by the request needing it
 INDEX_HOT_S = 30.0  # an "index" entry used this recently is never pushed out to admit another
 INDEX_REFUSED_KEPT = 4096  # keys of "index" entries found larger than their estimate, remembered
+# what an array mapped from an index file (server.indexfiles) counts against the budget: its pages are not this
+# process's, but each mapped file is a kernel object: a budget of 256 MB keeps ~2,000 tracks (~7 arrays each) mapped
+MAPPED_ARRAY_BYTES = 16 * 1024
+MAPPED_ENTRY_BYTES = 8 * MAPPED_ARRAY_BYTES  # an entry (a track, its level of detail, a table's flows) mapped
 
 
 class QueryPool:
@@ -374,6 +379,8 @@ def approx_bytes(value: object) -> int:
     """Rough memory of an answer: numpy buffers, plus a Python object's size for each element of object arrays,
     lists and dicts."""
     if isinstance(value, np.ndarray):
+        if mapped(value):  # a file's pages, shared by every process and given back by the kernel at will
+            return MAPPED_ARRAY_BYTES
         return value.nbytes + (64 * value.size if value.dtype == object else 0)
     if isinstance(value, dict):
         return 64 + sum(approx_bytes(k) + approx_bytes(v) for k, v in value.items())

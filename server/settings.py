@@ -29,7 +29,7 @@ OPTIONAL_STR = str | None
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("data_dir", Path, "~/.ascendscope",
-            "where runs are stored: <data_dir>/runs/<id>/{run.json,manifest.json,cluster.duckdb,shards/}"),
+            "where runs are stored: <data_dir>/runs/<id>/{run.json,manifest.json,cluster.duckdb,shards/,index/}"),
     Setting("host", str, "127.0.0.1", "interface to listen on"),
     Setting("port", int, 8000, "TCP port to listen on"),
     Setting("workers", int, 0, "server processes answering requests (0: one per core); they share the port, "
@@ -47,6 +47,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("track_cache_mb", int, 256, "MB of whole timeline tracks and flows kept in memory per server "
                                         "process, so a viewport on them is answered without a database query "
                                         "(0: none)"),
+    Setting("index_files", bool, True, "write each track and table of flows, once read, to a file in the run's "
+                                       "folder that every server process maps, so it is read from the database "
+                                       "once per run rather than once per process (off: memory only)"),
     Setting("max_slices_per_track", int, 50_000, "row cap for one track in one slices response"),
     Setting("max_tracks_per_request", int, 400, "track_id values accepted in one slices request"),
     Setting("max_flows", int, 5_000, "row cap for a flows response"),

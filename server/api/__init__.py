@@ -43,7 +43,8 @@ from pydantic import Field
 from ascendscope.server import columns, requestclock
 from ascendscope.server.db import DamagedDatabase, Databases, QueryTimeout, RunInfo, query, request_scope
 from ascendscope.server.db import version as db_version
-from ascendscope.server.querypool import QueryPool
+from ascendscope.server.indexfiles import IndexFiles
+from ascendscope.server.querypool import MAPPED_ENTRY_BYTES, QueryPool
 from ascendscope.server.requestclock import CancelToken
 from ascendscope.server.runs import Run, RunNotFound, RunStore
 from ascendscope.server.schema_check import OutdatedDatabase, mark_outdated
@@ -181,6 +182,7 @@ class RunDb:
     cancel: CancelToken | None = None
     heavy: bool = False
     connection: duckdb.DuckDBPyConnection | None = None  # what ``cur`` came from: background reads' cursors too
+    index_files: IndexFiles | None = None  # where index entries are written once and mapped (server.indexfiles)
 
     def remaining(self) -> float:
         """Seconds left before the deadline; :class:`QueryTimeout` (504) once it has passed."""
@@ -240,7 +242,14 @@ class RunDb:
         background = self.pool.background_index and self.connection is not None and size > self.pool.foreground_bytes
         if self.pool.index_has(key):
             return True
-        if not self.pool.index_admits(key, size):
+        files = self.index_files
+        if files is not None:
+            if files.has(self.index_key(kind, params, item)):
+                return True  # mapped from its file by this request: no read
+            # once written, the entry is mapped (it costs the budget little); the read itself holds ``size``
+            if size > self.pool.index_bytes or not self.pool.index_admits(key, MAPPED_ENTRY_BYTES):
+                return False
+        elif not self.pool.index_admits(key, size):
             return False
         if not background:
             return True
@@ -260,6 +269,11 @@ class RunDb:
         if not self.pool.index_later(key, job):
             cur.close()
         return False
+
+    def index_key(self, kind: str, params: tuple, item: Hashable) -> tuple:
+        """The key of an index entry in ``index_files``: the ranks in scope (the rest of ``file_id`` names the
+        files' folder), kind, parameters, item."""
+        return (self.file_id[len(self.index_files.version):], kind, params, item)
 
     def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]:
         rows = self.rows(sql, params)
@@ -321,13 +335,14 @@ async def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, reques
         opened = await run_in_threadpool(functools.partial(open_run_db, with_connection=True), run, store,
                                          databases, ranks, about)
     info, cur, conn = opened
+    files = index_files(store, run.id, version) if settings.index_files and version is not None else None
     if info.pending_ranks:  # a run still ingesting: the ranks this request is about are loaded next
         await run_in_threadpool(want_pending, store, run, info, ranks, about)
     if version is not None and info.loaded_ranks is not None:  # answers differ per scope of ranks
         version = (*version, tuple(info.loaded_ranks))
     try:
         yield RunDb(run=run, cur=cur, info=info, settings=settings, pool=request.app.state.query_pool,
-                    file_id=version, connection=conn, **request_budget(request))
+                    file_id=version, connection=conn, index_files=files, **request_budget(request))
     except DamagedDatabase as exc:  # found by a query of this request
         databases.forget(run.id)
         raise run_damaged(store, run, str(exc)) from exc
@@ -358,6 +373,16 @@ def file_id(path: FilePath) -> tuple | None:
         return db_version(path)
     except OSError:
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _index_files(run_dir: FilePath, version: tuple) -> IndexFiles:
+    return IndexFiles(run_dir, version)
+
+
+def index_files(store: RunStore, run_id: str, version: tuple) -> IndexFiles:
+    """The index files of this version of the run's database (``server.indexfiles``)."""
+    return _index_files(store.run_dir(run_id), version)
 
 
 def want_pending(store: RunStore, run: Run, info: RunInfo, ranks, about) -> None:

@@ -114,13 +114,29 @@ def _load_lod(db, track_id: int, level: int, tables: dict[str, str]) -> dict:
 def track_slices(db, track_id: int, tables: dict[str, str]) -> dict:
     """The track's slices in memory (read once per process while the budget keeps them)."""
     return db.shared("track_slices", (), [track_id],
-                     lambda ids: {i: _load_slices(db, i, tables) for i in ids}, store="index")[track_id]
+                     lambda ids: {i: _entry(db, "track_slices", (), i, lambda i=i: _load_slices(db, i, tables))
+                                  for i in ids}, store="index")[track_id]
 
 
 def track_lod(db, track_id: int, level: int, tables: dict[str, str]) -> dict:
     """One level of the track's level of detail in memory."""
     return db.shared("track_lod", (level,), [track_id],
-                     lambda ids: {i: _load_lod(db, i, level, tables) for i in ids}, store="index")[track_id]
+                     lambda ids: {i: _entry(db, "track_lod", (level,), i, lambda i=i: _load_lod(db, i, level, tables))
+                                  for i in ids}, store="index")[track_id]
+
+
+def _entry(db, kind: str, params: tuple, item, read):
+    """The index entry (kind, params, item): mapped from its file when one was written (by any server process,
+    ``server.indexfiles``), else ``read()`` from the database and written there for the next."""
+    files = getattr(db, "index_files", None)
+    if files is None:
+        return read()
+    key = db.index_key(kind, params, item)
+    found = files.load(key)
+    if found is not None:
+        return found
+    value = read()
+    return files.save(key, value) or value
 
 
 def _names_of(index: dict, picked: np.ndarray) -> tuple[np.ndarray, list]:
@@ -213,7 +229,8 @@ def counter_samples(db, track_id: int, tables: dict[str, str]) -> dict | None:
     """The counter track's samples in memory; None when one of its values is NULL (the SQL path handles those:
     its aggregates skip them)."""
     ix = db.shared("counter_samples", (), [track_id],
-                   lambda ids: {i: _load_counter(db, i, tables) for i in ids}, store="index")[track_id]
+                   lambda ids: {i: _entry(db, "counter_samples", (), i, lambda i=i: _load_counter(db, i, tables))
+                                for i in ids}, store="index")[track_id]
     return ix if ix["complete"] else None
 
 
@@ -380,7 +397,8 @@ def _load_flows(db, tables: dict[str, str]) -> dict:
 
 def table_flows(db, tables: dict[str, str]) -> dict:
     """The flows of one table (``flow_sources``) in memory."""
-    return db.shared("flows", (), [tables["flows"]], lambda keys: {k: _load_flows(db, tables) for k in keys},
+    return db.shared("flows", (), [tables["flows"]],
+                     lambda keys: {k: _entry(db, "flows", (), k, lambda: _load_flows(db, tables)) for k in keys},
                      store="index")[tables["flows"]]
 
 

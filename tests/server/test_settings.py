@@ -11,6 +11,7 @@ import io
 from pathlib import Path
 
 from ascendscope.ingest import layout
+from ascendscope.server import indexfiles
 from ascendscope.server import settings as settings_module
 from ascendscope.server.cli import build_parser
 from ascendscope.server.runs import RUN_FILE
@@ -59,5 +60,5 @@ def test_each_setting_is_named_once_in_its_module():
 def test_the_data_dir_help_names_what_a_run_folder_holds():
     """A run folder as the store writes it: run.json and the sharded layout (server.runs, ingest.layout)."""
     (data_dir,) = [s for s in SETTINGS if s.name == "data_dir"]
-    for name in (RUN_FILE, layout.MANIFEST, layout.CLUSTER_DB, f"{layout.SHARDS_DIR}/"):
+    for name in (RUN_FILE, layout.MANIFEST, layout.CLUSTER_DB, f"{layout.SHARDS_DIR}/", f"{indexfiles.FOLDER}/"):
         assert name in data_dir.help, name

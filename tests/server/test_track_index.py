@@ -86,7 +86,7 @@ def test_a_track_once_read_is_answered_without_a_query(runs, monkeypatch):
         return real(self, sql, params)
 
     monkeypatch.setattr(RunDb, "arrays", counting)
-    with client_for(runs.data_dir) as client:
+    with client_for(runs.data_dir, index_files=False) as client:  # (memory only: the files are tested below)
         meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
         tid = max((t for t in meta["tracks"] if t["kind"] != "counter"), key=lambda t: t["slice_count"])["track_id"]
         start, end = int(meta["start_ns"]), int(meta["end_ns"])
@@ -111,7 +111,7 @@ def test_the_budget_bounds_what_is_kept_and_a_track_too_large_keeps_the_sql_path
     for name in ("_load_slices", "_load_lod"):
         real = getattr(track_index, name)
         monkeypatch.setattr(track_index, name, lambda *a, real=real: loads.append(a[1:]) or real(*a))
-    with client_for(data) as client:
+    with client_for(data, index_files=False) as client:
         pool = client.app.state.query_pool = QueryPool(index_bytes=budget, cache_bytes=0)
         pool.background_index = False
         meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
@@ -282,7 +282,7 @@ def test_flows_once_read_are_answered_without_a_query(runs, monkeypatch):
     calls = []
     real = RunDb.arrays
     monkeypatch.setattr(RunDb, "arrays", lambda self, sql, params=(): calls.append(sql) or real(self, sql, params))
-    with client_for(runs.data_dir) as client:
+    with client_for(runs.data_dir, index_files=False) as client:
         meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
         start, end = int(meta["start_ns"]), int(meta["end_ns"])
         for k in range(1, 6):
@@ -308,7 +308,8 @@ def test_as_served_a_first_look_is_answered_by_sql_while_the_track_and_flows_are
     real = RunDb.arrays
     monkeypatch.setattr(RunDb, "arrays", lambda self, sql, params=(): calls.append(
         (threading.current_thread().name, sql)) or real(self, sql, params))
-    with client_for(runs.data_dir, background=True) as client, client_for(runs.data_dir, track_cache_mb=0) as sql:
+    with client_for(runs.data_dir, background=True, index_files=False) as client, \
+            client_for(runs.data_dir, track_cache_mb=0) as sql:
         pool = client.app.state.query_pool
         pool.foreground_bytes = 0  # (as for a track of a large run: this one is small)
         meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
