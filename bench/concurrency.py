@@ -17,7 +17,10 @@ Each connection of wrk runs on its own thread and walks its own random W/A/S/D p
 with windows quantised as the page quantises them, asking for the binary columns as the page does (an older server
 answers JSON). Each measurement gets a fresh server (no answer cached from the one before); the before and after
 servers alternate measurement by measurement and ``--repeat`` times, so both see the same load from the rest of
-the machine. At the highest client count, a second wrk asks ``/api/health`` on one connection meanwhile.
+the machine. This version is measured twice (``--index both``): "after" with the run's index files removed first
+(``server.indexfiles``: each track read from the database at its first look, as by the first user after an
+ingest), then "warm" with the files that measurement wrote (as after a restart, or by the users who come next).
+At the highest client count, a second wrk asks ``/api/health`` on one connection meanwhile.
 
 Reported per measurement: requests/s, latency p50/p95/p99/max, errors (socket errors, timeouts, non-2xx), server
 CPU per request (all its processes), KB per answer, the load average, and health p99. ``--soak S`` then runs the
@@ -31,6 +34,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -111,8 +115,15 @@ def one_store(data: Path) -> tuple[Path, str]:
 
 def measure(data: Path, run_id: str, sc: Scenario, clients: int, version: str, args: argparse.Namespace,
             *, health: bool = False) -> dict:
-    """One measurement on a fresh server: ``version`` "after" (this checkout) or "before" (``args.before``)."""
+    """One measurement on a fresh server: ``version`` "after" (this checkout, the run's index files removed
+    first, as at the first look at a run), "warm" (this checkout, the index files that earlier measurements
+    wrote kept, as after a restart: ``server.indexfiles``) or "before" (``args.before``)."""
     checkout = Path(args.before) if version == "before" else None
+    if version == "after":
+        from ascendscope.server.indexfiles import FOLDER
+        from ascendscope.server.runs import RunStore
+
+        shutil.rmtree(RunStore(data).run_dir(run_id) / FOLDER, ignore_errors=True)
     workers = None if version == "before" else args.workers
     with Server(data, checkout=checkout, workers=workers) as srv:
         meta = srv.wait_ready(f"/api/runs/{run_id}/timeline/tracks")
@@ -180,7 +191,7 @@ def table(rows: list[dict]) -> str:
     keys = sorted({(r["scenario"], r["clients"]) for r in rows}, key=lambda k: (k[0], k[1]))
     for sc, n in keys:
         med = {}
-        for version in ("before", "after"):
+        for version in ("before", "after", "warm"):
             sel = [r for r in rows if (r["scenario"], r["clients"], r["version"]) == (sc, n, version)]
             if not sel:
                 continue
@@ -192,8 +203,9 @@ def table(rows: list[dict]) -> str:
             hp = f"{statistics.median(health):.1f}" if health else ""
             lines.append(f"{sc:<8} {n:>7} {version:<7} {rps:>7.1f} {m['p50']:>8.1f} {m['p95']:>8.1f} {m['p99']:>8.1f} "
                          f"{cpu:>10.2f} {kb:>7.1f} {sum(r['errors'] for r in sel):>6} {hp:>10}")
-        if len(med) == 2 and med["before"]:
-            lines.append(f"{'':<8} {'':>7} {'ratio':<7} {med['after'] / med['before']:>6.2f}×")
+        for version in ("after", "warm"):
+            if med.get("before") and version in med:
+                lines.append(f"{'':<8} {'':>7} {'ratio':<7} {med[version] / med['before']:>6.2f}× ({version})")
     return "\n".join(lines)
 
 
@@ -214,6 +226,9 @@ def main(argv=None) -> int:
     ap.add_argument("--store-8rank", default=None,
                     help="a data dir holding the 8-rank run for this version (else generated)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: a small generated run, 1 and 4 clients, 2 s")
+    ap.add_argument("--index", choices=("cold", "warm", "both"), default="both",
+                    help="this version with no index files (cold: the first look at a run, as 'after'), with the "
+                         "files earlier measurements wrote ('warm'), or both, cold first")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
     ap.add_argument("--cache", default=os.environ.get("ASCENDSCOPE_BENCH_CACHE", "bench/out"))
     args = ap.parse_args(argv)
@@ -221,7 +236,7 @@ def main(argv=None) -> int:
 
     plans = []
     if args.quick:
-        args.seconds, args.repeat = QUICK["seconds"], 1
+        args.seconds, args.repeat, args.index = QUICK["seconds"], 1, "cold"
         plans.append((QUICK_SCENARIO, *prepare(cache, QUICK_SCENARIO)))
     else:
         stores = {"1rank": args.store_1rank, "8rank": args.store_8rank}
@@ -230,7 +245,8 @@ def main(argv=None) -> int:
             if args.mix:
                 sc = replace(sc, mix=tuple(args.mix))
             plans.append((sc, *(one_store(Path(stores[name])) if stores[name] else prepare(cache, sc))))
-    versions = ["before", "after"] if args.before else ["after"]
+    mine = {"cold": ["after"], "warm": ["warm"], "both": ["after", "warm"]}[args.index]
+    versions = ["before", *mine] if args.before else mine
     # the older version reads its own layout: one database file per run, made by its own code (it cannot read a
     # run folder of shards, so a given --store-* is this version's only)
     olds = {sc.name: prepare(cache, sc, Path(args.before)) for sc, _, _ in plans} if args.before else {}
@@ -238,7 +254,7 @@ def main(argv=None) -> int:
     for rep in range(args.repeat):
         for sc, data, run_id in plans:
             for n in args.clients or sc.clients:
-                order = versions if rep % 2 == 0 else versions[::-1]  # neither version always goes first
+                order = versions if rep % 2 == 0 or not args.before else [*mine, "before"]  # (cold before warm)
                 for version in order:
                     print(f"[{rep + 1}/{args.repeat}] {sc.name} {n} client(s) {version} …", file=sys.stderr,
                           flush=True)
