@@ -10,10 +10,11 @@ whichever process asks, before or after a restart, its pages shared through the 
 
 Layout: ``<run folder>/index/<version>/<entry>.bin``. ``<version>`` is a digest of the database file's identity
 (``server.db.version``: inode, size, mtime and a sharded run's manifest), so a file replaced or a shard published
-starts a new folder; ``<entry>`` is a digest of the rest of the entry's key (the ranks in scope, its kind,
-parameters and item). Older version folders are removed when an entry is written, once no process has written to
-them for ``STALE_S`` (a process may still answer from them; a file mapped already stays readable once removed). A
-file is written to a temporary name and renamed into place, so a reader sees the whole file or none.
+starts a new folder; ``<entry>`` is a digest of the rest of the entry's key (its kind, parameters and item, and for
+a table of flows the ranks in scope). Older version folders are removed when an entry is written, once no process
+has written to them for ``STALE_S`` (a process may still answer from them; a file mapped already stays readable
+once removed). A file is written to a temporary name and renamed into place, so a reader sees the whole file or
+none.
 
 One file: ``MAGIC``, the header's offset and length (two little-endian u64), the arrays (each aligned to
 ``ALIGN`` bytes), then the header: JSON of the entry, where each array stands as ``{"a": i}`` (its dtype, shape and
@@ -39,12 +40,16 @@ from pathlib import Path
 
 import numpy as np
 
+from ascendscope.server.runs import INDEX_DIR as FOLDER
+
 log = logging.getLogger("ascendscope.indexfiles")
-FOLDER = "index"
 MAGIC = b"ASIDX\x01\n\x00"
 FORMAT = 1  # bump when an entry's structure changes (track_index's loaders): older files are then not found
 ALIGN = 64
 STALE_S = 120.0  # a version folder untouched this long is removed when a newer one is written
+# entries of one track: its track_id names the same rows whichever ranks are in scope (ids are given per rank,
+# ``ingest.layout``), so they are shared between scopes; a table of flows is named by what the scope attached
+SCOPE_FREE = frozenset({"track_slices", "track_lod", "counter_samples"})
 _unwritable: set[Path] = set()  # run folders whose index could not be written (logged once)
 _guard = threading.Lock()
 

@@ -67,6 +67,7 @@ DB_FILE = "run.duckdb"
 LOG_FILE = "ingest.log"
 SOURCE_DIR = "source"  # an upload's extracted archive, removed once the run is ready
 UPLOAD_ARCHIVE = "upload.archive"  # the uploaded archive itself, kept (within a budget) to ingest it again
+INDEX_DIR = "index"  # the server's index files of the run's tracks (server.indexfiles): a cache, safe to delete
 WORK_DIR = "work"  # the worker's scratch folder (spill files) is WORK_DIR-<pid>, removed after every attempt
 STAGING_PREFIX = ".upload-"
 LOCK_FILE = ".run.lock"  # the web process and a worker both rewrite run.json: read-modify-write under a flock
@@ -218,6 +219,7 @@ class RunStore:
         (run_dir / DB_FILE).unlink(missing_ok=True)
         (run_dir / layout.CLUSTER_DB).unlink(missing_ok=True)
         shutil.rmtree(run_dir / layout.SHARDS_DIR, ignore_errors=True)
+        shutil.rmtree(run_dir / INDEX_DIR, ignore_errors=True)
 
     def source_path(self, run: Run) -> Path:
         """What the worker ingests: the extracted upload, or the path the run was opened from."""

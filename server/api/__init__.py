@@ -43,7 +43,7 @@ from pydantic import Field
 from ascendscope.server import columns, requestclock
 from ascendscope.server.db import DamagedDatabase, Databases, QueryTimeout, RunInfo, query, request_scope
 from ascendscope.server.db import version as db_version
-from ascendscope.server.indexfiles import IndexFiles
+from ascendscope.server.indexfiles import SCOPE_FREE, IndexFiles
 from ascendscope.server.querypool import MAPPED_ENTRY_BYTES, QueryPool
 from ascendscope.server.requestclock import CancelToken
 from ascendscope.server.runs import Run, RunNotFound, RunStore
@@ -271,9 +271,10 @@ class RunDb:
         return False
 
     def index_key(self, kind: str, params: tuple, item: Hashable) -> tuple:
-        """The key of an index entry in ``index_files``: the ranks in scope (the rest of ``file_id`` names the
-        files' folder), kind, parameters, item."""
-        return (self.file_id[len(self.index_files.version):], kind, params, item)
+        """The key of an index entry in ``index_files`` (whose folder names ``file_id`` but the ranks in scope):
+        kind, parameters, item, and the ranks in scope unless the entry is the same in every scope."""
+        scope = () if kind in SCOPE_FREE else self.file_id[len(self.index_files.version):]
+        return (scope, kind, params, item)
 
     def dicts(self, sql: str, params: list | tuple = ()) -> list[dict]:
         rows = self.rows(sql, params)

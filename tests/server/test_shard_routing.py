@@ -7,12 +7,14 @@ and 3 are read from the second, attached as ``r2``: a rank that is not its shard
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from fastapi.testclient import TestClient
 
 from ascendscope.ingest.pipeline import ingest_path
 from ascendscope.ingest.shards import ingest_sharded
-from ascendscope.server.runs import RunStore
+from ascendscope.server.runs import INDEX_DIR, RunStore
 from tests.conftest import PYTORCH_TEXT
 from tests.server.test_sharded_runs import _natural_ids, _normal
 
@@ -109,6 +111,8 @@ def test_each_rank_is_read_from_its_shard_with_the_same_answers(layouts, monkeyp
                             (1600, QueryPool(cache_bytes=0, index_bytes=10**8)),
                             (30, QueryPool(cache_bytes=0, index_bytes=10**8))):
             client.app.state.query_pool = pool  # queries, then whole tracks read into memory: from r2 either way
+            # (and not mapped from the index files an earlier pool wrote: server.indexfiles)
+            shutil.rmtree(client.app.state.store.run_dir(run_id) / INDEX_DIR, ignore_errors=True)
             executed.clear()
             got = client.get(f"/api/runs/{run_id}/timeline/slices", params={"track_id": rank3, "width_px": width})
             assert got.status_code == 200 and any(t["count"] for t in got.json()["tracks"])
