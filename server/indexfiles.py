@@ -70,6 +70,11 @@ class IndexFiles:
         """The file of the entry ``key`` (the ranks in scope, kind, parameters, item)."""
         return self.dir / f"{_digest(key)}.bin"
 
+    @property
+    def writable(self) -> bool:
+        """False once writing under this run's folder failed (a read-only store): entries stay in memory."""
+        return self.root.parent not in _unwritable
+
     def has(self, key: tuple) -> bool:
         return self.path(key).is_file()
 
@@ -91,7 +96,7 @@ class IndexFiles:
     def save(self, key: tuple, value: object) -> object | None:
         """Write the entry and map it back (so its pages are the page cache's, shared, not this process's); None
         when it cannot be written (the caller keeps ``value``)."""
-        if self.root.parent in _unwritable:
+        if not self.writable:
             return None
         path = self.path(key)
         try:

@@ -230,8 +230,9 @@ class RunDb:
 
     def index_ready(self, kind: str, params: tuple, item: Hashable, size: int,
                     load: Callable[[RunDb], object]) -> bool:
-        """Whether ``shared(kind, params, [item], …, store="index")`` answers from the index store now. When it
-        does not but the store would keep an entry of about ``size`` bytes (:meth:`QueryPool.index_admits`):
+        """Whether ``shared(kind, params, [item], …, store="index")`` answers from the index store now, or from
+        its index file (``index_files``: mapped, no read). When it does not but the store would keep an entry of
+        about ``size`` bytes, or of a mapped entry's once written to its file (:meth:`QueryPool.index_admits`):
         for a small entry (at most the pool's ``foreground_bytes``: a read of a few ms) or a pool loading in the
         foreground, True (this request reads it); else ``load(db)`` is queued on the pool's background thread
         with a cursor of its own and no deadline, and this request is answered another way (False), so a first
@@ -243,9 +244,9 @@ class RunDb:
         if self.pool.index_has(key):
             return True
         files = self.index_files
-        if files is not None:
-            if files.has(self.index_key(kind, params, item)):
-                return True  # mapped from its file by this request: no read
+        if files is not None and files.has(self.index_key(kind, params, item)):
+            return True  # mapped from its file by this request: no read
+        if files is not None and files.writable:
             # once written, the entry is mapped (it costs the budget little); the read itself holds ``size``
             if size > self.pool.index_bytes or not self.pool.index_admits(key, MAPPED_ENTRY_BYTES):
                 return False

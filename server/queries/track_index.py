@@ -3,10 +3,12 @@
 A viewport query on the ts-ordered ``slices`` table scans every track's rows in the window (and, for a track with
 one long slice, everything since that slice began) to find one track's few: 4–8 ms of DuckDB per query on a 1 M
 slice rank, most of a request's cost under many users (docs/benchmarks.md, issue #18). A track shown once is
-therefore read whole, once per server process (its slices in ``slice_id`` order; a level of its level of detail in
-``(depth, bucket)`` order), and kept in the query pool's ``index`` store, an LRU bounded by ``track_cache_mb``;
-later windows on it are a mask over numpy arrays. A track too large for a quarter of that budget, a database of
-unknown version (nothing may be cached) or a budget of 0 keep the SQL path of ``server.queries.timeline``.
+therefore read whole (its slices in ``slice_id`` order; a level of its level of detail in ``(depth, bucket)``
+order), written to an index file that every server process maps from then on (``server.indexfiles``; a process
+reads it from the database only when no file was written yet, or none can be), and kept in the query pool's
+``index`` store, an LRU bounded by ``track_cache_mb``; later windows on it are a mask over numpy arrays. A track
+too large for that budget (for a quarter of it when it is kept in memory, with no file), a database of unknown
+version (nothing may be cached) or a budget of 0 keep the SQL path of ``server.queries.timeline``.
 
 Every answer here equals the SQL one row for row (``tests/server/test_track_index.py`` compares them): the same
 overlap test, order, columns, cap and flags, with names interned per answer in order of first appearance.
