@@ -67,7 +67,8 @@ class IndexFiles:
         self.dir = self.root / _digest((FORMAT, version))[:20]
 
     def path(self, key: tuple) -> Path:
-        """The file of the entry ``key`` (the ranks in scope, kind, parameters, item)."""
+        """The file of the entry ``key`` (``RunDb.index_key``: the ranks in scope, or none, kind, parameters,
+        item)."""
         return self.dir / f"{_digest(key)}.bin"
 
     @property
@@ -85,7 +86,7 @@ class IndexFiles:
             return read(path)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever is wrong with a cache file, the database answers
             log.warning("the index file %s cannot be read (%s): reading it from the database again", path, exc)
             try:
                 path.unlink()

@@ -5,9 +5,11 @@ same answers as the SQL path; a damaged file read again, a store that cannot be 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
+import struct
 import time
 
 import numpy as np
@@ -167,9 +169,16 @@ def test_a_damaged_file_is_read_from_the_database_again_and_rewritten(sharded, m
         answers(first, run_id, wanted)
     files = entry_files(store, run_id)
     assert files
-    for i, path in enumerate(files):  # cut short, emptied, or not an index file at all
+    for i, path in enumerate(files):  # cut short, emptied, not an index file at all, or naming arrays it lacks
         data = path.read_bytes()
-        path.write_bytes(data[:len(data) // 2] if i % 3 == 0 else b"" if i % 3 == 1 else b"x" * len(data))
+        if i % 4 == 3:  # a whole header whose value names an array the file does not list
+            header = json.dumps({"format": indexfiles.FORMAT, "arrays": [], "value": {"d": {"ts": {"a": 0}}}})
+            at = len(indexfiles.MAGIC) + 16
+            path.write_bytes(indexfiles.MAGIC + struct.pack("<QQ", at, len(header)) + header.encode())
+            with pytest.raises(IndexError):
+                indexfiles.read(path)
+        else:
+            path.write_bytes(data[:len(data) // 2] if i % 4 == 0 else b"" if i % 4 == 1 else b"x" * len(data))
     calls = whole_reads(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="ascendscope.indexfiles"), client_for(store.data_dir) as again:
         assert answers(again, run_id, wanted) == expected
