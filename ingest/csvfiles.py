@@ -25,6 +25,8 @@ import numpy as np
 MAX_COLUMNS = 512
 _HEADER_BYTES = 4 << 20
 READ_BLOCK = 16 << 20  # a file is checked (UTF-8, exponents) this much at a time
+MAX_LINE_BYTES = 64 << 20  # the longest CSV line read
+CSV_BUFFER_BYTES = 2 * MAX_LINE_BYTES  # DuckDB's CSV buffer (it must hold the longest line)
 
 # file kind -> staging/final table name
 TABLES = {
@@ -185,12 +187,15 @@ class CsvLoad:
         return fixed
 
     def _reader(self, src: Path, rejects: str | None) -> str:
-        """The file as rows of text cells, numbered in file order (``src_row``)."""
+        """The file as rows of text cells, numbered in file order (``src_row``). (The buffer is given: DuckDB's
+        default is 16 lines of the longest allowed, 1 GiB here, which cannot be had under a 1 GB memory limit, so
+        every CSV over ~1 GB failed to load.)"""
         keep = (f", store_rejects = true, rejects_table = '{rejects}_errors', rejects_scan = '{rejects}_scans'"
                 if rejects else ", ignore_errors = true")
         return (f"(SELECT row_number() OVER () AS src_row, * FROM read_csv('{_quote_text(str(src))}', header = true, "
                 "all_varchar = true, delim = ',', quote = '\"', escape = '\"', null_padding = true, "
-                f"strict_mode = false, parallel = false, max_line_size = 67108864{keep}))")
+                f"strict_mode = false, parallel = false, max_line_size = {MAX_LINE_BYTES}, "
+                f"buffer_size = {CSV_BUFFER_BYTES}{keep}))")
 
     def load(self) -> int:
         src = self._readable()

@@ -522,3 +522,25 @@ def test_a_csv_is_checked_block_by_block_as_if_whole(tmp_path, monkeypatch, bloc
         if first_bad is not None:
             assert (tmp_path / f"p{i}_{path.name}").read_text(encoding="utf-8") == data.decode("utf-8", "replace")
         assert cl.may_hold_exponents == csvfiles._may_hold_exponents(data), data
+
+
+def test_a_csv_bigger_than_the_reader_default_buffer_loads_under_the_memory_limit(tmp_path, monkeypatch):
+    """DuckDB's CSV buffer defaults to 16 of the longest lines allowed (1 GiB at our 64 MB), more than a 1 GB
+    memory limit holds: every CSV over ~1 GB failed. Scaled down: 1 MB lines allowed, a 64 MB limit, a 100 MB
+    file."""
+    from ascendscope.ingest import csvfiles
+
+    monkeypatch.setattr(csvfiles, "MAX_LINE_BYTES", 4 << 20)
+    monkeypatch.setattr(csvfiles, "CSV_BUFFER_BYTES", 8 << 20)
+    path = tmp_path / "kernel_details.csv"
+    row = "MatMul,KERNEL_AICORE," + "x" * 80 + "\n"
+    with open(path, "w") as fh:
+        fh.write("Name,Type,Note\n")
+        fh.write(row * (100_000_000 // len(row)))
+    con = duckdb.connect()
+    con.execute("SET memory_limit = '64MB'")
+    cl = csvfiles.CsvLoad(con, "p_", "kernel_details", path, 0, path.name, tmp_path)
+    assert con.execute(f"SELECT count(*) FROM {cl._reader(path, None)}").fetchone()[0] == 100_000_000 // len(row)
+    monkeypatch.setattr(csvfiles, "CSV_BUFFER_BYTES", 64 << 20)  # (16 lines: the default's share of the limit)
+    with pytest.raises(duckdb.OutOfMemoryException):
+        con.execute(f"SELECT count(*) FROM {cl._reader(path, None)}").fetchone()
