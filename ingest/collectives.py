@@ -79,21 +79,43 @@ SELECT rank, step, host_start_ns, greatest(host_end_ns, coalesce(device_end_ns, 
 FROM steps WHERE host_start_ns IS NOT NULL AND host_end_ns IS NOT NULL ORDER BY rank, host_start_ns
 """
 RANK_START_SQL = "SELECT rank, start_ns FROM ranks"
+# (each lane's slices fetched on their own, the host's busy time merged in SQL and the kernels' names as numbers:
+# a big trace's millions of slices never sit in memory all at once, nor as Python strings)
 OVERLAP_SQL = """
-SELECT s.rank, s.name, s.ts_ns, s.ts_ns + s.dur_ns AS end_ns
+SELECT s.rank, s.ts_ns, s.ts_ns + s.dur_ns AS end_ns
 FROM slices s JOIN tracks t ON t.track_id = s.track_id
+WHERE t.kind = 'overlap' AND s.name = ? AND s.dur_ns > 0
+ORDER BY s.rank
+"""
+LANE_RANKS_SQL = """
+SELECT DISTINCT s.rank FROM slices s JOIN tracks t ON t.track_id = s.track_id
 WHERE t.kind = 'overlap' AND s.name IN ('Computing', 'Communication(Not Overlapped)', 'Free') AND s.dur_ns > 0
 """
-CANN_SQL = """
-SELECT t.rank, s.ts_ns, s.ts_ns + s.dur_ns AS end_ns, NOT contains(s.name, ?) AS launching
+CANN_FROM = """
 FROM slices s JOIN tracks t ON t.track_id = s.track_id
 WHERE t.kind = 'cann' AND s.depth = 0 AND s.dur_ns > 0
 """
+HOST_RANKS_SQL = "SELECT DISTINCT t.rank" + CANN_FROM
+# the union of the host's launching API calls per rank (as overlap.union merges: sorted by start then end, an
+# interval starting after every earlier one has ended begins a new piece; touching ones merge)
+BUSY_SQL = """
+WITH c AS (SELECT t.rank, s.ts_ns AS a, s.ts_ns + s.dur_ns AS b""" + CANN_FROM + """ AND NOT contains(s.name, ?)),
+r AS (SELECT rank, a, b, max(b) OVER (PARTITION BY rank ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+             AS reach FROM c),
+g AS (SELECT rank, a, b, sum(CASE WHEN reach IS NULL OR a > reach THEN 1 ELSE 0 END)
+                 OVER (PARTITION BY rank ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS piece FROM r)
+SELECT rank, min(a) AS ts_ns, max(b) AS end_ns FROM g GROUP BY rank, piece ORDER BY rank, ts_ns
+"""
 KERNELS_SQL = """
-SELECT s.rank, s.name, s.ts_ns, s.ts_ns + s.dur_ns AS end_ns
+SELECT s.rank, (dense_rank() OVER (ORDER BY s.name) - 1)::INTEGER AS name_id, s.ts_ns, s.ts_ns + s.dur_ns AS end_ns
 FROM slices s JOIN tracks t ON t.track_id = s.track_id
 WHERE t.kind = 'hardware' AND s.dur_ns > 0 AND ({compute})
 ORDER BY s.rank, s.ts_ns
+"""
+KERNEL_NAMES_SQL = """
+SELECT DISTINCT s.name FROM slices s JOIN tracks t ON t.track_id = s.track_id
+WHERE t.kind = 'hardware' AND s.dur_ns > 0 AND ({compute})
+ORDER BY s.name
 """
 # a compute task: a compute core's Task Type (text export), or the db export's KERNEL_* task types
 IS_COMPUTE_SQL = ("list_contains({types}, json_extract_string(s.args, '$.\"Task Type\"')) "
@@ -194,72 +216,83 @@ def _instances(con, have: set[str]) -> list[dict]:
 
 
 def _arrays_by_rank(con, sql: str, params=()) -> dict[int, dict[str, np.ndarray]]:
-    """The columns of a query (its first one the rank) as numpy arrays, split by rank."""
+    """The columns of a query (its first one the rank, rows ordered by rank) as numpy arrays, split by rank
+    (views of the query's arrays, not copies)."""
     cols = con.execute(sql, list(params)).fetchnumpy()
     names = list(cols)
     ranks = np.asarray(cols[names[0]])
     out: dict[int, dict[str, np.ndarray]] = {}
     if len(ranks) == 0:
         return out
-    order = np.argsort(ranks, kind="stable")
-    values, starts = np.unique(ranks[order], return_index=True)
-    bounds = list(starts[1:]) + [len(order)]
-    for rank, lo, hi in zip(values.tolist(), starts.tolist(), bounds):
-        pick = order[lo:hi]
-        out[int(rank)] = {n: np.asarray(cols[n])[pick] for n in names[1:]}
+    if (ranks[1:] < ranks[:-1]).any():
+        raise ValueError("rows not ordered by rank")
+    starts = np.concatenate(([0], np.flatnonzero(ranks[1:] != ranks[:-1]) + 1))
+    bounds = list(starts[1:]) + [len(ranks)]
+    for lo, hi in zip(starts.tolist(), bounds):
+        out[int(ranks[lo])] = {n: np.asarray(cols[n])[lo:hi] for n in names[1:]}
     return out
 
 
 def _breakdown(con, rank_ops: dict[int, list[dict]], have: set[str]) -> None:
-    """Fill the window breakdown and top kernel of the instances of ranks with an Overlap Analysis lane."""
+    """Fill the window breakdown and top kernel of the instances of ranks with an Overlap Analysis lane (one lane
+    at a time, for every rank, so only one lane's slices are held at once)."""
     if not {"slices", "tracks"} <= have:
         return
-    lanes = _arrays_by_rank(con, OVERLAP_SQL)
-    cann = _arrays_by_rank(con, CANN_SQL, [SYNC_MARKER])
-    kernels = _arrays_by_rank(con, KERNELS_SQL.format(compute=IS_COMPUTE_SQL))
+    with_lane = {int(r[0]) for r in con.execute(LANE_RANKS_SQL).fetchall()}
+    ranks = [r for r in rank_ops if r in with_lane]
+    if not ranks:
+        return
+    windows = {}
+    for rank in ranks:
+        ops = rank_ops[rank]
+        windows[rank] = (np.array([o["window_start_ns"] if o["window_start_ns"] is not None else o["start_ns"]
+                                   for o in ops], dtype=np.int64),
+                         np.array([o["start_ns"] for o in ops], dtype=np.int64))
     empty = np.array([], dtype=np.int64)
-    for rank, ops in rank_ops.items():
-        lane = lanes.get(rank)
-        if lane is None:
-            continue
-        a = np.array([o["window_start_ns"] if o["window_start_ns"] is not None else o["start_ns"] for o in ops],
-                     dtype=np.int64)
-        b = np.array([o["start_ns"] for o in ops], dtype=np.int64)
 
-        def part(name: str, lane=lane) -> tuple[np.ndarray, np.ndarray]:
-            pick = lane["name"] == name
-            return lane["ts_ns"][pick].astype(np.int64), lane["end_ns"][pick].astype(np.int64)
+    def lane(name: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        cols = _arrays_by_rank(con, OVERLAP_SQL, [name])
+        return {r: (c["ts_ns"].astype(np.int64), c["end_ns"].astype(np.int64)) for r, c in cols.items()}
 
-        free_s, free_e = union(*part("Free"))
-        host = cann.get(rank)
-        if host is not None and host["launching"].any():
-            pick = host["launching"].astype(bool)
-            busy_s, busy_e = union(host["ts_ns"][pick].astype(np.int64), host["end_ns"][pick].astype(np.int64))
+    hosts = {int(r[0]) for r in con.execute(HOST_RANKS_SQL).fetchall()}
+    free, busy = lane("Free"), _arrays_by_rank(con, BUSY_SQL, [SYNC_MARKER])
+    free_all, launch = {}, {}
+    for rank in ranks:
+        free_s, free_e = union(*free.pop(rank, (empty, empty)))
+        launch_s = launch_e = empty
+        host = busy.pop(rank, None)
+        if host is not None:
+            busy_s, busy_e = host["ts_ns"].astype(np.int64), host["end_ns"].astype(np.int64)
             idle_s, idle_e = subtract(free_s, free_e, busy_s, busy_e)
             launch_s, launch_e = subtract(free_s, free_e, idle_s, idle_e)
-        else:
-            launch_s = launch_e = empty
-        computing = Cover(*part("Computing")).within(a, b)
-        other = Cover(*part("Communication(Not Overlapped)")).within(a, b)
-        free_all = Cover(free_s, free_e).within(a, b)
-        launch = Cover(launch_s, launch_e).within(a, b)
-        top = _top_kernels(kernels.get(rank), a, b)
-        for i, o in enumerate(ops):
-            o["computing_ns"], o["other_comm_ns"] = int(computing[i]), int(other[i])
-            o["launch_bound_ns"] = int(launch[i]) if host is not None else None
-            o["free_ns"] = int(free_all[i] - launch[i])
-            o["preparing_ns"] = int((b[i] - a[i]) - computing[i] - other[i] - free_all[i])
+        free_all[rank] = Cover(free_s, free_e).within(*windows[rank])
+        launch[rank] = Cover(launch_s, launch_e).within(*windows[rank])
+    del free, busy
+    computing = {r: Cover(*c).within(*windows[r]) for r, c in lane("Computing").items() if r in windows}
+    other = {r: Cover(*c).within(*windows[r]) for r, c in lane("Communication(Not Overlapped)").items()
+             if r in windows}
+    kernels = _arrays_by_rank(con, KERNELS_SQL.format(compute=IS_COMPUTE_SQL))
+    kernel_names = [r[0] for r in con.execute(KERNEL_NAMES_SQL.format(compute=IS_COMPUTE_SQL)).fetchall()] \
+        if kernels else []
+    for rank in ranks:
+        a, b = windows[rank]
+        zero = np.zeros(len(a), dtype=np.int64)
+        comp, oth, fr, ln = computing.get(rank, zero), other.get(rank, zero), free_all[rank], launch[rank]
+        top = _top_kernels(kernels.get(rank), kernel_names, a, b)
+        for i, o in enumerate(rank_ops[rank]):
+            o["computing_ns"], o["other_comm_ns"] = int(comp[i]), int(oth[i])
+            o["launch_bound_ns"] = int(ln[i]) if rank in hosts else None
+            o["free_ns"] = int(fr[i] - ln[i])
+            o["preparing_ns"] = int((b[i] - a[i]) - comp[i] - oth[i] - fr[i])
             o["top_kernel"], o["top_kernel_ns"] = top[i]
 
 
-def _top_kernels(k: dict[str, np.ndarray] | None, a: np.ndarray, b: np.ndarray) -> list[tuple]:
-    """Per window, the kernel name with the most time inside it (clipped to the window)."""
+def _top_kernels(k: dict[str, np.ndarray] | None, names: list[str], a: np.ndarray, b: np.ndarray) -> list[tuple]:
+    """Per window, the kernel name with the most time inside it (clipped to the window); ``k`` holds the rank's
+    kernels ordered by start, each name as its index in ``names``."""
     if k is None or len(k["ts_ns"]) == 0:
         return [(None, None)] * len(a)
-    names, name_id = np.unique(k["name"].astype(object), return_inverse=True)
-    ts, end = k["ts_ns"].astype(np.int64), k["end_ns"].astype(np.int64)
-    order = np.argsort(ts, kind="stable")
-    ts, end, name_id = ts[order], end[order], name_id[order]
+    ts, end, name_id = k["ts_ns"].astype(np.int64), k["end_ns"].astype(np.int64), k["name_id"].astype(np.int64)
     longest = int((end - ts).max())
     out = []
     for lo, hi in zip(a.tolist(), b.tolist()):
