@@ -19,17 +19,20 @@ and checks this module against that on the real traces, on edge cases and on ran
 * flow pairing: ends are matched on ``(cat, id)``; an ``f`` pairs with the latest ``s`` at or before it (by
   ``(ts, seq)``), or with the first ``s`` of its ``(cat, id)`` when it precedes them all.
 
-Work is done per batch of whole tracks, at most ``BATCH_SLICES`` slices at a time (one larger track is a batch
-of its own), so memory stays bounded: about 100 bytes per slice of the batch.
+Work is done per batch of whole tracks, at most ``BATCH_SLICES`` slices at a time; a larger track is nested a part
+of about ``PART_SLICES`` slices at a time (``nest_part``, carrying what a part leaves to the next), so memory stays
+bounded however big a track is: about 200 bytes per slice of the batch or part.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-BATCH_SLICES = 1_000_000
+BATCH_SLICES = 500_000
+PART_SLICES = 500_000  # a track bigger than a batch is nested about this many slices at a time (nest_part)
+WALK_SLICES = 200_000  # slices of an improperly nested track stack-walked at a time
 
 
 @dataclass
@@ -80,16 +83,7 @@ def nest(seq, track, ts, dur, first_id: int = 1, presorted: bool = False) -> Nes
         ends = np.sort(end[a:b])
         depth[a:b] = (idx[a:b] - a) - np.searchsorted(ends, ts[a:b], side="right")
     del ends
-    zero = dur == 0
-    if zero.any():
-        new_group = np.ones(n, dtype=bool)
-        new_group[1:] = (track[1:] != track[:-1]) | (ts[1:] != ts[:-1])
-        group = np.cumsum(new_group) - 1
-        group_stop = np.append(np.flatnonzero(new_group)[1:], n)
-        zeros_in_group = np.bincount(group, weights=zero).astype(np.int64)
-        # zero-length slices of the same (track, ts) sort last; those at or after this one are still "open"
-        depth += np.where(zero, group_stop[group] - idx, zeros_in_group[group])
-        del new_group, group, group_stop, zeros_in_group
+    _count_zero_lengths(depth, track, ts, dur, idx)
     depth = depth.astype(np.int32)
 
     parent = _parents(track, depth, idx)
@@ -97,6 +91,120 @@ def nest(seq, track, ts, dur, first_id: int = 1, presorted: bool = False) -> Nes
                     parent=np.where(parent >= 0, parent + first_id, 0))
     _fix_improper(nested, parent, spans)
     return nested
+
+
+def _count_zero_lengths(depth, track, ts, dur, idx) -> None:
+    """Add to ``depth`` the zero-length slices of a slice's (track, ts) that the count of ends took as closed:
+    they sort last among the slices starting then, so those at or after this one are still "open"."""
+    zero = dur == 0
+    if not zero.any():
+        return
+    n = len(idx)
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = (track[1:] != track[:-1]) | (ts[1:] != ts[:-1])
+    group = np.cumsum(new_group) - 1
+    group_stop = np.append(np.flatnonzero(new_group)[1:], n)
+    zeros_in_group = np.bincount(group, weights=zero).astype(np.int64)
+    depth += np.where(zero, group_stop[group] - idx, zeros_in_group[group])
+
+
+@dataclass
+class TrackCarry:
+    """What nesting one track a part at a time (:func:`nest_part`) carries from a part to the next."""
+
+    pos: int = 0  # slices of the track in the parts before
+    closed: int = 0  # of those, slices whose end sorts before the current part's first start
+    open_ends: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # the others' ends, sorted
+    # per depth, the latest slice so far: local id (0: none), end, parent; and the depth of the last slice
+    last_id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    last_end: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    last_parent: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    last_depth: int = -1
+    # once a part shows the track is not properly nested: the stack walk's stack, (end, depth, local id, parent)
+    stack: list[tuple[int, int, int, int]] | None = None
+
+    def ancestors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(local id, end, parent) of the earlier slices a later part's slices can have as parents (or
+        grandparents, ...), ordered by local id: for :func:`bind` to climb through."""
+        if self.stack is not None:
+            rows = sorted(self.stack, key=lambda e: e[2])
+            return tuple(np.array([r[k] for r in rows], dtype=np.int64) for k in (2, 0, 3))
+        keep = self.last_id > 0
+        order = np.argsort(self.last_id[keep], kind="stable")
+        return self.last_id[keep][order], self.last_end[keep][order], self.last_parent[keep][order]
+
+
+def nest_part(seq, track, ts, dur, first_id: int, carry: TrackCarry) -> Nested:
+    """Order, depth and parent of one part of a track too big to nest whole: its rows in the order (ts, dur DESC,
+    seq), every start later than the parts before (parts are cut where the start changes), local ids from
+    ``first_id``. ``carry`` holds what the parts before left (a fresh one for the first part) and is updated
+    for the next. The slices come out as :func:`nest` gives them for the whole track."""
+    seq, track, ts, dur = (np.asarray(a, dtype=np.int64) for a in (seq, track, ts, dur))
+    n = len(seq)
+    idx = np.arange(n, dtype=np.int64)
+    end = ts + dur
+    ids = idx + first_id
+    if n == 0:
+        return Nested(local_id=ids, seq=seq, track=track, ts=ts, dur=dur, depth=np.zeros(0, dtype=np.int32),
+                      parent=np.zeros(0, dtype=np.int64))
+    if carry.stack is None:
+        # the ends of earlier parts at or before this part's first start sort before every start of it
+        k = int(np.searchsorted(carry.open_ends, ts[0], side="right"))
+        closed = carry.closed + k
+        ends = np.sort(np.concatenate((carry.open_ends[k:], end)))
+        depth = (carry.pos + idx) - closed - np.searchsorted(ends, ts, side="right")
+        _count_zero_lengths(depth, track, ts, dur, idx)
+        depth = depth.astype(np.int32)
+        inside = _parents(track, depth, idx)
+        parent = np.where(inside >= 0, inside + first_id, 0)
+        parent_end = np.where(inside >= 0, end[np.maximum(inside, 0)], np.iinfo(np.int64).max)
+        # no parent in this part: the latest slice one level up in the parts before
+        before = np.flatnonzero((inside < 0) & (depth > 0))
+        if len(before):
+            up = depth[before].astype(np.int64) - 1
+            known = up < len(carry.last_id)
+            rows, up = before[known], up[known]
+            parent[rows] = carry.last_id[up]
+            parent_end[rows] = np.where(carry.last_id[up] > 0, carry.last_end[up], np.iinfo(np.int64).max)
+        if not ((parent > 0) & (parent_end < end)).any():
+            top = int(depth.max()) + 1
+            if top > len(carry.last_id):
+                grow = top - len(carry.last_id)
+                carry.last_id, carry.last_end, carry.last_parent = (
+                    np.concatenate((a, np.zeros(grow, dtype=np.int64)))
+                    for a in (carry.last_id, carry.last_end, carry.last_parent))
+            latest = np.full(top, -1, dtype=np.int64)
+            np.maximum.at(latest, depth, idx)
+            at = np.flatnonzero(latest >= 0)
+            carry.last_id[at], carry.last_end[at], carry.last_parent[at] = (
+                ids[latest[at]], end[latest[at]], parent[latest[at]])
+            carry.last_depth = int(depth[-1])
+            carry.closed, carry.open_ends = closed, ends
+            carry.pos += n
+            return Nested(local_id=ids, seq=seq, track=track, ts=ts, dur=dur, depth=depth, parent=parent)
+        # not properly nested: stack-walk from here on, from the stack a walk would hold after the parts before
+        # (the latest slice and its ancestors, the latest slice of each depth above it)
+        carry.stack = [(int(carry.last_end[d]), d, int(carry.last_id[d]), int(carry.last_parent[d]))
+                       for d in range(carry.last_depth + 1)]
+    depth_l, parent_l = _walk(carry.stack, ts.tolist(), end.tolist(), ids.tolist())
+    carry.pos += n
+    return Nested(local_id=ids, seq=seq, track=track, ts=ts, dur=dur, depth=np.array(depth_l, dtype=np.int32),
+                  parent=np.array(parent_l, dtype=np.int64))
+
+
+def _walk(stack: list[tuple[int, int, int, int]], starts: list[int], ends: list[int],
+          ids: list[int]) -> tuple[list[int], list[int]]:
+    """Depth and parent of slices (in order, as Python lists) by the stack walk: each one row below the latest
+    slice still open at its start. ``stack`` ((end, depth, local id, parent) of the open slices) is updated."""
+    depth, par = [0] * len(starts), [0] * len(starts)
+    for i, start in enumerate(starts):
+        while stack and stack[-1][0] <= start:
+            stack.pop()
+        if stack:
+            top = stack[-1]
+            depth[i], par[i] = top[1] + 1, top[2]
+        stack.append((ends[i], depth[i], ids[i], par[i]))
+    return depth, par
 
 
 def _parents(track: np.ndarray, depth: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -132,21 +240,21 @@ def _fix_improper(nested: Nested, parent: np.ndarray, spans: list[tuple[int, int
     for a, b in spans:
         if int(nested.track[a]) not in bad_tracks:
             continue
-        starts, ends, ids = nested.ts[a:b].tolist(), end[a:b].tolist(), nested.local_id[a:b].tolist()
-        depth, par = [0] * (b - a), [0] * (b - a)
-        stack: list[int] = []
-        for i, start in enumerate(starts):
-            while stack and ends[stack[-1]] <= start:
-                stack.pop()
-            if stack:
-                depth[i], par[i] = depth[stack[-1]] + 1, ids[stack[-1]]
-            stack.append(i)
-        nested.depth[a:b] = depth
-        nested.parent[a:b] = par
+        stack: list[tuple[int, int, int, int]] = []
+        # a part of the track at a time as Python lists (some 150 bytes a slice), the stack carried over
+        for c in range(a, b, WALK_SLICES):
+            d = min(b, c + WALK_SLICES)
+            depth, par = _walk(stack, nested.ts[c:d].tolist(), end[c:d].tolist(), nested.local_id[c:d].tolist())
+            nested.depth[c:d] = depth
+            nested.parent[c:d] = par
 
 
-def bind(nested: Nested, track, ts, enclosing) -> np.ndarray:
-    """Local id of the slice each flow end binds to (0 = none); see the module docstring for the rule."""
+def bind(nested: Nested, track, ts, enclosing, ancestors: tuple | None = None, next_id: int = 0) -> np.ndarray:
+    """Local id of the slice each flow end binds to (0 = none); see the module docstring for the rule.
+
+    For a part of a track (:func:`nest_part`): the ends whose time falls from the part's first start to the next
+    part's, ``ancestors`` as ``TrackCarry.ancestors()`` gave them before the part (the earlier slices the climb
+    through parents can reach) and ``next_id`` the local id of the next part's first slice (0: none)."""
     track, ts = np.asarray(track, dtype=np.int64), np.asarray(ts, dtype=np.int64)
     enclosing = np.asarray(enclosing, dtype=bool)
     out = np.zeros(len(ts), dtype=np.int64)
@@ -154,6 +262,7 @@ def bind(nested: Nested, track, ts, enclosing) -> np.ndarray:
         return out
     end = nested.end
     first_row = nested.local_id[0]
+    anc_id, anc_end, anc_parent = ancestors if ancestors is not None else (np.zeros(0, dtype=np.int64),) * 3
     by_track = np.argsort(track, kind="stable")
     ends_at = np.flatnonzero(np.diff(track[by_track])) + 1
     for rows in np.split(by_track, ends_at):
@@ -168,15 +277,27 @@ def bind(nested: Nested, track, ts, enclosing) -> np.ndarray:
         last = np.searchsorted(starts, when, side="right") - 1 + a
         cand = np.where(enc & (last >= a), nested.local_id[np.maximum(last, a)], 0)
         while True:
-            live = np.flatnonzero(cand > 0)
+            live = np.flatnonzero(cand >= first_row)
             row = cand[live] - first_row
             climb = end[row] < when[live]
-            if not climb.any():
-                break
             cand[live[climb]] = nested.parent[row[climb]]
+            # (a parent in an earlier part of the track: its end and parent from the ancestors)
+            out_live = np.flatnonzero((cand > 0) & (cand < first_row))
+            if len(out_live):
+                at = np.minimum(np.searchsorted(anc_id, cand[out_live]), max(len(anc_id) - 1, 0))
+                found = (at < len(anc_id)) & (anc_id[at] == cand[out_live]) if len(anc_id) else \
+                    np.zeros(len(out_live), dtype=bool)
+                up = np.zeros(len(out_live), dtype=bool)
+                up[found] = anc_end[at[found]] < when[out_live[found]]
+                cand[out_live[~found]] = 0  # (cannot happen: a parent is always among the ancestors)
+                cand[out_live[up]] = anc_parent[at[up]]
+                if not climb.any() and not up.any():
+                    break
+            elif not climb.any():
+                break
         # otherwise: the first slice starting at or after t
         nxt = np.searchsorted(starts, when, side="left") + a
-        nxt_id = np.where(nxt < b, nested.local_id[np.minimum(nxt, b - 1)], 0)
+        nxt_id = np.where(nxt < b, nested.local_id[np.minimum(nxt, b - 1)], next_id)
         out[rows] = np.where(enc, cand, nxt_id)
     return out
 

@@ -301,8 +301,8 @@ FLOW_COUNTS = ("coalesce(f.n_flows, 0), coalesce(f.flow_base, 0)",
                "LEFT JOIN (SELECT rank, count(*) AS n_flows, min(local_flow) - 1 AS flow_base FROM {p}flows "
                "GROUP BY rank) f USING (rank)")
 
-STAGE_TABLES = ("ev_t", "x", "nest", "fe", "pairs", "bound", "matched", "tracks", "flows", "counters", "steps",
-                "offsets", "neg")
+STAGE_TABLES = ("ev_t", "x", "nest", "fe", "pairs", "bound", "matched", "ends_b", "half", "tracks", "flows",
+                "counters", "steps", "offsets", "neg")
 
 
 def staged_counts(cur, prefix: str, flows: bool = True) -> dict[int, tuple[int, int, int, int, int, int]]:
@@ -354,15 +354,38 @@ CREATE OR REPLACE TABLE {p}matched (src_seq BIGINT, dst_seq BIGINT);
 """
 # the flows, numbered rank by rank in pair_flows' order (start ts, start seq, finish seq), with the slices their
 # ends bound to (0: none)
-PAIRS = """
+PAIRS = ["""
+CREATE OR REPLACE TABLE {p}ends_b AS
+SELECT f.seq, f.rank, f.local_track, f.ts_ns, coalesce(b.local_id, 0) AS local_id
+FROM {p}fe f LEFT JOIN {p}bound b USING (seq)
+""", """
+CREATE OR REPLACE TABLE {p}half AS
+SELECT m.src_seq, m.dst_seq, s.rank, s.local_track AS src_track, s.ts_ns AS src_ts_ns, s.local_id AS src_local
+FROM {p}matched m JOIN {p}ends_b s ON s.seq = m.src_seq
+""", """
 CREATE OR REPLACE TABLE {p}pairs AS
-SELECT row_number() OVER (ORDER BY s.rank, s.ts_ns, m.src_seq, m.dst_seq) AS local_flow, m.src_seq, m.dst_seq,
-       s.local_track AS src_track, s.ts_ns AS src_ts_ns, coalesce(sb.local_id, 0) AS src_local,
-       d.local_track AS dst_track, d.ts_ns AS dst_ts_ns, coalesce(db.local_id, 0) AS dst_local
-FROM {p}matched m JOIN {p}fe s ON s.seq = m.src_seq JOIN {p}fe d ON d.seq = m.dst_seq
-LEFT JOIN {p}bound sb ON sb.seq = m.src_seq LEFT JOIN {p}bound db ON db.seq = m.dst_seq
+SELECT row_number() OVER (ORDER BY h.rank, h.src_ts_ns, h.src_seq, h.dst_seq) AS local_flow, h.src_seq, h.dst_seq,
+       h.src_track, h.src_ts_ns, h.src_local, d.local_track AS dst_track, d.ts_ns AS dst_ts_ns, d.local_id AS dst_local
+FROM {p}half h JOIN {p}ends_b d ON d.seq = h.dst_seq
+"""]  # (one join per statement: four hash tables built at once needed more than a 1 GB limit on a 10 GB trace)
+# the first start of each part of a track nested a part at a time: about PART_SLICES slices each, never splitting
+# the slices of one start
+PART_STARTS = """
+SELECT DISTINCT first FROM (
+    SELECT min(ts_ns) AS first FROM (
+        SELECT ts_ns, row_number() OVER (ORDER BY ts_ns) - 1 AS r FROM {p}x WHERE local_track = ?)
+    GROUP BY r // {part})
+ORDER BY first
 """
 PAIR_BATCH_ENDS = 1_000_000  # flow ends paired at a time (whole (cat, id) keys): numpy memory stays bounded
+# contiguous ranges of flow keys (fkey numbers them 1..) of about PAIR_BATCH_ENDS ends each: a key's batch is the
+# number of ends before it over the limit, so a batch holds at most the limit plus its last key's ends
+KEY_BATCHES = """
+WITH per_key AS (SELECT fkey, count(*) AS n FROM {p}fe GROUP BY fkey),
+before AS (SELECT fkey, sum(n) OVER (ORDER BY fkey ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - n AS b
+           FROM per_key)
+SELECT min(fkey), max(fkey) FROM before GROUP BY b // {limit} ORDER BY 1
+"""
 
 # args nested deeper than this are not kept (profilers write 2-3 levels): a recursive JSON parser or encoder in a
 # view would fail on them. Candidates: long enough, holding a nesting step (an opener right after ':', ',' or '['),
@@ -617,10 +640,13 @@ class TraceLoad:
         fill_rank(self.cur, self.p, self.rank)
 
     def derive(self) -> dict:
-        steps = iter(range(1, 100))
+        done = [0]
 
-        def advance():  # one of the ~12 steps below is done
-            self.on_progress(self.READ_SHARE + (1 - self.READ_SHARE) * min(1.0, next(steps) / 12))
+        def advance(within: float = 1.0):  # one of the ~12 steps below is done (``within``: that much of it)
+            if within >= 1.0:
+                done[0] += 1
+            share = (done[0] + (within if within < 1.0 else 0.0)) / 12
+            self.on_progress(self.READ_SHARE + (1 - self.READ_SHARE) * min(1.0, share))
 
         def s(template, params=None):
             result = self.sql(template, params)
@@ -670,7 +696,7 @@ class TraceLoad:
                                     f"{self._where_seq(rank, first_bad_dur)}")
                 if other:
                     self.note(rank, f"{other} events of phases not shown yet ({phases or 'none'}) were skipped")
-            self._nest()
+            self._nest(advance)
             advance()
             self.on_nested()
             s(FLOWS)
@@ -702,7 +728,7 @@ class TraceLoad:
             s(f"DROP TABLE IF EXISTS {self.p}{t}")
         return self.stats()
 
-    def _nest(self) -> None:
+    def _nest(self, advance=lambda within: None) -> None:
         """Order, depth and parent of every slice ({p}nest), and the flows with the slices their ends bind to
         ({p}pairs), computed by ``ingest.nesting``: slices one batch of whole tracks at a time (with the flow ends
         on those tracks), flow ends one batch of whole (cat, id) keys at a time, so memory stays bounded however
@@ -713,7 +739,13 @@ class TraceLoad:
         counts = self.cur.execute(f"SELECT local_track, count(*) FROM {p}x GROUP BY local_track "
                                   "ORDER BY local_track").fetchall()
         first_id = 1
+        total = sum(n for _, n in counts) or 1
         for lo, hi, n in _batches(counts, nesting.BATCH_SLICES):
+            advance(0.8 * (first_id - 1) / total)  # (the slices: most of the step; the flows the rest)
+            if lo == hi and n > nesting.BATCH_SLICES:
+                self._nest_parts(lo, first_id)
+                first_id += n
+                continue
             rows = self.cur.execute(f"SELECT seq, local_track, ts_ns, dur_ns FROM {p}x "
                                     "WHERE local_track BETWEEN ? AND ? ORDER BY local_track, ts_ns, dur_ns DESC, seq",
                                     [lo, hi]).fetchnumpy()
@@ -729,17 +761,57 @@ class TraceLoad:
                 bound = nesting.bind(nested, ends["local_track"], ends["ts_ns"], ends["enclosing"])
                 self._append(f"{p}bound", {"seq": np.asarray(ends["seq"]), "local_id": bound})
             first_id += n
-        keys = self.cur.execute(f"SELECT fkey, count(*) FROM {p}fe GROUP BY fkey ORDER BY fkey").fetchall()
-        for lo, hi, _ in _batches(keys, PAIR_BATCH_ENDS):
+        # (the batches are found in SQL: a trace can hold millions of keys, too many to fetch as Python tuples)
+        key_batches = self.cur.execute(KEY_BATCHES.format(p=p, limit=int(PAIR_BATCH_ENDS))).fetchall()
+        for i, (lo, hi) in enumerate(key_batches):
+            advance(0.8 + 0.2 * i / len(key_batches))
             ends = self.cur.execute(f"SELECT seq, ts_ns, ph = 's' AS is_start, fkey FROM {p}fe "
                                     "WHERE fkey BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
             src, dst = nesting.pair_flows(ends["fkey"], ends["is_start"], ends["ts_ns"], ends["seq"])
             if len(src):
                 seq = np.asarray(ends["seq"])
                 self._append(f"{p}matched", {"src_seq": seq[src], "dst_seq": seq[dst]})
-        self.sql(PAIRS)
-        for t in ("bound", "matched"):
+        for sql in PAIRS:
+            self.sql(sql)
+        for t in ("bound", "matched", "ends_b", "half"):
             self.cur.execute(f"DROP TABLE IF EXISTS {p}{t}")
+
+    def _nest_parts(self, track: int, first_id: int) -> None:
+        """Nest one track too big for a batch a part at a time (``nesting.nest_part``), each part the slices
+        starting in a range of times (cut where the start changes), and bind the flow ends of each range, so
+        the memory a part takes stays bounded however many slices the track has."""
+        p = self.p
+        cuts = [r[0] for r in self.cur.execute(PART_STARTS.format(p=p, part=int(nesting.PART_SLICES)),
+                                               [track]).fetchall()]
+        carry = nesting.TrackCarry()
+        for k, lo in enumerate(cuts):
+            hi = cuts[k + 1] if k + 1 < len(cuts) else None
+            where, args = "local_track = ? AND ts_ns >= ?", [track, lo]
+            if hi is not None:
+                where, args = where + " AND ts_ns < ?", args + [hi]
+            rows = self.cur.execute(f"SELECT seq, local_track, ts_ns, dur_ns FROM {p}x WHERE {where} "
+                                    "ORDER BY ts_ns, dur_ns DESC, seq", args).fetchnumpy()
+            ancestors = carry.ancestors()
+            nested = nesting.nest_part(rows["seq"], rows["local_track"], rows["ts_ns"], rows["dur_ns"], first_id,
+                                       carry)
+            del rows
+            n = len(nested.seq)
+            self._append(f"{p}nest", {"local_id": nested.local_id, "seq": nested.seq,
+                                      "local_track": nested.track, "ts_ns": nested.ts, "dur_ns": nested.dur,
+                                      "depth": nested.depth, "parent_local": nested.parent})
+            # the ends from this part's first start to the next part's (the first part: every earlier one too)
+            end_where, end_args = "local_track = ?", [track]
+            if k > 0:
+                end_where, end_args = end_where + " AND ts_ns >= ?", end_args + [lo]
+            if hi is not None:
+                end_where, end_args = end_where + " AND ts_ns < ?", end_args + [hi]
+            ends = self.cur.execute(f"SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing AS enclosing "
+                                    f"FROM {p}fe WHERE {end_where}", end_args).fetchnumpy()
+            if len(ends["seq"]):
+                bound = nesting.bind(nested, ends["local_track"], ends["ts_ns"], ends["enclosing"],
+                                     ancestors=ancestors, next_id=first_id + n if hi is not None else 0)
+                self._append(f"{p}bound", {"seq": np.asarray(ends["seq"]), "local_id": bound})
+            first_id += n
 
     def _append(self, table: str, columns: dict) -> None:
         self.cur.register("_nest_rows", arrow_table(columns))

@@ -127,6 +127,38 @@ def check(slices, ends, batch=None):
     assert [got_bound.get(e[0], 0) for e in ends] == [b + 1 for b in bound]
 
 
+def check_parts(slices, ends, part: int):
+    """Nest each track a part of about ``part`` slices at a time (cut where the start changes, as ingest cuts a
+    big track) and bind each part's flow ends; compare with the reference."""
+    order, depth, parent, bound = reference(slices, ends)
+    got_depth, got_parent, got_bound = [], [], {}
+    first = 1
+    for tr in sorted({s[1] for s in order}):
+        rows = [s for s in order if s[1] == tr]
+        starts = sorted({s[2] for s in rows})
+        cuts = [starts[0]]  # the first start of each part
+        for i in range(part, len(rows), part):
+            if rows[i][2] > cuts[-1] and rows[i][2] != rows[i - 1][2]:
+                cuts.append(rows[i][2])
+        carry = nesting.TrackCarry()
+        for k, lo in enumerate(cuts):
+            hi = cuts[k + 1] if k + 1 < len(cuts) else None
+            mine = [s for s in rows if s[2] >= lo and (hi is None or s[2] < hi)]
+            ancestors = carry.ancestors()
+            cols = [np.array([s[c] for s in mine], dtype=np.int64) for c in range(4)]
+            nested = nesting.nest_part(*cols, first, carry)
+            got_depth += nested.depth.tolist()
+            got_parent += nested.parent.tolist()
+            my_ends = [e for e in ends if e[1] == tr and (k == 0 or e[2] >= lo) and (hi is None or e[2] < hi)]
+            res = nesting.bind(nested, [e[1] for e in my_ends], [e[2] for e in my_ends], [e[3] for e in my_ends],
+                               ancestors=ancestors, next_id=first + len(mine) if hi is not None else 0)
+            got_bound.update({e[0]: int(b) for e, b in zip(my_ends, res)})
+            first += len(mine)
+    assert got_depth == depth
+    assert got_parent == [p + 1 for p in parent]
+    assert [got_bound.get(e[0], 0) for e in ends] == [b + 1 for b in bound]
+
+
 def _staged(path: Path, tmp_path: Path):
     """Slices and flow ends of one trace as ingest stages them (before nesting)."""
     con = duckdb.connect()
@@ -152,6 +184,7 @@ def test_real_traces_match_the_reference(path, tmp_path):
     assert slices
     check(slices, ends)
     check(slices, ends, batch=3)
+    check_parts(slices, ends, part=97)
     check_pairs(flow_ends)
 
 
@@ -173,6 +206,8 @@ def test_ties_zero_lengths_and_edges():
     ]
     check(slices, ends)
     check(slices, ends, batch=1)
+    for part in (1, 2, 3):
+        check_parts(slices, ends, part)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -191,6 +226,8 @@ def test_random_tracks(seed):
     rnd.shuffle(slices)
     check(slices, ends)
     check(slices, ends, batch=2)
+    for part in (1, 7, 40):
+        check_parts(slices, ends, part)
 
 
 def test_flow_pairing_edges():
@@ -213,11 +250,18 @@ def test_random_flow_ends(seed):
     check_pairs(ends)
 
 
-@pytest.mark.skipif(not PYTORCH_TEXT.is_dir(), reason=f"real samples not found at {PYTORCH_TEXT}")
-def test_batches_do_not_change_the_run(tmp_path, monkeypatch):
-    src = PYTORCH_TEXT / "level1"
+BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
+
+
+@pytest.mark.parametrize("src", [PYTORCH_TEXT / "level1", BUNDLED], ids=["real_level1", "bundled"])
+def test_batches_do_not_change_the_run(src, tmp_path, monkeypatch):
+    """Small batches of tracks, big tracks nested in parts, flow keys paired in small batches: the same run."""
+    if not src.is_dir():
+        pytest.skip(f"real samples not found at {src}")
     ingest_path(src, tmp_path / "one.duckdb")
-    monkeypatch.setattr(nesting, "BATCH_SLICES", 500)
+    monkeypatch.setattr(nesting, "BATCH_SLICES", 100)  # (the bundled run's biggest track has 300)
+    monkeypatch.setattr(nesting, "PART_SLICES", 37)
+    monkeypatch.setattr(trace, "PAIR_BATCH_ENDS", 13)
     ingest_path(src, tmp_path / "many.duckdb")
     queries = ["SELECT * FROM slices ORDER BY slice_id", "SELECT * FROM flows ORDER BY flow_id",
                "SELECT * FROM tracks ORDER BY track_id", "SELECT * FROM steps ORDER BY rank, step"]
