@@ -308,6 +308,10 @@ def targets(sizes: list[dict], ray: dict) -> list[dict]:
         if ing.get("tb_profiler_ascend", {}).get("status") == "ok" and ours.get("status") == "ok":
             out.append({"target": f"ingest ≥ 10 × tb_profiler_ascend ({label})", "want": 10.0,
                         "got": ing["tb_profiler_ascend"]["ours_x"]})
+        lost = (ours.get("detail") or {}).get("not_loaded")
+        if ours.get("status") == "ok" and lost is not None:
+            out.append({"target": f"every file loaded ({label}; not loaded: {'; '.join(lost) or 'none'})",
+                        "want": 0, "got": len(lost), "lower_is_better": True})
         if ours.get("status") == "ok":
             out.append({"target": f"peak RSS per worker ≤ 1.5 GB ({label})", "want": 1536,
                         "got": ours["peak_rss_mb"], "lower_is_better": True})

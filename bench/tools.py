@@ -135,6 +135,10 @@ def run_ours(src: Path, out: Path, executor: str = "process", workers: int | Non
     return {"path": path, "seconds": round(time.perf_counter() - t0, 3),
             "ranks": len(summary.get("ranks") or []) if isinstance(summary, dict) else None,
             "warnings": len(summary.get("warnings") or []) if isinstance(summary, dict) else None,
+            # files the run lost: a measurement that dropped one is not of the whole input
+            "not_loaded": [f"{w.get('file')}: {w.get('message')}"[:300] for w in summary.get("warnings") or []
+                           if isinstance(w, dict) and str(w.get("message", "")).startswith("not loaded")]
+            if isinstance(summary, dict) else None,
             # the shard tasks' own time (the rest of the wall is start-up, the small files and cluster.duckdb)
             **({"shards": len(shard_s), "shard_seconds_sum": round(sum(shard_s), 2),
                 "shard_seconds_median": shard_s[len(shard_s) // 2]} if shard_s else {})}

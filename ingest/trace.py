@@ -176,14 +176,17 @@ SELECT e.*, keys.fkey FROM e JOIN keys USING (rank, cat, flow_key)
 """
 
 # the pairs (from ingest.nesting.pair_flows, with their bound slices) and the ends' names
-FLOWS = """
+FLOWS = ["""
+CREATE OR REPLACE TABLE {p}half AS
+SELECT p.*, src.cat, src.name AS src_name, src.flow_key, src.rank FROM {p}pairs p JOIN {p}fe src ON src.seq = p.src_seq
+""", """
 CREATE OR REPLACE TABLE {p}flows AS
-SELECT p.local_flow, src.cat, coalesce(src.name, dst.name) AS name, src.flow_key,
-       p.src_track, p.src_ts_ns, nullif(p.src_local, 0) AS src_local,
-       p.dst_track, p.dst_ts_ns, nullif(p.dst_local, 0) AS dst_local, src.rank
-FROM {p}pairs p JOIN {p}fe src ON src.seq = p.src_seq JOIN {p}fe dst ON dst.seq = p.dst_seq
-ORDER BY p.local_flow
-"""
+SELECT h.local_flow, h.cat, coalesce(h.src_name, dst.name) AS name, h.flow_key,
+       h.src_track, h.src_ts_ns, nullif(h.src_local, 0) AS src_local,
+       h.dst_track, h.dst_ts_ns, nullif(h.dst_local, 0) AS dst_local, h.rank
+FROM {p}half h JOIN {p}fe dst ON dst.seq = h.dst_seq
+ORDER BY h.local_flow
+""", "DROP TABLE {p}half"]  # (one join per statement, as PAIRS: it runs beside the slices' write, in one limit)
 
 # per rank and flow category: ends whose (cat, id) has no end of the other kind, and flows whose ends bound to no
 # slice
@@ -699,7 +702,9 @@ class TraceLoad:
             self._nest(advance)
             advance()
             self.on_nested()
-            s(FLOWS)
+            for sql in FLOWS:
+                self.sql(sql)
+            advance()
             for rank, cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in s(FLOW_STATS).fetchall():
                 parts = []
                 if lonely_s:

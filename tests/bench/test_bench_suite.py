@@ -93,6 +93,9 @@ def test_paint_viewport_and_targets(quick):
         assert 0 <= moved["longest_still_s"] <= rows["ours"]["wall_s"] + 0.5
         rss = targets[f"peak RSS per worker ≤ 1.5 GB ({size['ranks']} rank(s))"]
         assert rss["got"] == rows["ours"]["peak_rss_mb"] and rss["met"] == (rss["got"] <= 1536)
+        # the generated runs load whole: a measurement that lost a file would say so
+        loaded = targets[f"every file loaded ({size['ranks']} rank(s); not loaded: none)"]
+        assert loaded["got"] == 0 and loaded["met"] and rows["ours"]["detail"]["not_loaded"] == []
     assert set(suite.table(report).splitlines()) >= {f"{'met ' if t['met'] else 'GAP '} {t['target']}: {t['got']} "
                                                       f"(target {t['want']})" for t in report["targets"]}
 
