@@ -126,9 +126,11 @@ class IngestQueue:
             proc.join(timeout_s)
 
     def active(self) -> dict[str, int]:
-        """``{run_id: worker pid}`` of the runs being ingested right now."""
+        """``{run_id: worker pid}`` of the runs being ingested right now (a worker that has exited is not, though
+        the thread that ran it may not have let go of it yet: ``cancel`` returns once the worker is dead)."""
         with self._lock:
-            return {run_id: proc.pid for run_id, proc in self._procs.items() if proc.pid is not None}
+            procs = list(self._procs.items())
+        return {run_id: proc.pid for run_id, proc in procs if proc.pid is not None and proc.is_alive()}
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the workers; a run they were ingesting goes back to ``queued`` for the next start."""
