@@ -161,10 +161,12 @@ def test_a_rank_is_browsable_while_another_still_ingests(uneven, tmp_path):
         # rank 0's shard is published while rank 5's is still being written
         wait(lambda: (m := _manifest(store, run.id)) and 0 in [r for e in m["shards"] if e["status"] == "ready"
                                                               for r in e["ranks"]], 300)
+        # the tracks first, then the run's state: a rank only ever goes from pending to loaded, so a rank the
+        # tracks call loaded can no longer be pending a moment later (the other order raced rank 5 finishing)
+        tracks = client.get(f"/api/runs/{run.id}/timeline/tracks", params={"rank": 0}).json()
         body = client.get(f"/api/runs/{run.id}").json()
         if body["status"] == "ingesting":  # (a very fast machine may have finished meanwhile)
             assert 0 not in body["pending_ranks"] and body["ranks_state"]["ready"] >= 1
-            tracks = client.get(f"/api/runs/{run.id}/timeline/tracks", params={"rank": 0}).json()
             assert 0 in tracks["loaded_ranks"] and any(t["rank"] == 0 and t["slice_count"] for t in tracks["tracks"])
             pending = set(body["pending_ranks"])
             assert not pending & set(tracks["loaded_ranks"])
