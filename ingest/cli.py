@@ -105,8 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "once for one .duckdb file (default 2)")
     parser.add_argument("--ray-address", default=None,
                         help="an existing Ray cluster (HEAD:6379) for --executor ray; default: a local one")
-    parser.add_argument("--memory-limit", default="1GB", help="DuckDB memory limit (per rank task when sharded), "
-                                                              "e.g. 1GB (default)")
+    parser.add_argument("--memory-limit", default=None,
+                        help="DuckDB memory limit, e.g. 1GB: per task of a sharded ingest (default 800MB), or of the "
+                             "one .duckdb file (default 1GB)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
 
 
@@ -155,13 +156,13 @@ def run_ingest(args: argparse.Namespace) -> int:
                 sys.stderr.write("error: --executor ray writes a run folder: give --out a folder\n")
                 return 2
             summary = ingest_path(args.path, args.out, progress=progress, workers=args.workers or 2,
-                                  memory_limit=args.memory_limit)
+                                  **({"memory_limit": args.memory_limit} if args.memory_limit else {}))
         else:
             from .shards import ingest_sharded
 
             summary = ingest_sharded(args.path, args.out, executor=args.executor, workers=args.workers,
                                      ray_address=args.ray_address, progress=progress,
-                                     memory_limit=args.memory_limit)
+                                     **({"memory_limit": args.memory_limit} if args.memory_limit else {}))
     except ExecutorUnavailable as exc:
         _close(progress)
         sys.stderr.write(f"error: {exc}\n")

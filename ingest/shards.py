@@ -70,7 +70,7 @@ from .layout import (
 )
 from .pipeline import NoProfilingData, Progress
 
-SHARD_MEMORY_LIMIT = "1GB"  # DuckDB's limit per task, spilling past it (a worker peaks ~1.7 GB on a 10 GB trace)
+SHARD_MEMORY_LIMIT = "800MB"  # DuckDB's limit per task, spilling past it (a worker peaks ~1.5 GB on a 10 GB trace)
 # what the Cluster, Summary and Communication views read, loaded for every rank before any trace
 SMALL_KINDS = frozenset({"step_trace_time", "communication", "communication_matrix", "analysis_db",
                          "msprof_communication", "msprof_communication_matrix"})
