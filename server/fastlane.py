@@ -5,24 +5,25 @@ the server's work.
 Routing, parameter validation and dependency solving by FastAPI cost about as much CPU as answering a viewport
 from memory (``docs/benchmarks.md``, issue #18). :class:`FastLane` (ASGI middleware, inside the security
 middleware, so tokens, hosts and headers are checked as for any request) answers a well-formed GET of those three
-endpoints itself: it parses the query string, finds the run and its database with the same functions as the
-dependencies (``server.api.get_run``, ``get_run_db``) and calls the same endpoint functions
-(``server.api.timeline``), so the answer is the one the router would give, byte for byte. Anything else (another
-path or method, a parameter it does not recognise or that does not validate, any exception on the way) goes to
-the router untouched, which then answers or explains the error exactly as before; a request that fails on the
-short path is simply asked again there, with what is left of its deadline.
+endpoints itself: it parses the query string, then, on one worker thread, finds the run and its database with
+the pieces the dependencies are made of (``server.api.find_run``, ``request_db``: the same checks, lookups and
+errors as ``get_run`` and ``get_run_db``) and calls the same endpoint functions (``server.api.timeline``), so the
+answer is the one the router would give, byte for byte. The event loop makes no system call for such a request
+(under many users each one costs the loop a wait for the GIL, and every other request on it waits too).
+Anything else (another path or method, a parameter it does not recognise or that does not validate, any
+exception on the way) goes to the router untouched, which then answers or explains the error exactly as before;
+a request that fails on the short path is simply asked again there, with what is left of its deadline.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 from urllib.parse import parse_qsl
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from ascendscope.server.api import INT64_MAX, INT64_MIN, get_run, get_run_db
+from ascendscope.server.api import INT64_MAX, INT64_MIN, find_run, request_db
 from ascendscope.server.api import timeline as endpoints
 
 PATH = re.compile(r"^/api/runs/([^/]+)/timeline/(slices|counters|flows)$")
@@ -31,7 +32,6 @@ KNOWN = {"slices": {"track_id", "start_ns", "end_ns", "width_px"},
          "counters": {"track_id", "start_ns", "end_ns", "width_px"},
          "flows": {"start_ns", "end_ns", "cat", "width_px"}}  # (flows have no width: the router ignores it)
 MAX_WIDTH_PX = 20_000
-run_db = contextlib.asynccontextmanager(get_run_db)
 
 
 class Unusual(Exception):
@@ -101,10 +101,16 @@ class FastLane:
         args = parse(kind, scope.get("query_string", b""))
         request = Request(scope)
         request.scope.setdefault("path_params", {})["run_id"] = run_id
-        app = scope["app"]
-        store, settings = app.state.store, app.state.settings
-        run = await get_run(run_id, store, request)
-        accept = request.headers.get("accept")
-        async with run_db(run, store, settings, request) as db:
-            return await run_in_threadpool(getattr(endpoints, kind), run_id, db, accept=accept, **args)
+        return await run_in_threadpool(_respond, request, run_id, kind, args)
+
+
+def _respond(request: Request, run_id: str, kind: str, args: dict):
+    """The endpoint's response, found, opened, answered and closed on one worker thread: the event loop makes
+    no system call for it (each would cost it a wait for the GIL, under load: see ``server.api.request_db``)."""
+    app = request.scope["app"]
+    store, settings = app.state.store, app.state.settings
+    run = find_run(run_id, store, request)
+    accept = request.headers.get("accept")
+    with request_db(run, store, settings, request) as db:
+        return getattr(endpoints, kind)(run_id, db, accept=accept, **args)
 

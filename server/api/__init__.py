@@ -22,12 +22,13 @@ value is the client's mistake (422 ``invalid_parameter`` naming it), not a datab
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Annotated, Any
@@ -141,15 +142,21 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[RunStore, Depends(get_store)]
 
 
-# async too: one stat of run.json (parsed only when it changed: RunStore.get) costs less than a thread hop
-async def get_run(run_id: Annotated[str, Path(description="run id, as listed by GET /api/runs")],
-                  store: StoreDep, request: Request) -> Run:
+def find_run(run_id: str, store: RunStore, request: Request) -> Run:
+    """The run, or 404 ``run_not_found``: one stat of run.json (parsed only when it changed: ``RunStore.get``)."""
     try:
         return store.get(run_id)
     except RunNotFound:
         # deleted, maybe by another server process: close what this one still holds open of its files
         get_databases(request).forget(run_id)
         raise ApiError(404, "run_not_found", f"no run with id {run_id!r}") from None
+
+
+# async too: one stat of run.json costs less than a thread hop (server.fastlane, the viewport requests' path,
+# does this and the database's lookup on its worker thread instead: see request_db)
+async def get_run(run_id: Annotated[str, Path(description="run id, as listed by GET /api/runs")],
+                  store: StoreDep, request: Request) -> Run:
+    return find_run(run_id, store, request)
 
 
 RunDep = Annotated[Run, Depends(get_run)]
@@ -318,10 +325,9 @@ def run_damaged(store: RunStore, run: Run, reason: str) -> ApiError:
                     run_status=marked.status)
 
 
-async def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> AsyncIterator[RunDb]:
-    """The request's :class:`RunDb`. Async: when the run's connection is open already (nearly every request) it
-    is found on the event loop, and only opening one goes to a thread; a sync dependency would cost two thread
-    hops per request (in and out), more than the few ``stat`` calls it makes."""
+def _locate(run: Run, store: RunStore, request: Request) -> tuple:
+    """(path, version, ranks, about) of the request's database: the checks and ``stat`` calls before it is
+    looked up or opened."""
     if not store.servable(run):
         raise ApiError(409, "run_not_ready", f"run {run.id!r} is {run.status}", run_status=run.status)
     try:
@@ -331,25 +337,56 @@ async def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, reques
         raise ApiError(422, "invalid_parameter", str(exc), parameter="ranks") from None
     path = store.db_path(run.id)
     version = file_id(path)  # before opening: a file replaced meanwhile is then cached under its old identity
-    databases = get_databases(request)
-    opened = databases.open_already(run.id, path, ranks, about)
-    if opened is None:
-        opened = await run_in_threadpool(functools.partial(open_run_db, with_connection=True), run, store,
-                                         databases, ranks, about)
+    return path, version, ranks, about
+
+
+@contextlib.contextmanager
+def _serving(run: Run, store: RunStore, settings: Settings, request: Request, opened: tuple,
+             version: tuple | None) -> Iterator[RunDb]:
+    """The :class:`RunDb` of an opened database (``opened``: info, cursor, connection), its cursor closed after."""
     info, cur, conn = opened
     files = index_files(store, run.id, version) if settings.index_files and version is not None else None
-    if info.pending_ranks:  # a run still ingesting: the ranks this request is about are loaded next
-        await run_in_threadpool(want_pending, store, run, info, ranks, about)
     if version is not None and info.loaded_ranks is not None:  # answers differ per scope of ranks
         version = (*version, tuple(info.loaded_ranks))
     try:
         yield RunDb(run=run, cur=cur, info=info, settings=settings, pool=request.app.state.query_pool,
                     file_id=version, connection=conn, index_files=files, **request_budget(request))
     except DamagedDatabase as exc:  # found by a query of this request
-        databases.forget(run.id)
+        get_databases(request).forget(run.id)
         raise run_damaged(store, run, str(exc)) from exc
     finally:
         cur.close()
+
+
+async def get_run_db(run: RunDep, store: StoreDep, settings: SettingsDep, request: Request) -> AsyncIterator[RunDb]:
+    """The request's :class:`RunDb`. Async: when the run's connection is open already (nearly every request) it
+    is found on the event loop, and only opening one goes to a thread; a sync dependency would cost two thread
+    hops per request (in and out), more than the few ``stat`` calls it makes."""
+    path, version, ranks, about = _locate(run, store, request)
+    databases = get_databases(request)
+    opened = databases.open_already(run.id, path, ranks, about)
+    if opened is None:
+        opened = await run_in_threadpool(functools.partial(open_run_db, with_connection=True), run, store,
+                                         databases, ranks, about)
+    if opened[0].pending_ranks:  # a run still ingesting: the ranks this request is about are loaded next
+        await run_in_threadpool(want_pending, store, run, opened[0], ranks, about)
+    with _serving(run, store, settings, request, opened, version) as db:
+        yield db
+
+
+@contextlib.contextmanager
+def request_db(run: Run, store: RunStore, settings: Settings, request: Request) -> Iterator[RunDb]:
+    """What :func:`get_run_db` gives, all of it on the calling thread: for a caller on a worker thread already
+    (``server.fastlane``). Under many users the event loop waits for the GIL after every system call it makes
+    (a ``stat``, a cursor's close), so the viewport requests do these on the thread that answers them."""
+    path, version, ranks, about = _locate(run, store, request)
+    databases = get_databases(request)
+    opened = databases.open_already(run.id, path, ranks, about) or open_run_db(
+        run, store, databases, ranks, about, with_connection=True)
+    if opened[0].pending_ranks:
+        want_pending(store, run, opened[0], ranks, about)
+    with _serving(run, store, settings, request, opened, version) as db:
+        yield db
 
 
 RunDbDep = Annotated[RunDb, Depends(get_run_db)]

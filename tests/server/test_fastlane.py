@@ -114,3 +114,33 @@ def test_parse_keeps_only_plain_well_formed_parameters():
                         ("counters", b"width_px=3"), ("slices", b"track_id=99999999999999999999")]:
         with pytest.raises(fastlane.Unusual):
             fastlane.parse(kind, query)
+
+
+def test_the_event_loop_makes_no_system_call_for_a_viewport_request(runs, taken, monkeypatch):
+    """Under many users each system call on the event loop costs it a wait for the GIL (docs/benchmarks.md,
+    issue #18): the short path finds the run and its database, answers and closes the cursor on its worker
+    thread. The router's path, as a control, still stats run.json on the loop (so the probe sees such calls)."""
+    import asyncio
+    import os
+
+    on_loop: list[str] = []
+    real_stat = os.stat
+
+    def probe(path, *args, **kwargs):
+        if asyncio._get_running_loop() is not None:  # called from the thread running the event loop
+            on_loop.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    run_id = runs.ids["generated"]
+    with client_for(runs.data_dir) as client:
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        kinds = []
+        monkeypatch.setattr(os, "stat", probe)
+        for kind, params in asks(meta):
+            for _ in range(2):  # the first opens what the second finds open
+                resp = client.get(f"/api/runs/{run_id}/timeline/{kind}", params=params)
+                assert resp.status_code == 200, resp.text
+                kinds.append(kind)
+        assert taken == kinds and on_loop == []
+        assert client.get(f"/api/runs/{run_id}/timeline/tracks").status_code == 200  # the router's path
+        assert any(p.endswith("run.json") for p in on_loop), on_loop
