@@ -257,7 +257,7 @@ class FileProgress(Progress):
     FILES_SHARE = 0.85
     CLOSING_STEPS = 4  # the phases write_ranks announces once the files are read
 
-    def __init__(self, path: str, total: int = 0, interval_s: float = 0.5):
+    def __init__(self, path: str, total: int = 0, interval_s: float = 0.25):
         self.path, self.total, self.interval_s = Path(path), total, interval_s
         self.lock = threading.Lock()
         self.done = 0
