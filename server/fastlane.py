@@ -9,7 +9,8 @@ endpoints itself: it parses the query string, then, on one worker thread, finds 
 the pieces the dependencies are made of (``server.api.find_run``, ``request_db``: the same checks, lookups and
 errors as ``get_run`` and ``get_run_db``) and calls the same endpoint functions (``server.api.timeline``), so the
 answer is the one the router would give, byte for byte. The event loop makes no system call for such a request
-(under many users each one costs the loop a wait for the GIL, and every other request on it waits too).
+(under many users each one costs the loop a wait for the GIL, and every other request on it waits too), and at
+most :data:`THREADS` such requests run at once in a process (the rest wait on the loop).
 Anything else (another path or method, a parameter it does not recognise or that does not validate, any
 exception on the way) goes to the router untouched, which then answers or explains the error exactly as before;
 a request that fails on the short path is simply asked again there, with what is left of its deadline.
@@ -17,10 +18,13 @@ a request that fails on the short path is simply asked again there, with what is
 
 from __future__ import annotations
 
+import asyncio
 import re
+import weakref
 from urllib.parse import parse_qsl
 
-from starlette.concurrency import run_in_threadpool
+import anyio
+import anyio.to_thread
 from starlette.requests import Request
 
 from ascendscope.server.api import INT64_MAX, INT64_MIN, find_run, request_db
@@ -32,6 +36,14 @@ KNOWN = {"slices": {"track_id", "start_ns", "end_ns", "width_px"},
          "counters": {"track_id", "start_ns", "end_ns", "width_px"},
          "flows": {"start_ns", "end_ns", "cat", "width_px"}}  # (flows have no width: the router ignores it)
 MAX_WIDTH_PX = 20_000
+# Viewport requests answered at once by one server process (the others wait their turn on the event loop, which
+# costs nothing). Starlette's default of 40 threads lets every connection's request run at once, and the event loop
+# then competes with all of them for the GIL each time it wakes: measured at 50 clients (docs/benchmarks.md, issue
+# #18), 3 threads answered more requests per second than 40, with a lower p95 and half the wait of /api/health; 1
+# thread made health's wait shortest but cost a third of the 1-rank throughput (the DuckDB and numpy parts of an
+# answer let go of the GIL, so a few threads still overlap).
+THREADS = 3
+_limiters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its limiter
 
 
 class Unusual(Exception):
@@ -101,7 +113,16 @@ class FastLane:
         args = parse(kind, scope.get("query_string", b""))
         request = Request(scope)
         request.scope.setdefault("path_params", {})["run_id"] = run_id
-        return await run_in_threadpool(_respond, request, run_id, kind, args)
+        return await anyio.to_thread.run_sync(_respond, request, run_id, kind, args, limiter=_limiter())
+
+
+def _limiter() -> anyio.CapacityLimiter:
+    """The running event loop's :data:`THREADS` threads for viewport requests."""
+    loop = asyncio.get_running_loop()
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        limiter = _limiters[loop] = anyio.CapacityLimiter(THREADS)
+    return limiter
 
 
 def _respond(request: Request, run_id: str, kind: str, args: dict):

@@ -144,3 +144,37 @@ def test_the_event_loop_makes_no_system_call_for_a_viewport_request(runs, taken,
         assert taken == kinds and on_loop == []
         assert client.get(f"/api/runs/{run_id}/timeline/tracks").status_code == 200  # the router's path
         assert any(p.endswith("run.json") for p in on_loop), on_loop
+
+
+def test_viewport_requests_run_on_a_few_threads_at_once(runs, monkeypatch):
+    """At most fastlane.THREADS requests of the short path run at once in a process, however many arrive; the
+    others wait their turn and are answered as well."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    running, peak, lock = [0], [0], threading.Lock()
+    real = fastlane._respond
+
+    def slow(*args, **kwargs):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        try:
+            time.sleep(0.05)
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(fastlane, "_respond", slow)
+    run_id = runs.ids["generated"]
+    with client_for(runs.data_dir) as client:
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        url = f"/api/runs/{run_id}/timeline/flows"
+        params = {"start_ns": meta["start_ns"], "end_ns": meta["end_ns"]}
+        with ThreadPoolExecutor(4 * fastlane.THREADS) as pool:
+            answers = list(pool.map(lambda _: client.get(url, params=params), range(8 * fastlane.THREADS)))
+    assert [a.status_code for a in answers] == [200] * (8 * fastlane.THREADS)
+    assert len({a.content for a in answers}) == 1
+    assert peak[0] == fastlane.THREADS
