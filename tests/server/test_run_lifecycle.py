@@ -95,9 +95,11 @@ def test_sigkilled_server_restarted_at_once_still_ends_ready(tmp_path, slow_sour
 def test_ctrl_c_stops_quietly_and_the_interrupted_run_waits_for_the_next_start(tmp_path, slow_source):
     proc, base = start_serve(tmp_path, slow_source, new_session=True)
     try:
+        wait_for(lambda: httpx.get(f"{base}/api/health", timeout=5).status_code == 200)
+        # (the ranks seen being read just before the Ctrl+C: with the server's start-up waited for in between, a
+        # fast machine could finish the ingest before the signal landed)
         reading = wait_for(lambda: (r := run_record(tmp_path)).get("status") == "ingesting" and r["worker_pid"]
                            and (r.get("progress") or {}).get("phase") == "reading" and r)
-        wait_for(lambda: httpx.get(f"{base}/api/health", timeout=5).status_code == 200)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl+C does: the whole foreground group gets it
         proc.wait(60)
     finally:
