@@ -11,6 +11,8 @@ errors as ``get_run`` and ``get_run_db``) and calls the same endpoint functions 
 answer is the one the router would give, byte for byte. The event loop makes no system call for such a request
 (under many users each one costs the loop a wait for the GIL, and every other request on it waits too), and at
 most :data:`THREADS` such requests run at once in a process (the rest wait on the loop).
+A request whose client went away while it waited for a thread is answered 499 (as the router would: nobody reads
+it) before any lookup or query, so it costs no more work.
 Anything else (another path or method, a parameter it does not recognise or that does not validate, any
 exception on the way) goes to the router untouched, which then answers or explains the error exactly as before;
 a request that fails on the short path is simply asked again there, with what is left of its deadline.
@@ -27,8 +29,11 @@ import anyio
 import anyio.to_thread
 from starlette.requests import Request
 
-from ascendscope.server.api import INT64_MAX, INT64_MIN, find_run, request_db
+from ascendscope.server import requestclock
+from ascendscope.server.api import INT64_MAX, INT64_MIN, ApiError, FastJSONResponse, find_run, request_db
 from ascendscope.server.api import timeline as endpoints
+from ascendscope.server.errors import http_answer
+from ascendscope.server.requestclock import ClientGone
 
 PATH = re.compile(r"^/api/runs/([^/]+)/timeline/(slices|counters|flows)$")
 INT = re.compile(r"^[+-]?[0-9]{1,19}$")
@@ -101,6 +106,9 @@ class FastLane:
             return
         try:
             response = await self._answer(scope, match.group(1), match.group(2))
+        except ClientGone as exc:  # nobody reads the answer: the router's 499, without its work
+            status, code, message = http_answer(exc)
+            response = FastJSONResponse(ApiError(status, code, message).body(), status_code=status)
         except Exception:  # noqa: BLE001 - Unusual, or any error: the router answers it as it always does
             response = None
         if response is None:
@@ -128,6 +136,9 @@ def _limiter() -> anyio.CapacityLimiter:
 def _respond(request: Request, run_id: str, kind: str, args: dict):
     """The endpoint's response, found, opened, answered and closed on one worker thread: the event loop makes
     no system call for it (each would cost it a wait for the GIL, under load: see ``server.api.request_db``)."""
+    gone = requestclock.token(request.scope)
+    if gone is not None:
+        gone.check()  # the client left while the request waited for a thread: ClientGone, nothing looked up
     app = request.scope["app"]
     store, settings = app.state.store, app.state.settings
     run = find_run(run_id, store, request)

@@ -225,6 +225,8 @@ class RunDb:
         """item → ``compute(items)[item]``, computed once for concurrent requests of the same (kind, params, item)
         on this file and cached in ``store`` (see :class:`QueryPool`); what it returns is shared: do not mutate
         it."""
+        if self.cancel is not None:
+            self.cancel.check()  # the client went away: not even an answer kept in memory is worth encoding
         timeout_s = self.remaining()
         if self.file_id is None:
             with self.pool.slot(timeout_s, heavy=self.heavy, cancel=self.cancel):

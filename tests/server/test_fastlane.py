@@ -178,3 +178,105 @@ def test_viewport_requests_run_on_a_few_threads_at_once(runs, monkeypatch):
     assert [a.status_code for a in answers] == [200] * (8 * fastlane.THREADS)
     assert len({a.content for a in answers}) == 1
     assert peak[0] == fastlane.THREADS
+
+
+def test_a_request_whose_client_left_while_it_waited_for_a_thread_costs_no_work(runs, monkeypatch):
+    """Every thread of the short path busy, a viewport request queues; its client disconnects meanwhile. Once a
+    thread is free the request is answered 499 (nobody reads it) without being looked up or answered, and the
+    router does not take it over; the requests that held the threads are answered as usual."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    release, started, called = threading.Event(), threading.Semaphore(0), []
+    real = fastlane._respond
+
+    def held(request, run_id, kind, args):
+        started.release()
+        release.wait(30)
+        return real(request, run_id, kind, args)
+
+    real_flows = fastlane.endpoints.flows
+
+    def flows(*args, **kwargs):
+        called.append(kwargs.get("start_ns"))
+        return real_flows(*args, **kwargs)
+
+    run_id = runs.ids["generated"]
+    with client_for(runs.data_dir) as client:
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        url = f"/api/runs/{run_id}/timeline/flows"
+        start, end = int(meta["start_ns"]), int(meta["end_ns"])
+        monkeypatch.setattr(fastlane, "_respond", held)
+        monkeypatch.setattr(fastlane.endpoints, "flows", flows)
+        routed = []
+        router = client.app.middleware_stack  # (built by the first request)
+        lane = router
+        while not isinstance(lane, fastlane.FastLane):
+            lane = lane.app
+        inner = lane.app
+
+        async def counting_router(scope, receive, send):
+            routed.append(scope["path"])
+            await inner(scope, receive, send)
+
+        monkeypatch.setattr(lane, "app", counting_router)
+        with ThreadPoolExecutor(fastlane.THREADS) as pool:
+            busy = [pool.submit(client.get, url, params={"start_ns": start, "end_ns": end})
+                    for _ in range(fastlane.THREADS)]
+            for _ in range(fastlane.THREADS):
+                assert started.acquire(timeout=30)  # every thread of the short path is held
+
+            async def gone() -> list[dict]:
+                import anyio
+
+                sent: list[dict] = []
+                disconnected = anyio.Event()
+
+                async def receive():
+                    disconnected.set()
+                    return {"type": "http.disconnect"}
+
+                async def send(message):
+                    sent.append(message)
+
+                query = f"start_ns={start + 1}&end_ns={end}".encode()
+                scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+                         "scheme": "http", "path": url, "raw_path": url.encode(), "query_string": query,
+                         "root_path": "", "headers": [(b"host", b"testserver")], "client": ("127.0.0.1", 50000),
+                         "server": ("testserver", 80)}
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(client.app, scope, receive, send)
+                    await disconnected.wait()
+                    await anyio.sleep(0.2)  # the request waits for a thread; its client has gone
+                    release.set()
+                return sent
+
+            sent = client.portal.call(gone)
+            answers = [f.result(timeout=30) for f in busy]
+    assert [a.status_code for a in answers] == [200] * fastlane.THREADS
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499
+    assert b"client_closed_request" in b"".join(m.get("body", b"") for m in sent[1:])
+    assert start + 1 not in called and called.count(start) == fastlane.THREADS  # the gone one was never answered
+    assert routed == []  # and the router did not take it over
+
+
+@pytest.mark.parametrize("unusual", [False, True])
+def test_an_answer_kept_in_memory_is_not_encoded_for_a_client_that_left(runs, monkeypatch, unusual):
+    """A viewport answered from memory (no query left to interrupt), asked again by a client that has gone by
+    the time the work starts: 499 on the short path and on the router's (an unknown parameter sends it there)."""
+    from ascendscope.server import requestclock
+
+    run_id = runs.ids["generated"]
+    with client_for(runs.data_dir) as client:
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        track = next(t["track_id"] for t in meta["tracks"] if t["kind"] != "counter" and t["slice_count"])
+        url = f"/api/runs/{run_id}/timeline/slices"
+        params = {"track_id": track, "width_px": 800, **({"unused": 1} if unusual else {})}
+        for _ in range(3):  # read, then kept in memory
+            assert client.get(url, params=params).status_code == 200
+        gone = requestclock.CancelToken()
+        gone.cancel()
+        monkeypatch.setattr(requestclock, "token", lambda scope: gone)
+        r = client.get(url, params=params)
+    assert r.status_code == 499, r.text
+    assert r.json()["error"]["code"] == "client_closed_request"
