@@ -19,7 +19,10 @@ answers JSON). Each measurement gets a fresh server (no answer cached from the o
 servers alternate measurement by measurement and ``--repeat`` times, so both see the same load from the rest of
 the machine. This version is measured twice (``--index both``): "after" with the run's index files removed first
 (``server.indexfiles``: each track read from the database at its first look, as by the first user after an
-ingest), then "warm" with the files that measurement wrote (as after a restart, or by the users who come next).
+ingest before this version wrote them ahead), then "warm" with the files that measurement wrote (as after a
+restart, or by the users who come next). ``--index ahead`` measures the first look as it is now: the files
+removed, then written ahead as the ingest worker writes them once a run is ready (``server.prewarm``, timed:
+``prewarm_s``), then the server started.
 At the highest client count, a second wrk asks ``/api/health`` on one connection meanwhile.
 
 Reported per measurement: requests/s, latency p50/p95/p99/max, errors (socket errors, timeouts, non-2xx), server
@@ -116,14 +119,24 @@ def one_store(data: Path) -> tuple[Path, str]:
 def measure(data: Path, run_id: str, sc: Scenario, clients: int, version: str, args: argparse.Namespace,
             *, health: bool = False) -> dict:
     """One measurement on a fresh server: ``version`` "after" (this checkout, the run's index files removed
-    first, as at the first look at a run), "warm" (this checkout, the index files that earlier measurements
+    first, as at the first look at a run when nothing wrote them ahead), "ahead" (removed, then written ahead as
+    the ingest worker does: ``server.prewarm``), "warm" (this checkout, the index files that earlier measurements
     wrote kept, as after a restart: ``server.indexfiles``) or "before" (``args.before``)."""
     checkout = Path(args.before) if version == "before" else None
-    if version == "after":
+    prewarm_s = None
+    if version in ("after", "ahead"):
         from ascendscope.server.indexfiles import FOLDER
         from ascendscope.server.runs import RunStore
 
         shutil.rmtree(RunStore(data).run_dir(run_id) / FOLDER, ignore_errors=True)
+    if version == "ahead":
+        from ascendscope.server.prewarm import prewarm
+        from ascendscope.server.runs import RunStore
+        from ascendscope.server.settings import Settings
+
+        began = time.monotonic()
+        prewarm(RunStore(data), run_id, Settings.from_env(environ={}, data_dir=str(data)), nice=0)
+        prewarm_s = round(time.monotonic() - began, 2)
     workers = None if version == "before" else args.workers
     with Server(data, checkout=checkout, workers=workers) as srv:
         meta = srv.wait_ready(f"/api/runs/{run_id}/timeline/tracks")
@@ -147,7 +160,7 @@ def measure(data: Path, run_id: str, sc: Scenario, clients: int, version: str, a
             "cpu_ms_per_request": round(1000 * cpu / max(1, res["requests"]), 2),
             "kb_per_request": round(res["bytes"] / 1e3 / max(1, res["requests"]), 1),
             "load_avg": round(load, 2), "health": side.get("latency_ms"), "health_errors":
-                sum(side["errors"].values()) if side else None, "rss_mb": rss}
+                sum(side["errors"].values()) if side else None, "rss_mb": rss, "prewarm_s": prewarm_s}
 
 
 def soak(data: Path, run_id: str, sc: Scenario, args: argparse.Namespace) -> dict:
@@ -186,12 +199,13 @@ def table(rows: list[dict]) -> str:
         health = f"{r['health']['p99']:.1f}" if r.get("health") else ""
         lines.append(f"{r['scenario']:<8} {r['clients']:>7} {r['version']:<7} {r['req_per_s']:>7.1f} "
                      f"{lat['p50']:>8.1f} {lat['p95']:>8.1f} {lat['p99']:>8.1f} {r['cpu_ms_per_request']:>10.2f} "
-                     f"{r['kb_per_request']:>7.1f} {r['errors']:>6} {health:>10} {r['load_avg']:>5.1f}")
+                     f"{r['kb_per_request']:>7.1f} {r['errors']:>6} {health:>10} {r['load_avg']:>5.1f}"
+                     + (f"  (index files written ahead in {r['prewarm_s']:.1f} s)" if r.get("prewarm_s") else ""))
     lines += ["", "medians:", head.replace("version", "       "), "-" * len(head)]
     keys = sorted({(r["scenario"], r["clients"]) for r in rows}, key=lambda k: (k[0], k[1]))
     for sc, n in keys:
         med = {}
-        for version in ("before", "after", "warm"):
+        for version in ("before", "after", "ahead", "warm"):
             sel = [r for r in rows if (r["scenario"], r["clients"], r["version"]) == (sc, n, version)]
             if not sel:
                 continue
@@ -203,7 +217,7 @@ def table(rows: list[dict]) -> str:
             hp = f"{statistics.median(health):.1f}" if health else ""
             lines.append(f"{sc:<8} {n:>7} {version:<7} {rps:>7.1f} {m['p50']:>8.1f} {m['p95']:>8.1f} {m['p99']:>8.1f} "
                          f"{cpu:>10.2f} {kb:>7.1f} {sum(r['errors'] for r in sel):>6} {hp:>10}")
-        for version in ("after", "warm"):
+        for version in ("after", "ahead", "warm"):
             if med.get("before") and version in med:
                 lines.append(f"{'':<8} {'':>7} {'ratio':<7} {med[version] / med['before']:>6.2f}× ({version})")
     return "\n".join(lines)
@@ -226,9 +240,10 @@ def main(argv=None) -> int:
     ap.add_argument("--store-8rank", default=None,
                     help="a data dir holding the 8-rank run for this version (else generated)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: a small generated run, 1 and 4 clients, 2 s")
-    ap.add_argument("--index", choices=("cold", "warm", "both"), default="both",
-                    help="this version with no index files (cold: the first look at a run, as 'after'), with the "
-                         "files earlier measurements wrote ('warm'), or both, cold first")
+    ap.add_argument("--index", choices=("cold", "ahead", "warm", "both", "all"), default="both",
+                    help="this version with no index files (cold: the first look at a run when nothing wrote them "
+                         "ahead, as 'after'), with them written ahead as after an ingest (ahead), with the files "
+                         "earlier measurements wrote (warm), both cold and warm, or all three")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
     ap.add_argument("--cache", default=os.environ.get("ASCENDSCOPE_BENCH_CACHE", "bench/out"))
     args = ap.parse_args(argv)
@@ -236,7 +251,7 @@ def main(argv=None) -> int:
 
     plans = []
     if args.quick:
-        args.seconds, args.repeat, args.index = QUICK["seconds"], 1, "cold"
+        args.seconds, args.repeat, args.index = QUICK["seconds"], 1, "first"
         plans.append((QUICK_SCENARIO, *prepare(cache, QUICK_SCENARIO)))
     else:
         stores = {"1rank": args.store_1rank, "8rank": args.store_8rank}
@@ -245,7 +260,8 @@ def main(argv=None) -> int:
             if args.mix:
                 sc = replace(sc, mix=tuple(args.mix))
             plans.append((sc, *(one_store(Path(stores[name])) if stores[name] else prepare(cache, sc))))
-    mine = {"cold": ["after"], "warm": ["warm"], "both": ["after", "warm"]}[args.index]
+    mine = {"cold": ["after"], "ahead": ["ahead"], "warm": ["warm"], "both": ["after", "warm"],
+            "all": ["after", "ahead", "warm"], "first": ["after", "ahead"]}[args.index]  # (first: --quick)
     versions = ["before", *mine] if args.before else mine
     # the older version reads its own layout: one database file per run, made by its own code (it cannot read a
     # run folder of shards, so a given --store-* is this version's only)

@@ -363,6 +363,7 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | Non
         return
     progress.close()
     shutil.rmtree(work, ignore_errors=True)
+    tempfile.tempdir = None  # (it was the folder just removed)
     (run_dir / WANTED_FILE).unlink(missing_ok=True)
     if summary.get("reused"):
         wlog.info("%d shard(s) finished by an earlier attempt were kept", summary["reused"])
@@ -387,6 +388,27 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | Non
     if run.origin == "upload":  # the database holds everything the views read
         shutil.rmtree(run_dir / SOURCE_DIR, ignore_errors=True)
         store.update(run_id, size=folder_bytes(run_dir))
+    _prewarm(store, run_id, wlog)
+
+
+def _prewarm(store: RunStore, run_id: str, wlog: logging.Logger) -> None:
+    """The run's index files, written now that it is ready (``server.prewarm``): the first look at it is then as
+    quick as the next. The run is served meanwhile; any error only leaves the files to the first requests."""
+    try:
+        from ascendscope.server.prewarm import prewarm
+        from ascendscope.server.settings import Settings
+
+        done = prewarm(store, run_id, Settings.from_env())
+    except Exception:  # noqa: BLE001 - nothing depends on it: the server reads what it needs as before
+        wlog.warning("the index files were not written ahead (the first requests write them):\n%s",
+                     traceback.format_exc())
+        return
+    if "reason" in done and not done.get("entries"):
+        wlog.info("index files not written ahead: %s", done["reason"])
+    else:
+        wlog.info("index files written ahead: %d entries (%d too large for the track cache) in %.1f s%s",
+                  done.get("entries", 0), done.get("skipped", 0), done.get("seconds", 0.0),
+                  f"; stopped: {done['reason']}" if "reason" in done else "")
 
 
 def _own_resource_tracker() -> None:

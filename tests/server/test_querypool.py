@@ -289,16 +289,19 @@ def test_a_rewritten_database_is_not_answered_from_the_cache(api, monkeypatch, s
 # ---- the benchmark -------------------------------------------------------------------------------------------
 
 def test_concurrency_benchmark_runs_end_to_end(tmp_path):
-    """`ascendscope bench concurrency --quick` serves a small generated run to wrk walks (the page's request mix)
-    and reports every measurement, with the server's CPU per request and /api/health beside the load."""
+    """`ascendscope bench concurrency --quick` serves a small generated run to wrk walks (the page's request mix),
+    with no index files and with them written ahead (timed), and reports every measurement, with the server's CPU
+    per request and /api/health beside the load."""
     done = subprocess.run([sys.executable, "-m", "ascendscope.server.cli", "bench", "concurrency", "--quick", "--cache",
                            str(tmp_path)], capture_output=True, text=True, timeout=600,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert [(r["version"], r["clients"]) for r in report["results"]] == [("after", 1), ("after", 4)]
+    assert [(r["version"], r["clients"]) for r in report["results"]] == [("after", 1), ("ahead", 1), ("after", 4),
+                                                                         ("ahead", 4)]
     for r in report["results"]:
         assert r["requests"] > 0 and r["errors"] == 0, r
+        assert (r["prewarm_s"] is not None and r["prewarm_s"] > 0) == (r["version"] == "ahead")
         ms = r["latency_ms"]
         assert 0 < ms["p50"] <= ms["p95"] <= ms["p99"] <= ms["max"]
         assert r["cpu_ms_per_request"] > 0 and r["kb_per_request"] > 0

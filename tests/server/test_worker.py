@@ -19,7 +19,7 @@ from tests.run_helpers import wait
 pytestmark = needs_samples
 OPS_PER_STEP = 6000  # a generated rank whose trace takes a few seconds to ingest: time to kill the worker
 LEFTOVER_OK = {"run.json", "ingest.log", ".run.lock", ".ingest.lock"}
-RUN_DATABASE = {"run.duckdb", "manifest.json", "cluster.duckdb", "shards"}  # either layout
+RUN_DATABASE = {"run.duckdb", "manifest.json", "cluster.duckdb", "shards", "index"}  # either layout, its index files
 
 
 @pytest.fixture(scope="module")

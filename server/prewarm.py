@@ -1,0 +1,139 @@
+"""A run's index files written right after its ingest, so that the first look at it is as quick as the ones after.
+
+A server writes an index entry (a track's slices, one level of its level of detail, a counter track, a table of
+flows: ``server.queries.track_index``) to a file the first time a page asks for it (``server.indexfiles``). Until
+then each first request of a track is answered by a database query while the whole track is read in the
+background, and under many users that first look at a run is several times slower than the next ones
+(docs/benchmarks.md, issue #18: 8 ranks, 50 clients, p95 614 ms on the first look against 124 ms after).
+
+:func:`prewarm` writes them all once the run is ready: the ingest worker calls it after it marked the run ready, in
+its own process (the web processes' GIL is not shared) and 10 steps nicer, still holding the run's ingest lock.
+Every entry is read by the same loaders, under the same key and with the same size rules as a request's (a track
+too large for ``track_cache_mb`` keeps the database path), so a page finds exactly what it would have written.
+Entries are what the run's tracks are whoever looks: the slices, the levels of detail of tracks with enough
+slices to be drawn from them, the counter tracks, and the tables of flows of the scope a page gets when it names no
+ranks (on a run of at most ``max_loaded_ranks`` ranks). Nothing depends on it: an error is logged and the server
+reads what it needs as before; a run changed meanwhile (a new version of its database) is left alone, as its files
+would be under the old version.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+from ascendscope.server.api import RunDb, file_id, index_files, open_run_db
+from ascendscope.server.db import Databases
+from ascendscope.server.queries import timeline, track_index
+from ascendscope.server.querypool import QueryPool
+from ascendscope.server.runs import RunStore
+from ascendscope.server.settings import Settings
+
+NICE = 10  # the index files are written beside the users' requests, not before them
+MIN_LOD_WIDTH_PX = 100  # a track drawn from its level of detail on a window this narrow has more slices than this
+
+
+def prewarm(store: RunStore, run_id: str, settings: Settings, *, nice: int = NICE) -> dict:
+    """Write the index files of every entry of the run (its ranks a group of ``max_loaded_ranks`` at a time).
+    Returns what was done: ``entries`` (written or found), ``skipped`` (too large for the budget), ``seconds``,
+    or ``reason`` when nothing was (no index files, the run not ready, changed meanwhile)."""
+    t0 = time.monotonic()
+    if not settings.index_files or settings.track_cache_mb <= 0:
+        return {"reason": "index files are off"}
+    if nice:
+        os.nice(nice)
+    run = store.get(run_id)
+    if run.status != "ready":
+        return {"reason": f"the run is {run.status}"}
+    path = store.db_path(run_id)
+    version = file_id(path)
+    if version is None:
+        return {"reason": "the database cannot be read"}
+    files = index_files(store, run_id, version)
+    with tempfile.TemporaryDirectory(prefix="ascendscope-prewarm-") as locks:  # (the pool's, unused: no heavy view)
+        pool = QueryPool(1, 0, lock_dir=locks, index_bytes=settings.track_cache_mb * 10**6)
+        done = _prewarm(store, run, path, version, files, pool, settings)
+    done["seconds"] = round(time.monotonic() - t0, 2)
+    return done
+
+
+def _prewarm(store, run, path, version, files, pool, settings) -> dict:
+    databases = Databases(1, settings.max_loaded_ranks, threads=1)
+    done = {"entries": 0, "skipped": 0}
+    try:
+        scopes: list[tuple[int, ...] | None] = [None]
+        first = _open(run, store, databases, pool, settings, files, version, None)
+        ranks = first.info.ranks
+        if first.info.loaded_ranks is not None and len(first.info.loaded_ranks) < len(ranks):
+            # more ranks than one connection attaches: each group of them in turn (the flows' tables are named
+            # by the ranks a page's scope attached, so only the default scope's are written)
+            step = max(1, settings.max_loaded_ranks)
+            scopes = [tuple(ranks[i:i + step]) for i in range(0, len(ranks), step)]
+        first.cur.close()
+        for scope in scopes:
+            if file_id(path) != version:
+                return {**done, "reason": "the run changed meanwhile"}
+            db = _open(run, store, databases, pool, settings, files, version, scope)
+            try:
+                if not files.writable:
+                    return {**done, "reason": "the index cannot be written"}
+                _entries(db, done, flows=scope is None)
+            finally:
+                db.cur.close()
+    finally:
+        databases.close_all()
+    return done
+
+
+def _open(run, store, databases, pool, settings, files, version, scope) -> RunDb:
+    info, cur, conn = open_run_db(run, store, databases, scope, None, with_connection=True)
+    key = version if info.loaded_ranks is None else (*version, tuple(info.loaded_ranks))  # as server.api._serving
+    return RunDb(run=run, cur=cur, info=info, settings=settings, pool=pool, file_id=key, connection=conn,
+                 index_files=files)
+
+
+def _fits(db: RunDb, size: int) -> bool:
+    """The rule of ``RunDb.index_ready`` with files: an entry read whole must fit the budget."""
+    return size <= db.pool.index_bytes
+
+
+def _write(db: RunDb, done: dict, kind: str, params: tuple, item, size: int, read) -> None:
+    if not _fits(db, size):
+        done["skipped"] += 1
+        return
+    key = db.index_key(kind, params, item)
+    if not db.index_files.has(key):
+        db.index_files.save(key, read())
+    done["entries"] += 1
+
+
+def _entries(db: RunDb, done: dict, *, flows: bool) -> None:
+    loaded = set(db.info.loaded_ranks) if db.info.loaded_ranks is not None else None
+    points = None
+    lod_rows = timeline.max_rows(MIN_LOD_WIDTH_PX)
+    for t in sorted(db.info.tracks.values(), key=lambda t: (t.rank, t.track_id)):
+        if loaded is not None and t.rank not in loaded:
+            continue
+        names = timeline.tables(db, t.rank)
+        if t.kind == "counter":
+            if points is None:
+                points = track_index.counter_points(db)
+            n = points.get(t.track_id, 0)
+            if n:
+                _write(db, done, "counter_samples", (), t.track_id, n * track_index.BYTES_PER_POINT,
+                       lambda t=t, names=names: track_index._load_counter(db, t.track_id, names))
+            continue
+        if not t.slice_count:
+            continue
+        size = t.slice_count * track_index.BYTES_PER_SLICE
+        _write(db, done, "track_slices", (), t.track_id, size,
+               lambda t=t, names=names: track_index._load_slices(db, t.track_id, names))
+        if t.slice_count > lod_rows:
+            for level, _ in db.info.levels(t.rank):
+                _write(db, done, "track_lod", (level,), t.track_id, size,
+                       lambda t=t, level=level, names=names: track_index._load_lod(db, t.track_id, level, names))
+    if flows:
+        for table, names, count, _ in track_index.flow_sources(db, timeline.tables) or []:
+            _write(db, done, "flows", (), table, count * track_index.BYTES_PER_FLOW,
+                   lambda names=names: track_index._load_flows(db, names))
