@@ -101,9 +101,12 @@ class IndexFiles:
             return None
         path = self.path(key)
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(exist_ok=True)  # (not its parents: a run deleted meanwhile is not brought back)
+            self.dir.mkdir(exist_ok=True)
             write(path, value)
         except OSError as exc:
+            if isinstance(exc, FileNotFoundError) and not self.root.parent.is_dir():
+                return None  # the run was deleted meanwhile: nothing to write, nothing to say
             with _guard:
                 first = self.root.parent not in _unwritable
                 _unwritable.add(self.root.parent)

@@ -12,9 +12,11 @@ Every entry is read by the same loaders, under the same key and with the same si
 too large for ``track_cache_mb`` keeps the database path), so a page finds exactly what it would have written.
 Entries are what the run's tracks are whoever looks: the slices, the levels of detail of tracks with enough
 slices to be drawn from them, the counter tracks, and the tables of flows of the scope a page gets when it names no
-ranks (on a run of at most ``max_loaded_ranks`` ranks). Nothing depends on it: an error is logged and the server
-reads what it needs as before; a run changed meanwhile (a new version of its database) is left alone, as its files
-would be under the old version.
+ranks. On a run of more than ``max_loaded_ranks`` ranks, only its first ``max_loaded_ranks`` (what a page opens
+first) and no flows: the other ranks are written at their first look, as before, so that the worker's time and the
+files stay bounded (a 1,000-rank run would otherwise get tens of thousands of small files, for ranks few people
+open). Nothing depends on it: an error is logged and the server reads what it needs as before; a run changed
+meanwhile (a new version of its database) is left alone, as its files would be under the old version.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ MIN_LOD_WIDTH_PX = 100  # a track drawn from its level of detail on a window thi
 
 
 def prewarm(store: RunStore, run_id: str, settings: Settings, *, nice: int = NICE) -> dict:
-    """Write the index files of every entry of the run (its ranks a group of ``max_loaded_ranks`` at a time).
+    """Write the index files of every entry of the run (of its first ``max_loaded_ranks`` ranks on a wider run).
     Returns what was done: ``entries`` (written or found), ``skipped`` (too large for the budget), ``seconds``,
-    or ``reason`` when nothing was (no index files, the run not ready, changed meanwhile)."""
+    ``ranks_left`` (a wider run's ranks not written ahead), or ``reason`` when nothing was (no index files, the
+    run not ready, changed meanwhile)."""
     t0 = time.monotonic()
     if not settings.index_files or settings.track_cache_mb <= 0:
         return {"reason": "index files are off"}
@@ -62,25 +65,24 @@ def _prewarm(store, run, path, version, files, pool, settings) -> dict:
     databases = Databases(1, settings.max_loaded_ranks, threads=1)
     done = {"entries": 0, "skipped": 0}
     try:
-        scopes: list[tuple[int, ...] | None] = [None]
-        first = _open(run, store, databases, pool, settings, files, version, None)
-        ranks = first.info.ranks
-        if first.info.loaded_ranks is not None and len(first.info.loaded_ranks) < len(ranks):
-            # more ranks than one connection attaches: each group of them in turn (the flows' tables are named
-            # by the ranks a page's scope attached, so only the default scope's are written)
-            step = max(1, settings.max_loaded_ranks)
-            scopes = [tuple(ranks[i:i + step]) for i in range(0, len(ranks), step)]
-        first.cur.close()
-        for scope in scopes:
+        db = _open(run, store, databases, pool, settings, files, version, None)
+        ranks, whole = db.info.ranks, db.info.loaded_ranks is None or len(db.info.loaded_ranks) == len(db.info.ranks)
+        if not whole:
+            # a run of more ranks than a connection attaches: the first ``max_loaded_ranks`` of them, the ones a
+            # page opens first (the others are written at their first look, as before), and no flows (their
+            # tables are named by the ranks a page's scope attached)
+            db.cur.close()
             if file_id(path) != version:
                 return {**done, "reason": "the run changed meanwhile"}
-            db = _open(run, store, databases, pool, settings, files, version, scope)
-            try:
-                if not files.writable:
-                    return {**done, "reason": "the index cannot be written"}
-                _entries(db, done, flows=scope is None)
-            finally:
-                db.cur.close()
+            first = tuple(ranks[:max(1, settings.max_loaded_ranks)])
+            db = _open(run, store, databases, pool, settings, files, version, first)
+            done["ranks_left"] = len(ranks) - len(first)  # (a grouped shard may attach more: only these)
+        try:
+            if not files.writable:
+                return {**done, "reason": "the index cannot be written"}
+            _entries(db, done, flows=whole, ranks=None if whole else set(first))
+        finally:
+            db.cur.close()
     finally:
         databases.close_all()
     return done
@@ -108,8 +110,10 @@ def _write(db: RunDb, done: dict, kind: str, params: tuple, item, size: int, rea
     done["entries"] += 1
 
 
-def _entries(db: RunDb, done: dict, *, flows: bool) -> None:
+def _entries(db: RunDb, done: dict, *, flows: bool, ranks: set[int] | None) -> None:
     loaded = set(db.info.loaded_ranks) if db.info.loaded_ranks is not None else None
+    if ranks is not None:
+        loaded = ranks if loaded is None else loaded & ranks
     points = None
     lod_rows = timeline.max_rows(MIN_LOD_WIDTH_PX)
     for t in sorted(db.info.tracks.values(), key=lambda t: (t.rank, t.track_id)):

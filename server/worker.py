@@ -406,9 +406,10 @@ def _prewarm(store: RunStore, run_id: str, wlog: logging.Logger) -> None:
     if "reason" in done and not done.get("entries"):
         wlog.info("index files not written ahead: %s", done["reason"])
     else:
-        wlog.info("index files written ahead: %d entries (%d too large for the track cache) in %.1f s%s",
+        wlog.info("index files written ahead: %d entries (%d too large for the track cache) in %.1f s%s%s",
                   done.get("entries", 0), done.get("skipped", 0), done.get("seconds", 0.0),
-                  f"; stopped: {done['reason']}" if "reason" in done else "")
+                  f"; {done['ranks_left']} more ranks are written at their first look" if done.get("ranks_left")
+                  else "", f"; stopped: {done['reason']}" if "reason" in done else "")
 
 
 def _own_resource_tracker() -> None:

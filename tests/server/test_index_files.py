@@ -258,3 +258,18 @@ def test_removing_a_runs_database_removes_its_index_files(tmp_path):
     (folder / "e.bin").write_bytes(b"")
     store.remove_database(run.id)
     assert not (store.run_dir(run.id) / indexfiles.FOLDER).exists()
+
+
+def test_an_entry_written_after_its_run_was_deleted_does_not_bring_the_folder_back(tmp_path, caplog):
+    """A request (or the ingest worker writing ahead, server.prewarm) may still hold a run's index when the run is
+    deleted: its write is dropped quietly, and the run's folder stays gone."""
+    from ascendscope.server.runs import RunStore
+
+    store = RunStore(tmp_path)
+    run = store.create_run("gone", str(tmp_path))
+    files = indexfiles.IndexFiles(store.run_dir(run.id), (1, 2, 3))
+    store.delete(run.id)
+    with caplog.at_level(logging.WARNING, logger="ascendscope.indexfiles"):
+        assert files.save(("s", "track_slices", (), 7), {"ts": np.arange(3)}) is None
+    assert not store.run_dir(run.id).exists() and caplog.records == []
+    assert files.writable  # (nothing marked unwritable: another run under the same name would write)

@@ -79,6 +79,27 @@ def test_a_track_too_large_for_the_track_cache_keeps_the_database_path(sharded, 
     assert len(entry_files(store, run_id)) == done["entries"]
 
 
+def test_a_run_wider_than_a_connection_gets_its_first_ranks_written_ahead(sharded, monkeypatch):
+    """More ranks than ``max_loaded_ranks``: only the first ones (what a page opens first), and no flows (named by
+    each page's scope); the others are left to their first look."""
+    from ascendscope.ingest.layout import TRACK_ID_BITS
+    from ascendscope.server import prewarm as module
+
+    store, run_id = sharded
+    written = []
+    real = module._write
+    monkeypatch.setattr(module, "_write", lambda db, done, kind, params, item, size, read: (
+        written.append((kind, item)), real(db, done, kind, params, item, size, read)))
+    done = prewarm(store, run_id, settings_for(store, max_loaded_ranks=1), nice=0)
+    assert done["ranks_left"] == 1 and done["entries"] == len(written) == len(entry_files(store, run_id))
+    assert {kind for kind, _ in written} == {"track_slices", "track_lod", "counter_samples"}
+    assert {item >> TRACK_ID_BITS for _, item in written} == {0}
+    written.clear()
+    whole = prewarm(store, run_id, settings_for(store), nice=0)  # both ranks fit one connection: every entry
+    assert "ranks_left" not in whole and {item >> TRACK_ID_BITS for k, item in written if k != "flows"} == {0, 1}
+    assert any(k == "flows" for k, _ in written)
+
+
 def test_the_ingest_worker_writes_them_once_the_run_is_ready(tmp_path):
     from ascendscope.sample_data.generate import generate_run
     from ascendscope.server.runs import RunStore

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from ascendscope.server.runs import INDEX_DIR
 from tests.archives import hostile_archives, nested_once, outside_targets, tar_gz_folder, zip_folder
 from tests.conftest import PYTORCH_TEXT, REAL_SAMPLES, ingesting_server, needs_samples
 from tests.server.test_cli_serve import wait_for
@@ -52,7 +53,9 @@ def wait_done(base: str, run_id: str, timeout_s: float = 60) -> dict:
 
 
 def snapshot(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*")}
+    """Every file and folder under the data dir but the runs' index files: a cache, written by the servers and by
+    an earlier run's ingest worker (server.prewarm) whenever they get to it."""
+    return {str(p.relative_to(root)) for p in root.rglob("*") if INDEX_DIR not in p.relative_to(root).parts[2:3]}
 
 
 def test_real_samples_upload_concurrently_and_open(server):
