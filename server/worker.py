@@ -58,7 +58,8 @@ TICK_S = 1.0  # … and at least this often (elapsed time, ETA) while the worker
 READ_SHARE_PCT = 90.0  # reading the files is this share of the estimated percentage, the phases after it the rest
 PHASE_STEP_PCT = 2.0
 # imported once by the fork server, not per worker
-WORKER_PRELOAD = ["ascendscope.server.worker", "ascendscope.ingest.pipeline", "ascendscope.ingest.shards"]
+WORKER_PRELOAD = ["ascendscope.server.worker", "ascendscope.ingest.pipeline", "ascendscope.ingest.shards",
+                  "ascendscope.server.prewarm"]
 LOCK_POLL_S = 0.2  # how often the queue looks whether another process's worker let go of a run
 BUSY_EXIT = 75  # a worker's exit code when another live process holds the run's ingest lock
 MAX_LISTED_WARNINGS = 8  # warnings quoted in the error of a run that loaded nothing

@@ -5,6 +5,8 @@ does it once the run is ready, and says so in the run's log; index files off, no
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from ascendscope.server.prewarm import prewarm
@@ -12,20 +14,30 @@ from ascendscope.server.settings import Settings
 from tests.server.test_index_files import answers, asks, client_for, entry_files, whole_reads
 
 
-@pytest.fixture()
-def sharded(tmp_path):
-    """A run of 2 ranks in a shard each (flows, counters, a level of detail), no index file yet."""
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory):
+    """A run of 2 ranks in a shard each (flows, counters, a level of detail)."""
     from ascendscope.ingest.shards import ingest_sharded
     from ascendscope.sample_data.generate import generate_run
     from ascendscope.server.runs import RunStore
 
-    source = tmp_path / "src" / "run"
+    source = tmp_path_factory.mktemp("prewarm-src") / "run"
     generate_run(source, ranks=2, steps=2, ops_per_step=1500, seed=3)
-    store = RunStore(tmp_path / "data")
+    store = RunStore(tmp_path_factory.mktemp("prewarm"))
     run = store.create_run("files", str(source))
     ingest_sharded(source, store.run_dir(run.id), workers=1, group_bytes=0)
-    store.set_status(run.id, "ready")
     return store, run.id
+
+
+@pytest.fixture()
+def sharded(ingested):
+    """That run, ready, with no index file yet."""
+    from ascendscope.server.runs import INDEX_DIR
+
+    store, run_id = ingested
+    shutil.rmtree(store.run_dir(run_id) / INDEX_DIR, ignore_errors=True)
+    store.set_status(run_id, "ready")
+    return store, run_id
 
 
 def settings_for(store, **extra) -> Settings:

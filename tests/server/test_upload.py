@@ -31,7 +31,8 @@ SAMPLES = {  # name -> (folder, ranks)
     "st4": (REAL_SAMPLES / "msinsight_st_4rank_2025q4", 4),
 }
 RUN_FILES = {"run.json", "run.duckdb", "manifest.json", "cluster.duckdb", "shards", "ingest.log", ".run.lock",
-             ".ingest.lock", "upload.archive"}  # the archive is kept for Retry (kept_uploads_mb)
+             ".ingest.lock", "upload.archive", INDEX_DIR}  # the archive is kept for Retry (kept_uploads_mb); the
+# index files appear once the worker writes them ahead (server.prewarm), after the run is ready
 
 
 @pytest.fixture(scope="module")
