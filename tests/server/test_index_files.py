@@ -60,20 +60,26 @@ def test_every_structure_of_an_entry_comes_back_equal_and_mapped(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.bin"]
 
 
-@pytest.fixture(scope="module")
-def sharded(tmp_path_factory):
-    """A run of 2 ranks in a shard each (flows, counters, a level of detail)."""
+def two_rank_run(tmp_path_factory, name: str) -> tuple:
+    """(store, run id) of a run of 2 ranks in a shard each (flows, counters, a level of detail), ingested, not yet
+    marked ready."""
     from ascendscope.ingest.shards import ingest_sharded
     from ascendscope.sample_data.generate import generate_run
     from ascendscope.server.runs import RunStore
 
-    source = tmp_path_factory.mktemp("ixfiles-src") / "run"
+    source = tmp_path_factory.mktemp(f"{name}-src") / "run"
     generate_run(source, ranks=2, steps=2, ops_per_step=1500, seed=3)
-    store = RunStore(tmp_path_factory.mktemp("ixfiles"))
+    store = RunStore(tmp_path_factory.mktemp(name))
     run = store.create_run("files", str(source))
     ingest_sharded(source, store.run_dir(run.id), workers=1, group_bytes=0)  # (small ranks are not grouped)
-    store.set_status(run.id, "ready")
     return store, run.id
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    store, run_id = two_rank_run(tmp_path_factory, "ixfiles")
+    store.set_status(run_id, "ready")
+    return store, run_id
 
 
 def asks(client, run_id, **extra) -> list[tuple[str, dict]]:

@@ -11,22 +11,12 @@ import pytest
 
 from ascendscope.server.prewarm import prewarm
 from ascendscope.server.settings import Settings
-from tests.server.test_index_files import answers, asks, client_for, entry_files, whole_reads
+from tests.server.test_index_files import answers, asks, client_for, entry_files, two_rank_run, whole_reads
 
 
 @pytest.fixture(scope="module")
 def ingested(tmp_path_factory):
-    """A run of 2 ranks in a shard each (flows, counters, a level of detail)."""
-    from ascendscope.ingest.shards import ingest_sharded
-    from ascendscope.sample_data.generate import generate_run
-    from ascendscope.server.runs import RunStore
-
-    source = tmp_path_factory.mktemp("prewarm-src") / "run"
-    generate_run(source, ranks=2, steps=2, ops_per_step=1500, seed=3)
-    store = RunStore(tmp_path_factory.mktemp("prewarm"))
-    run = store.create_run("files", str(source))
-    ingest_sharded(source, store.run_dir(run.id), workers=1, group_bytes=0)
-    return store, run.id
+    return two_rank_run(tmp_path_factory, "prewarm")
 
 
 @pytest.fixture()
