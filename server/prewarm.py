@@ -33,14 +33,17 @@ from ascendscope.server.runs import RunStore
 from ascendscope.server.settings import Settings
 
 NICE = 10  # the index files are written beside the users' requests, not before them
+# the ingest worker's threshold: a run with fewer slices gains nothing (its tracks are read in a few ms at their
+# first look; the 1-rank run of 1.07 M slices answered the same cold, written ahead and warm: docs/benchmarks.md)
+MIN_SLICES = 2_000_000
 MIN_LOD_WIDTH_PX = 100  # a track drawn from its level of detail on a window this narrow has more slices than this
 
 
-def prewarm(store: RunStore, run_id: str, settings: Settings, *, nice: int = NICE) -> dict:
+def prewarm(store: RunStore, run_id: str, settings: Settings, *, nice: int = NICE, min_slices: int = 0) -> dict:
     """Write the index files of every entry of the run (of its first ``max_loaded_ranks`` ranks on a wider run).
     Returns what was done: ``entries`` (written or found), ``skipped`` (too large for the budget), ``seconds``,
     ``ranks_left`` (a wider run's ranks not written ahead), or ``reason`` when nothing was (no index files, the
-    run not ready, changed meanwhile)."""
+    run not ready, fewer slices than ``min_slices``, changed meanwhile)."""
     t0 = time.monotonic()
     if not settings.index_files or settings.track_cache_mb <= 0:
         return {"reason": "index files are off"}
@@ -56,16 +59,21 @@ def prewarm(store: RunStore, run_id: str, settings: Settings, *, nice: int = NIC
     files = index_files(store, run_id, version)
     with tempfile.TemporaryDirectory(prefix="ascendscope-prewarm-") as locks:  # (the pool's, unused: no heavy view)
         pool = QueryPool(1, 0, lock_dir=locks, index_bytes=settings.track_cache_mb * 10**6)
-        done = _prewarm(store, run, path, version, files, pool, settings)
+        done = _prewarm(store, run, path, version, files, pool, settings, min_slices)
     done["seconds"] = round(time.monotonic() - t0, 2)
     return done
 
 
-def _prewarm(store, run, path, version, files, pool, settings) -> dict:
+def _prewarm(store, run, path, version, files, pool, settings, min_slices: int) -> dict:
     databases = Databases(1, settings.max_loaded_ranks, threads=1)
     done = {"entries": 0, "skipped": 0}
     try:
         db = _open(run, store, databases, pool, settings, files, version, None)
+        slices = sum(t.slice_count for t in db.info.tracks.values())
+        if slices < min_slices:
+            db.cur.close()
+            return {**done, "reason": f"a small run ({slices:,} slices): its tracks are read in a few ms at their "
+                                      f"first look"}
         ranks, whole = db.info.ranks, db.info.loaded_ranks is None or len(db.info.loaded_ranks) == len(db.info.ranks)
         if not whole:
             # a run of more ranks than a connection attaches: the first ``max_loaded_ranks`` of them, the ones a

@@ -71,7 +71,8 @@ class IngestQueue:
 
     def __init__(self, store: RunStore, *, workers: int = 1, retries: int = 1,
                  on_ready: Callable[[str], None] | None = None, ingest_options: dict | None = None):
-        """``ingest_options``: extra keyword arguments of ``ingest_sharded`` (tests: ``group_bytes``)."""
+        """``ingest_options``: extra keyword arguments of ``ingest_sharded`` (tests: ``group_bytes``), and
+        ``prewarm_min_slices`` (``server.prewarm``; tests: 0)."""
         self.store = store
         self.ingest_options = dict(ingest_options or {})
         self.workers = max(1, int(workers))
@@ -309,8 +310,11 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | Non
     """Worker process body: ingest one run, reporting progress and the outcome in its run.json.
 
     ``lifeline`` is the read end of a pipe the server holds open; the worker kills itself when it closes.
-    ``options``: extra keyword arguments of ``ingest_sharded``."""
+    ``options``: extra keyword arguments of ``ingest_sharded``, but ``prewarm_min_slices``: the fewest slices a
+    run has for its index files to be written ahead once it is ready (``server.prewarm.MIN_SLICES``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the server decides
+    options = dict(options or {})
+    min_slices = options.pop("prewarm_min_slices", None)
     if lifeline is not None:
         _die_with_server(lifeline)
     store = RunStore(data_dir)
@@ -389,17 +393,17 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | Non
     if run.origin == "upload":  # the database holds everything the views read
         shutil.rmtree(run_dir / SOURCE_DIR, ignore_errors=True)
         store.update(run_id, size=folder_bytes(run_dir))
-    _prewarm(store, run_id, wlog)
+    _prewarm(store, run_id, wlog, min_slices)
 
 
-def _prewarm(store: RunStore, run_id: str, wlog: logging.Logger) -> None:
+def _prewarm(store: RunStore, run_id: str, wlog: logging.Logger, min_slices: int | None) -> None:
     """The run's index files, written now that it is ready (``server.prewarm``): the first look at it is then as
     quick as the next. The run is served meanwhile; any error only leaves the files to the first requests."""
     try:
-        from ascendscope.server.prewarm import prewarm
+        from ascendscope.server.prewarm import MIN_SLICES, prewarm
         from ascendscope.server.settings import Settings
 
-        done = prewarm(store, run_id, Settings.from_env())
+        done = prewarm(store, run_id, Settings.from_env(), min_slices=MIN_SLICES if min_slices is None else min_slices)
     except Exception:  # noqa: BLE001 - nothing depends on it: the server reads what it needs as before
         wlog.warning("the index files were not written ahead (the first requests write them):\n%s",
                      traceback.format_exc())

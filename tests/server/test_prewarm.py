@@ -1,7 +1,8 @@
 """Index files written right after an ingest (server.prewarm): a server then answers a page's viewport requests
 (every kind of entry: a track, its level of detail, counters, flows) with no whole read of the database and no
 file of its own, the same answers as the SQL path; again, it finds everything and writes nothing; the ingest worker
-does it once the run is ready, and says so in the run's log; index files off, nothing is written."""
+does it once a run of at least ``prewarm_min_slices`` is ready, and says so in the run's log; index files off,
+nothing is written."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def test_a_run_wider_than_a_connection_gets_its_first_ranks_written_ahead(sharde
     assert any(k == "flows" for k, _ in written)
 
 
-def test_the_ingest_worker_writes_them_once_the_run_is_ready(tmp_path):
+def test_the_ingest_worker_writes_them_once_a_large_enough_run_is_ready(tmp_path):
     from ascendscope.sample_data.generate import generate_run
     from ascendscope.server.runs import RunStore
     from ascendscope.server.worker import IngestQueue
@@ -110,8 +111,18 @@ def test_the_ingest_worker_writes_them_once_the_run_is_ready(tmp_path):
     source = tmp_path / "src" / "run"
     generate_run(source, ranks=2, steps=2, ops_per_step=300, seed=5)
     store = RunStore(tmp_path / "data")
-    run = store.create_run_from_path(source)
-    queue = IngestQueue(store, workers=1).start(resume=True)
+    small = store.create_run_from_path(source)
+    queue = IngestQueue(store, workers=1).start(resume=True)  # the default: a run this small is not written ahead
+    try:
+        assert queue.wait_idle(120)
+    finally:
+        queue.stop()
+    log = (store.run_dir(small.id) / "ingest.log").read_text()
+    assert "index files not written ahead: a small run" in log and not entry_files(store, small.id), log
+    again = shutil.copytree(source, tmp_path / "src2" / "run")  # (a path already added is the same run)
+    run = store.create_run_from_path(again)
+    assert run.id != small.id
+    queue = IngestQueue(store, workers=1, ingest_options={"prewarm_min_slices": 0}).start(resume=True)
     try:
         assert queue.wait_idle(120)
     finally:
