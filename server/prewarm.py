@@ -25,7 +25,7 @@ import os
 import tempfile
 import time
 
-from ascendscope.server.api import RunDb, file_id, index_files, open_run_db
+from ascendscope.server.api import RunDb, file_id, index_files, open_run_db, scoped_version
 from ascendscope.server.db import Databases
 from ascendscope.server.queries import timeline, track_index
 from ascendscope.server.querypool import QueryPool
@@ -98,9 +98,8 @@ def _prewarm(store, run, path, version, files, pool, settings, min_slices: int) 
 
 def _open(run, store, databases, pool, settings, files, version, scope) -> RunDb:
     info, cur, conn = open_run_db(run, store, databases, scope, None, with_connection=True)
-    key = version if info.loaded_ranks is None else (*version, tuple(info.loaded_ranks))  # as server.api._serving
-    return RunDb(run=run, cur=cur, info=info, settings=settings, pool=pool, file_id=key, connection=conn,
-                 index_files=files)
+    return RunDb(run=run, cur=cur, info=info, settings=settings, pool=pool, file_id=scoped_version(version, info),
+                 connection=conn, index_files=files)
 
 
 def _fits(db: RunDb, size: int) -> bool:

@@ -342,17 +342,24 @@ def _locate(run: Run, store: RunStore, request: Request) -> tuple:
     return path, version, ranks, about
 
 
+def scoped_version(version: tuple | None, info: RunInfo) -> tuple | None:
+    """A RunDb's ``file_id``: the database's version, and the ranks in scope of a sharded run's connection
+    (answers differ per scope)."""
+    if version is None or info.loaded_ranks is None:
+        return version
+    return (*version, tuple(info.loaded_ranks))
+
+
 @contextlib.contextmanager
 def _serving(run: Run, store: RunStore, settings: Settings, request: Request, opened: tuple,
              version: tuple | None) -> Iterator[RunDb]:
     """The :class:`RunDb` of an opened database (``opened``: info, cursor, connection), its cursor closed after."""
     info, cur, conn = opened
     files = index_files(store, run.id, version) if settings.index_files and version is not None else None
-    if version is not None and info.loaded_ranks is not None:  # answers differ per scope of ranks
-        version = (*version, tuple(info.loaded_ranks))
     try:
         yield RunDb(run=run, cur=cur, info=info, settings=settings, pool=request.app.state.query_pool,
-                    file_id=version, connection=conn, index_files=files, **request_budget(request))
+                    file_id=scoped_version(version, info), connection=conn, index_files=files,
+                    **request_budget(request))
     except DamagedDatabase as exc:  # found by a query of this request
         get_databases(request).forget(run.id)
         raise run_damaged(store, run, str(exc)) from exc
