@@ -22,8 +22,9 @@ PEERS = ("msprof_analyze", "tb_profiler_ascend")
 def quick(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("suite")
     out = tmp / "suite.json"
-    proc = subprocess.run([sys.executable, "-m", "ascendscope.server.cli", "bench", "suite", "--quick", "--json",
-                           str(out), "--cache", str(tmp / "cache")], capture_output=True, text=True, timeout=900)
+    argv = ["bench", "suite", "--quick", "--seconds", "1", "--json", str(out), "--cache", str(tmp / "cache")]
+    proc = subprocess.run([sys.executable, "-m", "ascendscope.server.cli", *argv], capture_output=True, text=True,
+                          timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text()), proc.stdout
 
