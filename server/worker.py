@@ -17,6 +17,12 @@ then marked failed with the reason. A failure the pipeline reports (bad input) i
 the same way. A run that loads nothing a view can show (no slices, counters or table rows) fails too, listing
 the warnings. The reason of every failure is in the run's ingest.log.
 
+A worker leads a process group of its own, which its pool (the fork server and the processes it forks) joins. When
+a worker has exited, the queue waits until nothing of that group runs any more (killing what is left after
+``GROUP_WAIT_S``) before it looks at the run: a pool process of a killed worker exits on its own within
+``ingest.executors.ORPHAN_POLL_S``, but until then it may still write into the run's folder, or hold its ingest lock
+(a process forked a moment before the kill), and the clean-up would leave its files behind.
+
 A worker dies with its server: it holds the read end of a pipe whose write end only the server has, and a
 watchdog thread kills the worker when that pipe reports end of file (the server exited, even by SIGKILL). Parent
 death signals would not do: a forkserver worker's parent is the fork server, which outlives the web process for
@@ -62,6 +68,8 @@ WORKER_PRELOAD = ["ascendscope.server.worker", "ascendscope.ingest.pipeline", "a
                   "ascendscope.server.prewarm"]
 LOCK_POLL_S = 0.2  # how often the queue looks whether another process's worker let go of a run
 BUSY_EXIT = 75  # a worker's exit code when another live process holds the run's ingest lock
+GROUP_WAIT_S = 5.0  # how long the processes of an exited worker's group may take to exit before they are killed
+GROUP_POLL_S = 0.02
 MAX_LISTED_WARNINGS = 8  # warnings quoted in the error of a run that loaded nothing
 MAX_LOGGED_WARNINGS = 1000  # warnings written to ingest.log
 
@@ -126,6 +134,8 @@ class IngestQueue:
         if proc is not None:
             proc.kill()
             proc.join(timeout_s)
+            if proc.pid is not None:
+                end_group(proc.pid)  # (the run's folder is deleted next: its pool must not write into it)
 
     def active(self) -> dict[str, int]:
         """``{run_id: worker pid}`` of the runs being ingested right now (a worker that has exited is not, though
@@ -229,6 +239,8 @@ class IngestQueue:
         finally:
             lifeline.close()
             server_end.close()
+        if proc.pid is not None:
+            end_group(proc.pid)  # nothing the worker started still writes into the run's folder
         with self._lock:
             self._procs.pop(run_id, None)
             if run_id in self._cancelled:
@@ -283,6 +295,47 @@ class IngestQueue:
         return True
 
 
+def _group_alive(pgid: int) -> bool:
+    """True while a process of the group ``pgid`` runs (a zombie does not count: nobody may reap an orphan's)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc (not Linux): whether the group has any process at all
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def end_group(pgid: int, timeout_s: float = GROUP_WAIT_S) -> bool:
+    """Wait until no process of an exited worker's group ``pgid`` runs; SIGKILL what is left after ``timeout_s``.
+    True if the group ended by itself."""
+    deadline = time.monotonic() + timeout_s
+    while _group_alive(pgid):
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                return False
+            end = time.monotonic() + timeout_s
+            while _group_alive(pgid) and time.monotonic() < end:
+                time.sleep(GROUP_POLL_S)
+            return False
+        time.sleep(GROUP_POLL_S)
+    return True
+
+
 def worker_context():
     """``forkserver`` where there is one: a clean server process that has imported the pipeline once forks each
     worker, so a worker starts in milliseconds and shares nothing with the web process's threads. Else spawn."""
@@ -312,7 +365,11 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | Non
     ``lifeline`` is the read end of a pipe the server holds open; the worker kills itself when it closes.
     ``options``: extra keyword arguments of ``ingest_sharded``, but ``prewarm_min_slices``: the fewest slices a
     run has for its index files to be written ahead once it is ready (``server.prewarm.MIN_SLICES``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the server decides
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl+C is the server's to act on)
+    try:
+        os.setpgid(0, 0)  # a group of our own, which the processes we start join (see the module docstring)
+    except OSError:
+        pass
     options = dict(options or {})
     min_slices = options.pop("prewarm_min_slices", None)
     if lifeline is not None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from ascendscope.server.worker import _group_alive
 from tests.conftest import PYTORCH_TEXT, needs_samples
 from tests.run_helpers import wait
 
@@ -58,12 +60,30 @@ def test_sigkill_mid_ingest_leaves_no_run_and_fails_with_the_reason(tmp_path, bi
         seen = wait(lambda: reading(store, run.id))
         assert seen.progress["total_bytes"] > 10_000_000 and seen.progress["ranks"] == 1
         assert 0 <= seen.progress["percent"] < 90 and seen.progress["text"].startswith("reading")
+        assert os.getpgid(seen.worker_pid) == seen.worker_pid  # a process group of its own, its pool's too
         os.kill(seen.worker_pid, signal.SIGKILL)
         failed = wait(lambda: (r := store.get(run.id)).status == "failed" and r)
+        assert not _group_alive(seen.worker_pid)  # its pool had ended before the queue cleaned up after it
     assert "SIGKILL" in failed.error and failed.attempts == 1 and failed.progress is None
     run_dir = store.run_dir(run.id)
     assert not store.db_path(run.id).exists()
     assert {p.name for p in run_dir.iterdir()} <= LEFTOVER_OK  # no temp database, no scratch folder
+
+
+def test_the_queue_waits_for_an_exited_workers_group_and_kills_what_hangs():
+    from ascendscope.server.worker import end_group
+
+    # a leader that exits at once, leaving a process of its group that lives 0.5 s more (a pool worker noticing
+    # late that its owner is gone), then one that would live a minute
+    for lives, patience, ends_by_itself in ((0.5, 10.0, True), (60, 0.3, False)):
+        leader = subprocess.Popen(["sh", "-c", f"sleep {lives} & exit 0"], start_new_session=True)
+        leader.wait()
+        assert _group_alive(leader.pid)
+        t0 = time.monotonic()
+        assert end_group(leader.pid, timeout_s=patience) is ends_by_itself
+        assert not _group_alive(leader.pid)
+        assert time.monotonic() - t0 < (5 if ends_by_itself else 0.3 + 5)
+    assert end_group(leader.pid) is True  # no group: nothing to wait for
 
 
 def test_sigkill_is_retried_once_and_other_runs_keep_being_served(tmp_path, big_source, level1_db):
