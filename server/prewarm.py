@@ -133,18 +133,18 @@ def _entries(db: RunDb, done: dict, *, flows: bool, ranks: set[int] | None) -> N
             n = points.get(t.track_id, 0)
             if n:
                 _write(db, done, "counter_samples", (), t.track_id, n * track_index.BYTES_PER_POINT,
-                       lambda t=t, names=names: track_index._load_counter(db, t.track_id, names))
+                       lambda t=t, names=names: track_index.load_counter(db, t.track_id, names))
             continue
         if not t.slice_count:
             continue
         size = t.slice_count * track_index.BYTES_PER_SLICE
         _write(db, done, "track_slices", (), t.track_id, size,
-               lambda t=t, names=names: track_index._load_slices(db, t.track_id, names))
+               lambda t=t, names=names: track_index.load_slices(db, t.track_id, names))
         if t.slice_count > lod_rows:
             for level, _ in db.info.levels(t.rank):
                 _write(db, done, "track_lod", (level,), t.track_id, size,
-                       lambda t=t, level=level, names=names: track_index._load_lod(db, t.track_id, level, names))
+                       lambda t=t, level=level, names=names: track_index.load_lod(db, t.track_id, level, names))
     if flows:
         for table, names, count, _ in track_index.flow_sources(db, timeline.tables) or []:
             _write(db, done, "flows", (), table, count * track_index.BYTES_PER_FLOW,
-                   lambda names=names: track_index._load_flows(db, names))
+                   lambda names=names: track_index.load_flows(db, names))

@@ -91,7 +91,9 @@ def _wide(packed: tuple, picked) -> np.ndarray:
     return out
 
 
-def _load_slices(db, track_id: int, tables: dict[str, str]) -> dict:
+def load_slices(db, track_id: int, tables: dict[str, str]) -> dict:
+    """A track's slices read whole from the database: the index entry ``track_slices`` (also what
+    ``server.prewarm`` writes ahead)."""
     cols, codes, names = _read(db, tables["slices"], "track_id = $track", {"track": track_id}, SLICE_COLUMNS,
                                "slice_id")
     ts = np.asarray(cols["ts_ns"], dtype=np.int64)
@@ -103,7 +105,8 @@ def _load_slices(db, track_id: int, tables: dict[str, str]) -> dict:
             "max_dur": int(dur.max()) if len(dur) else 0}
 
 
-def _load_lod(db, track_id: int, level: int, tables: dict[str, str]) -> dict:
+def load_lod(db, track_id: int, level: int, tables: dict[str, str]) -> dict:
+    """One level of a track's level of detail read whole: the index entry ``track_lod``."""
     cols, codes, names = _read(db, tables["slice_lod"], "level = $level AND track_id = $track",
                                {"track": track_id, "level": level}, LOD_COLUMNS, "depth, bucket")
     return {"bucket": np.asarray(cols["bucket"], dtype=np.int64),
@@ -116,14 +119,14 @@ def _load_lod(db, track_id: int, level: int, tables: dict[str, str]) -> dict:
 def track_slices(db, track_id: int, tables: dict[str, str]) -> dict:
     """The track's slices in memory (read once per process while the budget keeps them)."""
     return db.shared("track_slices", (), [track_id],
-                     lambda ids: {i: _entry(db, "track_slices", (), i, lambda i=i: _load_slices(db, i, tables))
+                     lambda ids: {i: _entry(db, "track_slices", (), i, lambda i=i: load_slices(db, i, tables))
                                   for i in ids}, store="index")[track_id]
 
 
 def track_lod(db, track_id: int, level: int, tables: dict[str, str]) -> dict:
     """One level of the track's level of detail in memory."""
     return db.shared("track_lod", (level,), [track_id],
-                     lambda ids: {i: _entry(db, "track_lod", (level,), i, lambda i=i: _load_lod(db, i, level, tables))
+                     lambda ids: {i: _entry(db, "track_lod", (level,), i, lambda i=i: load_lod(db, i, level, tables))
                                   for i in ids}, store="index")[track_id]
 
 
@@ -216,7 +219,8 @@ def usable_counter(db, t, tables: dict[str, str]) -> bool:
                    lambda bg: counter_samples(bg, t.track_id, tables))
 
 
-def _load_counter(db, track_id: int, tables: dict[str, str]) -> dict:
+def load_counter(db, track_id: int, tables: dict[str, str]) -> dict:
+    """A counter track's samples read whole: the index entry ``counter_samples``."""
     cols, codes, names = _read(db, tables["counters"], "track_id = $track", {"track": track_id}, "ts_ns, value",
                                "n.code, ts_ns, value NULLS LAST", key="series")
     values = cols["value"]
@@ -231,7 +235,7 @@ def counter_samples(db, track_id: int, tables: dict[str, str]) -> dict | None:
     """The counter track's samples in memory; None when one of its values is NULL (the SQL path handles those:
     its aggregates skip them)."""
     ix = db.shared("counter_samples", (), [track_id],
-                   lambda ids: {i: _entry(db, "counter_samples", (), i, lambda i=i: _load_counter(db, i, tables))
+                   lambda ids: {i: _entry(db, "counter_samples", (), i, lambda i=i: load_counter(db, i, tables))
                                 for i in ids}, store="index")[track_id]
     return ix if ix["complete"] else None
 
@@ -354,7 +358,8 @@ def _depths(slice_ids, ids: np.ndarray, depths: np.ndarray) -> list | np.ndarray
     return out if found.all() else [v if ok else None for v, ok in zip(out.tolist(), found.tolist())]
 
 
-def _load_flows(db, tables: dict[str, str]) -> dict:
+def load_flows(db, tables: dict[str, str]) -> dict:
+    """A table of flows read whole, with each end's depth: the index entry ``flows``."""
     # in flow_id order, the category as codes (no Python string per flow); each end's depth is looked up in the
     # slices' (slice_id, depth), read once (a join of the two tables costs 3x as much)
     cat_names = [c for (c,) in db.rows(FLOW_CATS_SQL.format(**tables))]
@@ -400,7 +405,7 @@ def _load_flows(db, tables: dict[str, str]) -> dict:
 def table_flows(db, tables: dict[str, str]) -> dict:
     """The flows of one table (``flow_sources``) in memory."""
     return db.shared("flows", (), [tables["flows"]],
-                     lambda keys: {k: _entry(db, "flows", (), k, lambda: _load_flows(db, tables)) for k in keys},
+                     lambda keys: {k: _entry(db, "flows", (), k, lambda: load_flows(db, tables)) for k in keys},
                      store="index")[tables["flows"]]
 
 

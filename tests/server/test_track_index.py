@@ -108,7 +108,7 @@ def test_the_budget_bounds_what_is_kept_and_a_track_too_large_keeps_the_sql_path
     budget = 300_000  # a quarter holds a track of ~2,300 slices: this run has tracks of 400 to 2,996
     data, run_id = prepare_store(tmp_path_factory.mktemp("trackbudget"), 40_000)
     loads = []
-    for name in ("_load_slices", "_load_lod"):
+    for name in ("load_slices", "load_lod"):
         real = getattr(track_index, name)
         monkeypatch.setattr(track_index, name, lambda *a, real=real: loads.append(a[1:]) or real(*a))
     with client_for(data, index_files=False) as client:
