@@ -21,5 +21,6 @@ if [ ! -x .venv/bin/pytest ] || [ pyproject.toml -nt .venv/.installed-dev ]; the
 fi
 
 # two processes, each taking a whole test file at a time (its module fixtures are built once): the suite waits on
-# browsers and servers often enough that two keep both cores busier (10.6 against 14.3 min here; three were slower)
+# browsers and servers often enough that two keep both cores busier (0.73 x one process's time here; three were
+# slower)
 exec .venv/bin/python -m pytest -q -n "${ASCENDSCOPE_TEST_PROCESSES:-2}" --dist loadfile "$@"
