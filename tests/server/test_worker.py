@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ascendscope.server.worker import _group_alive
+from ascendscope.server.worker import _group_alive, end_group
 from tests.conftest import PYTORCH_TEXT, needs_samples
 from tests.run_helpers import wait
 
@@ -71,8 +71,6 @@ def test_sigkill_mid_ingest_leaves_no_run_and_fails_with_the_reason(tmp_path, bi
 
 
 def test_the_queue_waits_for_an_exited_workers_group_and_kills_what_hangs():
-    from ascendscope.server.worker import end_group
-
     # a leader that exits at once, leaving a process of its group that lives 0.5 s more (a pool worker noticing
     # late that its owner is gone), then one that would live a minute
     for lives, patience, ends_by_itself in ((0.5, 10.0, True), (60, 0.3, False)):
