@@ -17,7 +17,7 @@ CORE_DDL = [
         sort_index INTEGER, counter_name VARCHAR, slice_count BIGINT, max_depth INTEGER, max_dur_ns BIGINT,
         min_ts_ns BIGINT, max_end_ns BIGINT, derived BOOLEAN)""",
     """CREATE TABLE slices (slice_id BIGINT, track_id INTEGER, rank INTEGER, ts_ns BIGINT, dur_ns BIGINT,
-        depth INTEGER, parent_id BIGINT, name VARCHAR, cat VARCHAR, ph VARCHAR, args JSON)""",
+        depth INTEGER, parent_id BIGINT, name VARCHAR, cat VARCHAR, ph VARCHAR, args JSON USING COMPRESSION zstd)""",
     """CREATE TABLE flows (flow_id BIGINT, rank INTEGER, cat VARCHAR, name VARCHAR, flow_key VARCHAR,
         src_track_id INTEGER, src_ts_ns BIGINT, src_slice_id BIGINT, dst_track_id INTEGER, dst_ts_ns BIGINT,
         dst_slice_id BIGINT)""",
