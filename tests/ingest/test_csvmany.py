@@ -1,0 +1,86 @@
+"""``ingest.csvmany``: one CSV kind of many ranks typed in one batch gives the rows the per-file loads give.
+
+A batch that fails falls back to loading file by file, with the same rows, only slower. So these tests also check
+that well-formed files really take the batch path: a change that broke the batch's SQL would otherwise pass
+every other test, with the ingest of wide runs several times slower.
+"""
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from ascendscope.ingest import csvmany, sqlfuncs
+from ascendscope.ingest.csvfiles import CsvLoad
+
+HEADER = "Step Id,Name,Type,Start Time(us),Duration(us),Input Shapes,aic_total_cycles,aic_mac_ratio\n"
+
+
+def kernel_rows(rank: int) -> str:
+    return "".join([
+        f"1,MatMul_{rank},MatMul,1736408883600785.646\t,522.342,\"\"\"4,2048\"\";\n\"\"8\"\"\",{100 + rank},0.5\n",
+        f"1,Add_{rank},Add,1736408883601184.566\t,22.5,\"\"\"16,512\"\"\",N/A,N/A\n",
+        f"2,Cast_{rank},Cast,1736408883601300.001\t,1.25,,{7 * rank},0.125\n",
+    ])
+
+
+@pytest.fixture
+def cur():
+    con = duckdb.connect()
+    sqlfuncs.install(con)
+    yield con
+    con.close()
+
+
+def write(tmp_path, rank: int, text: str):
+    path = tmp_path / f"rank{rank}" / "kernel_details.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    return path
+
+
+def per_file(cur, items, work) -> list[tuple]:
+    rows = []
+    for rank, path, display in items:
+        loader = CsvLoad(cur, f"pf{rank}_", "kernel_details", path, rank, display, work)
+        loader.load()
+        rows += cur.execute(f"SELECT * FROM {loader.out}").fetchall()
+    return sorted(rows, key=lambda r: (r[0], r[1]))
+
+
+def test_files_of_one_header_load_as_one_batch_with_the_per_file_rows(cur, tmp_path, monkeypatch):
+    items = [(r, write(tmp_path, r, HEADER + kernel_rows(r)), f"rank{r}/kernel_details.csv") for r in (0, 1, 5)]
+    expected = per_file(cur, items, tmp_path / "w")
+
+    def no_fallback(self):
+        raise AssertionError(f"{self.path} was loaded alone: the batch did not load")
+
+    monkeypatch.setattr(CsvLoad, "load", no_fallback)
+    results = csvmany.load_many(cur, "s_", "kernel_details", items, tmp_path / "w", "o_")
+    got = cur.execute("SELECT * FROM o_kernels").fetchall()
+    assert got == expected  # the same rows, columns and types, and in (rank, src_row) order
+    assert {r: res.rows for r, res in results.items()} == {0: 3, 1: 3, 5: 3}
+    assert all(res.status == "loaded" and not res.warnings for res in results.values())
+    # the multi-line cell stays one value, and the rows count from 1 in each file
+    assert [(r[0], r[1]) for r in got] == [(rank, row) for rank in (0, 1, 5) for row in (1, 2, 3)]
+
+
+def test_a_file_with_another_header_loads_alone_beside_the_batch(cur, tmp_path, monkeypatch):
+    items = [(r, write(tmp_path, r, HEADER + kernel_rows(r)), f"rank{r}/kernel_details.csv") for r in (0, 1, 2)]
+    odd = (HEADER.replace(",aic_mac_ratio", "")  # an older version's columns
+           + "1,MatMul_3,MatMul,1736408883600785.646\t,522.342,,103\n"
+           + "1,Add_3,Add,1736408883601184.566\t,22.5,,N/A\n"
+           + "2,Cast_3,Cast,1736408883601300.001\t,1.25,,21\n")
+    items.append((3, write(tmp_path, 3, odd), "rank3/kernel_details.csv"))
+    alone = []
+    load = CsvLoad.load
+
+    def counted(self):
+        alone.append(self.rank)
+        return load(self)
+
+    monkeypatch.setattr(CsvLoad, "load", counted)
+    results = csvmany.load_many(cur, "s_", "kernel_details", items, tmp_path / "w", "o_")
+    assert alone == [3]
+    assert {r: res.rows for r, res in results.items()} == {0: 3, 1: 3, 2: 3, 3: 3}
+    ranks = cur.execute("SELECT rank, count(*), count(aic_mac_ratio) FROM o_kernels GROUP BY rank ORDER BY rank")
+    assert ranks.fetchall() == [(0, 3, 2), (1, 3, 2), (2, 3, 2), (3, 3, 0)]
