@@ -215,8 +215,12 @@ def test_a_trace_read_in_two_halves_loads_the_same_run(tmp_path, monkeypatch, le
     rank = PYTORCH_TEXT / level / "rank1_ascend_pt"
     ingest_path(rank, tmp_path / "whole.duckdb")  # below the split size: one reader
     made = _spy_split(monkeypatch)
+    from ascendscope.ingest.trace import TraceLoad
+    read, outcomes = TraceLoad._read_halves, []
+    monkeypatch.setattr(TraceLoad, "_read_halves", lambda self, path: outcomes.append(read(self, path)) or outcomes[-1])
     ingest_path(rank, tmp_path / "halves.duckdb")
     assert len(made) == 2 and not any(p.exists() for p in made)
+    assert outcomes == [True]  # the halves were read (a failed read falls back to the whole file, silently)
     assert _tables(tmp_path / "halves.duckdb") == _tables(tmp_path / "whole.duckdb")
 
 
