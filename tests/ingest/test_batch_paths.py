@@ -1,8 +1,9 @@
-"""``ingest.csvmany``: one CSV kind of many ranks typed in one batch gives the rows the per-file loads give.
+"""The batch paths of small ranks: ``ingest.csvmany`` types one CSV kind of many ranks in one batch, and
+``ingest.tracegroup`` reads their traces in one multi-file read; each gives what the per-rank loads give.
 
-A batch that fails falls back to loading file by file, with the same rows, only slower. So these tests also check
-that well-formed files really take the batch path: a change that broke the batch's SQL would otherwise pass
-every other test, with the ingest of wide runs several times slower.
+A batch that fails falls back to loading rank by rank, with the same result, only slower. So these tests also
+check that well-formed input really takes the batch paths: a change that broke a batch's SQL would otherwise
+pass every other test, with the ingest of wide runs several times slower.
 """
 from __future__ import annotations
 
@@ -84,3 +85,29 @@ def test_a_file_with_another_header_loads_alone_beside_the_batch(cur, tmp_path, 
     assert {r: res.rows for r, res in results.items()} == {0: 3, 1: 3, 2: 3, 3: 3}
     ranks = cur.execute("SELECT rank, count(*), count(aic_mac_ratio) FROM o_kernels GROUP BY rank ORDER BY rank")
     assert ranks.fetchall() == [(0, 3, 2), (1, 3, 2), (2, 3, 2), (3, 3, 0)]
+
+
+def test_a_group_of_well_formed_ranks_takes_the_batch_paths(tmp_path, monkeypatch):
+    """A shard of small ranks reads their traces in one multi-file read and their CSVs in batches. Each path falls
+    back to rank-by-rank loads when it fails, with the same run as the result: only these spies see a broken one."""
+    from ascendscope.ingest import pipeline
+    from ascendscope.ingest.trace import TraceLoad
+    from ascendscope.ingest.tracegroup import TraceGroup
+    from ascendscope.sample_data.generate import generate_run
+
+    generate_run(tmp_path / "src", ranks=3, steps=2, ops_per_step=20)
+    disc = pipeline.discover(tmp_path / "src")
+    alone: list[str] = []
+    for owner, name in ((TraceGroup, "_read_one_by_one"), (TraceLoad, "read"), (CsvLoad, "load")):
+        real = getattr(owner, name)
+
+        def spy(self, *args, _real=real, _name=name, **kwargs):
+            alone.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(owner, name, spy)
+    summary = pipeline.ingest_shard(disc.ranks, disc.root, tmp_path / "shard.duckdb", src_path=str(tmp_path / "src"))
+    assert summary["ranks"] == [0, 1, 2] and alone == []
+    with duckdb.connect(str(tmp_path / "shard.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(DISTINCT rank) FROM slices").fetchone()[0] == 3
+        assert con.execute("SELECT count(DISTINCT rank) FROM kernels").fetchone()[0] == 3
