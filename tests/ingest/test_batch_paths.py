@@ -10,8 +10,11 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from ascendscope.ingest import csvmany, sqlfuncs
+from ascendscope.ingest import csvmany, pipeline, sqlfuncs
 from ascendscope.ingest.csvfiles import CsvLoad
+from ascendscope.ingest.trace import TraceLoad
+from ascendscope.ingest.tracegroup import TraceGroup
+from ascendscope.sample_data.generate import generate_run
 
 HEADER = "Step Id,Name,Type,Start Time(us),Duration(us),Input Shapes,aic_total_cycles,aic_mac_ratio\n"
 
@@ -90,11 +93,6 @@ def test_a_file_with_another_header_loads_alone_beside_the_batch(cur, tmp_path, 
 def test_a_group_of_well_formed_ranks_takes_the_batch_paths(tmp_path, monkeypatch):
     """A shard of small ranks reads their traces in one multi-file read and their CSVs in batches. Each path falls
     back to rank-by-rank loads when it fails, with the same run as the result: only these spies see a broken one."""
-    from ascendscope.ingest import pipeline
-    from ascendscope.ingest.trace import TraceLoad
-    from ascendscope.ingest.tracegroup import TraceGroup
-    from ascendscope.sample_data.generate import generate_run
-
     generate_run(tmp_path / "src", ranks=3, steps=2, ops_per_step=20)
     disc = pipeline.discover(tmp_path / "src")
     alone: list[str] = []

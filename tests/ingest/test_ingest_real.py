@@ -7,6 +7,7 @@ import pytest
 
 from ascendscope.ingest.csvfiles import TABLES
 from ascendscope.ingest.pipeline import ingest_path
+from ascendscope.ingest.trace import TraceLoad
 from tests.ingest_helpers import PYTORCH_TEXT, REAL, csv_rows, expected_trace, trace_events
 from tests.samples import HAVE_REAL
 
@@ -215,9 +216,13 @@ def test_a_trace_read_in_two_halves_loads_the_same_run(tmp_path, monkeypatch, le
     rank = PYTORCH_TEXT / level / "rank1_ascend_pt"
     ingest_path(rank, tmp_path / "whole.duckdb")  # below the split size: one reader
     made = _spy_split(monkeypatch)
-    from ascendscope.ingest.trace import TraceLoad
     read, outcomes = TraceLoad._read_halves, []
-    monkeypatch.setattr(TraceLoad, "_read_halves", lambda self, path: outcomes.append(read(self, path)) or outcomes[-1])
+
+    def spy(self, path):
+        outcomes.append(read(self, path))
+        return outcomes[-1]
+
+    monkeypatch.setattr(TraceLoad, "_read_halves", spy)
     ingest_path(rank, tmp_path / "halves.duckdb")
     assert len(made) == 2 and not any(p.exists() for p in made)
     assert outcomes == [True]  # the halves were read (a failed read falls back to the whole file, silently)
