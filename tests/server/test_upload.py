@@ -106,6 +106,8 @@ def test_the_same_bytes_again_answer_the_existing_run(server):
     assert set(os.listdir(store.runs_dir)) == folders  # no second run, no staging folder left
     other = post(base, "twice.zip", data + b"\0")  # other bytes (a zip tolerates trailing data): a new run
     assert other.status_code == 202 and other.json()["id"] != first.json()["id"]
+    # done before the next tests, whose snapshots of the data dir must not see its ingest still writing
+    assert wait_done(base, other.json()["id"])["status"] == "ready"
 
 
 def test_an_archive_inside_the_archive_is_extracted_once(server):
