@@ -84,7 +84,10 @@ def load_many(cur: duckdb.DuckDBPyConnection, prefix: str, kind: str, items: lis
             parts.append(part)
         except (ValueError, OSError, UnicodeError, duckdb.Error) as exc:
             results[rank] = CsvResult(status="failed", error=exc)
-    if parts:
+    if len(parts) == 1:  # (the usual case: no copy)
+        cur.execute(f"DROP TABLE IF EXISTS {out_prefix}{table}")
+        cur.execute(f"ALTER TABLE {parts[0]} RENAME TO {(out_prefix + table).rsplit('.', 1)[-1]}")
+    elif parts:
         cur.execute(f"CREATE OR REPLACE TABLE {out_prefix}{table} AS "
                     + " UNION ALL BY NAME ".join(f"SELECT * FROM {t}" for t in parts))
         for t in parts:
@@ -135,46 +138,56 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
     try:
         headers = [r[0] for r in cur.execute(f"DESCRIBE SELECT * FROM {loader._reader(combined, None)}").fetchall()][1:]
         first = _quote_ident(headers[0])
-        cur.execute(f"CREATE OR REPLACE TABLE {raw}_all AS SELECT * FROM {loader._reader(combined, rej)}")
+        cur.execute(f"CREATE OR REPLACE TABLE {raw} AS SELECT * FROM {loader._reader(combined, rej)}")
         rejects = cur.execute(f"SELECT count(*) FROM {rej}_errors").fetchone()[0]
         cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
-        marks = [int(i) for (i,) in cur.execute(
-            f"SELECT regexp_extract({first}, '{_quote_text(MARKER_RE)}', 1) FROM {raw}_all "
-            f"WHERE regexp_full_match({first}, '{_quote_text(MARKER_RE)}') ORDER BY src_row").fetchall()]
-        if rejects or marks != list(range(len(files))):
+        marks = cur.execute(
+            f"SELECT src_row, regexp_extract({first}, '{_quote_text(MARKER_RE)}', 1) FROM {raw} "
+            f"WHERE regexp_full_match({first}, '{_quote_text(MARKER_RE)}') ORDER BY src_row").fetchall()
+        if rejects or [int(i) for _, i in marks] != list(range(len(files))):
             return None
+        at = [int(row) for row, _ in marks]  # the marker rows, in file order: file i's rows lie after at[i]
         ranks = [r for r, _, _, _ in files]
-        # a row's file: the last marker before it; its row number: counted from that marker
-        cur.execute(f"""CREATE OR REPLACE TABLE {raw} AS
-            SELECT CAST(list_extract(?::INTEGER[], file_ + 1) AS INTEGER) AS rank_, src_row - mark_ AS src_row,
-                   * EXCLUDE (src_row, file_, mark_, is_mark)
-            FROM (SELECT *, max(CASE WHEN is_mark THEN TRY_CAST(regexp_extract({first}, '{_quote_text(MARKER_RE)}', 1)
-                                                                AS INTEGER) END)
-                               OVER (ORDER BY src_row ROWS UNBOUNDED PRECEDING) AS file_,
-                         max(CASE WHEN is_mark THEN src_row END) OVER (ORDER BY src_row ROWS UNBOUNDED PRECEDING)
-                             AS mark_
-                  FROM (SELECT *, regexp_full_match({first}, '{_quote_text(MARKER_RE)}') AS is_mark FROM {raw}_all))
-            WHERE NOT is_mark ORDER BY file_, src_row""", [ranks])
+        # a row's rank and its row number within its file, by a search of the markers written out in SQL (no
+        # sort or window over the rows); a marker row itself gets row 0 and is left out
+        rank_of = _search("src_row", at, [str(int(r)) for r in ranks])
+        row_of = _search("src_row", at, [f"src_row - {m}" for m in at])
+        numbered = (f"(SELECT CAST({rank_of} AS INTEGER) AS rank_, CAST({row_of} AS INTEGER) AS row_, * FROM {raw})")
         plan = column_plan(table, headers)
-        decided = loader._infer_types(raw, [(h, t) for h, t, e in plan if e is None])
-        selects = ["rank_ AS rank", "CAST(src_row AS INTEGER) AS src_row"]
+        undecided = [(h, t) for h, t, e in plan if e is None]
+        if undecided and undecided[0][0] == headers[0]:  # the markers' column: typed without them
+            decided = loader._infer_types(f"(SELECT * FROM {numbered} WHERE row_ > 0)", undecided)
+        else:  # the markers' other cells are empty, which the inference does not count
+            decided = loader._infer_types(raw, undecided)
+        selects = ["rank_ AS rank", "row_ AS src_row"]
         for h, target, expr in plan:
             selects.append(f"{(expr or decided[target]).format(c=_quote_ident(h))} AS {_quote_ident(target)}")
-        cur.execute(f"CREATE OR REPLACE TABLE {out} AS SELECT {', '.join(selects)} FROM {raw}")
+        cur.execute(f"CREATE OR REPLACE TABLE {out} AS SELECT {', '.join(selects)} FROM {numbered} WHERE row_ > 0")
         results = {r: CsvResult() for r in ranks}
         for rank, rows in cur.execute(f"SELECT rank, count(*) FROM {out} GROUP BY rank").fetchall():
             results[int(rank)].rows = int(rows)
         if exponents:
-            _precision(cur, raw, plan, results)
+            _precision(cur, f"(SELECT * FROM {numbered} WHERE row_ > 0)", plan, results)
         return results
     except duckdb.Error:
         cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
         cur.execute(f"DROP TABLE IF EXISTS {out}")
         return None
     finally:
-        cur.execute(f"DROP TABLE IF EXISTS {raw}_all")
         cur.execute(f"DROP TABLE IF EXISTS {raw}")
         combined.unlink(missing_ok=True)
+
+
+def _search(column: str, bounds: list[int], values: list[str]) -> str:
+    """A SQL expression giving ``values[i]`` where ``bounds[i] <= column < bounds[i + 1]`` (the last: from
+    ``bounds[-1]`` on), as a binary search of nested CASEs: log2 of the bounds' count comparisons a row."""
+    def pick(lo: int, hi: int) -> str:
+        if hi - lo == 1:
+            return values[lo]
+        mid = (lo + hi) // 2
+        return f"CASE WHEN {column} < {bounds[mid]} THEN {pick(lo, mid)} ELSE {pick(mid, hi)} END"
+
+    return pick(0, len(bounds))
 
 
 def _precision(cur, raw: str, plan, results: dict[int, CsvResult]) -> None:

@@ -68,6 +68,38 @@ def test_files_of_one_header_load_as_one_batch_with_the_per_file_rows(cur, tmp_p
     assert [(r[0], r[1]) for r in got] == [(rank, row) for rank in (0, 1, 5) for row in (1, 2, 3)]
 
 
+@pytest.mark.parametrize("files", [2, 7, 33])
+def test_a_batch_typed_from_its_first_column_names_each_rank_and_row(cur, tmp_path, monkeypatch, files):
+    """The markers that separate the files are in the first column: here one whose type comes from its data
+    (integers), and many files, so each row's file is found by a deeper search. One rank's value in scientific
+    notation is reported for that rank alone, as the per-file load does."""
+    header = "aic_total_cycles,Name,Start Time(us),aic_mac_ratio\n"
+    ranks = [3 * i + 1 for i in range(files)]
+    items = []
+    for r in ranks:
+        start = "1.73640888360E+15" if r == ranks[-2] else "1736408883600785.646"
+        text = (f"{10 * r},Op_{r},{start}\t,0.{r}\n" + f"N/A,Idle_{r},1736408883600800.5\t,N/A\n"
+                + "".join(f"{r + k},Op_{r}_{k},17364088836{k:05d}.25\t,0.5\n" for k in range(r % 5)))
+        items.append((r, write(tmp_path, r, header + text), f"rank{r}/kernel_details.csv"))
+    expected = per_file(cur, items, tmp_path / "w")
+    warned = {}
+    for rank, path, display in items:
+        loader = CsvLoad(cur, f"pw{rank}_", "kernel_details", path, rank, display, tmp_path / "w")
+        loader.load()
+        warned[rank] = loader.warnings
+
+    def no_fallback(self):
+        raise AssertionError(f"{self.path} was loaded alone: the batch did not load")
+
+    monkeypatch.setattr(CsvLoad, "load", no_fallback)
+    results = csvmany.load_many(cur, "s_", "kernel_details", items, tmp_path / "w", "o_")
+    assert cur.execute("SELECT * FROM o_kernels").fetchall() == expected
+    assert [r[0] for r in cur.execute("DESCRIBE o_kernels").fetchall()][:3] == ["rank", "src_row", "aic_total_cycles"]
+    assert {r: res.rows for r, res in results.items()} == {r: 2 + r % 5 for r in ranks}
+    assert {r: res.warnings for r, res in results.items()} == warned
+    assert warned[ranks[-2]] and not any(warned[r] for r in ranks if r != ranks[-2])
+
+
 def test_a_file_with_another_header_loads_alone_beside_the_batch(cur, tmp_path, monkeypatch):
     items = [(r, write(tmp_path, r, HEADER + kernel_rows(r)), f"rank{r}/kernel_details.csv") for r in (0, 1, 2)]
     odd = (HEADER.replace(",aic_mac_ratio", "")  # an older version's columns
