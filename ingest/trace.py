@@ -391,15 +391,16 @@ SELECT min(fkey), max(fkey) FROM before GROUP BY b // {limit} ORDER BY 1
 """
 
 # args nested deeper than this are not kept (profilers write 2-3 levels): a recursive JSON parser or encoder in a
-# view would fail on them. Candidates: long enough, holding a nesting step (an opener right after ':', ',' or '['),
-# found by plain substring tests (cheap on every event), then a chain of this many openers (a regular expression,
-# on those only); the depth itself is then measured exactly
+# view would fail on them. Candidates: at least this many openers ('[' or '{', counted by two single-character
+# replaces: cheap on every event), then a chain of this many openers (a regular expression, on those only, in a
+# CASE so that it runs after the count); the depth itself is then measured exactly. Both tests are necessary
+# conditions of the depth, so no deep value is missed whatever its spacing
 MAX_ARGS_DEPTH = 64
-_NESTING = ("[[", "[{", ":{", ": {", ":[", ": [", ",{", ", {", ",[", ", [")
-DEEP_ARGS_CANDIDATES = ("SELECT rowid, CAST(args AS VARCHAR) FROM {p}ev_t WHERE length(args) > "
-                        + str(2 * MAX_ARGS_DEPTH) + " AND ("
-                        + " OR ".join("contains(args, '" + n.replace("{", "{{") + "')" for n in _NESTING)
-                        + ") AND regexp_matches(args, '([\\[{{][^\\]}}]*){{" + str(MAX_ARGS_DEPTH) + "}}')")
+_ARGS_TEXT = "CAST(args AS VARCHAR)"
+DEEP_ARGS_CANDIDATES = (
+    f"SELECT rowid, {_ARGS_TEXT} FROM {{p}}ev_t WHERE CASE WHEN strlen({_ARGS_TEXT}) > {2 * MAX_ARGS_DEPTH} "
+    f"AND strlen({_ARGS_TEXT}) - strlen(replace(replace({_ARGS_TEXT}, '[', ''), '{{{{', '')) >= {MAX_ARGS_DEPTH} "
+    f"THEN regexp_matches(args, '([\\[{{{{][^\\]}}}}]*){{{{{MAX_ARGS_DEPTH}}}}}') ELSE false END")
 DEEP_ARGS_NOTE = f'{{"args": "not loaded: nested deeper than {MAX_ARGS_DEPTH} levels"}}'
 # DuckDB's JSON reader holds one object in a buffer of maximum_object_size (16 MiB by default): a larger event is
 # cut out (an event of torch_npu or msprof is a few hundred bytes; one of MBs is damage or an attack)

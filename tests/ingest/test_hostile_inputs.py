@@ -62,6 +62,19 @@ def test_args_nested_900_levels_deep_are_dropped_with_a_warning(tmp_path, client
     assert detail.status_code == 200 and detail.json()["args"] == {"args": "not loaded: nested deeper than 64 levels"}
 
 
+@pytest.mark.parametrize(("depth", "dropped"), [(64, False), (65, True)])
+def test_deep_args_are_found_however_they_are_spaced(tmp_path, depth, dropped):
+    """Nesting written across lines, as a pretty-printer would, and the bound itself: 64 levels are kept."""
+    deep = "{\"a\":\n   " * (depth - 3) + "[\n\t[1]]" + "\n}" * (depth - 3)  # with the args object: depth levels
+    text, _ = _with_bad_event('{"ph": "X", "name": "deep", "pid": 7, "tid": 1, "ts": "101.000", "dur": 1, '
+                              '"args": {"k": ' + deep + "}}")
+    con = _rank_folder(tmp_path, {"ASCEND_PROFILER_OUTPUT/trace_view.json": text})
+    args = con.execute("SELECT args FROM slices WHERE name = 'deep'").fetchone()[0]
+    assert ("nested deeper than 64 levels" in args) is dropped
+    assert any("nested deeper than 64" in m for _, m in _warnings(con)) is dropped
+    con.close()
+
+
 def test_a_run_stored_with_deep_args_still_answers(tmp_path, client_for):
     """A database written before ingest bounded the depth: the slice detail refuses to parse them, no 500."""
     text, _ = _with_bad_event('{"ph": "X", "name": "deep", "pid": 7, "tid": 1, "ts": "101.000", "dur": 1}')
