@@ -4,8 +4,10 @@ A DuckDB statement costs a millisecond or more whatever its size, and reading a 
 (``csvfiles.CsvLoad``): for a rank of a few hundred kB that fixed cost, not the bytes, is the ingest time. Here
 the files of one kind whose header lines are identical are concatenated into one file, each file's rows preceded
 by a marker row naming it, and typed like one CSV (``csvfiles``: the same column plan, type inference over all
-of them, the same exact conversions); each row gets its file's rank and its row number within its file. The
-result is the table the per-file loads would make, unioned: ``{out}{table}`` with ``rank`` and ``src_row``.
+of them, the same exact conversions); each row gets its file's rank and its row number within its file, from
+the markers' positions (computed in numpy and joined to the text table by position, so the rows are read as
+text once and typed once, with no sort or window over them). The result is the table the per-file loads would
+make, unioned: ``{out}{table}`` with ``rank`` and ``src_row``.
 
 Anything unusual goes through ``CsvLoad`` file by file instead, so its warnings stay exact: a file that is empty,
 too wide, not UTF-8, whose header no other file shares, or a batch in which DuckDB rejects a row or a marker does
@@ -20,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
+from .columns import arrow_table
 from .csvfiles import (
     MAX_COLUMNS,
     TABLES,
@@ -33,6 +37,7 @@ from .csvfiles import (
 
 MARKER = "\x01ascendscope-file:"  # + the file's index + "\x01": a cell no profiler writes
 MARKER_RE = "^\x01ascendscope-file:([0-9]+)\x01$"
+MAP = "_csvmany_rows"  # each row's rank and row number, registered on the batch's cursor
 
 
 @dataclass
@@ -146,13 +151,22 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
             f"WHERE regexp_full_match({first}, '{_quote_text(MARKER_RE)}') ORDER BY src_row").fetchall()
         if rejects or [int(i) for _, i in marks] != list(range(len(files))):
             return None
-        at = [int(row) for row, _ in marks]  # the marker rows, in file order: file i's rows lie after at[i]
+        at = np.array([int(row) for row, _ in marks], dtype=np.int64)  # file i's rows lie after at[i]
         ranks = [r for r, _, _, _ in files]
-        # a row's rank and its row number within its file, by a search of the markers written out in SQL (no
-        # sort or window over the rows); a marker row itself gets row 0 and is left out
-        rank_of = _search("src_row", at, [str(int(r)) for r in ranks])
-        row_of = _search("src_row", at, [f"src_row - {m}" for m in at])
-        numbered = (f"(SELECT CAST({rank_of} AS INTEGER) AS rank_, CAST({row_of} AS INTEGER) AS row_, * FROM {raw})")
+        # each row's rank and row number within its file, in the text table's order (src_row 1..), joined to it
+        # by position: no sort, window or search over the rows in SQL. A marker row itself gets row 0.
+        (rows,), = cur.execute(f"SELECT count(*) FROM {raw}").fetchall()  # (all fetched: register needs that)
+        src_row = np.arange(1, rows + 1, dtype=np.int64)
+        file_of = np.searchsorted(at, src_row, side="right") - 1
+        cur.register(MAP, arrow_table({
+            "rank_": np.asarray(ranks, dtype=np.int32)[np.maximum(file_of, 0)],
+            "row_": np.where(file_of >= 0, src_row - at[np.maximum(file_of, 0)], 0).astype(np.int32)}))
+        numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {raw})"
+        # (a scan of the text table gives its rows in the order they were inserted: each marker at a row 0)
+        misplaced = cur.execute(f"SELECT count(*) FROM {numbered} WHERE row_ = 0 AND NOT coalesce(starts_with("
+                                f"{first}, '{_quote_text(MARKER)}'), false)").fetchone()[0]
+        if misplaced:
+            return None
         plan = column_plan(table, headers)
         undecided = [(h, t) for h, t, e in plan if e is None]
         if undecided and undecided[0][0] == headers[0]:  # the markers' column: typed without them
@@ -174,20 +188,12 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
         cur.execute(f"DROP TABLE IF EXISTS {out}")
         return None
     finally:
+        try:
+            cur.unregister(MAP)
+        except duckdb.Error:
+            pass
         cur.execute(f"DROP TABLE IF EXISTS {raw}")
         combined.unlink(missing_ok=True)
-
-
-def _search(column: str, bounds: list[int], values: list[str]) -> str:
-    """A SQL expression giving ``values[i]`` where ``bounds[i] <= column < bounds[i + 1]`` (the last: from
-    ``bounds[-1]`` on), as a binary search of nested CASEs: log2 of the bounds' count comparisons a row."""
-    def pick(lo: int, hi: int) -> str:
-        if hi - lo == 1:
-            return values[lo]
-        mid = (lo + hi) // 2
-        return f"CASE WHEN {column} < {bounds[mid]} THEN {pick(lo, mid)} ELSE {pick(mid, hi)} END"
-
-    return pick(0, len(bounds))
 
 
 def _precision(cur, raw: str, plan, results: dict[int, CsvResult]) -> None:
