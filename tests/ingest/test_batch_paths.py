@@ -71,8 +71,8 @@ def test_files_of_one_header_load_as_one_batch_with_the_per_file_rows(cur, tmp_p
 @pytest.mark.parametrize("files", [2, 7, 33])
 def test_a_batch_typed_from_its_first_column_names_each_rank_and_row(cur, tmp_path, monkeypatch, files):
     """The markers that separate the files are in the first column: here one whose type comes from its data
-    (integers), and many files, so each row's file is found by a deeper search. One rank's value in scientific
-    notation is reported for that rank alone, as the per-file load does."""
+    (integers), and up to 33 files of differing lengths, each row given its file's rank and row number. One rank's
+    value in scientific notation is reported for that rank alone, as the per-file load does."""
     header = "aic_total_cycles,Name,Start Time(us),aic_mac_ratio\n"
     ranks = [3 * i + 1 for i in range(files)]
     items = []
