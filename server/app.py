@@ -35,7 +35,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ascendscope import frontend
-from ascendscope.server import pages
+from ascendscope.server import pages, queryprocs
 from ascendscope.server.api import ApiError, FastJSONResponse
 from ascendscope.server.console import ConsoleDatabases
 from ascendscope.server.coordinator import IngestCoordinator
@@ -46,7 +46,7 @@ from ascendscope.server.querypool import QueryPool
 from ascendscope.server.requestclock import RequestClock
 from ascendscope.server.runs import RunStore
 from ascendscope.server.security import SecurityMiddleware
-from ascendscope.server.settings import Settings, cores, worker_count
+from ascendscope.server.settings import Settings, cores, query_process_count, worker_count
 from ascendscope.server.worker import IngestQueue
 
 log = logging.getLogger("ascendscope.app")
@@ -100,10 +100,13 @@ def plotly_js_path() -> Path:
 
 
 def create_app(settings: Settings | None = None, *, store: RunStore | None = None,
-               ingest_queue: IngestQueue | IngestCoordinator | None = None, own_ingest: bool = False) -> FastAPI:
+               ingest_queue: IngestQueue | IngestCoordinator | None = None, own_ingest: bool = False,
+               query_processes: bool = False) -> FastAPI:
     """Build the app over ``settings.data_dir``. Ingestion runs only if an ``ingest_queue`` is given (a server
     process gets an :class:`IngestCoordinator`, started and stopped with the app when ``own_ingest``; tests may
-    give an :class:`IngestQueue` they run themselves); the app itself only ever reads finished databases."""
+    give an :class:`IngestQueue` they run themselves); the app itself only ever reads finished databases.
+    ``query_processes``: viewport requests are answered by ``settings.query_processes`` query processes
+    (``server.queryprocs``; a server process of ``ascendscope serve``), else on threads."""
     settings = settings or Settings.from_env()
     store = store or RunStore(settings.data_dir)
     databases = Databases(settings.max_open_databases, settings.max_loaded_ranks, threads=query_threads(settings))
@@ -117,6 +120,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
         try:
             yield
         finally:
+            queryprocs.close()
             if own_ingest and ingest_queue is not None:
                 ingest_queue.stop()
             databases.close_all()
@@ -128,6 +132,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
                               "strings; times inside timeline responses are ns relative to `origin_ns`.")
     app.state.settings, app.state.store, app.state.databases = settings, store, databases
     app.state.query_pool = query_pool
+    app.state.query_processes = query_process_count(settings) if query_processes else 0
     app.state.console = ConsoleDatabases(settings.max_loaded_ranks)  # the SQL console's locked connections
     app.state.ingest_queue = ingest_queue
     if ingest_queue is not None and ingest_queue.on_ready is None:

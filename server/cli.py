@@ -29,7 +29,7 @@ import webbrowser
 from pathlib import Path
 from urllib.parse import quote
 
-from ascendscope.server.settings import Settings, settings_help, worker_count
+from ascendscope.server.settings import Settings, query_process_count, settings_help, worker_count
 
 SOURCE_SCAN_DEPTH = 5  # how deep a subfolder of a multi-run folder is searched for rank folders
 # subcommands whose module (ascendscope.<module>) owns its arguments (add_arguments) and its work (run)
@@ -64,7 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="interface to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="TCP port (default 8000; 0 picks a free one)")
     serve.add_argument("--workers", type=int, default=None, metavar="N",
-                       help="server processes (default: one per core); they share the port, one ingests")
+                       help="server processes (default: one, or one per core with --query-processes 0); they "
+                            "share the port, one ingests")
+    serve.add_argument("--query-processes", type=int, default=None, metavar="N",
+                       help="processes per server process that answer the timeline's viewport requests (default: "
+                            "one per core; 0: threads of the server process answer them)")
     serve.add_argument("--data-dir", default=None, help="where runs are stored (default ~/.ascendscope)")
     serve.add_argument("--no-browser", action="store_true", default=None, help="do not open a browser tab")
     serve.add_argument("--read-only", action="store_true", default=None,
@@ -131,8 +135,8 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
         settings = Settings.from_env(data_dir=args.data_dir, host=args.host, port=args.port, workers=args.workers,
-                                     no_browser=args.no_browser, read_only=args.read_only, token=args.token,
-                                     allowed_hosts=args.allowed_hosts)
+                                     query_processes=args.query_processes, no_browser=args.no_browser,
+                                     read_only=args.read_only, token=args.token, allowed_hosts=args.allowed_hosts)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -178,9 +182,10 @@ def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) ->
         if settings.token:
             url += f"?token={quote(settings.token, safe='')}"
         mode = " (read-only)" if settings.read_only else ""
-        workers = worker_count(settings)
+        workers, queries = worker_count(settings), query_process_count(settings)
+        helpers = f", {queries} query process{'es' if queries > 1 else ''} each" if queries else ""
         print(f"ascendscope is serving {settings.data_dir}{mode} at {url} ({workers} "
-              f"process{'es' if workers > 1 else ''})", file=sys.stderr, flush=True)
+              f"process{'es' if workers > 1 else ''}{helpers})", file=sys.stderr, flush=True)
         if not settings.no_browser:
             webbrowser.open(url)
 

@@ -28,8 +28,9 @@ from urllib.parse import parse_qsl
 import anyio
 import anyio.to_thread
 from starlette.requests import Request
+from starlette.responses import Response
 
-from ascendscope.server import requestclock
+from ascendscope.server import queryprocs, requestclock
 from ascendscope.server.api import INT64_MAX, INT64_MIN, ApiError, FastJSONResponse, find_run, request_db
 from ascendscope.server.api import timeline as endpoints
 from ascendscope.server.errors import http_answer
@@ -119,9 +120,21 @@ class FastLane:
     @staticmethod
     async def _answer(scope, run_id: str, kind: str):
         args = parse(kind, scope.get("query_string", b""))
+        state = scope["app"].state
+        pool = queryprocs.pool_for(state.settings, state.query_processes)
+        if pool is not None:  # (server.queryprocs: the same answer, computed in a query process)
+            got = await pool.answer((run_id, kind, args, scope["path"], scope.get("query_string", b""),
+                                     list(scope.get("headers", [])), requestclock.arrival(scope)),
+                                    gone=requestclock.token(scope))
+            if got is None:
+                raise Unusual("no query process answered")
+            status, headers, body = got
+            response = Response(body, status_code=status)
+            response.raw_headers = list(headers)
+            return response
         request = Request(scope)
         request.scope.setdefault("path_params", {})["run_id"] = run_id
-        return await anyio.to_thread.run_sync(_respond, request, run_id, kind, args, limiter=_limiter())
+        return await anyio.to_thread.run_sync(respond, request, run_id, kind, args, limiter=_limiter())
 
 
 def _limiter() -> anyio.CapacityLimiter:
@@ -133,7 +146,7 @@ def _limiter() -> anyio.CapacityLimiter:
     return limiter
 
 
-def _respond(request: Request, run_id: str, kind: str, args: dict):
+def respond(request: Request, run_id: str, kind: str, args: dict):
     """The endpoint's response, found, opened, answered and closed on one worker thread: the event loop makes
     no system call for it (each would cost it a wait for the GIL, under load: see ``server.api.request_db``)."""
     gone = requestclock.token(request.scope)

@@ -50,7 +50,7 @@ def app_from_env():
         _exit_with(int(supervisor))
     store = RunStore(settings.data_dir)
     coordinator = IngestCoordinator(store, workers=settings.ingest_workers, retries=settings.ingest_retries)
-    return create_app(settings, store=store, ingest_queue=coordinator, own_ingest=True)
+    return create_app(settings, store=store, ingest_queue=coordinator, own_ingest=True, query_processes=True)
 
 
 def run(settings: Settings, log_level: str, on_listening: Callable[[int], None]) -> bool:

@@ -32,8 +32,11 @@ SETTINGS: tuple[Setting, ...] = (
             "where runs are stored: <data_dir>/runs/<id>/{run.json,manifest.json,cluster.duckdb,shards/,index/}"),
     Setting("host", str, "127.0.0.1", "interface to listen on"),
     Setting("port", int, 8000, "TCP port to listen on"),
-    Setting("workers", int, 0, "server processes answering requests (0: one per core); they share the port, "
-                               "and one of them runs the ingest queue"),
+    Setting("workers", int, 0, "server processes answering requests (0: one, or one per core without query "
+                               "processes); they share the port, and one of them runs the ingest queue"),
+    Setting("query_processes", int, -1, "processes per server process that answer the timeline's viewport "
+                                        "requests, so that no request thread shares the server's GIL with its "
+                                        "event loop (-1: one per core; 0: none, on threads of the server process)"),
     Setting("query_timeout_s", float, 10.0, "a request's database work must end this long after it arrived "
                                             "(queueing included), else it is interrupted and answers 504"),
     Setting("query_slots", int, 0, "database queries run at once per server process (0: one per core); the "
@@ -137,5 +140,14 @@ def cores() -> int:
 
 
 def worker_count(settings) -> int:
-    """Server processes: ``settings.workers``, 0 meaning one per core."""
-    return settings.workers if settings.workers > 0 else cores()
+    """Server processes: ``settings.workers``; 0 meaning one when query processes answer the viewport requests
+    (they use the cores), else one per core."""
+    if settings.workers > 0:
+        return settings.workers
+    return 1 if query_process_count(settings) > 0 else cores()
+
+
+def query_process_count(settings) -> int:
+    """Query processes per server process (``server.queryprocs``): ``settings.query_processes``, -1 meaning one
+    per core."""
+    return cores() if settings.query_processes < 0 else settings.query_processes

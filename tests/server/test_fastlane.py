@@ -154,7 +154,7 @@ def test_viewport_requests_run_on_a_few_threads_at_once(runs, monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
     running, peak, lock = [0], [0], threading.Lock()
-    real = fastlane._respond
+    real = fastlane.respond
 
     def slow(*args, **kwargs):
         with lock:
@@ -167,7 +167,7 @@ def test_viewport_requests_run_on_a_few_threads_at_once(runs, monkeypatch):
             with lock:
                 running[0] -= 1
 
-    monkeypatch.setattr(fastlane, "_respond", slow)
+    monkeypatch.setattr(fastlane, "respond", slow)
     run_id = runs.ids["generated"]
     with client_for(runs.data_dir) as client:
         meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
@@ -188,7 +188,7 @@ def test_a_request_whose_client_left_while_it_waited_for_a_thread_costs_no_work(
     from concurrent.futures import ThreadPoolExecutor
 
     release, started, called = threading.Event(), threading.Semaphore(0), []
-    real = fastlane._respond
+    real = fastlane.respond
 
     def held(request, run_id, kind, args):
         started.release()
@@ -206,7 +206,7 @@ def test_a_request_whose_client_left_while_it_waited_for_a_thread_costs_no_work(
         meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
         url = f"/api/runs/{run_id}/timeline/flows"
         start, end = int(meta["start_ns"]), int(meta["end_ns"])
-        monkeypatch.setattr(fastlane, "_respond", held)
+        monkeypatch.setattr(fastlane, "respond", held)
         monkeypatch.setattr(fastlane.endpoints, "flows", flows)
         routed = []
         router = client.app.middleware_stack  # (built by the first request)

@@ -1,0 +1,174 @@
+"""Query processes: the short path's viewport answers (``server.fastlane``) computed outside the server process.
+
+A server process that answers viewport requests on its own threads shares one GIL between them and its event
+loop. Under many users the loop then waits for the GIL each time it wakes, and every request it has not read
+yet waits with it: ``/api/health`` took 40-60 ms at the 99th percentile at 50 clients (``docs/benchmarks.md``,
+issue #18). Here each server process starts ``query_processes`` processes (forkserver) that each build the app
+over the same settings and answer with the same function as the thread path (``fastlane.respond``), so the
+bytes are the same. The loop only passes each request to one of them (a small pickled message over a socket
+pair) and reads the answer back without blocking (asyncio streams), so no thread of the server process runs
+Python beside its loop.
+
+* At most :data:`IN_FLIGHT` requests are handed to one process at once (one answered, the next waiting in its
+  socket); the others wait on the loop, where a request whose client has gone is answered 499 before it costs a
+  query. A request's deadline still counts from its arrival (its arrival time goes with it).
+* The processes start in the background with the first viewport request; until one is ready, and whenever none
+  is, requests take the thread path. A process that dies is replaced (up to :data:`MAX_STARTS` times each); the
+  requests it held go to the router, as any failure of the short path does.
+* Only server processes that ``ascendscope serve`` runs start them (``create_app(query_processes=True)``); an
+  app built otherwise (a test's client, an embedding) answers on its threads.
+* They exit when their server process does (their socket closes), and with it when it exits normally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import logging
+import multiprocessing
+import os
+import pickle
+import socket
+import struct
+import weakref
+
+log = logging.getLogger(__name__)
+
+IN_FLIGHT = 2  # requests handed to one query process at once
+QUERY_SERVER = "ascendscope.server.queryserver"  # what a query process runs
+MAX_STARTS = 5  # starts per process wanted (the first and its replacements), after which threads answer
+_HEADER = struct.Struct("!i")  # multiprocessing.Connection's framing: a signed 32-bit big-endian length
+_pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its QueryProcesses
+
+
+class _Process:
+    def __init__(self, proc, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.proc, self.reader, self.writer = proc, reader, writer
+        self.waiting: dict[int, asyncio.Future] = {}
+        self.alive = True
+
+
+class QueryProcesses:
+    """The query processes of one event loop (one server process)."""
+
+    def __init__(self, settings, size: int):
+        self.settings = dataclasses.replace(settings, query_processes=0)  # (theirs start none of their own)
+        self.size = size
+        self.procs: list[_Process] = []
+        self.seq = 0
+        self.slots = asyncio.Semaphore(IN_FLIGHT * size)
+        self.starting = 0
+        self.starts_left = MAX_STARTS * size  # a process that keeps dying is not started forever
+        self.closed = False
+
+    def ready(self) -> bool:
+        """Whether a process can take requests (else the thread path answers); starts the missing ones."""
+        while len(self.procs) + self.starting < self.size and self.starts_left > 0:
+            self.starting += 1
+            self.starts_left -= 1
+            asyncio.get_running_loop().create_task(self._start())
+        return any(p.alive for p in self.procs)
+
+    async def _start(self) -> None:
+        try:
+            ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                                              else "spawn")
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_child, args=(theirs, self.settings), name="ascendscope-query", daemon=True)
+            await asyncio.get_running_loop().run_in_executor(None, proc.start)
+            theirs.close()
+            sock = socket.socket(fileno=os.dup(ours.fileno()))
+            ours.close()
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 26)
+            p = _Process(proc, reader, writer)
+            if self.closed:  # (the app stopped while this one started)
+                writer.close()
+                proc.terminate()
+                return
+            self.procs.append(p)
+            asyncio.get_running_loop().create_task(self._read(p))
+        except Exception:  # no process: the thread path answers
+            log.exception("a query process could not start")
+            self.starts_left = 0  # (e.g. a daemonic process may have none): threads from now on
+        finally:
+            self.starting -= 1
+
+    def close(self) -> None:
+        """End the processes (their sockets closed, then SIGTERM) and start no more."""
+        self.starts_left, self.closed = 0, True
+        for p in list(self.procs):
+            p.alive = False
+            p.writer.close()
+            if p.proc.is_alive():
+                p.proc.terminate()
+        for p in self.procs:
+            p.proc.join(timeout=2)
+        self.procs.clear()
+
+    async def _read(self, p: _Process) -> None:
+        """The answers of ``p``, in the order it gives them, to the requests that wait for them."""
+        try:
+            while True:
+                (n,) = _HEADER.unpack(await p.reader.readexactly(_HEADER.size))
+                seq, answer = pickle.loads(await p.reader.readexactly(n))
+                fut = p.waiting.pop(seq, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(answer)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, EOFError, pickle.UnpicklingError):
+            pass
+        finally:  # the process is gone (or its pipe broken): its requests go to the router, a new one starts
+            p.alive = False
+            if p in self.procs:
+                self.procs.remove(p)
+            for fut in p.waiting.values():
+                if not fut.done():
+                    fut.set_result(None)
+            p.waiting.clear()
+            p.writer.close()
+
+    async def answer(self, message: tuple, gone=None):
+        """``(status, raw headers, body)`` of the request ``message`` (see ``server.queryserver``), or None when
+        no process could answer it (the caller then lets the router answer). ``gone``: the request's cancel
+        token, checked when it is about to be handed over."""
+        async with self.slots:  # (first come, first handed over; one waiter woken per answer)
+            if gone is not None:
+                gone.check()  # ClientGone: nothing handed over
+            live = [p for p in self.procs if p.alive]
+            if not live:
+                return None
+            p = min(live, key=lambda q: len(q.waiting))
+            self.seq += 1
+            fut = asyncio.get_running_loop().create_future()
+            p.waiting[self.seq] = fut
+            data = pickle.dumps((self.seq, message), protocol=pickle.HIGHEST_PROTOCOL)
+            p.writer.write(_HEADER.pack(len(data)) + data)
+            return await fut
+
+
+def pool_for(settings, size: int) -> QueryProcesses | None:
+    """The running loop's ``size`` query processes, once one is ready; None for the thread path."""
+    if size <= 0:
+        return None
+    loop = asyncio.get_running_loop()
+    pool = _pools.get(loop)
+    if pool is None:
+        pool = _pools[loop] = QueryProcesses(settings, size)
+    return pool if pool.ready() else None
+
+
+def _child(conn, settings) -> None:
+    """A query process's main (``server.queryserver.serve``, named here: it builds the app, which uses this
+    module)."""
+    importlib.import_module(QUERY_SERVER).serve(conn, settings)
+
+
+def close() -> None:
+    """Stop the running event loop's query processes (the app's shutdown)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    pool = _pools.pop(loop, None)
+    if pool is not None:
+        pool.close()

@@ -1,0 +1,128 @@
+"""Query processes (server.queryprocs): a server process of ``ascendscope serve`` hands the short path's viewport
+requests to processes of its own, whose answers are the router's, byte for byte, in JSON and in the binary
+columns format, on the real level1 sample (or its twin) and a generated run; a query process that dies costs no
+request (the router answers what it held) and is replaced; an app built without them answers on its threads; and
+the server's default process count follows from them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from ascendscope.server import queryprocs
+from ascendscope.server.app import create_app
+from ascendscope.server.settings import Settings, cores, query_process_count, worker_count
+from tests.server.test_fastlane import BINARY, asks
+
+READY_S = 60
+
+
+@pytest.fixture()
+def handed(monkeypatch):
+    """The answers query processes gave (None: none could, the router answered)."""
+    got = []
+    real = queryprocs.QueryProcesses.answer
+
+    async def spy(self, message, gone=None):
+        answer = await real(self, message, gone)
+        got.append(answer)
+        return answer
+
+    monkeypatch.setattr(queryprocs.QueryProcesses, "answer", spy)
+    return got
+
+
+def served_client(data_dir, processes: int = 2) -> TestClient:
+    settings = Settings.from_env(environ={}, data_dir=str(data_dir), query_processes=processes)
+    return TestClient(create_app(settings, query_processes=True))
+
+
+def wait_for_processes(client, url: str, handed: list, processes: int) -> None:
+    """Ask until the query processes answer (they start in the background; meanwhile threads answer)."""
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        before = len(handed)
+        assert client.get(url).status_code == 200
+        if len(handed) > before and handed[-1] is not None and len(live(client)) == processes:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the query processes did not start")
+
+
+def live(client) -> list:
+    pools = list(queryprocs._pools.values())
+    return [p for pool in pools for p in pool.procs if p.alive]
+
+
+@pytest.mark.parametrize("name", ["level1", "generated"])
+def test_query_processes_answer_byte_for_byte_as_the_router(runs, handed, name):
+    run_id = runs.ids[name]
+    with served_client(runs.data_dir) as client:
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        kind, params = asks(meta)[0]
+        wait_for_processes(client, f"/api/runs/{run_id}/timeline/{kind}?" + "&".join(f"{k}={v}" for k, v in params),
+                           handed, 2)
+        pids = {p.proc.pid for p in live(client)}
+        assert len(pids) == 2 and os.getpid() not in pids
+        for kind, params in asks(meta):
+            url = f"/api/runs/{run_id}/timeline/{kind}"
+            for headers in ({}, BINARY):
+                before = len(handed)
+                short = client.get(url, params=params, headers=headers)
+                assert len(handed) == before + 1 and handed[-1] is not None, (kind, params)  # a process answered
+                routed = client.get(url, params=params + [("unused", "1")], headers=headers)  # (the router)
+                assert len(handed) == before + 1
+                assert short.status_code == routed.status_code == 200, short.text
+                assert short.content == routed.content, (kind, params, headers)
+                assert short.headers["content-type"] == routed.headers["content-type"]
+                for header in ("content-security-policy", "x-content-type-options", "cache-control", "vary"):
+                    assert short.headers.get(header) == routed.headers.get(header), header
+        # an unknown run is the router's 404, as on the thread path
+        missing = client.get("/api/runs/nope/timeline/slices", params=[("track_id", 1)])
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "run_not_found"
+
+
+def test_a_query_process_that_dies_costs_no_request_and_is_replaced(runs, handed):
+    run_id = runs.ids["generated"]
+    with served_client(runs.data_dir) as client:
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        kind, params = asks(meta)[0]
+        url = f"/api/runs/{run_id}/timeline/{kind}"
+        wait_for_processes(client, f"{url}?" + "&".join(f"{k}={v}" for k, v in params), handed, 2)
+        expected = client.get(url, params=params + [("unused", "1")]).content  # the router's
+        victims = {p.proc.pid for p in live(client)}
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        for _ in range(20):  # whatever they held or were given meanwhile: answered all the same
+            answer = client.get(url, params=params)
+            assert answer.status_code == 200 and answer.content == expected
+        wait_for_processes(client, f"{url}?" + "&".join(f"{k}={v}" for k, v in params), handed, 2)
+        assert not victims & {p.proc.pid for p in live(client)}  # two new ones
+        assert client.get(url, params=params).content == expected
+
+
+def test_an_app_built_without_them_answers_on_its_threads(runs, handed):
+    run_id = runs.ids["generated"]
+    settings = Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_processes=2)
+    with TestClient(create_app(settings)) as client:  # (not a server process of `ascendscope serve`)
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        kind, params = asks(meta)[0]
+        assert client.get(f"/api/runs/{run_id}/timeline/{kind}", params=params).status_code == 200
+        assert handed == [] and client.app.state.query_processes == 0
+
+
+def test_the_process_counts_follow_from_the_settings():
+    def settings(**kw):
+        return Settings.from_env(environ={}, data_dir="/tmp/unused", **kw)
+
+    assert query_process_count(settings()) == cores()  # default: one per core
+    assert worker_count(settings()) == 1  # ... beside one server process
+    assert query_process_count(settings(query_processes=0)) == 0
+    assert worker_count(settings(query_processes=0)) == cores()  # threads: a server process per core
+    assert worker_count(settings(workers=3)) == 3 and query_process_count(settings(query_processes=3)) == 3
+    env = Settings.from_env(environ={"ASCENDSCOPE_QUERY_PROCESSES": "0"}, data_dir="/tmp/unused")
+    assert env.query_processes == 0
