@@ -29,6 +29,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import socket
 import struct
 import weakref
@@ -159,7 +160,9 @@ def pool_for(settings, size: int) -> QueryProcesses | None:
 
 def _child(conn, settings) -> None:
     """A query process's main (``server.queryserver.serve``, named here: it builds the app, which uses this
-    module)."""
+    module). A Ctrl+C reaches the terminal's whole process group: the server process stops its query processes
+    itself (their socket closes, or SIGTERM), so they ignore it rather than print a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     importlib.import_module(QUERY_SERVER).serve(conn, settings)
 
 
