@@ -12,8 +12,8 @@ Python beside its loop.
 * At most :data:`IN_FLIGHT` requests are handed to one process at once (one answered, the next waiting in its
   socket); the others wait on the loop, where a request whose client has gone is answered 499 before it costs a
   query. A request's deadline still counts from its arrival (its arrival time goes with it).
-* The processes start in the background when the app starts; until one is ready, and whenever none is,
-  requests take the thread path. A process that dies is replaced (up to :data:`MAX_STARTS` times each); the
+* The processes start in the background with the first viewport request; until one is ready, and whenever none
+  is, requests take the thread path. A process that dies is replaced (up to :data:`MAX_STARTS` times each); the
   requests it held go to the router, as any failure of the short path does.
 * Only server processes that ``ascendscope serve`` runs start them (``create_app(query_processes=True)``); an
   app built otherwise (a test's client, an embedding) answers on its threads.

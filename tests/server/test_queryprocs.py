@@ -86,16 +86,6 @@ def test_query_processes_answer_byte_for_byte_as_the_router(runs, handed, name):
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "run_not_found"
 
 
-def test_they_start_with_the_app_before_any_request(runs, handed):
-    """Started with the app, not by a user's first viewport (whose answer would wait for their start-up)."""
-    with served_client(runs.data_dir) as client:
-        deadline = time.monotonic() + READY_S
-        while len(live(client)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(live(client)) == 2 and handed == []
-    assert live(client) == []  # and stopped with it
-
-
 def test_a_query_process_that_dies_costs_no_request_and_is_replaced(runs, handed):
     run_id = runs.ids["generated"]
     with served_client(runs.data_dir) as client:
