@@ -10,7 +10,9 @@ the pieces the dependencies are made of (``server.api.find_run``, ``request_db``
 errors as ``get_run`` and ``get_run_db``) and calls the same endpoint functions (``server.api.timeline``), so the
 answer is the one the router would give, byte for byte. The event loop makes no system call for such a request
 (under many users each one costs the loop a wait for the GIL, and every other request on it waits too), and at
-most :data:`THREADS` such requests run at once in a process (the rest wait on the loop).
+most :data:`THREADS` such requests run at once in a process (the rest wait on the loop). In a server process of
+``ascendscope serve`` the same function runs in its query processes instead (``server.queryprocs``), so no thread
+of the server process shares its GIL with the loop.
 A request whose client went away while it waited for a thread is answered 499 (as the router would: nobody reads
 it) before any lookup or query, so it costs no more work.
 Anything else (another path or method, a parameter it does not recognise or that does not validate, any
