@@ -25,10 +25,11 @@ removed, then written ahead as the ingest worker writes them once a run is ready
 ``prewarm_s``), then the server started.
 At the highest client count, a second wrk asks ``/api/health`` on one connection meanwhile.
 
-Reported per measurement: requests/s, latency p50/p95/p99/max, errors (socket errors, timeouts, non-2xx), server
-CPU per request (all its processes), KB per answer, the load average, and health p99. ``--soak S`` then runs the
-8-rank mix at 50 clients for S seconds against this version and reports the RSS of every server process at the
-start, the end and its peak. ``--json FILE`` keeps everything.
+Reported per measurement: requests/s, latency p50/p95/p99/max of each request (timed by the wrk script; wrk's
+own percentiles, also reported, are corrected for coordinated omission: see ``bench/wrk/summary.lua``), errors
+(socket errors, timeouts, non-2xx), server CPU per request (all its processes), KB per answer, the load average,
+and health p99. ``--soak S`` then runs the 8-rank mix at 50 clients for S seconds against this version and
+reports the RSS of every server process at the start, the end and its peak. ``--json FILE`` keeps everything.
 """
 
 from __future__ import annotations
@@ -155,11 +156,13 @@ def measure(data: Path, run_id: str, sc: Scenario, clients: int, version: str, a
         rss = srv.rss_mb()
     errors = sum(res["errors"].values())
     return {"scenario": sc.name, "clients": clients, "version": version, "requests": res["requests"],
-            "req_per_s": res["req_per_s"], "latency_ms": res["latency_ms"], "errors": errors,
+            "req_per_s": res["req_per_s"], "request_ms": res["request_ms"], "latency_ms": res["latency_ms"],
+            "errors": errors,
             "error_kinds": {k: v for k, v in res["errors"].items() if v},
             "cpu_ms_per_request": round(1000 * cpu / max(1, res["requests"]), 2),
             "kb_per_request": round(res["bytes"] / 1e3 / max(1, res["requests"]), 1),
-            "load_avg": round(load, 2), "health": side.get("latency_ms"), "health_errors":
+            "load_avg": round(load, 2), "health": side.get("request_ms"), "health_wrk": side.get("latency_ms"),
+            "health_errors":
                 sum(side["errors"].values()) if side else None, "rss_mb": rss, "prewarm_s": prewarm_s}
 
 
@@ -182,7 +185,7 @@ def soak(data: Path, run_id: str, sc: Scenario, args: argparse.Namespace) -> dic
         end = srv.rss_mb()
     pids = sorted({pid for _, rss in series for pid in rss})
     return {"scenario": sc.name, "clients": clients, "seconds": args.soak, "requests": out.get("requests"),
-            "req_per_s": out.get("req_per_s"), "latency_ms": out.get("latency_ms"),
+            "req_per_s": out.get("req_per_s"), "request_ms": out.get("request_ms"), "latency_ms": out.get("latency_ms"),
             "errors": sum((out.get("errors") or {}).values()),
             "rss_mb": {str(pid): {"start": start.get(pid), "end": end.get(pid),
                                   "peak": max(rss.get(pid, 0) for _, rss in series),
@@ -190,16 +193,27 @@ def soak(data: Path, run_id: str, sc: Scenario, args: argparse.Namespace) -> dic
 
 
 def table(rows: list[dict]) -> str:
-    """Each measurement, then per (scenario, clients) the median of each version and after ÷ before."""
-    head = (f"{'scenario':<8} {'clients':>7} {'version':<7} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-            f"{'CPU ms/req':>10} {'KB/req':>7} {'errors':>6} {'health p99':>10} {'load':>5}")
+    """Each measurement, then per (scenario, clients) the median of each version and after ÷ before. Latencies are
+    each request's own (``request_ms``), then wrk's p95/p99 corrected for coordinated omission (``latency_ms``);
+    health p99 is each request's own, wrk's in brackets."""
+    head = (f"{'scenario':<8} {'clients':>7} {'version':<7} {'req/s':>7} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} "
+            f"{'max ms':>7} {'wrk p95':>8} {'wrk p99':>8} {'CPU ms/req':>10} {'KB/req':>7} {'errors':>6} "
+            f"{'health p99':>14} {'load':>5}")
+
+    def line(sc, n, version, rps, own, wrk, cpu, kb, errors, health, health_wrk, load=None):
+        hp = f"{health:.1f} ({health_wrk:.1f})" if health is not None else ""
+        return (f"{sc:<8} {n:>7} {version:<7} {rps:>7.1f} {own['p50']:>7.1f} {own['p95']:>7.1f} {own['p99']:>7.1f} "
+                f"{own['max']:>7.1f} {wrk['p95']:>8.1f} {wrk['p99']:>8.1f} {cpu:>10.2f} {kb:>7.1f} {errors:>6} "
+                f"{hp:>14}" + (f" {load:>5.1f}" if load is not None else ""))
+
     lines = [head, "-" * len(head)]
     for r in rows:
-        lat = r["latency_ms"]
-        health = f"{r['health']['p99']:.1f}" if r.get("health") else ""
-        lines.append(f"{r['scenario']:<8} {r['clients']:>7} {r['version']:<7} {r['req_per_s']:>7.1f} "
-                     f"{lat['p50']:>8.1f} {lat['p95']:>8.1f} {lat['p99']:>8.1f} {r['cpu_ms_per_request']:>10.2f} "
-                     f"{r['kb_per_request']:>7.1f} {r['errors']:>6} {health:>10} {r['load_avg']:>5.1f}"
+        own = r.get("request_ms") or r["latency_ms"]  # (a report from before request_ms was kept)
+        health = r.get("health")
+        lines.append(line(r["scenario"], r["clients"], r["version"], r["req_per_s"], own, r["latency_ms"],
+                          r["cpu_ms_per_request"], r["kb_per_request"], r["errors"],
+                          health["p99"] if health else None, (r.get("health_wrk") or health or {}).get("p99"),
+                          r["load_avg"])
                      + (f"  (index files written ahead in {r['prewarm_s']:.1f} s)" if r.get("prewarm_s") else ""))
     lines += ["", "medians:", head.replace("version", "       "), "-" * len(head)]
     keys = sorted({(r["scenario"], r["clients"]) for r in rows}, key=lambda k: (k[0], k[1]))
@@ -209,14 +223,19 @@ def table(rows: list[dict]) -> str:
             sel = [r for r in rows if (r["scenario"], r["clients"], r["version"]) == (sc, n, version)]
             if not sel:
                 continue
-            m = {k: statistics.median(r["latency_ms"][k] for r in sel) for k in ("p50", "p95", "p99")}
+
+            def median_of(key, sel=sel):
+                got = [r.get(key) or r["latency_ms"] for r in sel]
+                return {k: statistics.median(g[k] for g in got) for k in ("p50", "p95", "p99", "max")}
+
             med[version] = rps = statistics.median(r["req_per_s"] for r in sel)
-            cpu = statistics.median(r["cpu_ms_per_request"] for r in sel)
-            kb = statistics.median(r["kb_per_request"] for r in sel)
             health = [r["health"]["p99"] for r in sel if r.get("health")]
-            hp = f"{statistics.median(health):.1f}" if health else ""
-            lines.append(f"{sc:<8} {n:>7} {version:<7} {rps:>7.1f} {m['p50']:>8.1f} {m['p95']:>8.1f} {m['p99']:>8.1f} "
-                         f"{cpu:>10.2f} {kb:>7.1f} {sum(r['errors'] for r in sel):>6} {hp:>10}")
+            health_wrk = [(r.get("health_wrk") or r["health"])["p99"] for r in sel if r.get("health")]
+            lines.append(line(sc, n, version, rps, median_of("request_ms"), median_of("latency_ms"),
+                              statistics.median(r["cpu_ms_per_request"] for r in sel),
+                              statistics.median(r["kb_per_request"] for r in sel), sum(r["errors"] for r in sel),
+                              statistics.median(health) if health else None,
+                              statistics.median(health_wrk) if health_wrk else None))
         for version in ("after", "ahead", "warm"):
             if med.get("before") and version in med:
                 lines.append(f"{'':<8} {'':>7} {'ratio':<7} {med[version] / med['before']:>6.2f}× ({version})")

@@ -11,13 +11,12 @@
 
 dofile(os.getenv("ASCENDSCOPE_WRK_DIR") .. "/summary.lua")
 local cfg = dofile(os.getenv("ASCENDSCOPE_WRK_CONFIG"))
-local threads = {}
 local counter = 0
 
 function setup(thread)
   counter = counter + 1
   thread:set("walker", counter)
-  table.insert(threads, thread)
+  track_thread(thread)
 end
 
 local state = {}
@@ -85,6 +84,7 @@ local function ids(list, from, count, offset)
 end
 
 function request()
+  stamp()
   if state.n % cfg.per_view == 0 then move() end
   state.n = state.n + 1
   local qs, qe, width = quantize(state.start, state.finish)
