@@ -117,6 +117,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     async def lifespan(app: FastAPI):
         if own_ingest and ingest_queue is not None:
             ingest_queue.start()
+        queryprocs.pool_for(settings, app.state.query_processes)  # (started now, in the background: not by a user)
         try:
             yield
         finally:

@@ -3,7 +3,7 @@
 A server process that answers viewport requests on its own threads shares one GIL between them and its event
 loop. Under many users the loop then waits for the GIL each time it wakes, and every request it has not read
 yet waits with it: ``/api/health`` took 40-60 ms at the 99th percentile at 50 clients (``docs/benchmarks.md``,
-issue #18). Here each server process starts ``query_processes`` processes (forkserver) that each build the app
+issue #18). Here each server process starts ``query_processes`` processes that each build the app
 over the same settings and answer with the same function as the thread path (``fastlane.respond``), so the
 bytes are the same. The loop only passes each request to one of them (a small pickled message over a socket
 pair) and reads the answer back without blocking (asyncio streams), so no thread of the server process runs
@@ -12,26 +12,27 @@ Python beside its loop.
 * At most :data:`IN_FLIGHT` requests are handed to one process at once (one answered, the next waiting in its
   socket); the others wait on the loop, where a request whose client has gone is answered 499 before it costs a
   query. A request's deadline still counts from its arrival (its arrival time goes with it).
-* The processes start in the background with the first viewport request; until one is ready, and whenever none
-  is, requests take the thread path. A process that dies is replaced (up to :data:`MAX_STARTS` times each); the
+* The processes start in the background when the app starts; until one is ready, and whenever none is,
+  requests take the thread path. A process that dies is replaced (up to :data:`MAX_STARTS` times each); the
   requests it held go to the router, as any failure of the short path does.
+* Each is a new interpreter (``python -m ascendscope.server.queryserver``) in a session of its own, so a Ctrl+C
+  in the terminal reaches only the server, which stops them, never a query process in the middle of its start.
 * Only server processes that ``ascendscope serve`` runs start them (``create_app(query_processes=True)``); an
   app built otherwise (a test's client, an embedding) answers on its threads.
-* They exit when their server process does (their socket closes), and with it when it exits normally.
+* They exit when their server process does, however it ends: their socket closes. It stops them itself
+  (socket closed, then SIGTERM) when it exits normally.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
 import logging
-import multiprocessing
-import os
 import pickle
-import signal
 import socket
 import struct
+import subprocess
+import sys
 import weakref
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 IN_FLIGHT = 2  # requests handed to one query process at once
 QUERY_SERVER = "ascendscope.server.queryserver"  # what a query process runs
 MAX_STARTS = 5  # starts per process wanted (the first and its replacements), after which threads answer
+START_S = 120  # how long a new query process may take to say it is ready before it is given up
 _HEADER = struct.Struct("!i")  # multiprocessing.Connection's framing: a signed 32-bit big-endian length
 _pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its QueryProcesses
 
@@ -72,26 +74,32 @@ class QueryProcesses:
         return any(p.alive for p in self.procs)
 
     async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        proc = None
         try:
-            ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                                              else "spawn")
-            ours, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_child, args=(theirs, self.settings), name="ascendscope-query", daemon=True)
-            await asyncio.get_running_loop().run_in_executor(None, proc.start)
-            theirs.close()
-            sock = socket.socket(fileno=os.dup(ours.fileno()))
-            ours.close()
-            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 26)
+            ours, theirs = socket.socketpair()
+            with theirs:
+                proc = await loop.run_in_executor(None, lambda: subprocess.Popen(
+                    [sys.executable, "-m", QUERY_SERVER, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                    stdin=subprocess.DEVNULL, start_new_session=True))
+            reader, writer = await asyncio.open_unix_connection(sock=ours, limit=1 << 26)
+            data = pickle.dumps(self.settings, protocol=pickle.HIGHEST_PROTOCOL)
+            writer.write(_HEADER.pack(len(data)) + data)
+            # it answers its first message when its app is built, so that no request waits for that
+            (n,) = _HEADER.unpack(await asyncio.wait_for(reader.readexactly(_HEADER.size), START_S))
+            await reader.readexactly(n)
             p = _Process(proc, reader, writer)
             if self.closed:  # (the app stopped while this one started)
-                writer.close()
-                proc.terminate()
+                _stop(p)
                 return
             self.procs.append(p)
-            asyncio.get_running_loop().create_task(self._read(p))
+            loop.create_task(self._read(p))
         except Exception:  # no process: the thread path answers
             log.exception("a query process could not start")
-            self.starts_left = 0  # (e.g. a daemonic process may have none): threads from now on
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+            if proc is None:
+                self.starts_left = 0  # (none can be started here): threads from now on
         finally:
             self.starting -= 1
 
@@ -99,12 +107,12 @@ class QueryProcesses:
         """End the processes (their sockets closed, then SIGTERM) and start no more."""
         self.starts_left, self.closed = 0, True
         for p in list(self.procs):
-            p.alive = False
-            p.writer.close()
-            if p.proc.is_alive():
-                p.proc.terminate()
+            _stop(p)
         for p in self.procs:
-            p.proc.join(timeout=2)
+            try:
+                p.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                p.proc.kill()
         self.procs.clear()
 
     async def _read(self, p: _Process) -> None:
@@ -158,12 +166,11 @@ def pool_for(settings, size: int) -> QueryProcesses | None:
     return pool if pool.ready() else None
 
 
-def _child(conn, settings) -> None:
-    """A query process's main (``server.queryserver.serve``, named here: it builds the app, which uses this
-    module). A Ctrl+C reaches the terminal's whole process group: the server process stops its query processes
-    itself (their socket closes, or SIGTERM), so they ignore it rather than print a traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    importlib.import_module(QUERY_SERVER).serve(conn, settings)
+def _stop(p: _Process) -> None:
+    p.alive = False
+    p.writer.close()
+    if p.proc.poll() is None:
+        p.proc.terminate()
 
 
 def close() -> None:

@@ -1,9 +1,15 @@
 """A query process (``server.queryprocs``): the app over the server's settings, answering the viewport requests
-its server process hands it, one after another, until their socket closes."""
+its server process hands it, one after another, until their socket closes.
+
+    python -m ascendscope.server.queryserver FD     # FD: its end of a socket pair; the server's settings come first
+"""
 
 from __future__ import annotations
 
 import pickle
+import signal
+import sys
+from multiprocessing.connection import Connection
 
 from starlette.requests import Request
 
@@ -15,8 +21,13 @@ from ascendscope.server.requestclock import ClientGone
 def serve(conn, settings) -> None:
     """Answer each request of ``conn`` (``multiprocessing.Connection``): ``(seq, (run_id, kind, args, path,
     query string, headers, arrival))`` in, ``(seq, (status, raw headers, body) or None)`` out; None lets the
-    router answer it (it then explains any error as it always does)."""
+    router answer it (it then explains any error as it always does). The app is built before the first answer,
+    an empty message saying it is ready."""
     app = create_app(settings)
+    try:
+        conn.send_bytes(b"")
+    except OSError:  # (its server process has gone meanwhile)
+        return
     while True:
         try:
             seq, (run_id, kind, args, path, query_string, headers, arrived) = pickle.loads(conn.recv_bytes())
@@ -36,3 +47,18 @@ def serve(conn, settings) -> None:
             conn.send_bytes(pickle.dumps((seq, answer), protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:
             return
+
+
+def main(argv: list[str]) -> None:
+    # it runs in a session of its own (no Ctrl+C from the terminal); its server process stops it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(int(argv[0]))
+    try:
+        settings = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):
+        return
+    serve(conn, settings)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

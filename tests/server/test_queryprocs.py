@@ -86,6 +86,20 @@ def test_query_processes_answer_byte_for_byte_as_the_router(runs, handed, name):
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "run_not_found"
 
 
+def test_they_start_with_the_app_in_a_session_of_their_own(runs, handed):
+    """Started with the app, not by a user's first viewport (whose answers would wait for their start-up), and
+    out of the terminal's process group: a Ctrl+C there reaches the server, which stops them, not them."""
+    with served_client(runs.data_dir) as client:
+        deadline = time.monotonic() + READY_S
+        while len(live(client)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        procs = live(client)
+        assert len(procs) == 2 and handed == []
+        for p in procs:
+            assert os.getsid(p.proc.pid) == p.proc.pid != os.getsid(0)
+    assert live(client) == [] and all(p.proc.poll() is not None for p in procs)  # and stopped with it
+
+
 def test_a_query_process_that_dies_costs_no_request_and_is_replaced(runs, handed):
     run_id = runs.ids["generated"]
     with served_client(runs.data_dir) as client:
