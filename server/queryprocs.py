@@ -11,7 +11,9 @@ Python beside its loop.
 
 * At most :data:`IN_FLIGHT` requests are handed to one process at once (one answered, the next waiting in its
   socket); the others wait on the loop, where a request whose client has gone is answered 499 before it costs a
-  query. A request's deadline still counts from its arrival (its arrival time goes with it).
+  query. A request's deadline still counts from its arrival (its arrival time goes with it). When the client of
+  a request already handed over goes away, the process is told: its query is interrupted, as on the thread
+  path, and the request answered 499.
 * The processes start in the background when the app starts; until one is ready, and whenever none is,
   requests take the thread path. A process that dies is replaced (up to :data:`MAX_STARTS` times each); the
   requests it held go to the router, as any failure of the short path does.
@@ -35,10 +37,13 @@ import subprocess
 import sys
 import weakref
 
+from ascendscope.server.requestclock import ClientGone
+
 log = logging.getLogger(__name__)
 
 IN_FLIGHT = 2  # requests handed to one query process at once
 QUERY_SERVER = "ascendscope.server.queryserver"  # what a query process runs
+GONE = "gone"  # its answer to a request whose client went away (server.queryserver.GONE)
 MAX_STARTS = 5  # starts per process wanted (the first and its replacements), after which threads answer
 START_S = 120  # how long a new query process may take to say it is ready before it is given up
 _HEADER = struct.Struct("!i")  # multiprocessing.Connection's framing: a signed 32-bit big-endian length
@@ -139,7 +144,8 @@ class QueryProcesses:
     async def answer(self, message: tuple, gone=None):
         """``(status, raw headers, body)`` of the request ``message`` (see ``server.queryserver``), or None when
         no process could answer it (the caller then lets the router answer). ``gone``: the request's cancel
-        token, checked when it is about to be handed over."""
+        token: checked when it is about to be handed over, and watched while a process holds it (a client that
+        goes away then interrupts its query there). ClientGone when it went away."""
         async with self.slots:  # (first come, first handed over; one waiter woken per answer)
             if gone is not None:
                 gone.check()  # ClientGone: nothing handed over
@@ -148,11 +154,21 @@ class QueryProcesses:
                 return None
             p = min(live, key=lambda q: len(q.waiting))
             self.seq += 1
-            fut = asyncio.get_running_loop().create_future()
-            p.waiting[self.seq] = fut
-            data = pickle.dumps((self.seq, message), protocol=pickle.HIGHEST_PROTOCOL)
-            p.writer.write(_HEADER.pack(len(data)) + data)
-            return await fut
+            seq = self.seq
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            p.waiting[seq] = fut
+            _send(p, (seq, message))
+            # a client that goes away now stops the query in the process (it answers GONE at once)
+            unwatch = gone.watch(lambda: loop.call_soon_threadsafe(_cancel, p, seq)) if gone is not None else None
+            try:
+                answer = await fut
+            finally:
+                if unwatch is not None:
+                    unwatch()
+        if answer == GONE:
+            raise ClientGone("the client went away before the answer was ready")
+        return answer
 
 
 def pool_for(settings, size: int) -> QueryProcesses | None:
@@ -166,11 +182,33 @@ def pool_for(settings, size: int) -> QueryProcesses | None:
     return pool if pool.ready() else None
 
 
+def _send(p: _Process, item: tuple) -> None:
+    data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+    p.writer.write(_HEADER.pack(len(data)) + data)
+
+
+def _cancel(p: _Process, seq: int) -> None:
+    """Tell ``p`` that the client of request ``seq`` went away (if it still holds it)."""
+    if p.alive and seq in p.waiting:
+        _send(p, (seq, None))
+
+
 def _stop(p: _Process) -> None:
     p.alive = False
     p.writer.close()
     if p.proc.poll() is None:
         p.proc.terminate()
+
+
+def status() -> dict | None:
+    """``{"ready": n, "wanted": m}`` of the running loop's query processes; None when it has none."""
+    try:
+        pool = _pools.get(asyncio.get_running_loop())
+    except RuntimeError:
+        return None
+    if pool is None:
+        return None
+    return {"ready": sum(1 for p in pool.procs if p.alive), "wanted": pool.size}
 
 
 def close() -> None:

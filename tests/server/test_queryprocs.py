@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -95,6 +98,7 @@ def test_they_start_with_the_app_in_a_session_of_their_own(runs, handed):
             time.sleep(0.1)
         procs = live(client)
         assert len(procs) == 2 and handed == []
+        assert client.get("/api/health").json()["query_processes"] == {"ready": 2, "wanted": 2}
         for p in procs:
             assert os.getsid(p.proc.pid) == p.proc.pid != os.getsid(0)
     assert live(client) == [] and all(p.proc.poll() is not None for p in procs)  # and stopped with it
@@ -119,6 +123,112 @@ def test_a_query_process_that_dies_costs_no_request_and_is_replaced(runs, handed
         assert client.get(url, params=params).content == expected
 
 
+SLOW_SLICES = """
+import os
+from pathlib import Path
+
+marks = os.environ.get("QUERYPROCS_TEST_MARKS")
+if marks:  # (a query process of the test below: its slices query runs for minutes unless interrupted)
+    from ascendscope.server.api import timeline
+    from ascendscope.server.requestclock import ClientGone
+
+    def slices(run_id, db, accept=None, **args):
+        (Path(marks) / f"started-{os.getpid()}").touch()
+        try:
+            db.one("SELECT sum(a.i * b.i) FROM range(100000000) a(i), range(1000) b(i)")
+        except ClientGone:
+            (Path(marks) / "client-gone").touch()
+            raise
+        (Path(marks) / "finished").touch()
+
+    timeline.slices = slices
+"""
+
+
+def test_a_client_that_goes_away_stops_the_query_its_process_runs(runs, tmp_path, monkeypatch):
+    """A slices query that would run for minutes in a query process (made so by a ``sitecustomize`` that only
+    the query processes of this test load); its client hangs up once it runs: the process is told, the DuckDB
+    query is interrupted there (ClientGone) and the process answers the next request."""
+    from tests.conftest import serving
+
+    hook, marks = tmp_path / "hook", tmp_path / "marks"
+    hook.mkdir()
+    marks.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_SLICES)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("QUERYPROCS_TEST_MARKS", str(marks))
+    run_id = runs.ids["generated"]
+    settings = Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_processes=1, query_timeout_s=120.0)
+    app = create_app(settings, query_processes=True)
+    with serving(app) as base:
+        deadline = time.monotonic() + READY_S
+        while not list(queryprocs._pools.values()) or not live(None):
+            assert time.monotonic() < deadline, "the query process did not start"
+            time.sleep(0.1)
+        tracks = httpx.get(f"{base}/api/runs/{run_id}/timeline/tracks").json()
+        track = next(t["track_id"] for t in tracks["tracks"] if t["kind"] != "counter" and t["slice_count"])
+        url = urlsplit(base)
+        with socket.create_connection((url.hostname, url.port)) as sock:
+            sock.sendall(f"GET /api/runs/{run_id}/timeline/slices?track_id={track} HTTP/1.1\r\n"
+                         "Host: 127.0.0.1\r\n\r\n".encode())
+            while not list(marks.glob("started-*")):
+                assert time.monotonic() < deadline, "the query did not start in the query process"
+                time.sleep(0.05)
+            time.sleep(0.2)  # the query runs now
+        while not (marks / "client-gone").exists():
+            assert time.monotonic() < deadline and not (marks / "finished").exists(), "the query was not stopped"
+            time.sleep(0.05)
+        (pid,) = {p.proc.pid for p in live(None)}
+        assert list(marks.glob("started-*")) == [marks / f"started-{pid}"]  # it ran there, not on a thread
+        # the process is free again: it takes the next request (that query again, interrupted the same way)
+        assert httpx.get(f"{base}/api/health").status_code == 200
+        for p in live(None):
+            assert not p.waiting
+
+
+def test_a_query_process_whose_server_dies_mid_query_exits(runs, tmp_path):
+    """Its server process gone (here: the socket's other end closed, as when it is killed) while a query runs
+    for minutes: the query is interrupted and the process exits, not left computing."""
+    import pickle
+    import subprocess
+    import sys
+    from multiprocessing.connection import Connection
+
+    from ascendscope.server import fastlane
+
+    hook, marks = tmp_path / "hook", tmp_path / "marks"
+    hook.mkdir()
+    marks.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_SLICES)
+    env = dict(os.environ, QUERYPROCS_TEST_MARKS=str(marks),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    run_id = runs.ids["generated"]
+    settings = Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_timeout_s=120.0)
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen([sys.executable, "-m", queryprocs.QUERY_SERVER, str(theirs.fileno())],
+                            pass_fds=[theirs.fileno()], env=env, start_new_session=True)
+    theirs.close()
+    try:
+        conn = Connection(ours.detach())
+        conn.send_bytes(pickle.dumps(settings))
+        assert conn.recv_bytes() == b""  # ready
+        query = b"track_id=1"
+        message = (run_id, "slices", fastlane.parse("slices", query), f"/api/runs/{run_id}/timeline/slices", query,
+                   [(b"host", b"127.0.0.1")], time.monotonic())
+        conn.send_bytes(pickle.dumps((1, message)))
+        deadline = time.monotonic() + READY_S
+        while not list(marks.glob("started-*")):
+            assert time.monotonic() < deadline and proc.poll() is None, "the query did not start"
+            time.sleep(0.05)
+        time.sleep(0.2)  # the query runs now
+        conn.close()
+        assert proc.wait(timeout=READY_S) == 0
+        assert (marks / "client-gone").exists() and not (marks / "finished").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_an_app_built_without_them_answers_on_its_threads(runs, handed):
     run_id = runs.ids["generated"]
     settings = Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_processes=2)
@@ -127,6 +237,7 @@ def test_an_app_built_without_them_answers_on_its_threads(runs, handed):
         kind, params = asks(meta)[0]
         assert client.get(f"/api/runs/{run_id}/timeline/{kind}", params=params).status_code == 200
         assert handed == [] and client.app.state.query_processes == 0
+        assert "query_processes" not in client.get("/api/health").json()
 
 
 def test_the_process_counts_follow_from_the_settings():
