@@ -17,7 +17,7 @@ Each connection of wrk runs on its own thread and walks its own random W/A/S/D p
 with windows quantised as the page quantises them, asking for the binary columns as the page does (an older server
 answers JSON). Each measurement gets a fresh server (no answer cached from the one before); the before and after
 servers alternate measurement by measurement and ``--repeat`` times, so both see the same load from the rest of
-the machine. This version is measured twice (``--index both``): "after" with the run's index files removed first
+the machine, and each starts once its query processes are all ready (``/api/health``). This version is measured twice (``--index both``): "after" with the run's index files removed first
 (``server.indexfiles``: each track read from the database at its first look, as by the first user after an
 ingest before this version wrote them ahead), then "warm" with the files that measurement wrote (as after a
 restart, or by the users who come next). ``--index ahead`` measures the first look as it is now: the files
@@ -141,6 +141,7 @@ def measure(data: Path, run_id: str, sc: Scenario, clients: int, version: str, a
     workers = None if version == "before" else args.workers
     with Server(data, checkout=checkout, workers=workers) as srv:
         meta = srv.wait_ready(f"/api/runs/{run_id}/timeline/tracks")
+        srv.wait_query_processes()
         config = walk_config(meta, run_id, visible=sc.visible, mix=sc.mix, seed=args.seed, binary=True)
         run_wrk(srv.base, "walk.lua", 1, WARM_S, dict(config, seed=args.seed + 99))  # every process opens the run
         side = {}
@@ -172,6 +173,7 @@ def soak(data: Path, run_id: str, sc: Scenario, args: argparse.Namespace) -> dic
     clients = max(sc.clients)
     with Server(data, workers=args.workers) as srv:
         meta = srv.wait_ready(f"/api/runs/{run_id}/timeline/tracks")
+        srv.wait_query_processes()
         config = walk_config(meta, run_id, visible=sc.visible, mix=sc.mix, seed=args.seed + 7, binary=True)
         start = srv.rss_mb()
         series: list[tuple[float, dict]] = [(0.0, start)]

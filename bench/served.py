@@ -88,6 +88,20 @@ class Server:
                     raise SystemExit("the server did not start in time") from None
                 time.sleep(0.2)
 
+    def wait_query_processes(self, timeout_s: float = 120, answers: int = 8) -> None:
+        """Until ``answers`` health answers in a row say every query process of their server process is ready
+        (so that none starts during a measurement); at once for a version without them."""
+        deadline = time.monotonic() + timeout_s
+        in_a_row = 0
+        while in_a_row < answers:
+            qp = self.get_json("/api/health").get("query_processes")
+            if qp is None:
+                return
+            in_a_row = in_a_row + 1 if qp["ready"] >= qp["wanted"] else 0
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the query processes did not start in time: {qp}")
+            time.sleep(0.05)
+
     def processes(self) -> list[psutil.Process]:
         try:
             return [self.root, *self.root.children(recursive=True)]
