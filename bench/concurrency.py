@@ -15,13 +15,14 @@ reads; this version writes a run folder of shards), once, in a store of its own 
 
 Each connection of wrk runs on its own thread and walks its own random W/A/S/D path (``bench/wrk/walk.lua``),
 with windows quantised as the page quantises them, asking for the binary columns as the page does (an older server
-answers JSON). Each measurement gets a fresh server (no answer cached from the one before); the before and after
-servers alternate measurement by measurement and ``--repeat`` times, so both see the same load from the rest of
-the machine, and each starts once its query processes are all ready (``/api/health``). This version is measured twice (``--index both``): "after" with the run's index files removed first
-(``server.indexfiles``: each track read from the database at its first look, as by the first user after an
-ingest before this version wrote them ahead), then "warm" with the files that measurement wrote (as after a
-restart, or by the users who come next). ``--index ahead`` measures the first look as it is now: the files
-removed, then written ahead as the ingest worker writes them once a run is ready (``server.prewarm``, timed:
+answers JSON). Each measurement gets a fresh server (no answer cached from the one before), and starts once its
+query processes are all ready (``/api/health``); the before and after servers alternate measurement by
+measurement and ``--repeat`` times, so both see the same load from the rest of the machine. This version is
+measured twice (``--index both``): "after" with the run's index files removed first (``server.indexfiles``: each
+track read from the database at its first look, as by the first user after an ingest before this version wrote
+them ahead), then "warm" with the files that measurement wrote (as after a restart, or by the users who come
+next). ``--index ahead`` measures the first look as it is now: the files removed, then written ahead as the
+ingest worker writes them once a run is ready (``server.prewarm``, timed:
 ``prewarm_s``), then the server started.
 At the highest client count, a second wrk asks ``/api/health`` on one connection meanwhile.
 
