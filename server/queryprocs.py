@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 IN_FLIGHT = 2  # requests handed to one query process at once
 QUERY_SERVER = "ascendscope.server.queryserver"  # what a query process runs
-GONE = "gone"  # its answer to a request whose client went away (server.queryserver.GONE)
+GONE = "gone"  # a query process's answer to a request whose client went away
 MAX_STARTS = 5  # starts per process wanted (the first and its replacements), after which threads answer
 START_S = 120  # how long a new query process may take to say it is ready before it is given up
 _HEADER = struct.Struct("!i")  # multiprocessing.Connection's framing: a signed 32-bit big-endian length
@@ -80,7 +80,7 @@ class QueryProcesses:
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
-        proc = None
+        proc = ours = writer = None
         try:
             ours, theirs = socket.socketpair()
             with theirs:
@@ -101,6 +101,10 @@ class QueryProcesses:
             loop.create_task(self._read(p))
         except Exception:  # no process: the thread path answers
             log.exception("a query process could not start")
+            if writer is not None:
+                writer.close()
+            elif ours is not None:
+                ours.close()
             if proc is not None and proc.poll() is None:
                 proc.kill()
             if proc is None:

@@ -17,9 +17,8 @@ from starlette.requests import Request
 
 from ascendscope.server.app import create_app
 from ascendscope.server.fastlane import respond
+from ascendscope.server.queryprocs import GONE
 from ascendscope.server.requestclock import CancelToken, ClientGone
-
-GONE = "gone"  # the answer to a request whose client went away (the server process answers it 499)
 
 
 def serve(conn, settings) -> None:

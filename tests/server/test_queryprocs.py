@@ -229,6 +229,29 @@ def test_a_query_process_whose_server_dies_mid_query_exits(runs, tmp_path):
             proc.kill()
 
 
+def test_query_processes_that_cannot_start_leave_the_threads_answering(runs, handed, monkeypatch, caplog):
+    """A query process that exits before it is ready (here: it runs a module that does not exist) is given up
+    after its starts; every request is answered on the threads meanwhile, and the failure is logged."""
+    monkeypatch.setattr(queryprocs, "QUERY_SERVER", "ascendscope.server.no_such_module")
+    run_id = runs.ids["generated"]
+    with served_client(runs.data_dir) as client:
+        meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
+        kind, params = asks(meta)[0]
+        url = f"/api/runs/{run_id}/timeline/{kind}"
+        expected = client.get(url, params=params + [("unused", "1")]).content  # the router's
+        (pool,) = queryprocs._pools.values()
+        deadline = time.monotonic() + READY_S
+        while pool.starts_left or pool.starting:
+            assert time.monotonic() < deadline, "the starts did not end"
+            answer = client.get(url, params=params)
+            assert answer.status_code == 200 and answer.content == expected
+            time.sleep(0.05)
+        assert live(client) == [] and handed == []
+        assert client.get(url, params=params).content == expected
+        assert client.get("/api/health").json()["query_processes"] == {"ready": 0, "wanted": 2}
+    assert "a query process could not start" in caplog.text
+
+
 def test_an_app_built_without_them_answers_on_its_threads(runs, handed):
     run_id = runs.ids["generated"]
     settings = Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_processes=2)
