@@ -30,12 +30,14 @@ def test_queries_start_no_thread_each(monkeypatch):
 
 
 def test_due_callbacks_fire_in_order_and_cancelled_ones_never():
+    # (due times far apart: on a loaded machine this thread may stall tens of ms between two calls, which must not
+    # change their order or let the cancelled one fire before cancel())
     deadlines, fired, done = Deadlines(), [], threading.Event()
-    deadlines.call_later(0.03, lambda: fired.append("b"))
-    cancel = deadlines.call_later(0.02, lambda: fired.append("cancelled"))
-    deadlines.call_later(0.01, lambda: fired.append("a"))
-    deadlines.call_later(0.02, lambda: 1 / 0)  # logged; the others still fire
-    deadlines.call_later(0.05, done.set)
+    deadlines.call_later(0.9, lambda: fired.append("b"))
+    cancel = deadlines.call_later(0.6, lambda: fired.append("cancelled"))
+    deadlines.call_later(0.2, lambda: fired.append("a"))
+    deadlines.call_later(0.6, lambda: 1 / 0)  # logged; the others still fire
+    deadlines.call_later(1.2, done.set)
     cancel()
     assert done.wait(10)
     assert fired == ["a", "b"]
