@@ -69,13 +69,19 @@ class QueryProcesses:
         self.starting = 0
         self.starts_left = MAX_STARTS * size  # a process that keeps dying is not started forever
         self.closed = False
+        self.tasks: set[asyncio.Task] = set()  # (the loop holds its tasks weakly: these are kept until done)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def ready(self) -> bool:
         """Whether a process can take requests (else the thread path answers); starts the missing ones."""
         while len(self.procs) + self.starting < self.size and self.starts_left > 0:
             self.starting += 1
             self.starts_left -= 1
-            asyncio.get_running_loop().create_task(self._start())
+            self._spawn(self._start())
         return any(p.alive for p in self.procs)
 
     async def _start(self) -> None:
@@ -98,7 +104,7 @@ class QueryProcesses:
                 _stop(p)
                 return
             self.procs.append(p)
-            loop.create_task(self._read(p))
+            self._spawn(self._read(p))
         except Exception:  # no process: the thread path answers
             log.exception("a query process could not start")
             if writer is not None:
