@@ -59,17 +59,28 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def subtract(a_s, a_e, b_s, b_e) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted intervals A minus disjoint sorted intervals B."""
+    """Disjoint sorted intervals A minus disjoint sorted intervals B: A cut by B's gaps (before B, between its
+    intervals, after it), each interval of A with the gaps that overlap it, pieces that touch merged."""
     if len(a_s) == 0 or len(b_s) == 0:
         return a_s, a_e
-    points = np.unique(np.concatenate([a_s, a_e, b_s, b_e]))
-    left, right = points[:-1], points[1:]
-    in_a = np.searchsorted(a_s, left, side="right") - 1
-    in_a = (in_a >= 0) & (left < a_e[np.clip(in_a, 0, None)])
-    in_b = np.searchsorted(b_s, left, side="right") - 1
-    in_b = (in_b >= 0) & (left < b_e[np.clip(in_b, 0, None)])
-    keep = in_a & ~in_b
-    return union(left[keep], right[keep])
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    gap_s = np.concatenate(([lo], b_e)).astype(np.int64)
+    gap_e = np.concatenate((b_s, [hi])).astype(np.int64)
+    first = np.searchsorted(gap_e, a_s, side="right")  # the first gap ending after the interval starts
+    last = np.searchsorted(gap_s, a_e, side="left") - 1  # the last gap starting before it ends
+    count = np.maximum(last - first + 1, 0)
+    row = np.repeat(np.arange(len(a_s)), count)
+    gap = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+    s, e = np.maximum(a_s[row], gap_s[gap]), np.minimum(a_e[row], gap_e[gap])
+    keep = s < e
+    s, e = s[keep], e[keep]
+    if len(s) < 2:
+        return s, e
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > e[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
 
 
 def derive(cur, prefix: str, rank: int | None = None) -> int:
