@@ -68,6 +68,7 @@ from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are 
     submit,
     write_traces,
 )
+from .trace import Beside
 
 
 class NoProfilingData(Exception):
@@ -94,10 +95,22 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
     devices = {res.idx: next((d for d in (res.device_id, res.trace_device_id, res.src.device_id) if d is not None),
                              None) for res in results}
     con.execute("DETACH stage")  # staging is done: give its memory to the level-of-detail build
-    progress.phase("building the level-of-detail tables")
-    lod.build(con)
-    progress.phase("writing metadata")
+    progress.phase("building the level-of-detail tables and the metadata")
+    # the level of detail reads only the slices: built on a cursor of its own beside the metadata and the cluster
+    # tables below (mostly Python and small statements), so the second core is not idle at the end
+    beside = Beside(con, lod.build, "lod-beside")
+    try:
+        _metadata(con, results, root, src_path, started, extra_warnings, devices)
+    finally:
+        beside.join()  # (on an error its own is moot; its cursor must be done before the file closes)
+    beside.result()
+    return summarize(con)
 
+
+def _metadata(con, results: list[RankResult], root: Path, src_path: Path, started: float,
+              extra_warnings: list[tuple], devices: dict) -> None:
+    """The ranks, files, warnings and meta tables, the kernels and communication ops a trace fills in, and the
+    cluster tables."""
     warnings = list(extra_warnings)
     files = []
     ranks = []
@@ -135,7 +148,6 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
             "ingest_seconds": f"{time.perf_counter() - started:.3f}", "bytes_read": str(bytes_read)}
     insert_rows(con, "meta", list(meta.items()))
     build_cluster_tables(con)
-    return summarize(con)
 
 
 def load_cluster_analysis(con, root: Path) -> list[dict]:

@@ -661,7 +661,7 @@ class TraceLoad:
         s(TRACKS)
         # the counters need only the events and the tracks: derived on a second cursor while the slices are
         # nested here (numpy on one core), so the other core is not idle
-        counters = _Beside(self.cur, COUNTERS.format(p=self.p))
+        counters = Beside(self.cur, lambda cur: cur.execute(COUNTERS.format(p=self.p)), "trace-beside")
         try:
             s(RAW_SLICES)
             for rank, negative, unclosed in s(f"SELECT rank, count(*) FILTER (WHERE negative_dur), "
@@ -847,18 +847,18 @@ class TraceLoad:
         return out
 
 
-class _Beside:
-    """One statement run on a cursor of its own in a thread, beside the caller's; ``result()`` waits for it (and
+class Beside:
+    """``work(cursor)`` run on a cursor of its own in a thread, beside the caller's; ``result()`` waits for it (and
     raises what it raised)."""
 
-    def __init__(self, cur, sql: str):
+    def __init__(self, cur, work, name: str = "beside"):
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(cur.cursor(), sql), name="trace-beside", daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(cur.cursor(), work), name=name, daemon=True)
         self.thread.start()
 
-    def _run(self, cur, sql: str) -> None:
+    def _run(self, cur, work) -> None:
         try:
-            cur.execute(sql)
+            work(cur)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
             self.error = exc
         finally:
