@@ -100,17 +100,20 @@ def _assemble(con, results: list[RankResult], root: Path, src_path: Path, starte
     # tables below (mostly Python and small statements), so the second core is not idle at the end
     beside = Beside(con, lod.build, "lod-beside")
     try:
-        _metadata(con, results, root, src_path, started, extra_warnings, devices)
+        bytes_read = _metadata(con, results, root, extra_warnings, devices)
     finally:
         beside.join()  # (on an error its own is moot; its cursor must be done before the file closes)
     beside.result()
+    meta = {"schema_version": str(SCHEMA_VERSION), "ascendscope_version": _version(), "source_path": str(src_path),
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "ingest_seconds": f"{time.perf_counter() - started:.3f}", "bytes_read": str(bytes_read)}
+    insert_rows(con, "meta", list(meta.items()))
     return summarize(con)
 
 
-def _metadata(con, results: list[RankResult], root: Path, src_path: Path, started: float,
-              extra_warnings: list[tuple], devices: dict) -> None:
-    """The ranks, files, warnings and meta tables, the kernels and communication ops a trace fills in, and the
-    cluster tables."""
+def _metadata(con, results: list[RankResult], root: Path, extra_warnings: list[tuple], devices: dict) -> int:
+    """The ranks, files and warnings tables, the kernels and communication ops a trace fills in, and the cluster
+    tables; returns the bytes of the files read."""
     warnings = list(extra_warnings)
     files = []
     ranks = []
@@ -142,12 +145,8 @@ def _metadata(con, results: list[RankResult], root: Path, src_path: Path, starte
     insert_rows(con, "files", [[f["rank"], f["file"], f["kind"], f["size_bytes"], f["rows"], f["status"],
                                 f["seconds"]] for f in files])
     insert_rows(con, "warnings", warnings)
-    bytes_read = sum(f["size_bytes"] for f in files)
-    meta = {"schema_version": str(SCHEMA_VERSION), "ascendscope_version": _version(), "source_path": str(src_path),
-            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "ingest_seconds": f"{time.perf_counter() - started:.3f}", "bytes_read": str(bytes_read)}
-    insert_rows(con, "meta", list(meta.items()))
     build_cluster_tables(con)
+    return sum(f["size_bytes"] for f in files)
 
 
 def load_cluster_analysis(con, root: Path) -> list[dict]:
