@@ -357,6 +357,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
     rank to rank. ``groups``: which ranks are staged together (indices; default :func:`plan_groups`).
     ``keep_open(con)`` runs last on the file (its result is the summary's ``extra``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)  # the readers' scratch files (a run of db exports writes none before)
     bound_malloc()
     with atomic_duckdb(out, _file_config(ranks, shard=bases is not None)) as con:
         con.execute(f"SET memory_limit = '{_checked_size(memory_limit)}'")

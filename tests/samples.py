@@ -23,6 +23,19 @@ HAVE_REAL = (REAL_ROOT / "msinsight_pytorch_2025" / "text").is_dir()
 REAL_SAMPLES = REAL_ROOT if HAVE_REAL else twins.ensure_tree()
 PYTORCH_TEXT = REAL_SAMPLES / "msinsight_pytorch_2025" / "text"
 
+# every sample run of the tree, as a user opens it (a folder, or a database opened on its own): each goes through
+# the server's sharded ingest (tests/ingest/test_shards.py), not only the single-file one
+SAMPLE_RUNS = {
+    **{f"text_{lv}": PYTORCH_TEXT / lv for lv in ("level0", "level1", "level2")},
+    **{f"db_{lv}": REAL_SAMPLES / "msinsight_pytorch_2025" / "db" / lv for lv in ("level0", "level1", "level2")},
+    "st4": REAL_SAMPLES / "msinsight_st_4rank_2025q4",
+    "fixtures": REAL_SAMPLES / "msinsight_server_fixtures",
+    "fixtures_msprof_db": REAL_SAMPLES / "msinsight_server_fixtures" / "full_db" / "msprof_0.db",
+    "msprof_2dev": REAL_SAMPLES / "mindinsight_msprof_2dev_2023",
+    "kineto_trace_filter": REAL_SAMPLES / "hta_gpu_kineto_nonascend" / "trace_filter",
+    "kineto_nccl": REAL_SAMPLES / "hta_gpu_kineto_nonascend" / "nccl_parser_config",
+}
+
 needs_real = pytest.mark.skipif(not HAVE_REAL, reason=f"conformance test: the real samples are not at {REAL_ROOT} "
                                                       "(its generated twin runs instead)")
 

@@ -23,7 +23,7 @@ from ascendscope.ingest import shards
 from ascendscope.ingest.pipeline import NoProfilingData, ingest_path, rank_id_bases
 from ascendscope.ingest.shards import connect, ingest_sharded, read_manifest
 from ascendscope.sample_data.generate import generate_run
-from tests.conftest import PYTORCH_TEXT, REAL_SAMPLES
+from tests.samples import SAMPLE_RUNS
 
 # id columns, by the id kind they hold
 TRACK_IDS = {"track_id", "src_track_id", "dst_track_id"}
@@ -33,6 +33,9 @@ VARYING = {"files": {"seconds"}}  # columns that differ between two ingests of o
 # each database chooses its level-of-detail widths from its own slices (checked against the naive SQL below)
 PER_DATABASE = {"slice_lod", "lod_levels"}
 STABLE_META = ("schema_version", "ascendscope_version", "source_path", "bytes_read")
+
+
+BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
 
 
 def _need(path: Path) -> Path:
@@ -136,12 +139,12 @@ def generated(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("sample", ["generated", "level1", "st4", "msprof"])
+@pytest.mark.parametrize("sample", ["generated", "bundled", *SAMPLE_RUNS])
 def test_sharded_run_equals_single_file(sample, generated, tmp_path):
-    src = {"generated": generated, "level1": PYTORCH_TEXT / "level1",
-           "st4": REAL_SAMPLES / "msinsight_st_4rank_2025q4",
-           "msprof": REAL_SAMPLES / "mindinsight_msprof_2dev_2023"}[sample]
+    """Every sample (real, or its twin) through the server's path: the same rows as the single-file ingest."""
+    src = {"generated": generated, "bundled": BUNDLED, **SAMPLE_RUNS}[sample]
     single, summary = _both(_need(src), tmp_path)
+    assert [s["status"] for s in summary["shards"]] == ["ready"] * len(summary["shards"])
     with duckdb.connect(str(single), read_only=True) as a:
         b, loaded = connect(tmp_path / "run")
         try:
@@ -400,6 +403,14 @@ def test_cli_writes_a_run_folder_or_one_file(generated, tmp_path):
     proc = _cli(generated, "--out", tmp_path / "one.duckdb", "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "one.duckdb").is_file() and "shards:" not in proc.stdout
+
+
+def test_cli_writes_a_run_folder_of_a_db_export_without_text_files(tmp_path):
+    """A run of db exports only (no CSV beside them, so the small files' pass writes nothing before its tables):
+    the folder the server writes, through the CLI (exited 2 with a missing scratch file before)."""
+    proc = _cli(_need(SAMPLE_RUNS["db_level1"]), "--out", tmp_path / "run", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert " ready, 0 failed" in proc.stdout and "ranks: 0, 1\n" in proc.stdout
 
 
 @pytest.mark.parametrize("args", [("--ray-address", "head:6379"), ("--executor", "ray", "--out", "x.duckdb"),
