@@ -281,6 +281,11 @@ def _wait(batch, todo: list[int], plan: list[Shard], entries: list[dict], cluste
     publish(finished, write=False)  # the caller's final write publishes the last ones
 
 
+WARNING_COUNTS = """
+UPDATE out.cluster_ranks SET warning_count = (SELECT count(*) FROM out.warnings w WHERE w.rank = cluster_ranks.rank)
+"""
+
+
 def _counts(result: dict) -> dict:
     """What a shard holds, kept in its manifest entry (a resumed ingest sums them without opening it)."""
     return {k: result[k] for k in ("slices_per_kind", "flows_per_category", "counters", "tables")}
@@ -446,6 +451,8 @@ class ClusterTables:
             rows = list(self.disc.warnings) + self.analysis + self.failed
             if rows:
                 pipeline.insert_rows(self.con, "out.warnings", rows)
+                # a rank's count covers the run's warnings about it (discovery's too), as in a single-file run
+                self.con.execute(WARNING_COUNTS)
             bytes_read = self.con.execute("SELECT coalesce(sum(size_bytes), 0) FROM out.files").fetchall()[0][0]
             meta = {"schema_version": str(SCHEMA_VERSION), "ascendscope_version": pipeline._version(),
                     "source_path": str(self.src_path), "created_at": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -242,10 +242,23 @@ def view_runs(runs) -> dict[str, str]:
     return {"level1": runs.ids["level1"], **ingest_ready(runs.data_dir, VIEW_SAMPLES)}
 
 
+def run_connection(data_dir: Path, run_id: str):
+    """A read-only connection to a run of the store at ``data_dir``, one file or sharded, its tables by name."""
+    import duckdb
+
+    from ascendscope.ingest import layout
+    from ascendscope.server.runs import RunStore
+
+    path = RunStore(data_dir).db_path(run_id)
+    if path.name == layout.CLUSTER_DB:
+        return layout.connect(path.parent)[0]
+    return duckdb.connect(str(path), read_only=True)
+
+
 def ingest_ready(data_dir: Path, samples: dict[str, Path]) -> dict[str, str]:
-    """Ingest each ``{name: folder}`` into the store at ``data_dir`` as a ready run; ``{name: run_id}``. Skips the
-    test when a folder is missing."""
-    from ascendscope.ingest.pipeline import ingest_path
+    """Ingest each ``{name: folder}`` into the store at ``data_dir`` as a ready run, sharded as the server ingests
+    it; ``{name: run_id}``. Skips the test when a folder is missing."""
+    from ascendscope.ingest.shards import ingest_sharded
     from ascendscope.server.runs import RunStore
 
     store = RunStore(data_dir)
@@ -254,7 +267,7 @@ def ingest_ready(data_dir: Path, samples: dict[str, Path]) -> dict[str, str]:
         if not src.is_dir():
             pytest.skip(f"real sample {src} not found")
         run = store.create_run(name, str(src))
-        summary = ingest_path(src, store.db_path(run.id))
+        summary = ingest_sharded(src, store.run_dir(run.id), workers=1)
         store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
         ids[name] = run.id
     return ids

@@ -11,11 +11,10 @@ import re
 import shutil
 from collections import defaultdict
 
-import duckdb
 import pytest
 
 from tests.compare_sample import add_kineto_run, add_stepless_run
-from tests.conftest import PYTORCH_TEXT, needs_samples
+from tests.conftest import PYTORCH_TEXT, needs_samples, run_connection
 from tests.samples import HAVE_REAL, STEP
 
 pytestmark = needs_samples
@@ -55,9 +54,7 @@ def delta_ok(row, field=None):
 
 
 def db_of(runs, run_id):
-    from ascendscope.server.runs import RunStore
-
-    return duckdb.connect(str(RunStore(runs.data_dir).db_path(run_id)), read_only=True)
+    return run_connection(runs.data_dir, run_id)
 
 
 @pytest.mark.parametrize("a, rank_a, b, rank_b", PAIRS)

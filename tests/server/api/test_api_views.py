@@ -10,7 +10,7 @@ import json
 import duckdb
 import pytest
 
-from tests.conftest import PYTORCH_TEXT, VIEW_SAMPLES, needs_samples
+from tests.conftest import PYTORCH_TEXT, VIEW_SAMPLES, needs_samples, run_connection
 from tests.samples import HAVE_REAL, STEP
 
 pytestmark = needs_samples
@@ -45,9 +45,7 @@ def get(client, view_runs, run, path, **params):
 
 
 def db_of(runs, view_runs, run):
-    from ascendscope.server.runs import RunStore
-
-    return duckdb.connect(str(RunStore(runs.data_dir).db_path(view_runs[run])), read_only=True)
+    return run_connection(runs.data_dir, view_runs[run])
 
 
 @pytest.mark.parametrize("run", RUNS)
