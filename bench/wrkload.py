@@ -77,5 +77,8 @@ def run_wrk(base_url: str, script: str, clients: int, seconds: float, config: di
     if not lines:
         raise RuntimeError(f"wrk printed no summary: {done.stdout.strip()[-500:]}")
     out = json.loads(lines[-1])
+    if out.get("request_ms") is None:  # summary.lua could not pair answers with requests (see there)
+        raise RuntimeError(f"wrk's threads had several connections ({out.get('overlapped')} overlaps): "
+                           "each request's latency is unknown")
     out["req_per_s"] = round(out["requests"] / max(out["duration_us"] / 1e6, 1e-9), 1)
     return out

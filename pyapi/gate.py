@@ -156,8 +156,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="the baseline run (a run folder or .duckdb, or profiling data)")
     parser.add_argument("b", metavar="B", help="the run to check against it")
     parser.add_argument("--fail-if", action="append", default=[], metavar="EXPR",
-                        help=f"exit 1 if this holds for B against A; {GRAMMAR}; repeatable. Metrics: "
-                             + ", ".join(METRICS))
+                        help=(f"exit 1 if this holds for B against A; {GRAMMAR}; repeatable. Metrics: "
+                              + ", ".join(METRICS)).replace("%", "%%"))  # argparse %-formats its help
     parser.add_argument("--format", choices=("text", "json"), default="text", help="the diff as text or JSON")
     add_data_dir(parser)
 

@@ -1,28 +1,76 @@
-"""The README's "From Python / Jupyter / CI" examples run as written: every fenced block after an
-``<!-- example -->`` line is extracted and run (Python with this interpreter, bash with ``ascendscope`` on the
-PATH) in a folder beside ``sample_data/``, with a data folder of its own."""
+"""Every command in the README and the docs holds.
+
+* Every fenced block after an ``<!-- example -->`` line (README.md, docs/*.md) is run as written (Python with this
+  interpreter, bash with ``ascendscope`` on the PATH) in a folder beside ``sample_data/``, with a data folder of its
+  own.
+* Every other ``bash`` block's commands are checked without running them (a benchmark takes minutes to hours, a
+  server runs until stopped): each ``ascendscope`` subcommand or ``python -m`` module is asked for its ``--help`` and
+  must know every option the command gives; ``scripts/*.sh`` must exist (``serve.sh`` passes its options to
+  ``ascendscope serve``, ``test.sh`` its paths to pytest); ``pip install -e '.[extras]'`` must name extras of
+  pyproject.toml; ``curl`` must ask for a route of the app; ``docker run`` must end in a valid ``ascendscope``
+  command. A program not in this list fails the test, so a new kind of command gets a check of its own.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import os
 import re
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"<!-- example -->\s*\n```(python|bash)\n(.*?)\n```", re.S)
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"(<!-- example -->\s*\n)?```(python|bash)\n(.*?)\n```", re.S)
+NOT_CHECKED = {"git", "ray"}  # other projects' commands: their options are theirs
 
 
-def examples() -> list[tuple[str, str]]:
-    return BLOCK.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+def blocks() -> list[tuple[str, bool, str, str]]:
+    """(file, is an example, language, code) of every python or bash block of the docs."""
+    out = []
+    for path in DOCS:
+        for example, kind, code in BLOCK.findall(path.read_text(encoding="utf-8")):
+            out.append((path.relative_to(ROOT).as_posix(), bool(example), kind, code))
+    return out
 
 
-def test_the_readme_has_its_examples():
-    kinds = [k for k, _ in examples()]
-    assert kinds.count("python") >= 2 and kinds.count("bash") >= 1
+def examples() -> list[tuple[str, str, str]]:
+    return [(where, kind, code) for where, example, kind, code in blocks() if example]
+
+
+def commands() -> list[tuple[str, list[str]]]:
+    """(file, argv) of each command of the bash blocks that are not run: continuation lines joined, comments and
+    output redirections dropped, pipelines and lists split."""
+    out = []
+    for where, example, kind, code in blocks():
+        if example or kind != "bash":
+            continue
+        for line in code.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            argv: list[str] = []
+            for word in [*words, "&&"]:
+                if word in ("&&", "||", "|", ";"):
+                    if argv:
+                        out.append((where, argv))
+                    argv = []
+                else:
+                    argv.append(word)
+    return out
+
+
+def test_the_docs_have_their_examples():
+    readme = [kind for where, kind, _ in examples() if where == "README.md"]
+    assert "python" in readme and "bash" in readme
+    everywhere = [kind for _, kind, _ in examples()]
+    assert everywhere.count("python") >= 3 and everywhere.count("bash") >= 2
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +85,13 @@ def workdir(tmp_path_factory) -> tuple[Path, dict]:
 @pytest.mark.parametrize("index", range(len(examples())))
 def test_each_example_runs(workdir, index):
     work, env = workdir
-    kind, code = examples()[index]
+    where, kind, code = examples()[index]
     command = [sys.executable, "-c", code] if kind == "python" else ["bash", "-euo", "pipefail", "-c", code]
     out = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, f"README example {index} ({kind}) failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    assert out.returncode == 0, f"{where} example {index} ({kind}) failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     if "run.ranks" in code:
         assert "[0, 1]" in out.stdout
+    if 'run.export("kernels"' in code:
         assert (work / "kernels.parquet").is_file() and (work / "rank0.json").is_file()
     if "run.show" in code:
         assert out.stdout.count("IFrame") == 2
@@ -51,3 +100,81 @@ def test_each_example_runs(workdir, index):
         assert "the gate failed: exit 1" in out.stdout and "▲" in out.stdout
         for name in ("report.html", "report.md", "kernels.csv", "trace.json"):
             assert (work / name).stat().st_size > 0
+    if "ascendscope report" in code:
+        assert (work / "report.html").stat().st_size > 0
+
+
+@functools.cache
+def help_of(*args: str) -> str:
+    """``ascendscope ARGS --help``, in this process (each subcommand's parser, bench modules included)."""
+    from ascendscope.server import cli
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), pytest.raises(SystemExit):
+        cli.main([*args, "--help"])
+    return buf.getvalue()
+
+
+def options(argv: list[str]) -> list[str]:
+    return [a.split("=", 1)[0] for a in argv if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", a)]
+
+
+def check_ascendscope(argv: list[str]) -> None:
+    """argv after ``ascendscope``: the subcommand (``bench NAME`` for a benchmark) must know every option."""
+    sub = argv[:2] if argv[0] == "bench" and len(argv) > 1 and not argv[1].startswith("-") else argv[:1]
+    text = help_of(*sub)
+    assert text.startswith("usage: ascendscope " + " ".join(sub)), f"ascendscope {' '.join(sub)}: {text[:200]}"
+    for opt in options(argv[len(sub):]):
+        assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", text), f"ascendscope {' '.join(sub)} has no {opt}"
+
+
+@functools.cache
+def routes() -> list[re.Pattern]:
+    from ascendscope.server.app import create_app
+
+    return [re.compile(re.sub(r"\{[^}]+\}", "[^/]+", path) + "$") for path in create_app().openapi()["paths"]]
+
+
+def check(argv: list[str]) -> None:
+    prog = Path(argv[0]).name
+    if prog == "ascendscope":
+        check_ascendscope(argv[1:])
+    elif prog.startswith("python") and argv[1] == "-m" and argv[2] == "pip":
+        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+        for spec in argv[3:]:
+            if m := re.fullmatch(r"\.\[([\w,-]+)\]", spec):
+                assert set(m.group(1).split(",")) <= set(extras), f"unknown extras in {spec}"
+    elif prog.startswith("python") and argv[1] == "-m":
+        module = argv[2]
+        assert module.startswith("ascendscope.bench."), f"python -m {module}: not checked"
+        check_ascendscope(["bench", module.rsplit(".", 1)[1], *argv[3:]])
+    elif prog == "bash":
+        script = ROOT / argv[1]
+        assert script.is_file(), f"no {argv[1]}"
+        if argv[1] == "scripts/serve.sh":
+            check_ascendscope(["serve", *argv[2:]])
+        elif argv[1] == "scripts/test.sh":
+            for arg in argv[2:]:
+                assert arg.startswith("-") or (ROOT / arg).exists(), f"scripts/test.sh: no {arg}"
+    elif prog == "docker":
+        if argv[1] == "build":
+            assert (ROOT / "Dockerfile").is_file()
+        else:
+            assert argv[1] == "run" and "ascendscope" in argv, argv
+            check_ascendscope(argv[len(argv) - argv[::-1].index("ascendscope"):])
+    elif prog == "curl":
+        path = urlsplit(next(a for a in argv if a.startswith("http"))).path
+        assert any(r.match(path) for r in routes()), f"no route for {path}"
+    else:
+        assert prog in NOT_CHECKED, f"a command of a program the test does not check: {' '.join(argv)}"
+
+
+def test_every_command_in_the_docs_is_valid():
+    found = commands()
+    assert any(argv[:2] == ["bash", "scripts/serve.sh"] for _, argv in found)
+    assert any(where == "docs/benchmarks.md" and "bench" in argv for where, argv in found)
+    for where, argv in found:
+        try:
+            check(argv)
+        except AssertionError as err:
+            raise AssertionError(f"{where}: {' '.join(argv)}: {err}") from None
