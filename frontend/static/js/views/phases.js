@@ -1,0 +1,210 @@
+// Phases view: the mstx ranges of every rank as a Gantt grouped by role (pipeline stages with their send/recv links
+// between microbatches), the pipeline's bubbles beside the schedule's theoretical ratio, each iteration's wall time
+// and deciding chain, the iteration × phase table and each worker's idle time. Two requests: /phases/summary and
+// /phases (the rows). Clicking a phase opens its rank's timeline at the range. DOM by textContent only; data strings
+// handed to plotly go through plotText.
+
+import { apiGet } from "../common/api.js";
+import { $, clear, el } from "../common/dom.js";
+import { plotText } from "../common/escape.js";
+import { pct } from "../common/format.js";
+import { formatDuration, relNs } from "../common/time.js";
+import { appUrl, runPage } from "../common/urls.js";
+import { CHART_COLORS, baseLayout, plot } from "./charts.js";
+import { errorBox } from "./blocks.js";
+import { apiBase as runBase, runId } from "./run.js";
+
+const apiBase = `${runBase}/phases`;
+const MAX_ROWS = 20000;
+const ROW_PX = 22;
+const state = { summary: null, rows: [], iteration: "" };
+
+const dur = (ns) => formatDuration(ns);
+
+function timelineAt(rank, sliceId, startNs, endNs) {
+  const params = { ranks: rank, start_ns: startNs, end_ns: endNs };
+  if (sliceId !== null && sliceId !== undefined) params.slice = sliceId;
+  return runPage(runId, "timeline", params);
+}
+
+function rankLink(rank, startNs, endNs, sliceId, label) {
+  return el("a", { href: timelineAt(rank, sliceId, startNs, endNs), class: "ph-rank-link" }, label ?? String(rank));
+}
+
+function table(id, head, rows) {
+  const t = el("table", { class: "grid v-table", id });
+  t.append(el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))));
+  const body = el("tbody");
+  for (const r of rows) body.append(el("tr", {}, ...r.map((c) => el("td", {}, c))));
+  t.append(body);
+  return el("div", { class: "v-table-wrap" }, t);
+}
+
+function iterations() {
+  return state.summary.iterations.filter((it) => state.iteration === "" || String(it.iteration) === state.iteration);
+}
+
+// --- the Gantt ------------------------------------------------------------------------------------------------------
+
+function laneOf(r) {
+  return r.role ? `${r.role} · rank ${r.rank}` : `rank ${r.rank}`;
+}
+
+function laneKey(lane) {
+  const i = lane.lastIndexOf("rank ");
+  return [lane.slice(0, i), Number(lane.slice(i + 5))];
+}
+
+function drawGantt() {
+  const origin = state.summary.start_ns;
+  // each rank's preferred source, as the summary counts it: device ranges where the rank has them
+  const device = new Set(state.rows.filter((r) => r.source === "device").map((r) => r.rank));
+  const rows = state.rows.filter((r) => (device.has(r.rank) ? r.source === "device" : r.source === "host")
+    && (state.iteration === "" || String(r.iteration) === state.iteration));
+  const lanes = [...new Set(rows.map(laneOf))].sort((a, b) => {
+    const [ra, ka] = laneKey(a);
+    const [rb, kb] = laneKey(b);
+    return ra === rb ? ka - kb : ra.localeCompare(rb);
+  });
+  const byPhase = new Map();
+  for (const r of rows) {
+    if (!byPhase.has(r.phase)) byPhase.set(r.phase, []);
+    byPhase.get(r.phase).push(r);
+  }
+  const traces = [...byPhase.entries()].map(([phase, list], i) => ({
+    type: "bar", orientation: "h", name: plotText(phase),
+    y: list.map(laneOf), base: list.map((r) => relNs(r.start_ns, origin) / 1e6), x: list.map((r) => r.dur_ns / 1e6),
+    marker: { color: CHART_COLORS[i % CHART_COLORS.length] },
+    customdata: list.map((r) => r.timeline),
+    text: list.map((r) => (r.microbatch === null ? "" : String(r.microbatch))), textposition: "inside",
+    insidetextanchor: "middle",
+    hovertext: list.map((r) => `${plotText(r.message)}<br>rank ${r.rank} · iteration ${r.iteration ?? "?"} · `
+      + `${dur(r.dur_ns)} (${r.source})`),
+    hoverinfo: "text",
+  }));
+  // pipeline send/recv: microbatch i leaves stage s (its forward ends) and reaches stage s+1 (its forward starts)
+  const links = { x: [], y: [] };
+  if (state.summary.pipeline.length) {
+    const fwd = new Map();
+    for (const r of rows) {
+      if (r.microbatch === null || !/^forward/.test(r.phase)) continue;
+      fwd.set(`${r.iteration}/${r.rank}/${r.microbatch}`, r);
+    }
+    const stages = [...new Set(rows.map((r) => r.rank))].sort((a, b) => a - b);
+    for (const r of fwd.values()) {
+      const next = stages[stages.indexOf(r.rank) + 1];
+      const to = next === undefined ? null : fwd.get(`${r.iteration}/${next}/${r.microbatch}`);
+      if (!to) continue;
+      links.x.push(relNs(r.end_ns, origin) / 1e6, relNs(to.start_ns, origin) / 1e6, null);
+      links.y.push(laneOf(r), laneOf(to), null);
+    }
+  }
+  if (links.x.length) {
+    traces.push({ type: "scatter", mode: "lines", name: "send → recv", x: links.x, y: links.y,
+      line: { color: "rgba(220,220,220,0.45)", width: 1 }, hoverinfo: "skip" });
+  }
+  const node = $("#ph-gantt");
+  node.style.height = `${Math.max(260, lanes.length * ROW_PX + 110)}px`;
+  plot(node, traces, baseLayout({
+    barmode: "overlay", bargap: 0.25,
+    xaxis: { title: { text: "ms from the first phase" } },
+    yaxis: { type: "category", categoryorder: "array", categoryarray: lanes.slice().reverse(), automargin: true },
+    margin: { l: 140, r: 20, t: 40, b: 50 },
+  }));
+  node.removeAllListeners?.("plotly_click");
+  node.on("plotly_click", (ev) => {
+    const url = ev.points?.[0]?.customdata;
+    if (url) window.location.assign(appUrl(url));
+  });
+}
+
+// --- the tables -----------------------------------------------------------------------------------------------------
+
+function drawPipeline() {
+  const pp = state.summary.pipeline.filter((p) => state.iteration === "" || String(p.iteration) === state.iteration);
+  $("#ph-pipeline").hidden = !pp.length;
+  const host = clear($("#ph-pp-body"));
+  for (const p of pp) {
+    const theory = p.theory_bubble_ratio === null ? "n/a for this schedule" : pct(p.theory_bubble_ratio);
+    host.append(el("p", { class: "v-summary-line" }, `Iteration ${p.iteration ?? "?"}: ${p.pp_type}, `,
+      el("b", {}, String(p.stages)), " stages × ", el("b", {}, String(p.microbatches)), " microbatches, step ",
+      el("b", {}, dur(p.step_ns)), ", theoretical bubble ratio ", el("b", {}, theory), "; stage ",
+      el("b", { class: "ph-setter" }, `rank ${p.setter}`), " sets the step (the busiest)."));
+    host.append(table(`ph-pp-${p.iteration}`, ["stage (rank)", "forward", "backward", "busy", "bubble",
+      "bubble ratio", "vs theory"], p.per_stage.map((s) => [
+      rankLink(s.rank, p.start_ns, p.end_ns, null), String(s.forward), String(s.backward), dur(s.busy_ns),
+      dur(s.bubble_ns), s.bubble_ratio === null ? "" : pct(s.bubble_ratio),
+      s.bubble_ratio === null || p.theory_bubble_ratio === null ? ""
+        : `${s.bubble_ratio >= p.theory_bubble_ratio ? "+" : ""}${((s.bubble_ratio - p.theory_bubble_ratio) * 100).toFixed(1)} pt`,
+    ])));
+  }
+}
+
+function drawIterations() {
+  const its = iterations();
+  clear($("#ph-iterations")).append(table("ph-iter-table", ["iteration", "wall", "deciding chain", "per role: busy / idle"],
+    its.map((it) => [
+      String(it.iteration ?? "?"), dur(it.wall_ns),
+      el("span", { class: "ph-chain" }, ...it.chain.flatMap((c, i) => [i ? " → " : "",
+        rankLink(c.rank, c.start_ns, c.end_ns, c.slice_id, `${c.phase}@${c.rank}`), ` (${dur(c.dur_ns)})`])),
+      it.roles.map((r) => `${r.role ?? "all ranks"}: ${dur(r.busy_ns)} / ${dur(r.idle_ns)}`).join(" · "),
+    ])));
+  clear($("#ph-table")).append(table("ph-phase-table", ["iteration", "phase", "ranks", "min", "median", "max",
+    "straggler"], its.flatMap((it) => it.phases.map((p) => [String(it.iteration ?? "?"), p.phase, String(p.ranks),
+    dur(p.min_ns), dur(p.median_ns), dur(p.max_ns), rankLink(p.straggler, it.start_ns, it.end_ns, null)]))));
+  clear($("#ph-workers")).append(table("ph-worker-table", ["iteration", "rank", "roles", "busy", "idle", "idle %",
+    "gaps", "longest gap"], its.flatMap((it) => it.workers.map((w) => {
+    const longest = w.gaps.reduce((a, g) => (a && a.dur_ns >= g.dur_ns ? a : g), null);
+    return [String(it.iteration ?? "?"), rankLink(w.rank, it.start_ns, it.end_ns, null), w.roles.join(", "),
+      dur(w.busy_ns), dur(w.idle_ns), pct(w.idle_ns / it.wall_ns), String(w.gap_count),
+      longest ? rankLink(w.rank, longest.start_ns, longest.end_ns, null, dur(longest.dur_ns)) : ""];
+  }))));
+}
+
+function drawAll() {
+  drawGantt();
+  drawPipeline();
+  drawIterations();
+}
+
+// --- loading --------------------------------------------------------------------------------------------------------
+
+async function main() {
+  let summary;
+  try {
+    summary = await apiGet(`${apiBase}/summary`);
+  } catch (err) {
+    clear($("#ph-summary")).append(errorBox(err));
+    document.body.dataset.phasesReady = "1";
+    return;
+  }
+  state.summary = summary;
+  if (!summary.has_phases) {
+    $("#ph-summary").textContent = summary.available ? "This run has no mstx ranges."
+      : "This run was ingested before phases existed: ingest it again.";
+    $("#ph-empty").hidden = false;
+    document.body.dataset.phasesReady = "1";
+    return;
+  }
+  const roles = summary.roles.filter((r) => r.role).map((r) => `${r.role} (${r.ranks} ranks, from the ${r.role_source})`);
+  clear($("#ph-summary")).append(el("b", {}, String(summary.phases)), " phases on ", el("b", {}, String(summary.ranks)),
+    " ranks", roles.length ? `; roles: ${roles.join(", ")}` : "",
+    summary.device_phases ? `; ${summary.device_phases} device ranges (used where a rank has them)` : "");
+  const sel = clear($("#ph-iteration"));
+  sel.append(el("option", { value: "" }, "all"),
+    ...summary.iterations.map((it) => el("option", { value: String(it.iteration ?? "") }, String(it.iteration ?? "?"))));
+  sel.addEventListener("change", () => { state.iteration = sel.value; drawAll(); });
+  $("#ph-body").hidden = false;
+  try {
+    const got = await apiGet(apiBase, { limit: MAX_ROWS });
+    state.rows = got.rows;
+    if (got.truncated) $("#ph-note").textContent = `the chart shows the first ${got.rows.length} of ${got.total} phases`;
+  } catch (err) {
+    clear($("#ph-gantt")).append(errorBox(err));
+  }
+  if (summary.truncated) $("#ph-note").textContent = "the figures count the first 400,000 phases only";
+  drawAll();
+  document.body.dataset.phasesReady = "1";
+}
+
+main();

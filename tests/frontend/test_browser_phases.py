@@ -1,0 +1,68 @@
+"""The Phases view in Debian's chromium under the page's real Content-Security-Policy: on a generated 1F1B run it
+draws every stage's microbatches with their send/recv links and the bubbles beside the theoretical ratio; on an RL
+job the roles' lanes, each iteration's deciding chain and the straggler table; a click on a phase opens that rank's
+timeline at it; a run without mstx ranges says how to add them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.browser_helpers import api
+
+pytestmark = [pytest.mark.browser]
+
+READY = "() => document.body.dataset.phasesReady === '1'"
+
+
+def open_phases(page, live_server, run_id):
+    page.goto(f"{live_server.base_url}/runs/{run_id}/phases")
+    page.wait_for_function(READY, timeout=20_000)
+
+
+def test_pipeline_chart_and_bubbles(page, live_server, phase_runs):
+    run = phase_runs.ids["pp_text"]
+    open_phases(page, live_server, run)
+    bars = page.evaluate("""() => document.getElementById('ph-gantt').data
+        .filter((t) => t.type === 'bar').reduce((n, t) => n + t.x.length, 0)""")
+    assert bars == 4 * 16  # 4 stages × (8 forwards + 8 backwards), device ranges only
+    links = page.evaluate("""() => document.getElementById('ph-gantt').data
+        .filter((t) => t.type === 'scatter')[0].x.length""")
+    assert links == 3 * 8 * 3  # stage s → s+1 for 8 microbatches: three points each (from, to, gap)
+    text = page.locator("#ph-pp-body").inner_text()
+    assert "4 stages × 8 microbatches" in text and "theoretical bubble ratio 27.3%" in text
+    assert page.locator("#ph-pp-1 tbody tr").count() == 4
+    assert page.locator("#ph-pp-1 tbody tr").first.inner_text().split("\t")[5] == "27.3%"
+
+
+def test_rl_job_roles_chain_and_click_to_timeline(page, live_server, phase_runs):
+    run = phase_runs.ids["rl_text"]
+    truth = phase_runs.truth["rl_text"]
+    open_phases(page, live_server, run)
+    lanes = page.evaluate("() => document.getElementById('ph-gantt')._fullLayout.yaxis.categoryarray")
+    assert sorted(lanes) == sorted([f"actor · rank {r}" for r in range(4)] + [f"rollout · rank {r}" for r in range(4)]
+                                   + [f"ref · rank {r}" for r in range(4, 8)])
+    chain = page.locator("#ph-iter-table tbody tr").first.locator(".ph-chain").inner_text()
+    want = " → ".join(f"{p}@{r}" for p, r in truth["iterations"][0]["chain"])
+    assert re.sub(r" \([^)]*\)", "", chain) == want
+    assert page.locator("#ph-phase-table tbody tr").count() == 2 * 5
+    page.select_option("#ph-iteration", "2")
+    page.wait_for_function("() => document.querySelectorAll('#ph-phase-table tbody tr').length === 5")
+    # a click on a phase bar opens its rank's timeline at its range
+    row = api(live_server, f"/api/runs/{run}/phases", iteration=2, phase="update_actor", rank=2)["rows"][0]
+    x, y = page.evaluate("""(want) => { const gd = document.getElementById('ph-gantt');
+        const t = gd.data.find((d) => d.name === 'update_actor'); const i = t.customdata.indexOf(want);
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+        return [box.left + xa._offset + xa.l2p(t.base[i] + t.x[i] / 2),
+                box.top + ya._offset + ya.l2p(ya.d2l(t.y[i]))]; }""",
+                         row["timeline"])
+    page.mouse.click(x, y)
+    page.wait_for_url(re.compile(r"/timeline\?ranks=2&start_ns=\d+&end_ns=\d+&slice=\d+"))
+    assert f"slice={row['slice_id']}" in page.url
+
+
+def test_a_run_without_mstx_says_how_to_add_them(page, live_server, runs):
+    open_phases(page, live_server, runs.ids["generated"])
+    assert page.locator("#ph-empty").is_visible() and not page.locator("#ph-body").is_visible()
+    assert "torch_npu.npu.mstx.range_start" in page.locator("#ph-howto-code").inner_text()
