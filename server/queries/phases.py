@@ -48,6 +48,8 @@ ORDER BY p.start_ns, p.rank, p.slice_id
 LIMIT ?
 """
 METADATA_SQL = "SELECT profiler_metadata FROM ranks WHERE profiler_metadata IS NOT NULL ORDER BY rank LIMIT 1"
+ROW_COLUMNS = ["role", "rank", "iteration", "phase", "message", "microbatch", "source", "slice_id", "start_ns",
+               "end_ns", "dur_ns", "timeline"]
 FILTERS = {"role": "role = ?", "rank": "rank = ?", "iteration": "iteration = ?", "phase": "phase = ?",
            "source": "source = ?"}
 HOW_TO = ("No mstx ranges in this run. Mark the phases in the training script and profile with msprof_tx on: "
