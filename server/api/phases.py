@@ -26,10 +26,13 @@ RowsQ = Annotated[int, Query(ge=1, le=ph.MAX_ROWS, description=f"rows (at most {
 @fast_json
 def phases(db: RunDbDep, role: RoleQ = None, rank: Annotated[Int64 | None, Query()] = None,
            iteration: Annotated[Int64 | None, Query()] = None, phase: PhaseQ = None, source: SourceQ = None,
+           preferred: Annotated[bool, Query(description="each rank's device ranges when it has any, else its host "
+                                                        "ranges (what the summary counts)")] = False,
            offset: OffsetQ = 0, limit: RowsQ = DEFAULT_ROWS) -> dict:
     """The phases (role, rank, iteration, phase, message verbatim, start_ns, end_ns, source), by start time, each
     with a link to its rank's timeline at the range."""
-    filters = {"role": role, "rank": rank, "iteration": iteration, "phase": phase, "source": source}
+    filters = {"role": role, "rank": rank, "iteration": iteration, "phase": phase, "source": source,
+               "preferred": preferred}
     return ph.rows(db, db.run.id, filters, Page.of(offset, limit, cap=ph.MAX_ROWS))
 
 

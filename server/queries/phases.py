@@ -48,6 +48,9 @@ ORDER BY p.start_ns, p.rank, p.slice_id
 LIMIT ?
 """
 METADATA_SQL = "SELECT profiler_metadata FROM ranks WHERE profiler_metadata IS NOT NULL ORDER BY rank LIMIT 1"
+# each rank's preferred ranges (what the summary counts): its device ranges when it has any, else its host ranges
+PREFERRED_CLAUSE = ("source = CASE WHEN rank IN (SELECT rank FROM cluster_phases WHERE source = 'device') "
+                    "THEN 'device' ELSE 'host' END")
 ROW_COLUMNS = ["role", "rank", "iteration", "phase", "message", "microbatch", "source", "slice_id", "start_ns",
                "end_ns", "dur_ns", "timeline"]
 FILTERS = {"role": "role = ?", "rank": "rank = ?", "iteration": "iteration = ?", "phase": "phase = ?",
@@ -71,7 +74,8 @@ def timeline_link(run_id: str, rank: int, slice_id: int | None, start_ns: int, e
 
 
 def rows(db, run_id: str, filters: dict, page: Page) -> dict:
-    """The phases matching ``filters`` (keys of :data:`FILTERS`), by start time, one page."""
+    """The phases matching ``filters`` (keys of :data:`FILTERS`, and ``preferred``: each rank's device ranges
+    when it has any, else its host ranges), by start time, one page."""
     if not available(db):
         return {"available": False, "rows": [], "total": 0, "offset": page.offset, "limit": page.limit,
                 "truncated": False}
@@ -79,6 +83,8 @@ def rows(db, run_id: str, filters: dict, page: Page) -> dict:
     for key, clause in FILTERS.items():
         if filters.get(key) is not None:
             where.add(clause, filters[key])
+    if filters.get("preferred"):
+        where.add(PREFERRED_CLAUSE)
     total = db.rows(ROWS_COUNT_SQL.format(where=where.sql()), where.params)[0][0]
     got = db.rows(ROWS_SQL.format(where=where.sql()), [*where.params, page.limit, page.offset])
     out = [{"role": role, "rank": rank, "iteration": it, "phase": phase, "message": message,

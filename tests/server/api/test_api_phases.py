@@ -54,6 +54,10 @@ def test_phase_rows_keep_the_message_and_parse_it(client, phase_runs):
     # the host range is there too, 3 µs earlier, with the same message
     host = get(client, run, rank=1, source="host", limit=1)["rows"][0]
     assert host["message"] == first["message"] and int(host["start_ns"]) == int(first["start_ns"]) - 3000
+    # the summary's ranges: a rank with device ranges gives those only
+    preferred = get(client, run, preferred="true", limit=1000)
+    assert preferred["total"] == 64 and {r["source"] for r in preferred["rows"]} == {"device"}
+    assert get(client, phase_runs.ids["pp_db"], preferred="true")["total"] == 64
 
 
 @pytest.mark.parametrize("name", ["rl_text", "rl_db"])

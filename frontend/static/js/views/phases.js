@@ -57,10 +57,8 @@ function laneKey(lane) {
 
 function drawGantt() {
   const origin = state.summary.start_ns;
-  // each rank's preferred source, as the summary counts it: device ranges where the rank has them
-  const device = new Set(state.rows.filter((r) => r.source === "device").map((r) => r.rank));
-  const rows = state.rows.filter((r) => (device.has(r.rank) ? r.source === "device" : r.source === "host")
-    && (state.iteration === "" || String(r.iteration) === state.iteration));
+  // the rows are each rank's preferred ranges (device where it has them), as the summary counts them
+  const rows = state.rows.filter((r) => state.iteration === "" || String(r.iteration) === state.iteration);
   const lanes = [...new Set(rows.map(laneOf))].sort((a, b) => {
     const [ra, ka] = laneKey(a);
     const [rb, kb] = laneKey(b);
@@ -196,7 +194,7 @@ async function main() {
   sel.addEventListener("change", () => { state.iteration = sel.value; drawAll(); });
   $("#ph-body").hidden = false;
   try {
-    const got = await apiGet(apiBase, { limit: MAX_ROWS });
+    const got = await apiGet(apiBase, { limit: MAX_ROWS, preferred: true });
     state.rows = got.rows;
     if (got.truncated) $("#ph-note").textContent = `the chart shows the first ${got.rows.length} of ${got.total} phases`;
   } catch (err) {
