@@ -156,15 +156,16 @@ def pipeline(rows: list[dict], pp_type: str | None, microbatches: int | None) ->
         kind = (pp_type or ("dualpipev" if any(PP_KIND[r["phase"]] in ("overlap", "weight") for r in group)
                             else "1f1b")).lower()
         theory = (p - 1) / (m + p - 1) if kind == "1f1b" and m + p - 1 > 0 else None
+        per_rank: dict = defaultdict(list)
+        counts: dict = defaultdict(lambda: {"forward": 0, "backward": 0, "overlap": 0, "weight": 0})
+        for r in group:
+            per_rank[r["rank"]].append((r["start_ns"], r["end_ns"]))
+            counts[r["rank"]][PP_KIND[r["phase"]]] += 1
         rows_out = []
         for rank in stages:
-            busy, _ = busy_and_gaps([(r["start_ns"], r["end_ns"]) for r in group if r["rank"] == rank], lo, hi)
+            busy, _ = busy_and_gaps(per_rank[rank], lo, hi)
             rows_out.append({"rank": rank, "busy_ns": busy, "bubble_ns": hi - lo - busy,
-                             "bubble_ratio": (hi - lo - busy) / (hi - lo) if hi > lo else None,
-                             "forward": sum(1 for r in group if r["rank"] == rank and PP_KIND[r["phase"]] ==
-                                            "forward"),
-                             "backward": sum(1 for r in group if r["rank"] == rank and PP_KIND[r["phase"]] ==
-                                             "backward")})
+                             "bubble_ratio": (hi - lo - busy) / (hi - lo) if hi > lo else None, **counts[rank]})
         setter = max(rows_out, key=lambda s: (s["busy_ns"], -s["rank"]))["rank"] if rows_out else None
         out.append({"iteration": it, "start_ns": str(lo), "end_ns": str(hi), "step_ns": hi - lo, "pp_type": kind,
                     "stages": p, "microbatches": m, "theory_bubble_ratio": theory, "setter": setter,

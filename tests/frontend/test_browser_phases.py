@@ -24,12 +24,10 @@ def open_phases(page, live_server, run_id):
 def test_pipeline_chart_and_bubbles(page, live_server, phase_runs):
     run = phase_runs.ids["pp_text"]
     open_phases(page, live_server, run)
-    bars = page.evaluate("""() => document.getElementById('ph-gantt').data
-        .filter((t) => t.type === 'bar').reduce((n, t) => n + t.x.length, 0)""")
-    assert bars == 4 * 16  # 4 stages × (8 forwards + 8 backwards), device ranges only
-    links = page.evaluate("""() => document.getElementById('ph-gantt').data
-        .filter((t) => t.type === 'scatter')[0].x.length""")
-    assert links == 3 * 8 * 3  # stage s → s+1 for 8 microbatches: three points each (from, to, gap)
+    gantt = "document.getElementById('ph-gantt').gantt"
+    assert page.evaluate(f"() => {gantt}.count") == 4 * 16  # 4 stages × (8 forwards + 8 backwards), device only
+    assert page.evaluate(f"() => {gantt}.links.length") == 3 * 8  # stage s → s+1 for each of 8 microbatches
+    assert page.evaluate(f"() => {gantt}.lanes") == [f"rank {r}" for r in range(4)]
     text = page.locator("#ph-pp-body").inner_text()
     assert "4 stages × 8 microbatches" in text and "theoretical bubble ratio 27.3%" in text
     assert page.locator("#ph-pp-1 tbody tr").count() == 4
@@ -40,7 +38,7 @@ def test_rl_job_roles_chain_and_click_to_timeline(page, live_server, phase_runs)
     run = phase_runs.ids["rl_text"]
     truth = phase_runs.truth["rl_text"]
     open_phases(page, live_server, run)
-    lanes = page.evaluate("() => document.getElementById('ph-gantt')._fullLayout.yaxis.categoryarray")
+    lanes = page.evaluate("() => document.getElementById('ph-gantt').gantt.lanes")
     assert sorted(lanes) == sorted([f"actor · rank {r}" for r in range(4)] + [f"rollout · rank {r}" for r in range(4)]
                                    + [f"ref · rank {r}" for r in range(4, 8)])
     chain = page.locator("#ph-iter-table tbody tr").first.locator(".ph-chain").inner_text()
@@ -51,12 +49,10 @@ def test_rl_job_roles_chain_and_click_to_timeline(page, live_server, phase_runs)
     page.wait_for_function("() => document.querySelectorAll('#ph-phase-table tbody tr').length === 5")
     # a click on a phase bar opens its rank's timeline at its range
     row = api(live_server, f"/api/runs/{run}/phases", iteration=2, phase="update_actor", rank=2)["rows"][0]
-    x, y = page.evaluate("""(want) => { const gd = document.getElementById('ph-gantt');
-        const t = gd.data.find((d) => d.name === 'update_actor'); const i = t.customdata.indexOf(want);
-        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
-        return [box.left + xa._offset + xa.l2p(t.base[i] + t.x[i] / 2),
-                box.top + ya._offset + ya.l2p(ya.d2l(t.y[i]))]; }""",
-                         row["timeline"])
+    x, y = page.evaluate("(url) => document.getElementById('ph-gantt').gantt.centerOf(url)", row["timeline"])
+    page.mouse.move(x, y)
+    assert "update_actor" in page.locator(".ph-tip").inner_text() and "rank 2 · iteration 2" in \
+        page.locator(".ph-tip").inner_text()
     page.mouse.click(x, y)
     page.wait_for_url(re.compile(r"/timeline\?ranks=2&start_ns=\d+&end_ns=\d+&slice=\d+"))
     assert f"slice={row['slice_id']}" in page.url

@@ -1,22 +1,21 @@
 // Phases view: the mstx ranges of every rank as a Gantt grouped by role (pipeline stages with their send/recv links
 // between microbatches), the pipeline's bubbles beside the schedule's theoretical ratio, each iteration's wall time
 // and deciding chain, the iteration × phase table and each worker's idle time. Two requests: /phases/summary and
-// /phases (the rows). Clicking a phase opens its rank's timeline at the range. DOM by textContent only; data strings
-// handed to plotly go through plotText.
+// /phases (the rows). Clicking a phase opens its rank's timeline at the range. The Gantt is a canvas (gantt.js); DOM
+// by textContent only.
 
 import { apiGet } from "../common/api.js";
 import { $, clear, el } from "../common/dom.js";
-import { plotText } from "../common/escape.js";
 import { pct } from "../common/format.js";
 import { formatDuration, relNs } from "../common/time.js";
 import { appUrl, runPage } from "../common/urls.js";
-import { CHART_COLORS, baseLayout, plot } from "./charts.js";
+import { CHART_COLORS } from "./charts.js";
 import { errorBox } from "./blocks.js";
+import { Gantt } from "./gantt.js";
 import { apiBase as runBase, runId } from "./run.js";
 
 const apiBase = `${runBase}/phases`;
 const MAX_ROWS = 20000;
-const ROW_PX = 22;
 const state = { summary: null, rows: [], iteration: "" };
 
 const dur = (ns) => formatDuration(ns);
@@ -64,24 +63,16 @@ function drawGantt() {
     const [rb, kb] = laneKey(b);
     return ra === rb ? ka - kb : ra.localeCompare(rb);
   });
-  const byPhase = new Map();
-  for (const r of rows) {
-    if (!byPhase.has(r.phase)) byPhase.set(r.phase, []);
-    byPhase.get(r.phase).push(r);
-  }
-  const traces = [...byPhase.entries()].map(([phase, list], i) => ({
-    type: "bar", orientation: "h", name: plotText(phase),
-    y: list.map(laneOf), base: list.map((r) => relNs(r.start_ns, origin) / 1e6), x: list.map((r) => r.dur_ns / 1e6),
-    marker: { color: CHART_COLORS[i % CHART_COLORS.length] },
-    customdata: list.map((r) => r.timeline),
-    text: list.map((r) => (r.microbatch === null ? "" : String(r.microbatch))), textposition: "inside",
-    insidetextanchor: "middle",
-    hovertext: list.map((r) => `${plotText(r.message)}<br>rank ${r.rank} · iteration ${r.iteration ?? "?"} · `
-      + `${dur(r.dur_ns)} (${r.source})`),
-    hoverinfo: "text",
+  const colors = new Map();
+  for (const r of rows) if (!colors.has(r.phase)) colors.set(r.phase, CHART_COLORS[colors.size % CHART_COLORS.length]);
+  const x = (abs) => relNs(abs, origin) / 1e6;
+  const items = rows.map((r) => ({
+    lane: laneOf(r), x0: x(r.start_ns), x1: x(r.end_ns), color: colors.get(r.phase), url: r.timeline,
+    label: r.microbatch === null ? "" : String(r.microbatch),
+    tip: `${r.message}\nrank ${r.rank} · iteration ${r.iteration ?? "?"} · ${dur(r.dur_ns)} (${r.source})`,
   }));
   // pipeline send/recv: microbatch i leaves stage s (its forward ends) and reaches stage s+1 (its forward starts)
-  const links = { x: [], y: [] };
+  const links = [];
   if (state.summary.pipeline.length) {
     const fwd = new Map();
     for (const r of rows) {
@@ -89,31 +80,16 @@ function drawGantt() {
       fwd.set(`${r.iteration}/${r.rank}/${r.microbatch}`, r);
     }
     const stages = [...new Set(rows.map((r) => r.rank))].sort((a, b) => a - b);
+    const next = new Map(stages.map((s, i) => [s, stages[i + 1]]));
     for (const r of fwd.values()) {
-      const next = stages[stages.indexOf(r.rank) + 1];
-      const to = next === undefined ? null : fwd.get(`${r.iteration}/${next}/${r.microbatch}`);
-      if (!to) continue;
-      links.x.push(relNs(r.end_ns, origin) / 1e6, relNs(to.start_ns, origin) / 1e6, null);
-      links.y.push(laneOf(r), laneOf(to), null);
+      const to = fwd.get(`${r.iteration}/${next.get(r.rank)}/${r.microbatch}`);
+      if (to) links.push({ lane0: laneOf(r), x0: x(r.end_ns), lane1: laneOf(to), x1: x(to.start_ns) });
     }
   }
-  if (links.x.length) {
-    traces.push({ type: "scatter", mode: "lines", name: "send → recv", x: links.x, y: links.y,
-      line: { color: "rgba(220,220,220,0.45)", width: 1 }, hoverinfo: "skip" });
-  }
-  const node = $("#ph-gantt");
-  node.style.height = `${Math.max(260, lanes.length * ROW_PX + 110)}px`;
-  plot(node, traces, baseLayout({
-    barmode: "overlay", bargap: 0.25,
-    xaxis: { title: { text: "ms from the first phase" } },
-    yaxis: { type: "category", categoryorder: "array", categoryarray: lanes.slice().reverse(), automargin: true },
-    margin: { l: 140, r: 20, t: 40, b: 50 },
-  }));
-  node.removeAllListeners?.("plotly_click");
-  node.on("plotly_click", (ev) => {
-    const url = ev.points?.[0]?.customdata;
-    if (url) window.location.assign(appUrl(url));
-  });
+  const legend = [...colors.entries()];
+  if (links.length) legend.push(["send → recv", "rgba(220,220,220,0.6)"]);
+  if (!state.gantt) state.gantt = new Gantt($("#ph-gantt"), { onClick: (it) => window.location.assign(appUrl(it.url)) });
+  state.gantt.set({ lanes, items, links, legend });
 }
 
 // --- the tables -----------------------------------------------------------------------------------------------------
@@ -202,6 +178,10 @@ async function main() {
   }
   if (summary.truncated) $("#ph-note").textContent = "the figures count the first 400,000 phases only";
   drawAll();
+  let width = $("#ph-gantt").clientWidth;
+  window.addEventListener("resize", () => {
+    if (state.gantt && $("#ph-gantt").clientWidth !== width) { width = $("#ph-gantt").clientWidth; state.gantt.draw(); }
+  });
   document.body.dataset.phasesReady = "1";
 }
 
