@@ -121,7 +121,8 @@ function drawIterations() {
       String(it.iteration ?? "?"), dur(it.wall_ns),
       el("span", { class: "ph-chain" }, ...it.chain.flatMap((c, i) => [i ? " → " : "",
         rankLink(c.rank, c.start_ns, c.end_ns, c.slice_id, `${c.phase}@${c.rank}`), ` (${dur(c.dur_ns)})`])),
-      it.roles.map((r) => `${r.role ?? "all ranks"}: ${dur(r.busy_ns)} / ${dur(r.idle_ns)}`).join(" · "),
+      el("span", { class: "ph-chain" },
+        it.roles.map((r) => `${r.role ?? "all ranks"}: ${dur(r.busy_ns)} / ${dur(r.idle_ns)}`).join(" · ")),
     ])));
   clear($("#ph-table")).append(table("ph-phase-table", ["iteration", "phase", "ranks", "min", "median", "max",
     "straggler"], its.flatMap((it) => it.phases.map((p) => [String(it.iteration ?? "?"), p.phase, String(p.ranks),
