@@ -75,16 +75,21 @@ def chain(rows: list[dict]) -> list[dict]:
     return out[::-1]
 
 
+def by_iteration(rows: list[dict]):
+    """(iteration, its rows, window start, window end) per iteration, in order (no iteration last)."""
+    groups: dict = defaultdict(list)
+    for r in rows:
+        groups[r["iteration"]].append(r)
+    for it in sorted(groups, key=lambda k: (k is None, k)):
+        group = groups[it]
+        yield it, group, min(r["start_ns"] for r in group), max(r["end_ns"] for r in group)
+
+
 def iterations(rows: list[dict]) -> list[dict]:
     """Per iteration: window, wall time, deciding chain, per rank busy / idle / gaps, per role busy / idle, and
     the iteration × phase table (min / median / max over ranks, the straggler)."""
-    by_it: dict = defaultdict(list)
-    for r in rows:
-        by_it[r["iteration"]].append(r)
     out = []
-    for it in sorted(by_it, key=lambda k: (k is None, k)):
-        group = by_it[it]
-        lo, hi = min(r["start_ns"] for r in group), max(r["end_ns"] for r in group)
+    for it, group, lo, hi in by_iteration(rows):
         per_rank: dict = defaultdict(list)
         roles_of: dict = defaultdict(set)
         per_role_rank: dict = defaultdict(list)
@@ -138,14 +143,8 @@ def iterations(rows: list[dict]) -> list[dict]:
 def pipeline(rows: list[dict], pp_type: str | None, microbatches: int | None) -> list[dict]:
     """Per iteration of the pipeline-parallel phases (those with msprof-analyze's names): per stage (rank) its
     busy time, bubble and bubble ratio, the theoretical ratio, and the stage that sets the step."""
-    pp = [r for r in rows if r["phase"] in PP_KIND]
-    by_it: dict = defaultdict(list)
-    for r in pp:
-        by_it[r["iteration"]].append(r)
     out = []
-    for it in sorted(by_it, key=lambda k: (k is None, k)):
-        group = by_it[it]
-        lo, hi = min(r["start_ns"] for r in group), max(r["end_ns"] for r in group)
+    for it, group, lo, hi in by_iteration([r for r in rows if r["phase"] in PP_KIND]):
         stages = sorted({r["rank"] for r in group})
         p = len(stages)
         forwards = defaultdict(set)
