@@ -56,3 +56,21 @@ def test_rl_roles_from_folder_and_names_and_sharded_equals_whole(tmp_path):
     assert {r[3] for r in want} == {1, 2}
     sharded, _ = connect(tmp_path / "rl_sharded", [])  # cluster.duckdb alone: no shard attached
     assert sharded.execute(f"SELECT {cols} FROM cluster_phases ORDER BY ALL").fetchall() == want
+
+
+def test_msprof_db_mstx_events_are_phases(tmp_path):
+    """The msprof db export of msinsight_server_fixtures (or its twin): every MSTX_EVENTS range is a host phase,
+    with its message resolved through STRING_IDS."""
+    import sqlite3
+
+    from tests.samples import REAL_SAMPLES
+
+    db = REAL_SAMPLES / "msinsight_server_fixtures" / "full_db" / "msprof_0.db"
+    src = sqlite3.connect(db)
+    want = sorted(src.execute("SELECT m.startNs, m.endNs, s.value FROM MSTX_EVENTS m LEFT JOIN STRING_IDS s "
+                              "ON s.id = m.message WHERE m.endNs > m.startNs").fetchall())
+    src.close()
+    ingest_path(db.parent, tmp_path / "fx.duckdb")
+    con = duckdb.connect(str(tmp_path / "fx.duckdb"), read_only=True)
+    got = sorted(con.execute("SELECT start_ns, end_ns, message FROM cluster_phases WHERE source = 'host'").fetchall())
+    assert got == want and len(got) >= 3
