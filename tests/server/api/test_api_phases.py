@@ -106,3 +106,19 @@ def test_chain_and_gaps_on_hand_made_rows():
     rows = [row(0, "a", 0, 10), row(1, "a", 0, 14), row(0, "b", 16, 30), row(1, "b", 16, 20)]
     assert [(c["rank"], c["phase"]) for c in chain(rows)] == [(1, "a"), (0, "b")]
     assert busy_and_gaps([(0, 10), (5, 12), (20, 25)], 0, 30) == (17, [(12, 20), (25, 30)])
+
+
+def test_dualpipev_phases_are_counted_without_a_1f1b_formula():
+    from ascendscope.server.queries.phase_model import pipeline
+
+    def row(rank, phase, mb, s, e):
+        return {"rank": rank, "iteration": 1, "phase": phase, "microbatch": mb, "start_ns": s, "end_ns": e}
+    rows = [row(0, "forward_step_with_model_graph", 0, 0, 10), row(1, "forward_step_with_model_graph", 0, 10, 20),
+            row(1, "forward_backward_overlaping", 1, 20, 40), row(0, "backward_step", 0, 40, 60),
+            row(0, "WeightGradStore.pop", None, 60, 65)]
+    (pp,) = pipeline(rows, None, None)
+    assert pp["pp_type"] == "dualpipev" and pp["theory_bubble_ratio"] is None and pp["step_ns"] == 65
+    stages = {s["rank"]: s for s in pp["per_stage"]}
+    assert (stages[0]["busy_ns"], stages[0]["bubble_ns"], stages[1]["busy_ns"]) == (35, 30, 30)
+    assert (stages[1]["overlap"], stages[0]["weight"], stages[0]["backward"]) == (1, 1, 1)
+    assert pp["setter"] == 0 and pp["microbatches"] == 2

@@ -118,9 +118,10 @@ export class Gantt {
     }
     g.strokeStyle = "rgba(220,220,220,0.45)";
     g.beginPath();
-    for (const k of this.links) {
-      g.moveTo(this.xPx(k.x0), top(k.i0) + BAR_PX);
-      g.lineTo(this.xPx(k.x1), top(k.i1));
+    for (const k of this.links) {  // from the bottom edge downwards, or the top edge upwards
+      const down = k.i1 >= k.i0;
+      g.moveTo(this.xPx(k.x0), top(k.i0) + (down ? BAR_PX : 0));
+      g.lineTo(this.xPx(k.x1), top(k.i1) + (down ? 0 : BAR_PX));
     }
     g.stroke();
     g.fillStyle = "#f1f3f6";

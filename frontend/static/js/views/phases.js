@@ -71,20 +71,22 @@ function drawGantt() {
     label: r.microbatch === null ? "" : String(r.microbatch),
     tip: `${r.message}\nrank ${r.rank} · iteration ${r.iteration ?? "?"} · ${dur(r.dur_ns)} (${r.source})`,
   }));
-  // pipeline send/recv: microbatch i leaves stage s (its forward ends) and reaches stage s+1 (its forward starts)
+  // pipeline send/recv: a microbatch's forward leaves stage s when it ends and starts on stage s+1; its backward
+  // leaves stage s+1 and starts on stage s
   const links = [];
   if (state.summary.pipeline.length) {
-    const fwd = new Map();
+    const ends = { forward: new Map(), backward: new Map() };
     for (const r of rows) {
-      if (r.microbatch === null || !/^forward/.test(r.phase)) continue;
-      fwd.set(`${r.iteration}/${r.rank}/${r.microbatch}`, r);
+      const kind = /^forward_step/.test(r.phase) ? "forward" : /^backward_step/.test(r.phase) ? "backward" : null;
+      if (kind && r.microbatch !== null) ends[kind].set(`${r.iteration}/${r.rank}/${r.microbatch}`, r);
     }
     const stages = [...new Set(rows.map((r) => r.rank))].sort((a, b) => a - b);
     const next = new Map(stages.map((s, i) => [s, stages[i + 1]]));
-    for (const r of fwd.values()) {
-      const to = fwd.get(`${r.iteration}/${next.get(r.rank)}/${r.microbatch}`);
-      if (to) links.push({ lane0: laneOf(r), x0: x(r.end_ns), lane1: laneOf(to), x1: x(to.start_ns) });
-    }
+    const link = (from, to) => {
+      if (from && to) links.push({ lane0: laneOf(from), x0: x(from.end_ns), lane1: laneOf(to), x1: x(to.start_ns) });
+    };
+    for (const r of ends.forward.values()) link(r, ends.forward.get(`${r.iteration}/${next.get(r.rank)}/${r.microbatch}`));
+    for (const r of ends.backward.values()) link(ends.backward.get(`${r.iteration}/${next.get(r.rank)}/${r.microbatch}`), r);
   }
   const legend = [...colors.entries()];
   if (links.length) legend.push(["send → recv", "rgba(220,220,220,0.6)"]);
@@ -119,9 +121,9 @@ function drawIterations() {
   clear($("#ph-iterations")).append(table("ph-iter-table", ["iteration", "wall", "deciding chain", "per role: busy / idle"],
     its.map((it) => [
       String(it.iteration ?? "?"), dur(it.wall_ns),
-      el("span", { class: "ph-chain" }, ...it.chain.flatMap((c, i) => [i ? " → " : "",
+      el("span", { class: "ph-chain ph-wrap" }, ...it.chain.flatMap((c, i) => [i ? " → " : "",
         rankLink(c.rank, c.start_ns, c.end_ns, c.slice_id, `${c.phase}@${c.rank}`), ` (${dur(c.dur_ns)})`])),
-      el("span", { class: "ph-chain" },
+      el("span", { class: "ph-wrap" },
         it.roles.map((r) => `${r.role ?? "all ranks"}: ${dur(r.busy_ns)} / ${dur(r.idle_ns)}`).join(" · ")),
     ])));
   clear($("#ph-table")).append(table("ph-phase-table", ["iteration", "phase", "ranks", "min", "median", "max",
