@@ -57,6 +57,9 @@ def test_rl_job_roles_chain_and_click_to_timeline(page, live_server, phase_runs)
     page.mouse.click(x, y)
     page.wait_for_url(re.compile(r"/timeline\?ranks=2&start_ns=\d+&end_ns=\d+&slice=\d+"))
     assert f"slice={row['slice_id']}" in page.url
+    # the timeline opens with the range selected
+    page.wait_for_function("id => window.__timeline && window.__timeline.selected === id", arg=row["slice_id"],
+                           timeout=20_000)
 
 
 def test_a_run_without_mstx_says_how_to_add_them(page, live_server, runs):
