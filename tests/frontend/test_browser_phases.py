@@ -65,4 +65,5 @@ def test_rl_job_roles_chain_and_click_to_timeline(page, live_server, phase_runs)
 def test_a_run_without_mstx_says_how_to_add_them(page, live_server, runs):
     open_phases(page, live_server, runs.ids["generated"])
     assert page.locator("#ph-empty").is_visible() and not page.locator("#ph-body").is_visible()
+    assert not page.locator("#ph-iteration").is_visible()
     assert "torch_npu.npu.mstx.range_start" in page.locator("#ph-howto-code").inner_text()

@@ -171,6 +171,7 @@ async function main() {
   sel.append(el("option", { value: "" }, "all"),
     ...summary.iterations.map((it) => el("option", { value: String(it.iteration ?? "") }, String(it.iteration ?? "?"))));
   sel.addEventListener("change", () => { state.iteration = sel.value; drawAll(); });
+  $("#ph-iter-field").hidden = false;
   $("#ph-body").hidden = false;
   try {
     const got = await apiGet(apiBase, { limit: MAX_ROWS, preferred: true });
