@@ -4,9 +4,9 @@ Contract: :func:`build` ``(con)`` (re)creates ``cluster_phases`` from the run ta
 several; every row comes from one rank's own rows, so the tables of several shards concatenated equal the table
 built over the whole run). One row per mstx range (markers, of no length, are not phases):
 
-* ``source = 'host'``: a slice of an mstx lane: category ``mstx`` / ``MsTx`` / ``msprof_tx`` (any case), or a
-  track of a process named ``MsprofTx`` or ``MsTx_<id>`` (the text export's lane, the db export's
-  ``MSTX_EVENTS``);
+* ``source = 'host'``: a slice of an mstx lane: category ``mstx`` / ``MsTx`` / ``msprof_tx`` (any case) off the
+  Python lanes, or a track of a process named ``MsprofTx`` or ``MsTx_<id>`` (the text export's lane, the db
+  export's ``MSTX_EVENTS``). torch_npu's torch ops of the mstx calls (``mstx_mark_op``, …) are not phases;
 * ``source = 'device'``: the slice an ``MsTx`` flow ends on (a range started with a stream: its device range, in
   Ascend Hardware). Its message is the host range's.
 
@@ -32,7 +32,9 @@ DDL = """CREATE OR REPLACE TABLE cluster_phases (rank INTEGER, role VARCHAR, rol
     iteration BIGINT, phase VARCHAR, message VARCHAR, fields JSON, microbatch BIGINT, source VARCHAR,
     slice_id BIGINT, track_id INTEGER, start_ns BIGINT, end_ns BIGINT)"""
 
-IS_HOST_MSTX = """(lower(coalesce(s.cat, '')) IN ('mstx', 'msprof_tx', 'msproftx')
+# torch_npu's own torch op per mstx call (mstx_mark_op, mstx_range_push_op, …: category mstx on the Python lane of
+# a db export) carries no message: only the mstx lanes' ranges are phases
+IS_HOST_MSTX = """((lower(coalesce(s.cat, '')) IN ('mstx', 'msprof_tx', 'msproftx') AND t.kind <> 'python')
     OR t.process_name = 'MsprofTx' OR starts_with(t.process_name, 'MsTx'))"""
 # host ranges, then the device ranges their MsTx flows end on; each with the step (ProfilerStep#N) holding it
 RANGES_SQL = f"""

@@ -168,6 +168,10 @@ def _write_db(folder: Path, rank: int, steps: list[tuple[int, int]], ranges: lis
     con.executemany("INSERT INTO PYTORCH_API VALUES (?, ?, ?, NULL, ?, -1, 0, NULL, NULL, NULL, 50001)",
                     [(str(t0 + (s - 2 * HOST_LEAD_US) * 1000), str(t0 + (e + 2 * HOST_LEAD_US) * 1000), gtid,
                       sid(f"ProfilerStep#{k + 1}")) for k, (s, e) in enumerate(steps)])
+    # torch_npu's torch op of each range_start (API type 50004, no message): not a phase
+    con.executemany("INSERT INTO PYTORCH_API VALUES (?, ?, ?, NULL, ?, -1, 0, NULL, NULL, NULL, 50004)",
+                    [(str(t0 + (s - HOST_LEAD_US) * 1000), str(t0 + (s - HOST_LEAD_US + 1) * 1000), gtid,
+                      sid("mstx_range_push_op")) for _, s, _ in ranges])
     con.executemany("INSERT INTO MSTX_EVENTS VALUES (?, ?, 2, ?, NULL, ?, ?, ?, NULL, NULL)",
                     [(t0 + s * 1000, t0 + e * 1000, n, sid(msg), gtid, gtid)
                      for n, (msg, s, e) in enumerate(ranges)])
