@@ -46,6 +46,10 @@ def test_rl_job_roles_chain_and_click_to_timeline(page, live_server, phase_runs)
     want = " → ".join(f"{p}@{r}" for p, r in truth["iterations"][0]["chain"])
     assert re.sub(r" \([^)]*\)", "", chain) == want
     assert page.locator("#ph-phase-table tbody tr").count() == 2 * 5
+    # the chain's phases are outlined on the Gantt: 4 per iteration
+    marked = page.evaluate("""() => document.getElementById('ph-gantt').gantt.perLane.flat()
+        .filter((it) => it.marked).map((it) => it.tip.split('\\n')[0])""")
+    assert sorted(marked) == sorted(p for it in truth["iterations"] for p, _ in it["chain"])
     page.select_option("#ph-iteration", "2")
     page.wait_for_function("() => document.querySelectorAll('#ph-phase-table tbody tr').length === 5")
     # a click on a phase bar opens its rank's timeline at its range

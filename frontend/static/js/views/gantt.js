@@ -39,7 +39,7 @@ export class Gantt {
     host.gantt = this;  // tests find ranges' positions through it
   }
 
-  /** lanes: names top to bottom; items: {lane, x0, x1, color, label, tip, url}; links: {lane0, x0, lane1, x1};
+  /** lanes: names top to bottom; items: {lane, x0, x1, color, label, tip, url, marked (outlined)}; links: {lane0, x0, lane1, x1};
    * legend: [[name, color]]; unit: the x unit's ns (1e6: ms). */
   set({ lanes, items, links = [], legend = [], unit = 1e6 }) {
     this.lanes = lanes;
@@ -116,6 +116,14 @@ export class Gantt {
         g.fillRect(x0, top(i), Math.max(1, this.xPx(it.x1) - x0 - 0.5), BAR_PX);
       }
     }
+    g.strokeStyle = "#f1f3f6";  // the marked ranges (the deciding chain) outlined
+    g.lineWidth = 1.5;
+    this.perLane.forEach((list, i) => {
+      for (const it of list) {
+        if (it.marked) g.strokeRect(this.xPx(it.x0), top(i), Math.max(1, this.xPx(it.x1) - this.xPx(it.x0) - 0.5), BAR_PX);
+      }
+    });
+    g.lineWidth = 1;
     g.strokeStyle = "rgba(220,220,220,0.45)";
     g.beginPath();
     for (const k of this.links) {  // from the bottom edge downwards, or the top edge upwards

@@ -66,7 +66,9 @@ function drawGantt() {
   const colors = new Map();
   for (const r of rows) if (!colors.has(r.phase)) colors.set(r.phase, CHART_COLORS[colors.size % CHART_COLORS.length]);
   const x = (abs) => relNs(abs, origin) / 1e6;
+  const chain = new Set(iterations().flatMap((it) => it.chain.map((c) => c.slice_id)));
   const items = rows.map((r) => ({
+    marked: chain.has(r.slice_id),
     lane: laneOf(r), x0: x(r.start_ns), x1: x(r.end_ns), color: colors.get(r.phase), url: r.timeline,
     label: r.microbatch === null ? "" : String(r.microbatch),
     tip: `${r.message}\nrank ${r.rank} · iteration ${r.iteration ?? "?"} · ${dur(r.dur_ns)} (${r.source})`,
@@ -90,6 +92,7 @@ function drawGantt() {
   }
   const legend = [...colors.entries()];
   if (links.length) legend.push(["send → recv", "rgba(220,220,220,0.6)"]);
+  if (chain.size) legend.push(["deciding chain (outlined)", "#f1f3f6"]);
   if (!state.gantt) state.gantt = new Gantt($("#ph-gantt"), { onClick: (it) => window.location.assign(appUrl(it.url)) });
   state.gantt.set({ lanes, items, links, legend });
 }
