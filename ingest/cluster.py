@@ -15,7 +15,8 @@ Contract:
     ``comm_matrix`` (the per-op-type ``total`` slot, or the per-op rows of the older format, op names reduced to
     their type), bandwidth = size / time;
   - ``cluster_collectives``: one row per collective op instance per rank with what the rank did before it
-    (``ingest/collectives.py``).
+    (``ingest/collectives.py``);
+  - ``cluster_phases``: one row per mstx range per rank, with its role and iteration (``ingest/phases.py``).
 
   Every row is computed from one rank's own rows, so the tables of several shards concatenated equal the tables
   built over the whole run. Readers deduplicate matrix links carried by several rank files (the source rank's
@@ -37,7 +38,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from . import collectives, jsonfile
+from . import collectives, jsonfile, phases
 from .breakdown import ConnRunner, breakdown
 from .columns import insert_columns
 from .commfiles import _SLOT, _ms_to_ns, _num, _split_key, _step_id
@@ -102,6 +103,7 @@ def build_cluster_tables(con) -> None:
                        + [[r[src] for r in rows] for src, _ in STEP_COLUMNS])
     con.execute(CLUSTER_MATRIX_SQL)
     collectives.build(con)  # cluster_collectives: the late-arrival analysis's instances (ingest/collectives.py)
+    phases.build(con)  # cluster_phases: the mstx ranges as phases (ingest/phases.py)
 
 
 # --- cluster_analysis_output -------------------------------------------------------------------------------------

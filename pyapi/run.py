@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from ascendscope import frames, readonly, tables
 from ascendscope.locate import Located
-from ascendscope.server.queries import DuckRunner
+from ascendscope.server.queries import DuckRunner, Page
 from ascendscope.server.queries import communication as cq
+from ascendscope.server.queries import phases as phq
 from ascendscope.server.queries import summary as sq
 from ascendscope.server.schema_check import check_schema
 
@@ -136,6 +137,23 @@ class Run:
         totals = cq.rank_totals(db, step, group)
         return {"slow_ranks": totals["slow_ranks"], "most_waiting": totals["most_waiting"],
                 "advice": totals["advice"], "slow_links": cq.slow_links(db, step, group)}
+
+    def phases(self, *, arrow: bool = False, **filters) -> pd.DataFrame | pa.Table:
+        """Phases: every mstx range of every rank (role, rank, iteration, phase, the message verbatim, microbatch,
+        source ``host``/``device``, slice_id, start_ns, end_ns, dur_ns), by start time; ``filters``: role, rank,
+        iteration, phase, source. :meth:`phases_summary` has what they add up to."""
+        unknown = sorted(set(filters) - set(phq.FILTERS))
+        if unknown:
+            raise TypeError(f"phases has no filter {', '.join(unknown)} (it takes {', '.join(phq.FILTERS)})")
+        got = phq.rows(self._db(), self.id, filters, Page(0, 2 ** 62))
+        rows = [{**r, "start_ns": int(r["start_ns"]), "end_ns": int(r["end_ns"])} for r in got["rows"]]
+        frame = frames.to_frame(tables.Table(phq.ROW_COLUMNS, rows))
+        return frames.to_arrow(frame) if arrow else frame
+
+    def phases_summary(self) -> dict[str, Any]:
+        """The Phases view's figures: per iteration its wall time and deciding chain, per iteration × role busy and
+        idle ns, per rank its idle gaps, the iteration × phase table, per pipeline stage its bubble and ratio."""
+        return phq.summary(self._db())
 
     # ---- SQL ---------------------------------------------------------------------------------------------------
     def sql(self, query: str, params: list | tuple | dict | None = None, *, arrow: bool = False,

@@ -67,6 +67,7 @@ API_MODULES = (
     "export",
     "late_arrivals",
     "critical_path",
+    "phases",
     "sqlconsole",
 )
 

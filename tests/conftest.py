@@ -301,3 +301,12 @@ def late_synthetic(runs, tmp_path_factory):
     from tests.insight_sample import synthetic_late_run
 
     return synthetic_late_run(runs.data_dir, tmp_path_factory.mktemp("late-synthetic"))
+
+
+@pytest.fixture(scope="session")
+def phase_runs(runs, tmp_path_factory):
+    """``sample_data.phases`` runs (pipeline bubbles, RL roles and chains known by construction) in the store of
+    ``runs`` (tests/phases_sample.py)."""
+    from tests.phases_sample import add_phase_runs
+
+    return add_phase_runs(runs.data_dir, tmp_path_factory.mktemp("phases"))

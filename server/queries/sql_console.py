@@ -66,6 +66,7 @@ TABLE_NOTES = {
     "cluster_ranks": "per rank: counts (whole run)", "cluster_steps": "per rank and step: the breakdown (whole run)",
     "cluster_comm_matrix": "per rank file and link (whole run)",
     "cluster_collectives": "per collective instance and rank: arrival and window (whole run)",
+    "cluster_phases": "per mstx range and rank: role, iteration, phase, message (whole run)",
     "cluster_analysis_files": "cluster_analysis_output files",
     "cluster_analysis_step_trace": "cluster_step_trace_time.csv",
     "cluster_analysis_comm_matrix": "cluster_communication_matrix.json",

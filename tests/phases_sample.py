@@ -1,0 +1,47 @@
+"""Runs for the Phases tests (issue #38): ``sample_data.phases`` runs whose stages, microbatches, bubbles, roles,
+idle gaps and deciding chains are known by construction, ingested into the store of ``runs`` (so ``client`` and
+``live_server`` serve them). The ``phase_runs`` fixture (tests/conftest.py) calls :func:`add_phase_runs`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ascendscope.ingest.pipeline import ingest_path
+from ascendscope.ingest.shards import ingest_sharded
+from ascendscope.sample_data.phases import write_pp_run, write_rl_job
+
+PP = {"stages": 4, "microbatches": 8, "fwd_us": 100, "bwd_us": 200}
+PP_SLOW = {**PP, "slow_stage": 2, "slow_extra_us": 50}
+RL = {"workers": 4, "iterations": 2}
+
+
+@dataclass
+class PhaseRuns:
+    ids: dict[str, str]
+    truth: dict[str, dict]
+
+
+def add_phase_runs(data_dir: Path, work: Path) -> PhaseRuns:
+    from ascendscope.server.runs import RunStore
+
+    store = RunStore(data_dir)
+    plans = {  # name: (writer, kwargs, form, sharded)
+        "pp_text": (write_pp_run, PP, "text", False),
+        "pp_db": (write_pp_run, PP, "db", True),
+        "pp_slow": (write_pp_run, PP_SLOW, "text", True),
+        "rl_text": (write_rl_job, RL, "text", True),
+        "rl_db": (write_rl_job, RL, "db", False),
+    }
+    ids, truth = {}, {}
+    for name, (writer, kwargs, form, sharded) in plans.items():
+        src = work / name
+        truth[name] = writer(src, form=form, **kwargs)
+        run = store.create_run(name, str(src))
+        if sharded:
+            summary = ingest_sharded(src, store.run_dir(run.id), workers=2, group_bytes=0)
+        else:
+            summary = ingest_path(src, store.db_path(run.id))
+        store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
+        ids[name] = run.id
+    return PhaseRuns(ids, truth)
