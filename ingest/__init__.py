@@ -8,4 +8,5 @@ The tables written are the contract documented in ``docs/schema.md``.
 # 2: the db export's kernel waits by the profiler's rule, its GE names and group lanes; kernels and communication
 # ops of a rank that lacks them made from its trace (a run of 1 holds other numbers: Retry ingests it again)
 # (and the grouped shards' layout and per-rank LOD levels of the progressive ingest)
-SCHEMA_VERSION = 2
+# 3: the run-level serving_* tables (msServiceProfiler's output, ingest/serving.py)
+SCHEMA_VERSION = 3

@@ -39,6 +39,7 @@ from . import (
     jsonfile,
     lod,
     readers,
+    serving,
     sqlfuncs,
     trace_tables,
 )
@@ -151,13 +152,16 @@ def _metadata(con, results: list[RankResult], root: Path, extra_warnings: list[t
 
 def load_cluster_analysis(con, root: Path) -> list[dict]:
     """msprof-analyze's ``cluster_analysis_output`` under the source into ``cluster_analysis_*`` tables
-    (``ingest.cluster``); its warnings go to ``warnings`` (run-wide: no rank) and are returned."""
+    (``ingest.cluster``), and serving output into ``serving_*`` (``ingest.serving``); their warnings go to
+    ``warnings`` (run-wide: no rank) and are returned."""
     try:
         from .cluster import load_cluster_analysis as load
     except ImportError:
-        return []
+        load = None
+    texts = list(load(con, root) or []) if load is not None else []
+    texts += serving.load_serving(con, root)  # and msServiceProfiler's output: the serving_* tables
     rows = []
-    for text in load(con, root) or []:
+    for text in texts:
         file, sep, message = str(text).partition(": ")
         rows.append((None, file, message) if sep else (None, "cluster_analysis_output", str(text)))
     if rows:
