@@ -68,6 +68,7 @@ API_MODULES = (
     "late_arrivals",
     "critical_path",
     "sqlconsole",
+    "serving",
 )
 
 STATIC_DIR = Path(frontend.__file__).resolve().parent / "static"

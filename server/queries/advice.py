@@ -37,7 +37,7 @@ import hashlib
 from urllib.parse import urlencode
 
 from ascendscope.server.queries import communication as cq
-from ascendscope.server.queries import links, ns_str, ratio, sources
+from ascendscope.server.queries import links, ns_str, ratio, serving_advice, sources
 from ascendscope.server.queries import summary as sq
 
 MAX_FINDINGS = 300
@@ -70,6 +70,7 @@ CATEGORIES = (
     ("affinity_api", "Affinity APIs", "Torch op sequences that one fused torch_npu API replaces"),
     ("fusible", "Fusible op sequences", "Repeated runs of small kernels on one stream"),
     ("dispatch", "Dispatch gaps", "Device idle time attributed to launch, queue or waiting"),
+    serving_advice.CATEGORY,
 )
 
 # Each rule: id, the op names in order (a tuple at a position lists alternatives), the replacement, and what the
@@ -609,6 +610,7 @@ class Advisor:
             self.fusible()
         self.slow_rank()
         self.slow_links()
+        self.findings.extend(serving_advice.findings(self.db))
         order = {c: i for i, (c, _, _) in enumerate(CATEGORIES)}
         self.findings.sort(key=lambda f: (order[f["category"]], SEVERITY_ORDER[f["severity"]],
                                           -1 if f["step"] is None else f["step"]))
