@@ -98,7 +98,8 @@ def _range(start_ns: int | None, end_ns: int | None) -> list:
 
 
 def has_serving(db) -> bool:
-    return bool(db.rows(HAVE_SQL))
+    """The tables exist (a run ingested before them has none) and hold a row (every run has them, empty)."""
+    return bool(db.rows(HAVE_SQL)) and any(int(n) for n in db.one(COUNTS_SQL))
 
 
 def _origin(db) -> tuple[int | None, int | None]:

@@ -71,7 +71,7 @@ def findings(db) -> list[dict]:
         top = [_inst(rid, a, q, ttft_ns=int(t) if t is not None else None)
                for rid, a, q, t in db.rows(TOP_QUEUED_SQL, [MAX_INSTANCES])]
         out.append(_finding(
-            "queue_dominates_ttft", "high" if share > 0.7 else "medium", "Queueing dominates time to first token",
+            "queue_dominates_ttft", "critical" if share > 0.7 else "warning", "Queueing dominates time to first token",
             f"Over {n} requests, {share:.0%} of the time to first token was spent waiting in the queue, not in "
             "prefill. Admission is the bottleneck: more instances or a larger batch (max batch size, max prefill "
             "tokens), a larger KV cache (more blocks: memory fraction, shorter max sequence), or less load.",
@@ -85,7 +85,7 @@ def findings(db) -> list[dict]:
                              free_blocks=int(free)) for ts, free, rid, name in db.rows(KV_LOW_SQL, [limit,
                                                                                                     MAX_INSTANCES])]
             out.append(_finding(
-                "kvcache_exhausted", "high" if int(low_free) == 0 else "medium", "KV cache nearly exhausted",
+                "kvcache_exhausted", "critical" if int(low_free) == 0 else "warning", "KV cache nearly exhausted",
                 f"The KV cache fell to {int(low_free)} free blocks of {int(size)} "
                 f"({'from the file' if total is not None else 'the most seen free'}). New requests wait for blocks "
                 "and running ones may be preempted: give the cache more memory, shorten max sequence lengths, or "
@@ -95,7 +95,7 @@ def findings(db) -> list[dict]:
     if count and mean is not None and float(mean) < DECODE_MIN_BATCH and share is not None \
             and share > DECODE_QUEUE_SHARE:
         out.append(_finding(
-            "decode_batches_small", "medium", "Decode batches are small while requests queue",
+            "decode_batches_small", "warning", "Decode batches are small while requests queue",
             f"The {int(count)} decode batches held {float(mean):.1f} requests on average while {share:.0%} of the "
             "time to first token was queueing. Decode steps cost little more with more requests: raise the "
             "maximum batch size or the KV-cache size so more requests decode together.",
