@@ -38,11 +38,12 @@ VIEWS = (
     ("communication", "Communication"),
     ("advice", "Advice"),
     ("cluster", "Cluster"),
+    ("serving", "Serving"),
     ("query", "SQL"),
 )
 VIEW_NAMES = tuple(v for v, _ in VIEWS)
 # their templates load /vendor/plotly.min.js
-PLOTLY_VIEWS = ("operator", "memory", "summary", "communication", "cluster", "query")
+PLOTLY_VIEWS = ("operator", "memory", "summary", "communication", "cluster", "serving", "query")
 
 router = APIRouter(include_in_schema=False)
 

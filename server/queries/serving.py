@@ -29,7 +29,7 @@ METRICS = ("ttft_ns", "tpot_ns", "e2e_ns", "queue_ns")
 
 HAVE_SQL = "SELECT table_name FROM information_schema.tables WHERE table_name = 'serving_requests'"
 COUNTS_SQL = """
-SELECT (SELECT count(*) FROM serving_requests), (SELECT count(*) FROM serving_batches),
+SELECT (SELECT count(*) FROM serving_requests), (SELECT count(DISTINCT (source, batch_id)) FROM serving_batches),
        (SELECT count(*) FROM serving_kvcache)
 """
 EXTENT_SQL = """
@@ -188,7 +188,9 @@ def curves(db, origin: int, lo, hi, start_ns, end_ns) -> dict:
     bucket = max(1, -(-(int(hi) - int(lo)) // CURVE_BUCKETS))
     lat = db.rows(CURVE_SQL, [int(lo), bucket, *_range(start_ns, end_ns)])
     done = {int(b): (int(n), int(t or 0)) for b, n, t in db.rows(DONE_SQL, [int(lo), bucket, int(lo), int(hi)])}
-    keys = sorted({int(r[0]) for r in lat if r[0] is not None} | set(done))
+    # every bucket of the window, so the rates read 0 where nothing finished (not a line across the gap)
+    keys = sorted(set(range(-(-(int(hi) - int(lo)) // bucket) + 1)) | {int(r[0]) for r in lat if r[0] is not None}
+                  | set(done))
     by = {int(r[0]): r for r in lat if r[0] is not None}
     out: dict = {"bucket_ns": bucket, "t_ns": [int(lo) - origin + k * bucket for k in keys]}
     for i, m in enumerate(("ttft", "tpot", "e2e")):

@@ -117,3 +117,14 @@ def test_bad_parameters_are_422(served, params):
             continue
         resp = client.get(f"/api/runs/{ids['burst']}/serving/{path}", params=params)
         assert resp.status_code == 422, (path, params, resp.text)
+
+
+def test_curves_account_for_every_request(served):
+    client, ids, truths = served
+    reqs = truths["burst"]["requests"]
+    c = get(client, ids["burst"], "summary")["curves"]
+    bucket = c["bucket_ns"]
+    assert c["t_ns"] == sorted(c["t_ns"]) and len(c["t_ns"]) >= 2
+    assert round(sum(c["finished_per_s"]) * bucket / 1e9) == len(reqs)
+    assert round(sum(c["output_tokens_per_s"]) * bucket / 1e9) == sum(r["output_tokens"] for r in reqs)
+    assert max(v for v in c["ttft_p99"] if v is not None) == max(r["ttft_ns"] for r in reqs)
