@@ -93,6 +93,22 @@ WHERE end_ns IS NOT NULL AND end_ns >= ? AND end_ns <= ? GROUP BY b ORDER BY b
 """
 
 
+# the whole tables for the Python API (ascendscope.Run.requests / .batches): integer epoch ns
+REQUEST_COLUMNS = ("source", "rid", "arrival_ns", "end_ns", "input_tokens", "output_tokens", "queue_ns", "ttft_ns",
+                   "prefill_ns", "decode_ns", "e2e_ns", "tpot_ns", "cache_hit_rate", "ttft_source", "preempted")
+BATCH_COLUMNS = ("source", "batch_id", "start_ns", "end_ns", "exec_ns", "batch_size", "prefill_size", "decode_size",
+                 "batch_type", "total_tokens", "rids")
+REQUEST_TABLE_SQL = f"""
+SELECT {", ".join(REQUEST_COLUMNS)} FROM serving_requests WHERE {OVERLAP} ORDER BY arrival_ns NULLS LAST, source, rid
+"""
+BATCH_TABLE_SQL = f"""
+WITH b AS ({BATCHES_SQL.replace("LIMIT ?", "")}),
+r AS (SELECT source, batch_id, list(rid ORDER BY rid) AS rids FROM serving_batch_requests GROUP BY ALL)
+SELECT {", ".join(f"b.{c}" if c != "rids" else "r.rids" for c in BATCH_COLUMNS)}
+FROM b LEFT JOIN r USING (source, batch_id) ORDER BY b.start_ns, b.source, b.batch_id
+"""
+
+
 def _range(start_ns: int | None, end_ns: int | None) -> list:
     return [start_ns, start_ns, end_ns, end_ns]
 
@@ -268,3 +284,12 @@ def kvcache(db, start_ns: int | None = None, end_ns: int | None = None, limit: i
         for k, v in zip(names, (r[0], _rel(r[1], origin), *r[2:])):
             cols[k].append(v)
     return {"has_serving": True, "origin_ns": ns_str(origin), "rows": cols, "truncated": truncated}
+
+
+def table_rows(db, which: str, start_ns: int | None = None, end_ns: int | None = None) -> tuple[tuple, list]:
+    """(columns, row dicts) of every request (``which="requests"``) or batch (``"batches"``) overlapping the range,
+    times as integer epoch ns; no rows for a run without serving tables."""
+    columns = REQUEST_COLUMNS if which == "requests" else BATCH_COLUMNS
+    if not db.rows(HAVE_SQL):
+        return columns, []
+    return columns, db.dicts(REQUEST_TABLE_SQL if which == "requests" else BATCH_TABLE_SQL, _range(start_ns, end_ns))
