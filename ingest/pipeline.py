@@ -230,7 +230,7 @@ def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
         progress.phase(f"extracting {src_path.name}")
         root = archive.extract(src_path, extract_to)
     disc = discover(root)
-    if not disc.ranks:
+    if not disc.ranks and not serving.find(root):  # serving output alone is a run of no ranks
         detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:5])
         raise NoProfilingData(f"{src_path}: no profiling data found (expected *_ascend_pt folders with "
                               f"ASCEND_PROFILER_OUTPUT)" + (f" — {detail}" if detail else ""), disc.warnings)

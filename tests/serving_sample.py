@@ -30,20 +30,23 @@ def ingest_serving(src: Path, out: Path) -> Path:
 
 def serving_store(data_dir: Path, work: Path) -> tuple[dict[str, str], dict[str, dict]]:
     """A store at ``data_dir`` with the ready runs ``burst`` (ms CSVs + profiler.db), ``burst_us``, ``burst_db``,
-    ``calm`` and ``tiny_kv`` (a cache of 40 blocks: it runs out); ``({name: run_id}, {name: truth})``."""
+    ``calm``, ``tiny_kv`` (a cache of 40 blocks: it runs out) and ``csv_only`` (the CSVs alone: no rank);
+    ``({name: run_id}, {name: truth})``."""
     from ascendscope.server.runs import RunStore
 
     store = RunStore(data_dir)
     truths = {"burst": burst(), "calm": calm(), "tiny_kv": burst(total_blocks=40)}
     plan = {"burst": ("burst", "ms"), "burst_us": ("burst", "us"), "burst_db": ("burst", "db"),
-            "calm": ("calm", "ms"), "tiny_kv": ("tiny_kv", "ms")}
+            "calm": ("calm", "ms"), "tiny_kv": ("tiny_kv", "ms"), "csv_only": ("burst", "ms")}
     ids = {}
     for name, (truth, flavour) in plan.items():
         src = work / name
         write_serving(src, truths[truth], flavour)
+        if name == "csv_only":  # no trace beside: a run of no ranks
+            (src / "chrome_tracing.json").unlink()
         run = store.create_run(name, str(src))
         ingest_serving(src, store.db_path(run.id))
         store.set_status(run.id, "ready")
         ids[name] = run.id
-    truths["burst_us"] = truths["burst_db"] = truths["burst"]
+    truths["burst_us"] = truths["burst_db"] = truths["csv_only"] = truths["burst"]
     return ids, truths

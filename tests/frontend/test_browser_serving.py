@@ -87,3 +87,14 @@ def test_no_serving_data_is_said(page, serving_server):
     page.locator("#sv-none").wait_for(state="visible")
     assert "msServiceProfiler" in page.locator("#sv-none").inner_text()
     assert page.locator("#sv-body").is_hidden()
+
+
+def test_run_of_no_ranks(page, serving_server):
+    """The CSVs alone: the view works, and a batch has no timeline to open."""
+    server, truths = serving_server
+    page.goto(f"{server.base_url}/runs/{server.runs['csv_only']}/serving")
+    loaded(page, 1)
+    assert page.locator("#sv-slowest-table tbody tr").count() == len(truths["csv_only"]["requests"])
+    page.evaluate("() => document.getElementById('sv-batches').emit('plotly_click', {points: [{customdata: 0}]})")
+    page.locator("#sv-batch-detail p").wait_for()
+    assert page.locator("#sv-open-timeline").count() == 0

@@ -28,7 +28,7 @@ def get(client, run_id, path, **params):
     return resp.json()
 
 
-@pytest.mark.parametrize("name", ["burst", "burst_us", "burst_db"])
+@pytest.mark.parametrize("name", ["burst", "burst_us", "burst_db", "csv_only"])
 def test_summary_percentiles(served, name):
     client, ids, truths = served
     reqs = truths[name]["requests"]
@@ -128,3 +128,18 @@ def test_curves_account_for_every_request(served):
     assert round(sum(c["finished_per_s"]) * bucket / 1e9) == len(reqs)
     assert round(sum(c["output_tokens_per_s"]) * bucket / 1e9) == sum(r["output_tokens"] for r in reqs)
     assert max(v for v in c["ttft_p99"] if v is not None) == max(r["ttft_ns"] for r in reqs)
+
+
+def test_a_run_of_no_ranks_answers_everywhere(served):
+    """Serving CSVs opened alone make a run without ranks: no view or API answers 5xx."""
+    client, ids, _ = served
+    run = ids["csv_only"]
+    assert client.get(f"/api/runs/{run}").json()["id"] == run
+    for path in ("serving/summary", "advice", "summary/overview", "timeline/tracks", "cluster/overview",
+                 "operators/kernels", "memory/peaks", "communication/overview"):
+        resp = client.get(f"/api/runs/{run}/{path}")
+        assert resp.status_code < 500, (path, resp.status_code, resp.text[:300])
+    for view in ("timeline", "serving", "summary", "advice", "cluster", "operator", "memory", "communication",
+                 "query"):
+        resp = client.get(f"/runs/{run}/{view}")
+        assert resp.status_code == 200, (view, resp.status_code)
