@@ -286,9 +286,11 @@ def _batches(data: Serving, rows: list[dict], cols: dict, log: _Rows) -> None:
 
 
 def _kvcache(data: Serving, rows: list[dict], cols: dict, log: _Rows) -> None:
-    if rows and _pick(rows[0], cols, "timestamp", "start_time") is None:
-        log.warn(f"{len(rows)} rows not loaded: no numeric time column (the database's kvcache table has only a "
-                 "wall clock cut to the second; kvcache.csv has the time)")
+    time_col = _pick(rows[0], cols, "timestamp", "start_time") if rows else None
+    if rows and (time_col is None or not time_col[1]):
+        # profiler.db's kvcache has only a wall clock cut to the second; a CSV time without a unit is not guessed
+        log.warn(f"{len(rows)} rows not loaded: no time column with a unit (kvcache.csv's timestamp(ms) or "
+                 "start_time(microsecond))")
         return
     for i, row in enumerate(rows, 1):
         try:

@@ -64,7 +64,7 @@ def test_kvcache(flavour_db, truth):
         got = con.execute("SELECT ts_ns, rid, name, free_blocks FROM serving_kvcache ORDER BY src_row").fetchall()
         warns = con.execute("SELECT file, message FROM warnings WHERE rank IS NULL").fetchall()
     if flavour == "db":  # the database's kvcache table has no numeric time: said, not guessed
-        assert got == [] and any(f == "profiler.db:kvcache" and "no numeric time" in m for f, m in warns)
+        assert got == [] and any(f == "profiler.db:kvcache" and "no time column" in m for f, m in warns)
         return
     epoch = 1_732_000_000_000 * 1_000_000
     assert got == [(epoch + k["t"] * 1_000_000, k["rid"], k["name"], k["free"]) for k in truth["kvcache"]]
@@ -124,3 +124,15 @@ def test_serving_folder_beside_ranks_is_found_and_not_a_rank(tmp_path, truth):
                                                    1_732_000_000_000_123_500), ("", 1, None), (" 7 ", 1, 7)])
 def test_to_ns_is_exact(text, unit, ns):
     assert to_ns(text, unit) == ns
+
+
+def test_a_kvcache_time_without_unit_is_not_guessed(tmp_path, truth):
+    write_serving(tmp_path / "serve", truth, "ms")
+    path = tmp_path / "serve" / "kvcache.csv"
+    path.write_text(path.read_text().replace("timestamp(ms)", "start_time", 1))
+    out = ingest_serving(tmp_path / "serve", tmp_path / "run.duckdb")
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM serving_kvcache").fetchone()[0] == 0
+        warns = con.execute("SELECT message FROM warnings WHERE file = 'kvcache.csv'").fetchall()
+        assert con.execute("SELECT count(*) FROM serving_requests").fetchone()[0] == len(truth["requests"])
+    assert len(warns) == 1 and "no time column with a unit" in warns[0][0]
