@@ -8,12 +8,13 @@ engine, every time a whole number of ms:
   **decode** batch of every running request (``DECODE_BASE_MS + DECODE_PER_REQ_MS × size`` ms), else the engine
   idles until the next arrival;
 * a request's first token comes at the end of its prefill batch, one more at the end of each decode batch; it ends
-  with its last token and frees its blocks;
+  with its last token and frees its blocks; with ``preempt_at_ms`` one request is preempted once (recomputed);
 * KV blocks: ``ceil(input / BLOCK_TOKENS) + 1`` at prefill (``Allocate``), one more (``AppendSlot``) whenever the
   request's tokens pass a multiple of ``BLOCK_TOKENS``, all of them at the end (``Free``).
 
-So per request: queue = prefill start − arrival, TTFT = prefill end − arrival, e2e = last token − arrival, TPOT =
-(e2e − TTFT) / (output − 1). The truth holds them in ns with every batch and KV-cache event.
+So per request: queue = prefill start − arrival (plus the wait after a preemption), TTFT = prefill end − arrival,
+e2e = last token − arrival, TPOT = (e2e − TTFT) / (output − 1). The truth holds them in ns with every batch and
+KV-cache event.
 
 ``write_serving(out_dir, truth, flavour="ms") -> list[str]`` writes the parsed output of that run as
 ``ms_service_profiler.parse`` does (columns in docs/formats.md, "msServiceProfiler"): ``request.csv``,
@@ -36,35 +37,52 @@ BLOCK_TOKENS = 16
 NS_PER_MS = 1_000_000
 
 
+def _need(r: dict) -> int:
+    return -(-(r["input"] + r["tokens"]) // BLOCK_TOKENS) + 1
+
+
 def simulate(arrivals_ms: list[int], input_tokens: list[int], output_tokens: list[int], *, total_blocks: int = 64,
-             max_prefill: int = 2) -> dict:
-    reqs = [{"rid": f"req-{i}", "arrival": a, "input": n_in, "output": n_out, "tokens": 0, "blocks": 0}
+             max_prefill: int = 2, preempt_at_ms: int | None = None) -> dict:
+    """See the module's contract. ``preempt_at_ms``: at the first decode iteration from then on, the request
+    admitted last is preempted (its blocks freed, back to the head of the queue; re-admitted, its prompt and the
+    tokens so far are prefilled again), as vLLM's recompute preemption does; its queue wait counts both waits."""
+    reqs = [{"rid": f"req-{i}", "arrival": a, "input": n_in, "output": n_out, "tokens": 0, "blocks": 0, "waited": 0}
             for i, (a, n_in, n_out) in enumerate(zip(arrivals_ms, input_tokens, output_tokens))]
     waiting, running, batches, kv = [], [], [], []
     free, now, pending = total_blocks, 0, sorted(reqs, key=lambda r: r["arrival"])
     while pending or waiting or running:
         while pending and pending[0]["arrival"] <= now:
-            waiting.append(pending.pop(0))
+            r = pending.pop(0)
+            r["waiting_since"] = r["arrival"]
+            waiting.append(r)
         take = []
         for r in waiting[:max_prefill]:
-            need = -(-r["input"] // BLOCK_TOKENS) + 1
-            if need > free - sum(-(-t["input"] // BLOCK_TOKENS) + 1 for t in take):
+            if _need(r) > free - sum(_need(t) for t in take):
                 break
             take.append(r)
         if take:
-            dur = PREFILL_BASE_MS + sum(r["input"] for r in take) // PREFILL_TOKENS_PER_MS
+            dur = PREFILL_BASE_MS + sum(r["input"] + r["tokens"] for r in take) // PREFILL_TOKENS_PER_MS
+            batches.append({"start": now, "end": now + dur, "type": "Prefill",
+                            "items": [(r["rid"], r["tokens"], 0, r["input"] + r["tokens"]) for r in take]})
             for r in take:
                 waiting.remove(r)
-                r["blocks"] = -(-r["input"] // BLOCK_TOKENS) + 1
+                r["waited"] += now - r["waiting_since"]
+                r["blocks"] = _need(r)
                 free -= r["blocks"]
                 kv.append({"t": now, "rid": r["rid"], "name": "Allocate", "free": free})
-                r["prefill_start"], r["first_token"] = now, now + dur
-            batches.append({"start": now, "end": now + dur, "type": "Prefill",
-                            "items": [(r["rid"], 0, 0, r["input"]) for r in take]})
+                r.setdefault("first_token", now + dur)
             now += dur
             for r in take:
-                r["tokens"] = 1
+                r["tokens"] += 1
                 running.append(r)
+        elif running and preempt_at_ms is not None and now >= preempt_at_ms and len(running) > 1:
+            victim = running.pop()
+            free += victim["blocks"]
+            victim["blocks"], victim["waiting_since"], victim["preempted"] = 0, now, True
+            kv.append({"t": now, "rid": victim["rid"], "name": "Free", "free": free})
+            waiting.insert(0, victim)
+            preempt_at_ms = None
+            continue
         elif running:
             dur = DECODE_BASE_MS + DECODE_PER_REQ_MS * len(running)
             batches.append({"start": now, "end": now + dur, "type": "Decode",
@@ -89,8 +107,8 @@ def simulate(arrivals_ms: list[int], input_tokens: list[int], output_tokens: lis
         ttft, e2e = r["first_token"] - r["arrival"], r["end"] - r["arrival"]
         out.append({"rid": r["rid"], "arrival_ns": (EPOCH_MS + r["arrival"]) * NS_PER_MS,
                     "input_tokens": r["input"], "output_tokens": r["output"],
-                    "queue_ns": (r["prefill_start"] - r["arrival"]) * NS_PER_MS, "ttft_ns": ttft * NS_PER_MS,
-                    "e2e_ns": e2e * NS_PER_MS,
+                    "queue_ns": r["waited"] * NS_PER_MS, "ttft_ns": ttft * NS_PER_MS,
+                    "e2e_ns": e2e * NS_PER_MS, "preempted": bool(r.get("preempted")),
                     "tpot_ns": (e2e - ttft) * NS_PER_MS // (r["output"] - 1) if r["output"] > 1 else None})
     return {"requests": out, "batches": batches, "kvcache": kv, "total_blocks": total_blocks}
 

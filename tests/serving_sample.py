@@ -30,14 +30,16 @@ def ingest_serving(src: Path, out: Path) -> Path:
 
 def serving_store(data_dir: Path, work: Path) -> tuple[dict[str, str], dict[str, dict]]:
     """A store at ``data_dir`` with the ready runs ``burst`` (ms CSVs + profiler.db), ``burst_us``, ``burst_db``,
-    ``calm``, ``tiny_kv`` (a cache of 40 blocks: it runs out) and ``csv_only`` (the CSVs alone: no rank);
+    ``calm``, ``tiny_kv`` (a cache of 40 blocks: it runs out) ``csv_only`` (the CSVs alone: no rank) and
+    ``preempted`` (req-2 preempted once);
     ``({name: run_id}, {name: truth})``."""
     from ascendscope.server.runs import RunStore
 
     store = RunStore(data_dir)
-    truths = {"burst": burst(), "calm": calm(), "tiny_kv": burst(total_blocks=40)}
+    truths = {"burst": burst(), "calm": calm(), "tiny_kv": burst(total_blocks=40), "preempted": burst(preempt_at_ms=60)}
     plan = {"burst": ("burst", "ms"), "burst_us": ("burst", "us"), "burst_db": ("burst", "db"),
-            "calm": ("calm", "ms"), "tiny_kv": ("tiny_kv", "ms"), "csv_only": ("burst", "ms")}
+            "calm": ("calm", "ms"), "tiny_kv": ("tiny_kv", "ms"), "csv_only": ("burst", "ms"),
+            "preempted": ("preempted", "ms")}
     ids = {}
     for name, (truth, flavour) in plan.items():
         src = work / name

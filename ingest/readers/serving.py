@@ -365,12 +365,14 @@ def derive(data: Serving) -> None:
         elif link["phase"] == "decode":
             decoded.add(rid)
     for r in data.requests:
+        r["preempted"] = r["rid"] in preempted
         r["ttft_source"] = "file" if r["ttft_ns"] is not None else None
         if r["ttft_ns"] is None and r["arrival_ns"] is not None and r["rid"] in first_prefill:
             r["ttft_ns"], r["ttft_source"] = first_prefill[r["rid"]] - r["arrival_ns"], "batches"
         r["end_ns"] = r["arrival_ns"] + r["e2e_ns"] if None not in (r["arrival_ns"], r["e2e_ns"]) else None
-        r["prefill_ns"] = r["ttft_ns"] - r["queue_ns"] if None not in (r["ttft_ns"], r["queue_ns"]) else None
+        # the queue wait of a preempted request counts its wait after the preemption too: no prefill span from it
+        r["prefill_ns"] = r["ttft_ns"] - r["queue_ns"] if None not in (r["ttft_ns"], r["queue_ns"]) \
+            and not r["preempted"] else None
         r["decode_ns"] = r["e2e_ns"] - r["ttft_ns"] if None not in (r["e2e_ns"], r["ttft_ns"]) else None
         n = r["output_tokens"]
         r["tpot_ns"] = r["decode_ns"] // (n - 1) if r["decode_ns"] is not None and n and n > 1 else None
-        r["preempted"] = r["rid"] in preempted

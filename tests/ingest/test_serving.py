@@ -136,3 +136,17 @@ def test_a_kvcache_time_without_unit_is_not_guessed(tmp_path, truth):
         warns = con.execute("SELECT message FROM warnings WHERE file = 'kvcache.csv'").fetchall()
         assert con.execute("SELECT count(*) FROM serving_requests").fetchone()[0] == len(truth["requests"])
     assert len(warns) == 1 and "no time column with a unit" in warns[0][0]
+
+
+def test_preempted_request(tmp_path):
+    truth = burst(preempt_at_ms=60)
+    write_serving(tmp_path / "serve", truth, "ms")
+    out = ingest_serving(tmp_path / "serve", tmp_path / "run.duckdb")
+    with duckdb.connect(str(out), read_only=True) as con:
+        got = con.execute("SELECT rid, preempted, queue_ns, ttft_ns, prefill_ns FROM serving_requests ORDER BY rid"
+                          ).fetchall()
+    assert [(r, p) for r, p, *_ in got] == [(r["rid"], r["preempted"]) for r in truth["requests"]]
+    assert sum(p for _, p, *_ in got) == 1
+    for rid, preempted, queue, ttft, prefill in got:
+        # a preempted request's queue wait counts its second wait too: its prefill span is not derived from it
+        assert prefill == (None if preempted else ttft - queue), rid

@@ -143,3 +143,11 @@ def test_a_run_of_no_ranks_answers_everywhere(served):
                  "query"):
         resp = client.get(f"/runs/{run}/{view}")
         assert resp.status_code == 200, (view, resp.status_code)
+
+
+def test_preempted_is_the_reason(served):
+    client, ids, truths = served
+    out = get(client, ids["preempted"], "summary")
+    victim = next(r["rid"] for r in truths["preempted"]["requests"] if r["preempted"])
+    assert out["counts"]["preempted"] == 1
+    assert {s["rid"]: s["reason"] for s in out["slowest"]}[victim] == "preempted"
