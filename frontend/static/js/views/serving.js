@@ -70,8 +70,10 @@ function renderRequests(r) {
   const arrival = rows.arrival_off_ns.map(msOf);
   const bar = (name, base, x) => ({ type: "bar", orientation: "h", name, y, base, x, marker: { color: COLORS[name] },
     hovertemplate: `%{y}<br>${name}: %{x:.3f} ms<extra></extra>` });
-  const queue = rows.queue_ns.map((v) => (v === null ? 0 : v / 1e6));
-  const prefill = rows.prefill_ns.map((v, i) => (v === null ? (rows.ttft_ns[i] ?? 0) / 1e6 : v / 1e6));
+  // a preempted request's queue wait also counts its wait after the preemption: the bars cut it at the first token
+  const ttft = rows.ttft_ns.map((v, i) => (v === null ? (rows.queue_ns[i] ?? 0) / 1e6 : v / 1e6));
+  const queue = rows.queue_ns.map((v, i) => Math.min(v === null ? 0 : v / 1e6, ttft[i]));
+  const prefill = ttft.map((t, i) => t - queue[i]);
   const decode = rows.decode_ns.map((v) => (v === null ? 0 : v / 1e6));
   const traces = [
     bar("queue", arrival, queue),
