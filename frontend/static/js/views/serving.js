@@ -115,7 +115,8 @@ function renderBatchDetail(i) {
     rows.rids[i].join(", ") + (rows.rids_truncated[i] ? " …" : "")];
   const ranks = page.ranks || [];
   if (ranks.length) {
-    const href = runPage(runId, "timeline", { rank: ranks[0], start_ns: absNs(-WINDOW_PAD_NS, start),
+    // `ranks` loads only that rank's shard of a big sharded run; `rank` selects it
+    const href = runPage(runId, "timeline", { rank: ranks[0], ranks: ranks[0], start_ns: absNs(-WINDOW_PAD_NS, start),
       end_ns: absNs(WINDOW_PAD_NS, end) });
     parts.push(" · ", el("a", { href, id: "sv-open-timeline" }, `Open the timeline at this batch (rank ${ranks[0]})`));
   }
