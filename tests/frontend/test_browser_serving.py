@@ -65,6 +65,9 @@ def test_serving_view(page, serving_server, artifacts_dir):
     assert "timeline" in href and "start_ns=" in href and "rank=0" in href
     detail = page.locator("#sv-batch-detail").inner_text()
     assert all(item[0] in detail for item in truths["burst"]["batches"][2]["items"])
+    batch = truths["burst"]["batches"][2]
+    origin = min(r["arrival_ns"] for r in reqs)
+    batch_ns = (origin + batch["start"] * 1_000_000, origin + batch["end"] * 1_000_000)
 
     # a range: from the end of the first request on, every panel is asked again
     cut_ms = reqs[0]["e2e_ns"] / 1e6 + 0.5
@@ -79,6 +82,13 @@ def test_serving_view(page, serving_server, artifacts_dir):
     page.locator("#sv-reset").click()
     loaded(page, 3)
     assert f"{len(reqs)} of {len(reqs)}" in page.locator("#sv-stats").inner_text()
+
+    # the batch's link opens the timeline (the service's trace) around the batch
+    page.goto(f"{server.base_url}{href}" if href.startswith("/") else href)
+    poll(page, "() => window.__timeline && window.__timeline.ready")
+    tl = page.locator("#timeline")
+    start, end = int(tl.get_attribute("data-view-start-ns")), int(tl.get_attribute("data-view-end-ns"))
+    assert start <= batch_ns[0] and end >= batch_ns[1] and end - start < 10 * (batch_ns[1] - batch_ns[0]) + 5_000_000
 
 
 def test_no_serving_data_is_said(page, serving_server):
