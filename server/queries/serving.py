@@ -109,17 +109,22 @@ FROM b LEFT JOIN r USING (source, batch_id) ORDER BY b.start_ns, b.source, b.bat
 """
 
 
+def one(db, sql: str, params: list | tuple = ()) -> tuple:
+    """The first row (aggregates: always one); the plain runner of the Python API has no ``one``."""
+    return db.rows(sql, params)[0]
+
+
 def _range(start_ns: int | None, end_ns: int | None) -> list:
     return [start_ns, start_ns, end_ns, end_ns]
 
 
 def has_serving(db) -> bool:
     """The tables exist (a run ingested before them has none) and hold a row (every run has them, empty)."""
-    return bool(db.rows(HAVE_SQL)) and any(int(n) for n in db.one(COUNTS_SQL))
+    return bool(db.rows(HAVE_SQL)) and any(int(n) for n in one(db, COUNTS_SQL))
 
 
 def _origin(db) -> tuple[int | None, int | None]:
-    lo, hi = db.one(EXTENT_SQL)
+    lo, hi = one(db, EXTENT_SQL)
     return (None if lo is None else int(lo)), (None if hi is None else int(hi))
 
 
@@ -157,8 +162,8 @@ def summary(db, start_ns: int | None = None, end_ns: int | None = None) -> dict:
     if not has_serving(db):
         return _empty()
     origin, last = _origin(db)
-    n_req, n_batch, n_kv = db.one(COUNTS_SQL)
-    row = db.one(PERCENTILES_SQL, _range(start_ns, end_ns))
+    n_req, n_batch, n_kv = one(db, COUNTS_SQL)
+    row = one(db, PERCENTILES_SQL, _range(start_ns, end_ns))
     count = int(row[0])
     pct = {m: _pcts(v if count else None) for m, v in zip(METRICS, row[1:5])}
     out_tokens, in_tokens, first, final = row[5], row[6], row[7], row[8]
@@ -171,7 +176,7 @@ def summary(db, start_ns: int | None = None, end_ns: int | None = None) -> dict:
         r["reason"] = reason(r, medians)
         r["arrival_ns"] = ns_str(r["arrival_ns"])
         slow.append(r)
-    kv = db.one(KV_STATS_SQL)
+    kv = one(db, KV_STATS_SQL)
     return {
         "has_serving": True, "origin_ns": ns_str(origin), "last_ns": ns_str(last),
         "range": {"start_ns": ns_str(start_ns), "end_ns": ns_str(end_ns)},
@@ -224,7 +229,7 @@ def requests(db, start_ns: int | None = None, end_ns: int | None = None, limit: 
     origin, _ = _origin(db)
     limit = max(1, min(int(limit), MAX_REQUESTS))
     rows = db.dicts(REQUESTS_SQL, [*_range(start_ns, end_ns), limit])
-    total = int(db.one(COUNT_OVERLAP_SQL, _range(start_ns, end_ns))[0])
+    total = int(one(db, COUNT_OVERLAP_SQL, _range(start_ns, end_ns))[0])
     cols: dict[str, list] = {k: [] for k in ("source", "rid", "arrival_ns", "arrival_off_ns", "end_off_ns",
                                              "input_tokens", "output_tokens", "queue_ns", "ttft_ns", "prefill_ns",
                                              "decode_ns", "e2e_ns", "tpot_ns", "preempted", "ttft_source")}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ascendscope.server.queries import ns_str
 from ascendscope.server.queries import serving as sv
+from ascendscope.server.queries.serving import one
 
 CATEGORY = ("serving", "Serving (LLM inference)",
             "Request queueing, KV cache and batch sizes of a service profiled with msServiceProfiler")
@@ -65,7 +66,7 @@ def findings(db) -> list[dict]:
     if not sv.has_serving(db):
         return []
     out = []
-    queue, ttft, n = db.one(SHARES_SQL)
+    queue, ttft, n = one(db, SHARES_SQL)
     share = (int(queue) / int(ttft)) if n and ttft else None
     if share is not None and share > QUEUE_SHARE:
         top = [_inst(rid, a, q, ttft_ns=int(t) if t is not None else None)
@@ -76,7 +77,7 @@ def findings(db) -> list[dict]:
             "prefill. Admission is the bottleneck: more instances or a larger batch (max batch size, max prefill "
             "tokens), a larger KV cache (more blocks: memory fraction, shorter max sequence), or less load.",
             {"queue_share": share, "queue_ns": int(queue), "ttft_ns": int(ttft), "requests": int(n)}, top))
-    low_free, high_free, total, samples = db.one(KV_SQL)
+    low_free, high_free, total, samples = one(db, KV_SQL)
     size = total if total is not None else high_free
     if samples and low_free is not None and size:
         limit = int(size * KV_LOW_SHARE)
@@ -91,7 +92,7 @@ def findings(db) -> list[dict]:
                 "and running ones may be preempted: give the cache more memory, shorten max sequence lengths, or "
                 "admit fewer concurrent requests.",
                 {"min_free_blocks": int(low_free), "total_blocks": int(size), "threshold_blocks": limit}, moments))
-    mean, count = db.one(DECODE_SQL)
+    mean, count = one(db, DECODE_SQL)
     if count and mean is not None and float(mean) < DECODE_MIN_BATCH and share is not None \
             and share > DECODE_QUEUE_SHARE:
         out.append(_finding(

@@ -39,3 +39,10 @@ def test_batches_frame(served):
     assert len(df) == len(truth["batches"])
     assert [list(r) for r in df["rids"]] == [sorted(i[0] for i in b["items"]) for b in truth["batches"]]
     assert list(df["batch_size"]) == [len(b["items"]) for b in truth["batches"]]
+
+
+def test_advice_has_the_serving_findings(served):
+    run, _ = served
+    df = run.advice()
+    assert set(df.loc[df["category"] == "serving", "id"]) == {"serving:all:queue_dominates_ttft",
+                                                               "serving:all:decode_batches_small"}
