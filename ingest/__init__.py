@@ -9,4 +9,5 @@ The tables written are the contract documented in ``docs/schema.md``.
 # ops of a rank that lacks them made from its trace (a run of 1 holds other numbers: Retry ingests it again)
 # (and the grouped shards' layout and per-rank LOD levels of the progressive ingest)
 # 3: cluster_phases (the mstx ranges as phases, ingest/phases.py)
-SCHEMA_VERSION = 3
+# 4: the run-level serving_* tables (msServiceProfiler's output, ingest/serving.py)
+SCHEMA_VERSION = 4

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import jsonfile, readers
+from .readers import serving
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MAX_DEPTH = 5
@@ -106,7 +107,7 @@ def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path], list[Ran
                 loose.append(child)
             elif entry.is_file() and depth <= 2 and readers.find_loose(child):
                 loose.append(child)
-            elif entry.is_file() and entry.name.endswith(".db"):
+            elif entry.is_file() and entry.name.endswith(".db") and not serving.is_serving_file(child):
                 disc.warn(None, _rel(child, disc.root), "not loaded: a database of a kind not supported yet")
     rank_dirs.sort()
     own.sort(key=lambda s: s.folder)

@@ -39,6 +39,7 @@ from . import (
     jsonfile,
     lod,
     readers,
+    serving,
     sqlfuncs,
     trace_tables,
 )
@@ -151,13 +152,16 @@ def _metadata(con, results: list[RankResult], root: Path, extra_warnings: list[t
 
 def load_cluster_analysis(con, root: Path) -> list[dict]:
     """msprof-analyze's ``cluster_analysis_output`` under the source into ``cluster_analysis_*`` tables
-    (``ingest.cluster``); its warnings go to ``warnings`` (run-wide: no rank) and are returned."""
+    (``ingest.cluster``), and serving output into ``serving_*`` (``ingest.serving``); their warnings go to
+    ``warnings`` (run-wide: no rank) and are returned."""
     try:
         from .cluster import load_cluster_analysis as load
     except ImportError:
-        return []
+        load = None
+    texts = list(load(con, root) or []) if load is not None else []
+    texts += serving.load_serving(con, root)  # and msServiceProfiler's output: the serving_* tables
     rows = []
-    for text in load(con, root) or []:
+    for text in texts:
         file, sep, message = str(text).partition(": ")
         rows.append((None, file, message) if sep else (None, "cluster_analysis_output", str(text)))
     if rows:
@@ -226,7 +230,7 @@ def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
         progress.phase(f"extracting {src_path.name}")
         root = archive.extract(src_path, extract_to)
     disc = discover(root)
-    if not disc.ranks:
+    if not disc.ranks and not serving.find(root):  # serving output alone is a run of no ranks
         detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:5])
         raise NoProfilingData(f"{src_path}: no profiling data found (expected *_ascend_pt folders with "
                               f"ASCEND_PROFILER_OUTPUT)" + (f" — {detail}" if detail else ""), disc.warnings)

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import SCHEMA_VERSION, archive, pipeline, readers
+from . import SCHEMA_VERSION, archive, pipeline, readers, serving
 from .executors import default_workers, make_executor
 from .layout import (
     CLUSTER_DB,
@@ -386,7 +386,8 @@ class ClusterTables:
 
         self.analysis = [(None, *(str(w).partition(": ")[::2] if ": " in str(w) else ("cluster_analysis_output",
                                                                                          str(w))))
-                         for w in load_cluster_analysis(self.con, self.disc.root) or []]
+                         for w in [*(load_cluster_analysis(self.con, self.disc.root) or []),
+                                   *serving.load_serving(self.con, self.disc.root)]]
 
     def _columns(self, table: str) -> list[str]:
         return [c for (c,) in self.con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ?",
@@ -442,7 +443,8 @@ class ClusterTables:
                 self.con.execute(f'CREATE TABLE out."{table}" AS {sql}', params)
             for name in [t for (t,) in self.con.execute(
                     "SELECT table_name FROM duckdb_tables() WHERE database_name = 'memory' "
-                    "AND starts_with(table_name, 'cluster_analysis_')").fetchall()]:
+                    "AND (starts_with(table_name, 'cluster_analysis_') OR starts_with(table_name, 'serving_'))"
+            ).fetchall()]:
                 self.con.execute(f'CREATE TABLE out."{name}" AS SELECT * FROM "{name}"')
             self.con.execute(f"CREATE SCHEMA out.{EMPTY_SCHEMA}")
             for table in self.empty:

@@ -17,6 +17,7 @@ from ascendscope.locate import Located
 from ascendscope.server.queries import DuckRunner, Page
 from ascendscope.server.queries import communication as cq
 from ascendscope.server.queries import phases as phq
+from ascendscope.server.queries import serving as svq
 from ascendscope.server.queries import summary as sq
 from ascendscope.server.schema_check import check_schema
 
@@ -154,6 +155,23 @@ class Run:
         """The Phases view's figures: per iteration its wall time and deciding chain, per iteration × role busy and
         idle ns, per rank its idle gaps, the iteration × phase table, per pipeline stage its bubble and ratio."""
         return phq.summary(self._db())
+
+    def requests(self, start_ns: int | None = None, end_ns: int | None = None, *, arrow: bool = False
+                 ) -> pd.DataFrame | pa.Table:
+        """Serving (msServiceProfiler): every request overlapping [start_ns, end_ns] (epoch ns; None: unbounded)
+        — arrival and end, input and output tokens, queue wait, TTFT, prefill, decode, e2e and TPOT in ns."""
+        return self._serving("requests", start_ns, end_ns, arrow)
+
+    def batches(self, start_ns: int | None = None, end_ns: int | None = None, *, arrow: bool = False
+                ) -> pd.DataFrame | pa.Table:
+        """Serving: every batch overlapping the range — start and end, model execution ns, size, prefill and
+        decode requests, and the request ids it held (``rids``)."""
+        return self._serving("batches", start_ns, end_ns, arrow)
+
+    def _serving(self, which: str, start_ns, end_ns, arrow: bool):
+        columns, rows = svq.table_rows(self._db(), which, start_ns, end_ns)
+        frame = frames.to_frame(tables.Table(columns=list(columns), rows=rows))
+        return frames.to_arrow(frame) if arrow else frame
 
     # ---- SQL ---------------------------------------------------------------------------------------------------
     def sql(self, query: str, params: list | tuple | dict | None = None, *, arrow: bool = False,

@@ -69,6 +69,7 @@ API_MODULES = (
     "critical_path",
     "phases",
     "sqlconsole",
+    "serving",
 )
 
 STATIC_DIR = Path(frontend.__file__).resolve().parent / "static"

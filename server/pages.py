@@ -39,11 +39,12 @@ VIEWS = (
     ("advice", "Advice"),
     ("cluster", "Cluster"),
     ("phases", "Phases"),
+    ("serving", "Serving"),
     ("query", "SQL"),
 )
 VIEW_NAMES = tuple(v for v, _ in VIEWS)
 # their templates load /vendor/plotly.min.js
-PLOTLY_VIEWS = ("operator", "memory", "summary", "communication", "cluster", "query", "phases")
+PLOTLY_VIEWS = ("operator", "memory", "summary", "communication", "cluster", "phases", "serving", "query")
 
 router = APIRouter(include_in_schema=False)
 

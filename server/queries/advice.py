@@ -36,6 +36,7 @@ The checks (each in its own module, thresholds the constants there; this one run
 
 from __future__ import annotations
 
+from ascendscope.server.queries import serving_advice
 from ascendscope.server.queries import summary as sq
 from ascendscope.server.queries.advice_affinity import AFFINITY_RULES, MAX_AFFINITY_CANDIDATES, _alts, affinity
 from ascendscope.server.queries.advice_core import MAX_INSTANCES, Advisor, timeline_url
@@ -69,6 +70,7 @@ CATEGORIES = (
     ("affinity_api", "Affinity APIs", "Torch op sequences that one fused torch_npu API replaces"),
     ("fusible", "Fusible op sequences", "Repeated runs of small kernels on one stream"),
     ("dispatch", "Dispatch gaps", "Device idle time attributed to launch, queue or waiting"),
+    serving_advice.CATEGORY,
 )
 
 
@@ -84,6 +86,7 @@ def run(a: Advisor) -> dict:
         fusible(a)
     slow_rank(a)
     slow_links(a)
+    a.findings.extend(serving_advice.findings(a.db))
     order = {c: i for i, (c, _, _) in enumerate(CATEGORIES)}
     a.findings.sort(key=lambda f: (order[f["category"]], SEVERITY_ORDER[f["severity"]],
                                    -1 if f["step"] is None else f["step"]))

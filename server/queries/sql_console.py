@@ -73,6 +73,10 @@ TABLE_NOTES = {
     "cluster_analysis_comm_ops": "cluster_communication.json, per op and rank",
     "cluster_analysis_comm_bandwidth": "cluster_communication.json, per transport",
     "cluster_analysis_groups": "communication_group.json",
+    "serving_requests": "msServiceProfiler request.csv: one row per request (whole run)",
+    "serving_batches": "msServiceProfiler batch.csv: forming and running each batch", "serving_batch_requests":
+    "the requests of each batch (batch.csv res_list)", "serving_kvcache": "msServiceProfiler kvcache.csv",
+    "serving_files": "the serving files read",
 }
 SCHEMA_SQL = """
 SELECT table_name, column_name, data_type FROM information_schema.columns
