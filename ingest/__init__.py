@@ -8,4 +8,5 @@ The tables written are the contract documented in ``docs/schema.md``.
 # 2: the db export's kernel waits by the profiler's rule, its GE names and group lanes; kernels and communication
 # ops of a rank that lacks them made from its trace (a run of 1 holds other numbers: Retry ingests it again)
 # (and the grouped shards' layout and per-rank LOD levels of the progressive ingest)
-SCHEMA_VERSION = 2
+# 3: cluster_collectives' window_kernels (each window's kernels by name, for the late rank's excess kernel)
+SCHEMA_VERSION = 3

@@ -110,6 +110,7 @@ def test_slice_detail_of_a_collective_says_who_it_waited_for(page, live_server, 
     text = box.inner_text()
     assert "Waited 300 µs for rank 2, the last of 4 ranks" in text
     assert "computing +300 µs (100% of its lateness)" in text
+    assert "kernel MatMul +300 µs over rank 1" in text  # the kernel by its excess over the median rank's
     page.locator("#tl-detail").screenshot(path=str(artifacts_dir / "timeline_slice_detail_late.png"))
     late = parse_qs(urlparse(page.locator("#tl-late-open").get_attribute("href")).query)
     assert late["ranks"] == ["0,2"] and late["slice"] == [str(inst["late_slice_id"])]
