@@ -13,6 +13,6 @@ export function kernelText(c, refRank, fmt, sep = " · ") {
     const what = c.excess_kernel_by === "type" ? "kernel type" : "kernel";
     out += `${sep}${what} ${c.excess_kernel} +${c.excess_kernel_bound ? "≥" : ""}${fmt(c.excess_kernel_ns)} over rank ${refRank}`;
   }
-  if (c.top_kernel && c.top_kernel !== c.excess_kernel) out += `${sep}most time: ${c.top_kernel} ${fmt(c.top_kernel_ns)}`;
+  if (c.top_kernel) out += `${sep}most time: ${c.top_kernel} ${fmt(c.top_kernel_ns)}`;
   return out;
 }
