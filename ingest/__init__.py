@@ -10,4 +10,5 @@ The tables written are the contract documented in ``docs/schema.md``.
 # (and the grouped shards' layout and per-rank LOD levels of the progressive ingest)
 # 3: cluster_phases (the mstx ranges as phases, ingest/phases.py)
 # 4: the run-level serving_* tables (msServiceProfiler's output, ingest/serving.py)
-SCHEMA_VERSION = 4
+# 5: cluster_collectives' window_kernels (each window's kernels by name, for the late rank's excess kernel)
+SCHEMA_VERSION = 5

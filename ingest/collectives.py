@@ -36,10 +36,15 @@ rank, not a group that waits for its last member.
   lane (Level0).
 * ``top_kernel`` / ``top_kernel_ns``: the compute task name (Ascend Hardware lanes) with the most time inside
   the window.
+* ``window_kernels``: the compute tasks inside the window by name, as JSON ``[[name, type, ns], …]``, most time
+  first, at most :data:`MAX_WINDOW_KERNELS` names (more: the rest left out, ``window_kernel_names`` says how many
+  there were). ``type`` is kernel_details' Type of that name, else its Task Type. The late-arrival analysis
+  compares the late rank's list with the reference rank's, kernel by kernel.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -51,13 +56,17 @@ P2P_PREFIXES = ("hcom_send", "hcom_receive", "hcom_batchsendrecv")
 SYNC_MARKER = "Synchronize"  # aclrtSynchronizeStream / Device / Event: the host waits, it does not launch
 GROUP_LANE = re.compile(r"^Group (.*) Communication$")
 TYPE_SUFFIX = re.compile(r"(_\d+)+$")  # hcom_allReduce__586_0_1 -> hcom_allReduce_ (as the views group them)
+# a window's kernels kept by name: enough for a segment's distinct kernels between two collectives, and bounded
+# (the table holds a row per collective per rank)
+MAX_WINDOW_KERNELS = 32
 
 COLUMNS = (
     ("rank", "INTEGER"), ("group_id", "VARCHAR"), ("op_name", "VARCHAR"), ("op_type", "VARCHAR"),
     ("seq", "INTEGER"), ("step", "BIGINT"), ("source", "VARCHAR"), ("slice_id", "BIGINT"), ("track_id", "INTEGER"),
     ("start_ns", "BIGINT"), ("end_ns", "BIGINT"), ("window_start_ns", "BIGINT"), ("computing_ns", "BIGINT"),
     ("other_comm_ns", "BIGINT"), ("launch_bound_ns", "BIGINT"), ("free_ns", "BIGINT"), ("preparing_ns", "BIGINT"),
-    ("top_kernel", "VARCHAR"), ("top_kernel_ns", "BIGINT"),
+    ("top_kernel", "VARCHAR"), ("top_kernel_ns", "BIGINT"), ("window_kernels", "VARCHAR"),
+    ("window_kernel_names", "INTEGER"),
 )
 DDL = ("CREATE OR REPLACE TABLE cluster_collectives ("
        + ", ".join(f"{name} {sql_type}" for name, sql_type in COLUMNS) + ")")
@@ -113,10 +122,12 @@ WHERE t.kind = 'hardware' AND s.dur_ns > 0 AND ({compute})
 ORDER BY s.rank, s.ts_ns
 """
 KERNEL_NAMES_SQL = """
-SELECT DISTINCT s.name FROM slices s JOIN tracks t ON t.track_id = s.track_id
+SELECT s.name, min(json_extract_string(s.args, '$."Task Type"')) AS task_type
+FROM slices s JOIN tracks t ON t.track_id = s.track_id
 WHERE t.kind = 'hardware' AND s.dur_ns > 0 AND ({compute})
-ORDER BY s.name
+GROUP BY s.name ORDER BY s.name
 """
+KERNEL_TYPES_SQL = "SELECT name, min(type) FROM kernels WHERE type IS NOT NULL AND type <> '' GROUP BY name"
 # a compute task: a compute core's Task Type (text export), or the db export's KERNEL_* task types
 IS_COMPUTE_SQL = ("list_contains({types}, json_extract_string(s.args, '$.\"Task Type\"')) "
                   "OR starts_with(json_extract_string(s.args, '$.\"Task Type\"'), 'KERNEL_')"
@@ -272,8 +283,9 @@ def _breakdown(con, rank_ops: dict[int, list[dict]], have: set[str]) -> None:
     other = {r: Cover(*c).within(*windows[r]) for r, c in lane("Communication(Not Overlapped)").items()
              if r in windows}
     kernels = _arrays_by_rank(con, KERNELS_SQL.format(compute=IS_COMPUTE_SQL))
-    kernel_names = [r[0] for r in con.execute(KERNEL_NAMES_SQL.format(compute=IS_COMPUTE_SQL)).fetchall()] \
-        if kernels else []
+    kernel_names = con.execute(KERNEL_NAMES_SQL.format(compute=IS_COMPUTE_SQL)).fetchall() if kernels else []
+    types = dict(con.execute(KERNEL_TYPES_SQL).fetchall()) if kernels and "kernels" in have else {}
+    kernel_names = [(name, types.get(name) or task_type) for name, task_type in kernel_names]
     for rank in ranks:
         a, b = windows[rank]
         zero = np.zeros(len(a), dtype=np.int64)
@@ -284,14 +296,18 @@ def _breakdown(con, rank_ops: dict[int, list[dict]], have: set[str]) -> None:
             o["launch_bound_ns"] = int(ln[i]) if rank in hosts else None
             o["free_ns"] = int(fr[i] - ln[i])
             o["preparing_ns"] = int((b[i] - a[i]) - comp[i] - oth[i] - fr[i])
-            o["top_kernel"], o["top_kernel_ns"] = top[i]
+            listed, count = top[i]
+            o["top_kernel"], o["top_kernel_ns"] = (listed[0][0], listed[0][2]) if listed else (None, None)
+            o["window_kernels"] = json.dumps(listed, ensure_ascii=False) if listed else None
+            o["window_kernel_names"] = count
 
 
-def _top_kernels(k: dict[str, np.ndarray] | None, names: list[str], a: np.ndarray, b: np.ndarray) -> list[tuple]:
-    """Per window, the kernel name with the most time inside it (clipped to the window); ``k`` holds the rank's
-    kernels ordered by start, each name as its index in ``names``."""
+def _top_kernels(k: dict[str, np.ndarray] | None, names: list[tuple], a: np.ndarray, b: np.ndarray) -> list[tuple]:
+    """Per window, its kernels by name with their time inside it (clipped to the window), most first, at most
+    :data:`MAX_WINDOW_KERNELS` ``[name, type, ns]``, and how many names it had; ``k`` holds the rank's kernels
+    ordered by start, each name as its index in ``names`` (``(name, type)`` pairs)."""
     if k is None or len(k["ts_ns"]) == 0:
-        return [(None, None)] * len(a)
+        return [([], 0)] * len(a)
     ts, end, name_id = k["ts_ns"].astype(np.int64), k["end_ns"].astype(np.int64), k["name_id"].astype(np.int64)
     longest = int((end - ts).max())
     out = []
@@ -300,11 +316,13 @@ def _top_kernels(k: dict[str, np.ndarray] | None, names: list[str], a: np.ndarra
         inside = np.minimum(end[i0:i1], hi) - np.maximum(ts[i0:i1], lo)
         keep = inside > 0
         if not keep.any():
-            out.append((None, None))
+            out.append(([], 0))
             continue
-        sums = np.bincount(name_id[i0:i1][keep], weights=inside[keep], minlength=len(names))
-        best = int(sums.argmax())
-        out.append((str(names[best]), int(sums[best])))
+        sums = np.bincount(name_id[i0:i1][keep], weights=inside[keep], minlength=len(names)).astype(np.int64)
+        present = np.flatnonzero(sums > 0)
+        # most time first, ties by name (the ids are the names' sorted order)
+        ranked = present[np.lexsort((present, -sums[present]))][:MAX_WINDOW_KERNELS]
+        out.append(([[str(names[j][0]), names[j][1], int(sums[j])] for j in ranked.tolist()], len(present)))
     return out
 
 

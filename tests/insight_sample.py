@@ -3,6 +3,7 @@
 * :func:`add_wait_runs`: ``sample_data.waits`` runs (whose late rank, critical path and what-if are known by
   construction) ingested into a run store: ``waits`` (4 ranks, rank 2 late by 300 µs, 2 steps) as one file and
   ``waits_sharded`` as a sharded run, and ``waits_level0`` (the same without a CANN lane);
+* :func:`add_generated_run`: one more ``sample_data.waits`` run of given options (a test module's own);
 * :func:`synthetic_late_run`: a run of many ranks whose ``cluster_collectives`` is filled by SQL with known late
   ranks (1,000 ranks × 20 steps × 2 groups by default, in seconds), and nothing else but the small run tables.
 """
@@ -26,7 +27,7 @@ from ascendscope.sample_data.waits import (
 from tests.cluster_sample import _register as register
 from tests.cluster_sample import empty_run
 
-__all__ = ["LEAD_NS", "STEP_NS", "T0_NS", "add_wait_runs", "synthetic_late_run"]
+__all__ = ["LEAD_NS", "STEP_NS", "T0_NS", "add_generated_run", "add_wait_runs", "synthetic_late_run"]
 
 
 @dataclass
@@ -55,6 +56,18 @@ def add_wait_runs(data_dir: Path, work: Path) -> WaitRuns:
         store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
         ids[name] = run.id
     return WaitRuns(ids, truth, truth0, {"waits": work / "waits", "waits_level0": work / "waits_level0"})
+
+
+def add_generated_run(data_dir: Path, work: Path, name: str, **options) -> tuple[str, dict]:
+    """``write_wait_run(work, **options)`` ingested as one file into the store: its run id and its truth."""
+    from ascendscope.server.runs import RunStore
+
+    store = RunStore(data_dir)
+    truth = write_wait_run(work / name, **options)
+    run = store.create_run(name, str(work / name))
+    summary = ingest_path(work / name, store.db_path(run.id))
+    store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
+    return run.id, truth
 
 
 @dataclass

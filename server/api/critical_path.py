@@ -25,10 +25,13 @@ TypesQ = Annotated[list[str] | None, Query(max_length=cp.MAX_PICKS,
 def critical_path(db: RunDbDep, rank: Annotated[Int64, Query(description="the rank")], step: StepQ = None,
                   kernel: NamesQ = None, kernel_type: TypesQ = None, communication: bool = False,
                   factor: Annotated[float | None, Query(gt=0, le=cp.MAX_FACTOR,
-                                                        description="speed-up factor (2: twice as fast)")] = None
+                                                        description="speed-up factor (2: twice as fast)")] = None,
+                  infer: Annotated[bool, Query(description="infer a collective's order with the kernels launched "
+                                                           "before and after it where no wait task shows it")] = True
                   ) -> dict:
     """The step's critical path (segments with shares, per category, the top elements) and, with ``kernel``,
     ``kernel_type`` or ``communication`` and a ``factor``, the estimated step time beside the measured one, the
-    re-evaluated path and the model's assumptions."""
+    re-evaluated path and the model's assumptions; ``inferred_edges`` lists the order inferred from the launches
+    (``infer=false``: none)."""
     pick = {"kernels": kernel or [], "types": kernel_type or [], "communication": communication}
-    return cp.critical_path(db, rank, step, pick, factor)
+    return cp.critical_path(db, rank, step, pick, factor, infer)

@@ -10,7 +10,9 @@ Dependencies (the model):
 * *start* dependencies, edges ``pred → e`` with a ready time ``anchor(pred) + offset`` (anchor = the pred's start
   or end): ``stream`` (the previous task of the stream ends), ``launch`` (the host call that launched it — by its
   HostToDevice or async_npu flow — returns: offset to ``min(call end, e.start)``), ``thread`` (the previous call
-  of the same host thread ends), ``queue`` (the enqueue that fed the dequeue the call runs in). The *binding*
+  of the same host thread ends), ``queue`` (the enqueue that fed the dequeue the call runs in), ``inferred`` (an
+  order between a collective and the kernels of other streams that no wait task shows, inferred from the launch
+  order by ``critical_path.py``: the pred ends). The *binding*
   dependency is the one ready last; ``gap`` = start − its ready time (launch latency, scheduling) is kept by the
   model, on that edge only. An element without dependencies keeps its measured start.
 * *end* dependencies: a ``sync`` host call and a ``wait`` device task end when their *target* ends (the latest
@@ -31,7 +33,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-EDGE_ORDER = {"stream": 0, "launch": 1, "queue": 2, "thread": 3}  # equal ready times: the first binds
+EDGE_ORDER = {"stream": 0, "launch": 1, "queue": 2, "thread": 3, "inferred": 4}  # equal ready times: the first binds
 
 
 @dataclass

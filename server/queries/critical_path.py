@@ -12,7 +12,9 @@ What is loaded for a step (its host start to the later of its host and device en
   Enqueue slices; a rank without a CANN lane (Level0) has the torch ops that launched device work instead;
 * launch dependencies from the HostToDevice flows (async_npu without a CANN lane), queue dependencies from the
   async_task_queue flows (an enqueue feeds the calls inside the dequeue it leads to);
-* the step's host end (the ProfilerStep's end), after the main thread's last call.
+* the step's host end (the ProfilerStep's end), after the main thread's last call;
+* with ``infer`` (the default), the order between each collective and the kernels launched before and after it on
+  the same host thread, where no wait task shows it (``critical_infer.py``); the answer lists those edges.
 
 Kernel types (for a what-if on a type) are kernel_details.csv's ``Type`` of the same kernel, else its Task Type.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 
-from ascendscope.server.queries import NotFound, QueryError, ns_str, table_columns
+from ascendscope.server.queries import NotFound, QueryError, critical_infer, ns_str, table_columns
 from ascendscope.server.queries.critical_model import Element, Model
 
 MAX_ELEMENTS = 300_000
@@ -29,6 +31,7 @@ MAX_PATH_SEGMENTS = 2_000
 MAX_TOP = 25
 MAX_FACTOR = 1000.0
 MAX_PICKS = 200
+MAX_INFERRED_LISTED = 200
 WAIT_TASK_TYPES = ("EVENT_WAIT_SQE", "EVENT_WAIT", "Notify Wait")
 COMPUTE_TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU", "DSA_SQE")
 SYNC_MARKER = "Synchronize"
@@ -42,8 +45,11 @@ ASSUMPTIONS = (
     "latest device task ending inside them), plus their measured tail.",
     "A collective cannot complete before the last other rank of its group arrives: the other ranks keep their "
     "measured arrivals (the what-if changes this rank only).",
-    "Dependencies the trace does not show (an event without a wait task, memory or CPU contention) are not "
-    "modelled; an element without a known dependency keeps its measured start.",
+    "Where no wait task shows it, a collective starts after the work its host thread launched before it, and the "
+    "work launched after it starts after it ends (torch_npu's order; inferred from the launch order, only where "
+    "the measured times obey it; listed, and switched off with infer=false).",
+    "Other dependencies the trace does not show (memory or CPU contention) are not modelled; an element without a "
+    "known dependency keeps its measured start.",
     "The step ends when its last device element or its host step (ProfilerStep) ends, whichever is later; the host "
     "step ends after the main thread's last call, with the measured gap, or, when a device task ended in that gap, "
     "that long after the task (the host waited for it).",
@@ -51,7 +57,8 @@ ASSUMPTIONS = (
 CATEGORY_OF = {"kernel": "kernel", "device": "device task", "wait": "event wait", "collective": "collective",
                "host": "host call", "sync": "host synchronize", "end": "host after the last call"}
 GAP_WORDS = {"gap_launch": "launch latency", "gap_stream": "stream gap", "gap_thread": "host between calls",
-             "gap_queue": "task queue latency", "before": "before the path"}
+             "gap_queue": "task queue latency", "gap_inferred": "gap after an order inferred from the launches",
+             "before": "before the path"}
 
 STEPS_SQL = """
 SELECT st.step, st.host_start_ns, st.host_end_ns, st.device_start_ns, st.device_end_ns, t.tid AS main_tid
@@ -285,8 +292,9 @@ def _step(db, rank: int, step: int | None) -> dict:
     raise NotFound("step_not_found", f"rank {rank} has no step {step}")
 
 
-def load(db, rank: int, step: int | None) -> tuple[Model, dict]:
-    """The model of ``rank``'s ``step`` (default: its first) and the step's facts."""
+def load(db, rank: int, step: int | None, infer: bool = True) -> tuple[Model, dict]:
+    """The model of ``rank``'s ``step`` (default: its first) and the step's facts (``inferred``: the edges inferred
+    from the launch order, ``(from, to, rule)``; none without ``infer``)."""
     row = db.rows(HAS_TRACE_SQL, [rank])
     if not row:
         raise NotFound("rank_not_found", f"no rank {rank} in this run")
@@ -310,11 +318,12 @@ def load(db, rank: int, step: int | None) -> tuple[Model, dict]:
     if end is not None and b.el[end].preds:  # the step's end: from the main thread's last call to the host end
         b.el[end].start = min(b.el[b.el[end].preds[0][0]].end, b.el[end].end)
     _targets(b)
+    inferred = critical_infer.infer(b.el) if infer else []
     if db.rows(PEERS_TABLE_SQL)[0][0]:
         _peers(b, db.dicts(PEERS_SQL, [rank, hi, lo]))
     if not b.el:
         raise NotFound("empty_step", f"rank {rank}'s step {st['step']} has no device or host element")
-    return Model(b.el, lo), {**st, "lo": lo, "hi": hi, "has_cann": has_cann}
+    return Model(b.el, lo), {**st, "lo": lo, "hi": hi, "has_cann": has_cann, "inferred": inferred}
 
 
 def _scale(pick: dict, factor: float):
@@ -377,11 +386,20 @@ def _totals(segs: list[dict], span: int) -> tuple[list[dict], list[dict]]:
     return by_cat, top
 
 
+def _edge(model: Model, a: int, b: int, rule: str) -> dict:
+    def end(i):
+        e = model.el[i]
+        return {"name": e.name, "kind": e.kind, "slice_id": e.slice_id, "track_id": e.track_id}
+
+    return {"from": end(a), "to": end(b), "rule": rule, "words": critical_infer.RULES[rule]}
+
+
 def critical_path(db, rank: int, step: int | None = None, pick: dict | None = None,
-                  factor: float | None = None) -> dict:
+                  factor: float | None = None, infer: bool = True) -> dict:
     """The measured critical path of ``rank``'s ``step`` with each segment's share of the step, and with a pick
-    (``{"kernels": [...], "types": [...], "communication": bool}``) and a ``factor`` the step re-evaluated."""
-    model, st = load(db, rank, step)
+    (``{"kernels": [...], "types": [...], "communication": bool}``) and a ``factor`` the step re-evaluated;
+    ``infer`` adds the collectives' order inferred from the launch order where no wait task shows it."""
+    model, st = load(db, rank, step, infer)
     m = model.measured
     span = m.step_end - model.step_start
     segs = _segments(model, m, span)
@@ -392,6 +410,9 @@ def critical_path(db, rank: int, step: int | None = None, pick: dict | None = No
         "elements": len(model.el), "path": segs, "categories": by_cat, "top": top,
         "truncated": len(segs) >= MAX_PATH_SEGMENTS, "assumptions": list(ASSUMPTIONS),
         "kernel_names": _names(model, "name"), "kernel_types": _names(model, "ktype"), "whatif": None,
+        "infer": infer, "inferred_total": len(st["inferred"]),
+        "inferred_edges": [_edge(model, *x) for x in st["inferred"][:MAX_INFERRED_LISTED]],
+        "inferred_truncated": len(st["inferred"]) > MAX_INFERRED_LISTED,
     }
     if pick and (pick.get("kernels") or pick.get("types") or pick.get("communication")):
         if factor is None or not (0 < factor <= MAX_FACTOR):

@@ -23,9 +23,17 @@ of the instance. Its lateness over the reference, ``arrival(late) − arrival(re
 ``late_start`` (its window started later: the previous collective of the group, or the step, began later), and the
 difference of each part of the window (``computing``, ``other_comm``, ``launch_bound``, ``free``,
 ``preparing``; see ``ingest/collectives.py``). The cause is the part with the largest positive difference.
+
+The kernel that made it late: the late rank's window and the reference rank's are compared kernel by kernel
+(``window_kernels``: time in the window per kernel name), and the kernel with the largest excess (late − reference)
+is named; when no name is in both windows (the ranks name their kernels differently), by kernel type instead. The
+kernel with the most time in the late rank's window stays beside it as ``top_kernel``: a kernel every rank runs as
+long is the biggest without having caused anything.
 """
 
 from __future__ import annotations
+
+import json
 
 from ascendscope.ingest.collectives import IS_COMPUTE_SQL
 from ascendscope.server.queries import NotFound, Page, QueryError, ns_str, paged
@@ -104,7 +112,8 @@ SELECT a.group_id, a.op_name, a.seq, a.op_type, a.step, a.ranks, a.group_size, a
        l.launch_bound_ns AS late_launch_bound_ns, f.launch_bound_ns AS ref_launch_bound_ns,
        l.free_ns AS late_free_ns, f.free_ns AS ref_free_ns,
        l.preparing_ns AS late_preparing_ns, f.preparing_ns AS ref_preparing_ns,
-       f.start_ns AS ref_start_ns, l.top_kernel, l.top_kernel_ns
+       f.start_ns AS ref_start_ns, l.top_kernel, l.top_kernel_ns, l.window_kernels AS late_window_kernels,
+       f.window_kernels AS ref_window_kernels, f.window_kernel_names AS ref_window_kernel_names
 FROM att a
 LEFT JOIN cluster_collectives l ON l.group_id = a.group_id AND l.op_name = a.op_name AND l.seq = a.seq
                                AND l.rank = a.late_rank
@@ -186,6 +195,35 @@ def _i(v) -> int | None:
     return None if v is None else int(v)
 
 
+def _by(kernels: list, key: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k in kernels:
+        if k[key]:
+            out[k[key]] = out.get(k[key], 0) + int(k[2])
+    return out
+
+
+def excess_kernel(late_json: str | None, ref_json: str | None, ref_names: int | None) -> dict | None:
+    """The late rank's kernel with the largest excess over the reference rank's window (``window_kernels`` of
+    each), by name, else (no name in both) by type; None when no kernel of the late rank took longer. A name the
+    reference's list left out (it keeps the longest names only) counts as its shortest listed time, so the excess
+    is then at least the one given (``bound``)."""
+    late = json.loads(late_json) if late_json else []
+    ref = json.loads(ref_json) if ref_json else []
+    if not late:
+        return None
+    complete = ref_names is None or len(ref) >= int(ref_names)
+    floor = 0 if complete or not ref else min(int(k[2]) for k in ref)
+    key = 0 if not ref or {k[0] for k in late} & {k[0] for k in ref} else 1
+    mine, theirs = _by(late, key), _by(ref, key)
+    excess = {n: ns - theirs.get(n, floor) for n, ns in mine.items()}
+    best = max(excess, key=lambda n: (excess[n], mine[n]), default=None)
+    if best is None or excess[best] <= 0:
+        return None
+    return {"name": best, "by": "name" if key == 0 else "type", "excess_ns": excess[best], "late_ns": mine[best],
+            "ref_ns": theirs.get(best), "bound": best not in theirs and not complete}
+
+
 def cause(row: dict) -> dict:
     """The late rank's lateness over the reference rank, split into the late start and the parts of the window;
     the cause is the part with the largest positive difference."""
@@ -206,8 +244,14 @@ def cause(row: dict) -> dict:
     shares = {k: v / lateness for k, v in deltas.items()} if lateness else {}
     window_ns = (_i(row["last_ns"]) - _i(row["late_window_start_ns"])
                  if row.get("late_window_start_ns") is not None else None)
+    k = (excess_kernel(row.get("late_window_kernels"), row.get("ref_window_kernels"),
+                       row.get("ref_window_kernel_names")) if row.get("ref_start_ns") is not None else None)
     return {"part": top, "delta_ns": positive.get(top), "words": CAUSE_WORDS.get(top), "lateness_ns": lateness,
             "deltas": deltas, "shares": shares, "late_window": window, "window_ns": window_ns,
+            # the kernel that made it late (largest excess over the reference), then the one with the most time
+            "excess_kernel": k and k["name"], "excess_kernel_ns": k and k["excess_ns"],
+            "excess_kernel_by": k and k["by"], "excess_kernel_late_ns": k and k["late_ns"],
+            "excess_kernel_ref_ns": k and k["ref_ns"], "excess_kernel_bound": bool(k and k["bound"]),
             "top_kernel": row.get("top_kernel"), "top_kernel_ns": _i(row.get("top_kernel_ns"))}
 
 
@@ -261,8 +305,8 @@ def table(db, step: int | None, page: Page, sort: str | None = None, order: str 
 
 
 CSV_COLUMNS = ("step", "group_id", "op_name", "seq", "ranks", "group_size", "last_rank", "attributed", "lead_ns",
-               "wait_caused_ns", "max_wait_ns", "first_ns", "last_ns", "cause", "cause_delta_ns", "top_kernel",
-               "top_kernel_ns")
+               "wait_caused_ns", "max_wait_ns", "first_ns", "last_ns", "cause", "cause_delta_ns", "excess_kernel",
+               "excess_kernel_ns", "top_kernel", "top_kernel_ns")
 
 
 def table_csv_rows(db, step: int | None, max_rows: int) -> list[list]:
@@ -272,7 +316,8 @@ def table_csv_rows(db, step: int | None, max_rows: int) -> list[list]:
         return []
     return [[r["step"], r["group_id"], r["op_name"], r["seq"], r["ranks"], r["group_size"], r["last_rank"],
              r["attributed"], r["lead_ns"], r["wait_caused_ns"], r["max_wait_ns"], r["first_ns"], r["last_ns"],
-             r["cause"]["part"], r["cause"]["delta_ns"], r["cause"]["top_kernel"], r["cause"]["top_kernel_ns"]]
+             r["cause"]["part"], r["cause"]["delta_ns"], r["cause"]["excess_kernel"], r["cause"]["excess_kernel_ns"],
+             r["cause"]["top_kernel"], r["cause"]["top_kernel_ns"]]
             for r in out["rows"]]
 
 

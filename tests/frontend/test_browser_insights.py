@@ -32,7 +32,9 @@ def test_cluster_view_names_the_late_rank_and_why(page, live_server, wait_runs, 
     cells = rows.nth(0).locator("td")
     assert cells.nth(1).inner_text() == "hcom_allReduce__123_0_1" and cells.nth(3).inner_text() == "2"
     assert cells.nth(5).inner_text() == "0.900"  # wait caused (ms): three ranks × 300 µs
-    assert "computing +0.300 ms · top kernel MatMul 0.400 ms" in cells.nth(7).inner_text()
+    # the kernel by its excess over the median rank, then the one with the most time in the window
+    assert "computing +0.300 ms · kernel MatMul +0.300 ms over rank 1 · most time: MatMul 0.400 ms" in \
+        cells.nth(7).inner_text()
     rows.nth(0).locator(".v-expand").click()
     page.locator(".cl-late-items").wait_for()
     cause = page.locator(".cl-late-why tr.cl-late-cause td")
@@ -110,6 +112,7 @@ def test_slice_detail_of_a_collective_says_who_it_waited_for(page, live_server, 
     text = box.inner_text()
     assert "Waited 300 µs for rank 2, the last of 4 ranks" in text
     assert "computing +300 µs (100% of its lateness)" in text
+    assert "kernel MatMul +300 µs over rank 1" in text  # the kernel by its excess over the median rank's
     page.locator("#tl-detail").screenshot(path=str(artifacts_dir / "timeline_slice_detail_late.png"))
     late = parse_qs(urlparse(page.locator("#tl-late-open").get_attribute("href")).query)
     assert late["ranks"] == ["0,2"] and late["slice"] == [str(inst["late_slice_id"])]
@@ -136,6 +139,34 @@ def test_critical_path_what_if(page, live_server, wait_runs, artifacts_dir):
     page.locator("#tl-panel").screenshot(path=str(artifacts_dir / "timeline_critical_path_whatif.png"))
     assert page.locator(".cp-assumptions").get_attribute("open") is not None  # stated beside the estimate
     page.locator(".cp-whatif").screenshot(path=str(artifacts_dir / "critical_path_whatif_result.png"))
+
+
+def test_critical_path_what_if_infers_the_collectives_order(page, live_server, runs, tmp_path_factory, artifacts_dir):
+    """A run without wait tasks: the panel lists the two orders inferred from the launches, the what-if of rank 1's
+    MatMul × 1000 saves its 300 µs lead; unchecked, nothing is inferred (and the estimate is the model's without)."""
+    from tests.insight_sample import add_generated_run
+
+    run, t = add_generated_run(runs.data_dir, tmp_path_factory.mktemp("nowait-ui"), "nowait_ui", ranks=4,
+                               late_rank=1, extra_us=300, wait_tasks=False)
+    open_timeline(page, live_server, run, overlay="path", cp_rank=1, start_ns=(T0_US - 20) * US,
+                  end_ns=(T0_US + 800) * US)
+    page.locator('.tl-panel-tab[data-tab="critpath"]').click()
+    page.locator("#cp-names").wait_for()
+    assert page.locator("#cp-inferred").get_attribute("data-count") == "2"
+    assert page.locator("#cp-infer").is_checked()
+    page.locator("#cp-names").select_option("MatMul")
+    page.locator("#cp-factor").fill("1000")
+    page.locator("#cp-factor").dispatch_event("change")
+    page.locator("#cp-eval").click()
+    page.locator("#cp-result").wait_for()
+    assert f"{t['whatif_1000_ns'] // US} µs saved" in page.locator("#cp-result").inner_text()
+    page.locator("#cp-inferred summary").click()
+    assert "Add → hcom_allReduce__123_0_1 (before)" in page.locator("#cp-inferred").inner_text()
+    page.locator(".cp-whatif").screenshot(path=str(artifacts_dir / "critical_path_whatif_inferred.png"))
+    page.locator("#cp-infer").uncheck()
+    page.locator("#cp-eval").click()
+    poll(page, "() => document.getElementById('cp-inferred').dataset.count === '0'")
+    assert "90 µs saved" in page.locator("#cp-result").inner_text() and "cp_infer=0" in page.url
 
 
 @needs_samples

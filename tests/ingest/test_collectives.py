@@ -53,6 +53,10 @@ def test_instances_and_windows_of_a_constructed_run(waits):
         late = r["rank"] == truth["late_rank"]
         assert r["computing_ns"] == (400 if late else 100) * US + 50 * US  # MatMul + Add
         assert r["top_kernel"] == "MatMul" and r["top_kernel_ns"] == (400 if late else 100) * US
+        # every kernel of the window by name, most time first, with its type (Task Type: no kernel_details)
+        assert json.loads(r["window_kernels"]) == [["MatMul", "AI_CORE", (400 if late else 100) * US],
+                                                   ["Add", "AI_VECTOR_CORE", 50 * US]]
+        assert r["window_kernel_names"] == 2
         assert r["other_comm_ns"] == 0
         # Add's end to the op's start (10 µs) is idle, the synchronize no launch
         if step == 1:  # the lane (device idle) begins at the run's first task, 30 µs into the step

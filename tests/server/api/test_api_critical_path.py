@@ -180,3 +180,62 @@ def test_the_real_sample(client, runs):
     k = a["kernel_names"][0]["name"]
     b = get(client, runs.ids["level1"], rank=0, step=50, kernel=k, factor=2)
     assert 0 <= b["whatif"]["saved_ns"] <= a["kernel_names"][0]["ns"] // 2 + 1
+
+
+@pytest.fixture(scope="module")
+def no_wait_runs(runs, tmp_path_factory):
+    """4 ranks without EVENT_WAIT / Notify Wait tasks: ``lead``, rank 1's Add lengthened by 300 µs while the other
+    ranks' MatMul is 100 µs longer (it leads by 200 µs); ``d``, rank 3's MatMul lengthened by 300 µs (it leads by
+    as much)."""
+    from tests.insight_sample import add_generated_run
+
+    work = tmp_path_factory.mktemp("no-waits")
+    return {
+        "lead": add_generated_run(runs.data_dir, work, "nowait_lead", ranks=4, late_rank=1, extra_us=300,
+                                  late_kernel="Add", others_extra_us=100, wait_tasks=False),
+        "d": add_generated_run(runs.data_dir, work, "nowait_d", ranks=4, late_rank=3, extra_us=300,
+                               wait_tasks=False),
+    }
+
+
+@pytest.mark.parametrize("case", ["lead", "d"])
+def test_without_wait_tasks_the_launch_order_links_the_collective(client, no_wait_runs, case):
+    """Rank L's lengthened kernel × 1000 saves min(d, lead): the collective waits for the kernels launched before
+    it, the kernel launched after it waits for it (inferred from the launch order, listed in the answer)."""
+    run, t = no_wait_runs[case]
+    d, lead = t["extra_us"] * US, t["lead_us"] * US
+    assert (d // US, lead // US) == ((300, 200) if case == "lead" else (300, 300))
+    a = get(client, run, rank=t["late_rank"], step=1, kernel=t["late_kernel"], factor=1000)
+    w = a["whatif"]
+    assert w["saved_ns"] == pytest.approx(min(d, lead), rel=0.05)
+    assert w["saved_ns"] == t["whatif_1000_ns"]
+    assert a["infer"] is True
+    edges = {(e["from"]["name"], e["to"]["name"], e["rule"]) for e in a["inferred_edges"]}
+    assert edges == {("Add", "hcom_allReduce__123_0_1", "before"), ("hcom_allReduce__123_0_1", "Mul", "after")}
+    assert a["inferred_total"] == 2
+    # the measured path now runs from Add to the collective (the gap after the inferred order), not from its launch
+    kinds = [(s["kind"], s["name"]) for s in a["path"]]
+    assert ("gap_inferred", "gap after an order inferred from the launches") in kinds
+    off = get(client, run, rank=t["late_rank"], step=1, kernel=t["late_kernel"], factor=1000, infer="false")
+    # without it the collective keeps its measured start (its launch long before) and Mul, chained to Add only,
+    # runs before the collective ends: the step then ends with the collective, 5 + 80 + 3 + 2 µs earlier, whatever d
+    assert off["infer"] is False and off["inferred_edges"] == [] and off["inferred_total"] == 0
+    assert off["whatif"]["saved_ns"] == 90 * US
+
+
+def test_wait_tasks_show_the_order_so_nothing_is_inferred(client, wait_runs):
+    a = get(client, wait_runs.ids["waits"], rank=2, step=1)
+    assert a["inferred_edges"] == [] and a["inferred_total"] == 0
+
+
+def test_the_model_replays_a_run_without_wait_tasks(no_wait_runs, runs):
+    import duckdb
+
+    from ascendscope.server.runs import RunStore
+
+    run, t = no_wait_runs["lead"]
+    con = duckdb.connect(str(RunStore(runs.data_dir).db_path(run)), read_only=True)
+    for rank in (0, t["late_rank"]):
+        model, _ = cp.load(DuckRunner(con), rank, None)
+        _replays_measured(model)
+    con.close()

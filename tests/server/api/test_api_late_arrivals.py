@@ -174,3 +174,50 @@ def test_the_real_sample_rank_1_made_rank_0_wait(client, runs):
     assert c["part"] == "preparing"
     totals = get(client, run, "totals")
     assert totals["rank"][0] == 1 and totals["wait_caused_ns"][0] == 5_607_716
+
+
+@pytest.fixture(scope="module")
+def big_kernel_run(runs, tmp_path_factory):
+    """Every rank runs SoftmaxV2 for 400 µs; rank 1's Add lasts 100 µs longer: Add made it late, not SoftmaxV2."""
+    from tests.insight_sample import add_generated_run
+
+    return add_generated_run(runs.data_dir, tmp_path_factory.mktemp("big-kernel"), "waits_big", ranks=4,
+                             late_rank=1, extra_us=100, big_us=400, late_kernel="Add")
+
+
+def test_the_kernel_that_made_the_late_rank_late_is_not_its_biggest(client, big_kernel_run):
+    run, t = big_kernel_run
+    row = get(client, run, "table", step=1)["rows"][0]
+    c = row["cause"]
+    assert row["late_rank"] == t["late_rank"] == 1 and row["lead_ns"] == t["lead_us"] * US == 100 * US
+    assert c["part"] == "computing" and c["delta_ns"] == 100 * US
+    # the kernel by kernel comparison with the reference rank's window names the lengthened one
+    assert (c["excess_kernel"], c["excess_kernel_ns"], c["excess_kernel_by"]) == (t["late_kernel"],
+                                                                                   t["late_kernel_excess_us"] * US,
+                                                                                   "name")
+    assert (c["excess_kernel_late_ns"], c["excess_kernel_ref_ns"]) == (150 * US, 50 * US)
+    assert not c["excess_kernel_bound"]
+    # the most time in the window stays, as a second figure: the kernel every rank runs as long
+    assert (c["top_kernel"], c["top_kernel_ns"]) == (t["most_time_kernel"], t["most_time_kernel_us"] * US)
+    assert c["top_kernel"] == "SoftmaxV2"
+    inst = get(client, run, "instance", group_id="0", op_name="hcom_allReduce__123_0_1", seq=0)
+    assert inst["cause"]["excess_kernel"] == "Add"
+    ops = dict(zip(inst["arrivals"]["rank"], inst["arrivals"]["slice_id"]))
+    waiting = get(client, run, "of_slice", slice_id=ops[0])
+    assert waiting["instance"]["cause"]["excess_kernel"] == "Add"  # the timeline's Slice Detail
+    head, line = client.get(f"/api/runs/{run}/late_arrivals/table.csv", params={"step": 1}).text.splitlines()
+    got = dict(zip(head.split(","), line.split(",")))
+    assert (got["excess_kernel"], got["excess_kernel_ns"], got["top_kernel"]) == ("Add", "100000", "SoftmaxV2")
+
+
+def test_the_excess_kernel_by_type_when_no_name_is_shared():
+    from ascendscope.server.queries.late_arrivals import excess_kernel
+
+    late = '[["SoftmaxV2_r1", "SoftmaxV2", 400], ["Add_r1", "Add", 150]]'
+    ref = '[["SoftmaxV2_r0", "SoftmaxV2", 400], ["Add_r0", "Add", 50]]'
+    assert excess_kernel(late, ref, 2) == {"name": "Add", "by": "type", "excess_ns": 100, "late_ns": 150,
+                                           "ref_ns": 50, "bound": False}
+    # a name the reference's list left out (truncated): at most its shortest listed time
+    got = excess_kernel('[["A", "t", 400], ["B", "t", 300]]', '[["A", "t", 390], ["C", "t", 100]]', 5)
+    assert (got["name"], got["excess_ns"], got["ref_ns"], got["bound"]) == ("B", 200, None, True)
+    assert excess_kernel('[["A", "t", 40]]', '[["A", "t", 50]]', 1) is None

@@ -1,7 +1,9 @@
 // Critical Path, a page of the bottom panel: one rank's step (its own rank and step pickers), the path's share per
 // category and its top elements, every segment in order (a click shows it on the timeline), and the what-if: speed
 // up kernels by name, kernel types or communication by a factor, and see the step re-evaluated beside the measured
-// one with the model's assumptions (GET /api/runs/{id}/critical_path). insights.js draws the path on the lanes.
+// one with the model's assumptions (GET /api/runs/{id}/critical_path). Where no wait task shows a collective's order
+// with the kernels around it, the server infers it from the launch order: a checkbox switches that off (infer=false)
+// and the edges it inferred are listed. insights.js draws the path on the lanes.
 //
 // host: {runId, jump(sliceId), showTime(startAbs, endAbs), ranks() → the ranks shown, defaultRank() → rank|null,
 //        changed() (redraw), onShow(on) (the overlay toggle), relMs(abs) → text}
@@ -15,7 +17,8 @@ import { numCell as num } from "./tables.js";
 
 const MAX_SEGMENT_ROWS = 400;
 const KIND_WORDS = { work: "", transfer: "transfer", tail: "after release", remote: "waiting",
-  gap_launch: "gap", gap_stream: "gap", gap_thread: "gap", gap_queue: "gap", before: "" };
+  gap_launch: "gap", gap_stream: "gap", gap_thread: "gap", gap_queue: "gap", gap_inferred: "gap", before: "" };
+const MAX_EDGE_ROWS = 50;
 
 export class CritPathPage {
   constructor(root, host) {
@@ -24,7 +27,7 @@ export class CritPathPage {
     this.data = null;
     this.rank = urlParam("cp_rank") !== null ? Number(urlParam("cp_rank")) : null;
     this.step = urlParam("cp_step") !== null ? Number(urlParam("cp_step")) : null;
-    this.pick = { mode: "kernel", names: [], factor: 2 };
+    this.pick = { mode: "kernel", names: [], factor: 2, infer: urlParam("cp_infer") !== "0" };
     this.shown = false;
     this.ctl = null;
     this.root.replaceChildren(el("p", { class: "tl-empty" },
@@ -51,7 +54,7 @@ export class CritPathPage {
     }
     this.ctl?.abort();
     this.ctl = new AbortController();
-    const params = { rank: this.rank, step: this.step ?? undefined };
+    const params = { rank: this.rank, step: this.step ?? undefined, infer: this.pick.infer ? undefined : false };
     if (withWhatIf && this.pick.names.length + (this.pick.mode === "communication" ? 1 : 0)) {
       params.factor = this.pick.factor;
       if (this.pick.mode === "kernel") params.kernel = this.pick.names;
@@ -70,7 +73,7 @@ export class CritPathPage {
       return;
     }
     this.step = this.data.step;
-    replaceParams({ cp_rank: this.rank, cp_step: this.step });
+    replaceParams({ cp_rank: this.rank, cp_step: this.step, cp_infer: this.pick.infer ? null : "0" });
     this.render();
     this.root.dataset.state = this.data.whatif ? "whatif" : "ready";
     this.host.changed();
@@ -138,6 +141,8 @@ export class CritPathPage {
     const factor = el("input", { id: "cp-factor", type: "number", min: "1", max: "1000", step: "0.5",
       value: String(this.pick.factor), onchange: (e) => { this.pick.factor = Number(e.target.value) || 1; } });
     const go = el("button", { class: "btn", id: "cp-eval", onclick: () => this.load(true) }, "Evaluate");
+    const infer = el("input", { type: "checkbox", id: "cp-infer", checked: this.pick.infer,
+      onchange: (e) => { this.pick.infer = e.target.checked; } });
     const out = [];
     const w = d.whatif;
     if (w) {
@@ -151,6 +156,19 @@ export class CritPathPage {
     out.push(el("details", { class: "cp-assumptions", open: Boolean(w) }, el("summary", {}, "Assumptions of the model"),
       el("ul", {}, d.assumptions.map((a) => el("li", {}, a)))));
     return el("div", { class: "cp-whatif" }, el("h3", {}, "What if…"),
-      el("div", { class: "cp-form" }, "speed up ", mode, " × ", factor, go), names, ...out);
+      el("div", { class: "cp-form" }, "speed up ", mode, " × ", factor, go), names,
+      el("label", { class: "cp-check", title: "where no wait task shows it: a collective starts after the work its "
+        + "host thread launched before it, the work launched after it waits for it (torch_npu's order)" }, infer,
+      " infer the collectives' order from the launches"), this.inferredList(d), ...out);
+  }
+
+  inferredList(d) {
+    const words = d.infer
+      ? `${formatCount(d.inferred_total)} order(s) inferred from the launches (no wait task shows them)`
+      : "inference off: only the wait tasks order the collectives";
+    const rows = d.inferred_edges.slice(0, MAX_EDGE_ROWS).map((e) => el("li", { title: e.words },
+      `${e.from.name} → ${e.to.name} (${e.rule})`));
+    return el("details", { class: "cp-inferred", id: "cp-inferred", "data-count": String(d.inferred_total) },
+      el("summary", {}, words), el("ul", {}, rows));
   }
 }

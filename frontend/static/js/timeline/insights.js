@@ -187,8 +187,7 @@ export class Insights {
         prev = null;
         continue;
       }
-      if (seg.kind === "gap_stream" || seg.kind === "gap_launch" || seg.kind === "gap_thread" ||
-          seg.kind === "gap_queue") continue;
+      if (seg.kind.startsWith("gap_")) continue;
       if (seg.kind === "remote") {
         ctx.fillStyle = REMOTE_FILL;
         ctx.fillRect(box.x0, box.y, box.x1 - box.x0, box.h);

@@ -4,7 +4,7 @@
 
 import { apiGet } from "../common/api.js";
 import { el } from "../common/dom.js";
-import { PART_LABELS } from "../common/lateparts.js";
+import { kernelText, PART_LABELS } from "../common/lateparts.js";
 import { formatDuration } from "../common/time.js";
 import { runApi, runPage } from "../common/urls.js";
 
@@ -13,7 +13,7 @@ const COLLECTIVE = /^hcom_/i;
 function causeWords(inst) {
   const c = inst.cause;
   if (!c.part) return inst.late_source === "trace" ? "no part of its window is longer than the median rank's" : "";
-  const kernel = c.part === "computing" && c.top_kernel ? `; top kernel ${c.top_kernel} ${formatDuration(c.top_kernel_ns)}` : "";
+  const kernel = kernelText(c, inst.ref_rank, formatDuration, "; ");
   const share = c.shares && c.shares[c.part] !== undefined ? ` (${(100 * c.shares[c.part]).toFixed(0)}% of its lateness)` : "";
   return `against rank ${inst.ref_rank} (the median arrival): ${PART_LABELS[c.part]} +${formatDuration(c.delta_ns)}${share}${kernel}`;
 }

@@ -8,7 +8,7 @@
 import { apiGet } from "../common/api.js";
 import { $, clear, el } from "../common/dom.js";
 import { formatCount, pct } from "../common/format.js";
-import { PART_LABELS } from "../common/lateparts.js";
+import { kernelText, PART_LABELS } from "../common/lateparts.js";
 import { ms } from "../common/time.js";
 import { runPage, urlParam, withQuery } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
@@ -36,8 +36,7 @@ function causeText(inst) {
   const c = inst.cause;
   if (!inst.attributed) return `simultaneous (lead under ${ms(inst.lead_ns)} ms)`;
   if (!c.part) return inst.late_source === "trace" ? "no part of its window is longer" : "unknown (no trace of the rank)";
-  const kernel = c.part === "computing" && c.top_kernel ? ` · top kernel ${c.top_kernel} ${ms(c.top_kernel_ns)} ms` : "";
-  return `${PART_LABELS[c.part]} +${ms(c.delta_ns)} ms${kernel}`;
+  return `${PART_LABELS[c.part]} +${ms(c.delta_ns)} ms${kernelText(c, inst.ref_rank, (ns) => `${ms(ns)} ms`)}`;
 }
 
 const COLUMNS = [
