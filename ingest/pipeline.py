@@ -378,7 +378,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
                 res.prefix, res.csv_prefix = stage.prefix, "main." if len(results) == 1 else stage.prefix
             stages.append(stage)
         tasks = plan_tasks(stages)
-        # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in halves
+        # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in byte ranges
         split_read = sum(1 for t in tasks if t[1] in TIMELINE_KINDS) < max(1, workers)
         at = [0, 0, 0]
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:

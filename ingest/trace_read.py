@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import jsonfile, tracefile
+from . import jsonfile, tracefile, tracesplit
 from .trace_sql import kinds_literal
 
 # ts (µs text with ns decimals) is parsed by the reader straight into DECIMAL(19, 3), exact and cheaper than
@@ -107,7 +107,7 @@ class TraceRead:
 
     def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, path: Path, workdir: Path, display: str,
                  on_progress=None, on_nested=None, split_read: bool = False, rank: int = 0):
-        """``split_read``: read a big file as two halves in parallel (worth it when a core would idle)."""
+        """``split_read``: read a big file as byte ranges in parallel (worth it when a core would idle)."""
         self.cur, self.p, self.path, self.workdir, self.display = cur, prefix, path, workdir, display
         self.rank = int(rank)
         self.warnings: list[str] = []
@@ -182,7 +182,7 @@ class TraceRead:
         self.array_start = prepared.array_start
         self.extra = prepared.extra
         path = prepared.path
-        if self.split_read and self.status == "loaded" and self._read_halves(path):
+        if self.split_read and self.status == "loaded" and self._read_parts(path):
             return
         for _attempt in range(12):
             try:
@@ -302,10 +302,12 @@ class TraceRead:
         offset = None if index is None else self._offset(index)
         return "" if offset is None else f" (the first {self._where(index, offset)})"
 
-    def _read_halves(self, path: Path) -> bool:
-        """Read a big array as two halves on two cores; False (nothing read) when it cannot be split or a half
-        does not read, and the whole file is then read as usual, with its repairs and messages."""
-        parts = tracefile.split_halves(path, self.workdir)
+    def _read_parts(self, path: Path) -> bool:
+        """Read a big array as byte ranges cut at event boundaries (``ingest.tracesplit``), one per DuckDB thread,
+        in parallel; False (nothing read) when it cannot be cut or a range does not read, and the whole file is
+        then read as usual, with its repairs and messages."""
+        threads = int(self.cur.execute("SELECT current_setting('threads')").fetchone()[0])
+        parts = tracesplit.split_ranges(path, self.workdir, threads)
         if not parts:
             return False
         try:
