@@ -1,0 +1,129 @@
+"""One big trace: its read as byte ranges on every core against the whole-file read, interleaved in the same
+minutes, beside the one-core ``read_json`` floor.
+
+    python -m ascendscope.bench.bigtrace RANK_FOLDER [--rounds 2] [--modes floor read-whole read-ranges ...]
+
+Each measurement runs in a fresh child process (``child MODE RANK_FOLDER OUT``) and reports its wall time, its CPU
+time (user + system, every thread), its peak RSS and the trace's events. The modes:
+
+* ``floor``: DuckDB's ``read_json`` of the trace into the typed columns our ingest asks for, on one thread;
+* ``read-whole`` / ``read-ranges``: our trace read alone (``TraceLoad.read``: the typed read and its checks), the
+  whole file by one reader, or cut into byte ranges read on every DuckDB thread (``ingest.tracesplit``);
+* ``ingest-whole`` / ``ingest-ranges``: the rank's whole single-file ingest (``ingest_path``) either way.
+
+The table gives each mode's best wall and every round's, CPU seconds, MB/s of the trace by wall, CPU µs per
+trace event and peak RSS; the rounds alternate the modes, so each pair shares the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODES = ("floor", "read-whole", "read-ranges", "ingest-whole", "ingest-ranges")
+NO_SPLIT = 1 << 62  # SPLIT_MIN_BYTES that no file reaches: the whole-file read
+
+
+def _trace(src: Path) -> Path:
+    found = sorted(src.rglob("trace_view.json"))
+    if len(found) != 1:
+        raise SystemExit(f"{src}: expected one trace_view.json, found {len(found)}")
+    return found[0]
+
+
+def child(mode: str, src: Path, out: Path) -> dict:
+    import duckdb
+
+    from ascendscope.ingest import sqlfuncs, tracesplit
+    from ascendscope.ingest.trace import EVENT_COLUMNS, TraceLoad
+
+    trace = _trace(src)
+    if mode.endswith("-whole"):
+        tracesplit.SPLIT_MIN_BYTES = NO_SPLIT
+    t0 = time.perf_counter()
+    if mode == "floor":
+        con = duckdb.connect()
+        con.execute("SET threads = 1")
+        con.execute("SET memory_limit = '1GB'")
+        con.execute(f"CREATE TABLE ev AS SELECT * FROM read_json(?, format = 'array', "
+                    f"columns = {EVENT_COLUMNS.format()})", [str(trace)])
+        events = con.execute("SELECT count(*) FROM ev").fetchone()[0]
+    elif mode.startswith("read-"):
+        con = duckdb.connect()
+        con.execute("SET memory_limit = '1GB'")
+        sqlfuncs.install(con)
+        tl = TraceLoad(con.cursor(), "s_", trace, out, trace.name, split_read=True)
+        tl.read()
+        events = con.execute("SELECT count(*) FROM s_ev_t").fetchone()[0]
+    else:
+        from ascendscope.ingest.pipeline import ingest_path
+
+        ingest_path(src, out / "run.duckdb")
+        with duckdb.connect(str(out / "run.duckdb"), read_only=True) as con:
+            events = con.execute("SELECT count(*) FROM slices").fetchone()[0]  # (slices, not events: a check)
+    wall = time.perf_counter() - t0
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return {"mode": mode, "wall_s": round(wall, 3), "cpu_s": round(me.ru_utime + me.ru_stime, 3),
+            "peak_rss_mb": round(me.ru_maxrss / 1024, 1), "events": int(events), "trace_bytes": trace.stat().st_size}
+
+
+def measure(mode: str, src: Path) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bigtrace-", dir=os.environ.get("TMPDIR")) as tmp:
+        proc = subprocess.run([sys.executable, "-m", "ascendscope.bench.bigtrace", "child", mode, str(src), tmp],
+                              capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode} failed: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def table(results: list[dict], events: int) -> str:
+    lines = ["| mode | wall, best (rounds) | CPU s (best round) | MB/s by wall | CPU µs / event | peak RSS |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for mode in dict.fromkeys(r["mode"] for r in results):
+        rows = [r for r in results if r["mode"] == mode]
+        best = min(rows, key=lambda r: r["wall_s"])
+        mb = best["trace_bytes"] / 1e6
+        walls = " / ".join(f"{r['wall_s']:.2f}" for r in rows)
+        lines.append(f"| {mode} | {best['wall_s']:.2f} s ({walls}) | "
+                     f"{best['cpu_s']:.2f} | {mb / best['wall_s']:.0f} | {1e6 * best['cpu_s'] / events:.2f} | "
+                     f"{max(r['peak_rss_mb'] for r in rows):,.0f} MB |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["child"]:
+        print(json.dumps(child(argv[1], Path(argv[2]), Path(argv[3]))))
+        return 0
+    ap = argparse.ArgumentParser(prog="python -m ascendscope.bench.bigtrace", description=__doc__.split("\n\n")[0])
+    ap.add_argument("src", type=Path, help="a rank folder (or run folder) holding one trace_view.json")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    ap.add_argument("--json", type=Path, help="write every measurement here")
+    args = ap.parse_args(argv)
+    results = []
+    started = time.strftime("%H:%M", time.gmtime())
+    for _ in range(args.rounds):
+        for mode in args.modes:
+            results.append(measure(mode, args.src))
+            print(json.dumps(results[-1]), file=sys.stderr)
+    events = next((r["events"] for r in results if not r["mode"].startswith("ingest")), None)
+    if events is None:
+        events = measure("floor", args.src)["events"]
+    print(f"{started}–{time.strftime('%H:%M', time.gmtime())} UTC, load {os.getloadavg()[0]:.1f}, "
+          f"{events:,} events, trace {results[0]['trace_bytes'] / 1e6:,.0f} MB")
+    print(table(results, events))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
