@@ -7,18 +7,18 @@ Generated data only; the preview's thresholds are lowered so a small rank gets o
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from ascendscope.ingest import pipeline, preview, shards
+from ascendscope.ingest import pipeline, preview
 from ascendscope.ingest.layout import partial_ranks, ready_shards
 from ascendscope.ingest.pipeline import Progress
 from ascendscope.ingest.shards import ingest_sharded, read_manifest
 from ascendscope.sample_data.generate import generate_run
 from ascendscope.server.runs import RunStore
+from tests.preview_helpers import WINDOW_SLICES, publish_preview, shard_task
 from tests.run_helpers import pin
 
 
@@ -31,21 +31,8 @@ def one_rank(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def shard_and_preview(one_rank, tmp_path_factory):
-    """The rank's shard and its preview, as a shard task writes them: (shard, preview, note)."""
-    mp = pytest.MonkeyPatch()
-    mp.setattr(preview, "PREVIEW_MIN_SLICES", 10)
-    mp.setattr(preview, "PREVIEW_SLICES", 400)
-    try:
-        work = tmp_path_factory.mktemp("task")
-        disc = pipeline.prepare(one_rank, work / "x", Progress())
-        out = work / "shards" / "rank_00000.duckdb"
-        out.parent.mkdir()
-        (work / ".progress").mkdir()
-        progress = work / ".progress" / "rank_00000.bytes"
-        pipeline.ingest_shard(disc.ranks, disc.root, out, src_path=str(one_rank), progress_path=str(progress))
-    finally:
-        mp.undo()
-    return out, preview.path_for(out), preview.read_note(progress), progress
+    """The rank's shard and its preview, as a shard task writes them: (shard, preview, note, progress file)."""
+    return shard_task(one_rank, tmp_path_factory.mktemp("task"))
 
 
 def _rows(path: Path, sql: str, params=()):
@@ -59,7 +46,7 @@ def test_the_preview_holds_the_final_rows_of_its_window(shard_and_preview):
     start, until = note["loaded_ns"]
     final = _rows(shard, "SELECT * FROM slices WHERE ts_ns < ? ORDER BY slice_id", [until])
     assert _rows(pv, "SELECT * FROM slices ORDER BY slice_id") == final
-    assert 400 - 50 <= len(final) <= 400 < _rows(shard, "SELECT count(*) FROM slices")[0][0]
+    assert WINDOW_SLICES - 50 <= len(final) <= WINDOW_SLICES < _rows(shard, "SELECT count(*) FROM slices")[0][0]
     assert _rows(pv, "SELECT * FROM tracks ORDER BY track_id") == _rows(shard, "SELECT * FROM tracks ORDER BY track_id")
     assert start == _rows(shard, "SELECT min(ts_ns) FROM slices")[0][0]
     assert note["end_ns"] == _rows(shard, "SELECT max(ts_ns + dur_ns) FROM slices")[0][0]
@@ -91,16 +78,7 @@ def test_a_pending_rank_is_served_from_its_preview_with_its_loaded_range(one_ran
     run = store.create_run("big", str(one_rank))
     run_dir = store.run_dir(run.id)
     ingest_sharded(one_rank, run_dir, workers=1)
-    pin(run_dir, [0])
-    # the coordinator takes the task's announcement into the pending entry, as while the task still runs
-    shutil.copy(pv, run_dir / "shards" / pv.name)
-    (run_dir / ".progress").mkdir()
-    announced = run_dir / ".progress" / progress.name
-    shutil.copy(preview.note_for(progress), preview.note_for(announced))
-    manifest = read_manifest(run_dir)
-    entry = manifest["shards"][0]
-    assert shards._take_preview(entry, announced) is True and shards._take_preview(entry, announced) is False
-    shards._write_manifest(run_dir, manifest["shards"], one_rank, "ingesting")
+    publish_preview(run_dir, one_rank, pv, progress)
     manifest = read_manifest(run_dir)
     assert ready_shards(manifest) == {0: f"shards/{pv.name}"}
     assert partial_ranks(manifest) == {0: {"loaded_ns": note["loaded_ns"], "end_ns": note["end_ns"]}}
