@@ -122,6 +122,7 @@ def test_a_big_rank_is_drawn_from_its_first_window_with_the_rest_shaded(page, bi
     origin = int(page.request.get(f"{base}/api/runs/{run_id}/timeline/tracks").json()["origin_ns"])
     assert [(c["rank"], c["start"] + origin, c["end"] + origin) for c in coming] == \
         [(0, note["loaded_ns"][1], note["end_ns"])]
+    page.locator("#run-ingesting", has_text="Rank 0 is shown from its first time window").wait_for(timeout=20_000)
     page.screenshot(path=str(artifacts_dir / "progressive_first_window.png"))
     # the whole shard is published: the ruler no longer shades anything once the page is reloaded
     pin(store.run_dir(run_id), [])
