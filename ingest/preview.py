@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import duckdb
@@ -55,6 +56,7 @@ def read_note(progress_path: str | os.PathLike) -> dict | None:
 def write(cur, prefix: str, derived_pid: int, shard: Path, note: Path) -> dict | None:
     """Write the preview of the stage ``prefix`` (nested, its offsets written) beside ``shard`` and announce it
     in ``note``; None (nothing written) for a rank with fewer than ``PREVIEW_MIN_SLICES`` slices."""
+    started = time.perf_counter()
     n, first, until, end = cur.execute(WINDOW.format(p=prefix), [int(PREVIEW_SLICES)]).fetchone()
     if n < PREVIEW_MIN_SLICES or until is None:
         return None
@@ -76,7 +78,8 @@ def write(cur, prefix: str, derived_pid: int, shard: Path, note: Path) -> dict |
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    info = {"file": dst.name, "loaded_ns": [int(first), int(until)], "end_ns": int(end), "rank_slices": int(n)}
+    info = {"file": dst.name, "loaded_ns": [int(first), int(until)], "end_ns": int(end), "rank_slices": int(n),
+            "seconds": round(time.perf_counter() - started, 3)}  # what the preview cost the shard's task
     note_tmp = note.with_name(note.name + ".tmp")
     note_tmp.write_text(json.dumps(info), encoding="utf-8")
     os.replace(note_tmp, note)
