@@ -10,8 +10,9 @@ time (user + system, every thread), its peak RSS and the trace's events. The mod
 * ``read-whole`` / ``read-ranges``: our trace read alone (``TraceLoad.read``: the typed read and its checks), the
   whole file by one reader, or cut into byte ranges read on every DuckDB thread (``ingest.tracesplit``);
 * ``ingest-whole`` / ``ingest-ranges``: the rank's whole single-file ingest (``ingest_path``) either way;
-* ``sharded``: the ingest the server runs (``ingest_sharded``), with the time at which the rank's first time
-  window is published in the manifest (``first_window_s``, ``ingest.preview``: the first pixel) beside the end.
+* ``sharded``: the ingest the server runs (``ingest_sharded``), with the times at which the manifest first
+  announces the rank's first time window (``first_window_s``, ``ingest.preview``: the first pixel; with what
+  writing it cost the task, ``preview_cost_s``) and says the whole rank is ready (``rank_ready_s``).
 
 The table gives each mode's best wall and every round's, CPU seconds, MB/s of the trace by wall, CPU µs per
 trace event and peak RSS; the rounds alternate the modes, so each pair shares the machine's load.
@@ -94,6 +95,10 @@ def _sharded(src: Path, out: Path, t0: float) -> dict:
                 continue
             if "first_window_s" not in seen and any(e.get("preview") for e in manifest["shards"]):
                 seen["first_window_s"] = round(time.perf_counter() - t0, 3)
+                for note in (out / "run" / ".progress").glob("*.preview.json"):
+                    seen["preview_cost_s"] = json.loads(note.read_text()).get("seconds")
+            if "rank_ready_s" not in seen and all(e["status"] == "ready" for e in manifest["shards"]):
+                seen["rank_ready_s"] = round(time.perf_counter() - t0, 3)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -103,7 +108,7 @@ def _sharded(src: Path, out: Path, t0: float) -> dict:
     watcher.join()
     me = resource.getrusage(resource.RUSAGE_SELF)
     trace = _trace(src)
-    return {"mode": "sharded", "wall_s": round(wall, 3), "first_window_s": seen.get("first_window_s"),
+    return {"mode": "sharded", "wall_s": round(wall, 3), **seen,
             "cpu_s": round(me.ru_utime + me.ru_stime, 3), "peak_rss_mb": round(me.ru_maxrss / 1024, 1),
             "events": int(sum((summary.get("slices_per_kind") or {}).values())), "trace_bytes": trace.stat().st_size}
 
