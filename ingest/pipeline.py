@@ -38,6 +38,8 @@ from . import (
     csvfiles,
     jsonfile,
     lod,
+    overlap,
+    preview,
     readers,
     serving,
     sqlfuncs,
@@ -254,13 +256,23 @@ def ingest_shard(sources: list[RankSource], root: str | os.PathLike, out: str | 
             summary = write_ranks(list(sources), Path(root), Path(out), src_path=Path(src_path), work=Path(work_dir),
                                   progress=progress, workers=workers, memory_limit=memory_limit, extra_warnings=[],
                                   started=started, bases=rank_id_bases, threads=threads,
-                                  groups=plan_groups(list(sources), target_bytes=total + 1))
+                                  groups=plan_groups(list(sources), target_bytes=total + 1),
+                                  preview=_preview(Path(out), progress_path) if len(sources) == 1 else None)
     finally:
         if progress_path:
             Path(progress_path).unlink(missing_ok=True)
     summary.pop("extra", None)
     summary["seconds"] = round(time.perf_counter() - started, 3)
     return summary
+
+
+def _preview(shard: Path, progress_path: str | None):
+    """What writes a lone rank's first time window beside its shard (``ingest.preview``), announced beside the
+    task's progress file; None without a progress file (nobody would publish it)."""
+    if not progress_path:
+        return None
+    note = preview.note_for(progress_path)
+    return lambda cur, prefix: preview.write(cur, prefix, overlap.DERIVED_PID, shard, note)
 
 
 class FileProgress(Progress):
@@ -355,7 +367,7 @@ def bound_malloc() -> None:
 def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Path, work: Path, progress: Progress,
                 workers: int, memory_limit: str, extra_warnings: list[tuple], started: float,
                 bases=None, threads: int | None = None, keep_open=None,
-                groups: list[list[int]] | None = None) -> dict:
+                groups: list[list[int]] | None = None, preview=None) -> dict:
     """Write ``ranks`` into the DuckDB file ``out`` (through a temp name, renamed when complete). ``bases``: a
     function giving each rank its fixed id range (a shard, see :func:`rank_id_bases`); else ids follow on from
     rank to rank. ``groups``: which ranks are staged together (indices; default :func:`plan_groups`).
@@ -383,7 +395,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
                 res.prefix, res.csv_prefix = stage.prefix, "main." if len(results) == 1 else stage.prefix
             stages.append(stage)
         tasks = plan_tasks(stages)
-        # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in halves
+        # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in byte ranges
         split_read = sum(1 for t in tasks if t[1] in TIMELINE_KINDS) < max(1, workers)
         at = [0, 0, 0]
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -395,7 +407,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
             traces = {t[2].idx: f for f, t in futures.items() if t[1] in TIMELINE_KINDS}
             # the CSV/JSON tables are assembled as soon as they are staged, while traces still load
             assembled = pool.submit(assemble_files, con, stages, others, work)
-            write_traces(con, stages, traces, bases, at)
+            write_traces(con, stages, traces, bases, at, preview)
             for fut in [assembled, *futures]:
                 fut.result()
             # a group whose traces failed together: each loaded again alone, so one bad trace fails only its rank

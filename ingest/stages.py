@@ -345,12 +345,15 @@ def _device_ids(cur, stage: Stage, from_trace: bool = False) -> None:
                 res.device_id = int(value)
 
 
-def write_traces(con, stages: list[Stage], trace_tasks: dict, bases: IdBases | None, at: list[int]) -> None:
+def write_traces(con, stages: list[Stage], trace_tasks: dict, bases: IdBases | None, at: list[int],
+                 preview=None) -> None:
     """Append each stage's trace tables to the run's tables, in stage order and as soon as they are ready: its
     tracks and slices once nested (while its flows are still being derived, and later stages and the CSVs still
     load), then its flows, counters and steps, each part in one transaction; a stage that fails part way is
     removed again. Then free its staging tables. ``bases``: each rank's fixed id range (a shard), else ids
-    follow on from ``at`` (track, slice, flow: the next free of each), which is advanced."""
+    follow on from ``at`` (track, slice, flow: the next free of each), which is advanced. ``preview(cur, prefix)``:
+    called for a stage of one rank before its slices are written (``ingest.preview``: its first time window, on
+    its own); a preview that fails is only not published."""
     cur = con.cursor()
     try:
         for stage in stages:
@@ -369,6 +372,11 @@ def write_traces(con, stages: list[Stage], trace_tasks: dict, bases: IdBases | N
                 counts = trace.staged_counts(cur, stage.prefix, flows=False)
                 rows = _offsets(counts, bases, at, flows=False)
                 trace.write_offsets(cur, stage.prefix, rows)
+                if preview is not None and not stage.many:
+                    try:
+                        preview(cur, stage.prefix)
+                    except (duckdb.Error, OSError):
+                        pass  # the whole shard follows; only its first window is not shown before it
                 _in_transaction(cur, trace.write_slices, stage.prefix, overlap.DERIVED_PID)
                 task.result()
                 if stage.failed:

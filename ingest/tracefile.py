@@ -21,7 +21,6 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
-import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -406,54 +405,3 @@ def _copy_span(fin, fout, start: int, stop: int) -> None:
         fout.write(block)
         remaining -= len(block)
 
-
-SPLIT_MIN_BYTES = 32 << 20  # below this one reader is quick enough
-SPLIT_MAX_BYTES = 2 << 30  # past this the copy of both halves costs more disk than the second core saves
-_SEPARATOR = re.compile(rb"\}\s*,\s*\{")
-
-
-def split_halves(path: Path, workdir: Path) -> list[Path] | None:
-    """Two JSON arrays holding the first and the second half of the events of the array at ``path``, so two
-    readers can parse them on two cores (a reader parses one file on one thread); None when not worth it.
-
-    The cut is the first ``}, {`` after the middle of the file. It may fall inside a string or a nested array,
-    but then the first half is not valid JSON (an unterminated string, or an unclosed object), the read fails
-    and the caller reads the whole file instead; a cut that reads is a cut between two top-level events."""
-    size = path.stat().st_size
-    if size < SPLIT_MIN_BYTES or size > SPLIT_MAX_BYTES:
-        return None
-    with open(path, "rb") as fh:
-        fh.seek(size // 2)
-        window = fh.read(CHUNK)
-    m = _SEPARATOR.search(window)
-    if m is None:
-        return None
-    cut = size // 2 + m.start() + 1  # just after the '}'
-    resume = size // 2 + m.end() - 1  # at the '{'
-    first, second = workdir / f"{path.name}.part1", workdir / f"{path.name}.part2"
-    _copy_bytes(path, first, 0, cut, suffix=b"]")
-    _copy_bytes(path, second, resume, size, prefix=b"[")
-    return [first, second]
-
-
-def _copy_bytes(src: Path, dst: Path, start: int, stop: int, prefix: bytes = b"", suffix: bytes = b"") -> None:
-    """``prefix`` + bytes [start, stop) of ``src`` + ``suffix`` into ``dst`` (copied in the kernel when it can)."""
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        fout.write(prefix)
-        fout.flush()
-        offset = start
-        try:
-            while offset < stop:
-                n = os.copy_file_range(fin.fileno(), fout.fileno(), stop - offset, offset)
-                if n == 0:
-                    break
-                offset += n
-        except (AttributeError, OSError):  # not Linux, or not on this file system: copy through Python
-            fin.seek(offset)
-            while offset < stop:
-                block = fin.read(min(CHUNK, stop - offset))
-                if not block:
-                    break
-                fout.write(block)
-                offset += len(block)
-        fout.write(suffix)

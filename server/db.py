@@ -103,6 +103,9 @@ class RunInfo:
     pending_ranks: list[int] = dataclasses.field(default_factory=list)  # a run still ingesting: not ready yet
     failed_ranks: list[int] = dataclasses.field(default_factory=list)  # ranks whose shard failed
     shard_aliases: dict[int, str] = dataclasses.field(default_factory=dict)  # rank -> its attached shard's name
+    # a pending rank read from its first time window (ingest.preview): rank -> {"loaded_ns": [start, end),
+    # "end_ns": the rank's last end}; its slices starting outside loaded_ns, and its other rows, are still coming
+    partial: dict[int, dict] = dataclasses.field(default_factory=dict)
 
     def levels(self, rank: int) -> list[tuple[int, int]]:
         """The level-of-detail levels of ``rank``'s slices (each shard has its own widths)."""
@@ -119,8 +122,9 @@ class RunInfo:
             for r in rows
         }
         r_start, r_end, t_start, t_end = cur.execute(RANGE_SQL).fetchone()
+        partial = layout.partial_ranks(manifest) if manifest is not None else {}
         starts = [v for v in (r_start, t_start) if v is not None]
-        ends = [v for v in (r_end, t_end) if v is not None]
+        ends = [v for v in (r_end, t_end) if v is not None] + [p["end_ns"] for p in partial.values()]
         start = min(starts) if starts else 0
         end = max(ends) if ends else start
         levels: dict[int, list[tuple[int, int]]] = {}
@@ -131,7 +135,8 @@ class RunInfo:
         return cls(origin_ns=int(start), start_ns=int(start), end_ns=int(max(end, start)), tracks=tracks,
                    track_rows=rows, lod_levels=levels, ranks=ranks, loaded_ranks=loaded_ranks,
                    pending_ranks=states.get("pending", []), failed_ranks=states.get("failed", []),
-                   shard_aliases=layout.shard_aliases(manifest) if manifest is not None else {})
+                   shard_aliases=layout.shard_aliases(manifest) if manifest is not None else {},
+                   partial={r: p for r, p in partial.items() if loaded_ranks is None or r in loaded_ranks})
 
 
 def parse_ranks(text: str | None) -> tuple[int, ...] | None:

@@ -23,7 +23,7 @@ class Job:
     workdir: Path  # scratch folder of the rank
     on_progress: Callable[[float], None] = lambda fraction: None
     on_nested: Callable[[], None] = lambda: None  # call once the timeline's tracks and slices are final
-    split_read: bool = False  # a big JSON trace may be read as two halves on two cores
+    split_read: bool = False  # a big JSON trace may be read as byte ranges on every core
 
 
 @dataclass

@@ -253,7 +253,8 @@ def _ready_details(run: Run, store: RunStore, databases, timeout_s: float) -> di
         "duration_ns": info.end_ns - info.start_ns,
         "ranks": ranks,
         "loaded_ranks": info.loaded_ranks,  # a sharded run: the ranks loaded (None: one file)
-        "pending_ranks": info.pending_ranks,  # a run still ingesting: ranks not readable yet
+        "pending_ranks": info.pending_ranks,  # a run still ingesting: ranks not readable yet (or in part)
+        "partial_ranks": sorted(info.partial),  # pending ranks read from their first time window
         "failed_ranks": info.failed_ranks,
         "track_kinds": kinds,
         "meta": meta,

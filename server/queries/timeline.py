@@ -112,6 +112,12 @@ def tracks(db) -> dict:
         "duration_ns": db.info.end_ns - db.info.start_ns,
         "ranks": sorted({t["rank"] for t in out}),
         "loaded_ranks": db.info.loaded_ranks,  # a sharded run: the ranks loaded (None: one file)
+        # ranks still ingesting, read from their first time window: the slices starting in [loaded_start_ns,
+        # loaded_end_ns) are there, the rest (and the flows and counters) are still coming, until end_ns
+        "partial_ranks": {str(r): {"loaded_start_ns": _rel(p["loaded_ns"][0], origin),
+                                   "loaded_end_ns": _rel(p["loaded_ns"][1], origin),
+                                   "end_ns": _rel(p["end_ns"], origin)}
+                          for r, p in sorted(db.info.partial.items())},
         "tracks": out,
         "flow_categories": [{"cat": c, "count": n} for c, n in db.rows(FLOW_CATEGORIES_SQL)],
         # per rank: each shard of a sharded run has its own widths

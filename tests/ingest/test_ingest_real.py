@@ -190,18 +190,18 @@ RUN_TABLES = ["slices ORDER BY slice_id", "flows ORDER BY flow_id", "tracks ORDE
 
 
 def _spy_split(monkeypatch) -> list:
-    """Split every trace (whatever its size) and record the half files made."""
-    from ascendscope.ingest import tracefile
+    """Split every trace (whatever its size) and record the range files made."""
+    from ascendscope.ingest import tracesplit
     made: list = []
-    real_split = tracefile.split_halves
+    real_split = tracesplit.split_ranges
 
-    def split(path, workdir):
-        parts = real_split(path, workdir)
-        made.extend(parts or [])
-        return parts
+    def split(path, workdir, parts):
+        out = real_split(path, workdir, parts)
+        made.extend(out or [])
+        return out
 
-    monkeypatch.setattr(tracefile, "SPLIT_MIN_BYTES", 0)
-    monkeypatch.setattr(tracefile, "split_halves", split)
+    monkeypatch.setattr(tracesplit, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setattr(tracesplit, "split_ranges", split)
     return made
 
 
@@ -211,25 +211,27 @@ def _tables(path):
 
 
 @pytest.mark.parametrize("level", ["level0", "level1"])
-def test_a_trace_read_in_two_halves_loads_the_same_run(tmp_path, monkeypatch, level):
-    """One rank: its trace is read as two halves on two cores; the run equals the whole-file read."""
+def test_a_trace_read_in_byte_ranges_loads_the_same_run(tmp_path, monkeypatch, level):
+    """One rank: its trace is read as byte ranges on two cores; the run equals the whole-file read."""
     rank = PYTORCH_TEXT / level / "rank1_ascend_pt"
     ingest_path(rank, tmp_path / "whole.duckdb")  # below the split size: one reader
     made = _spy_split(monkeypatch)
-    read, outcomes = TraceLoad._read_halves, []
+    read, outcomes = TraceLoad._read_parts, []
 
     def spy(self, path):
         outcomes.append(read(self, path))
         return outcomes[-1]
 
-    monkeypatch.setattr(TraceLoad, "_read_halves", spy)
-    ingest_path(rank, tmp_path / "halves.duckdb")
+    monkeypatch.setattr(TraceLoad, "_read_parts", spy)
+    ingest_path(rank, tmp_path / "ranges.duckdb")
     assert len(made) == 2 and not any(p.exists() for p in made)
-    assert outcomes == [True]  # the halves were read (a failed read falls back to the whole file, silently)
-    assert _tables(tmp_path / "halves.duckdb") == _tables(tmp_path / "whole.duckdb")
+    assert outcomes == [True]  # the ranges were read (a failed read falls back to the whole file, silently)
+    assert _tables(tmp_path / "ranges.duckdb") == _tables(tmp_path / "whole.duckdb")
 
 
-def test_a_cut_inside_a_string_falls_back_to_the_whole_file(tmp_path, monkeypatch):
+def test_a_separator_inside_a_string_is_not_taken_for_a_cut(tmp_path, monkeypatch):
+    """The middle of the file is inside a string full of ``}, {``: the cut is after it, and the ranges read.
+    (Every other cut falls back to the whole file: ``tests/ingest/test_tracesplit.py``.)"""
     import json
     trap = '}, {"ph": "X", "name": "fake", "pid": 1, "tid": 1, "ts": "5.000", "dur": 1}, {'
     ev = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "Python"}},
@@ -242,8 +244,10 @@ def test_a_cut_inside_a_string_falls_back_to_the_whole_file(tmp_path, monkeypatc
     folder.mkdir(parents=True)
     (folder / "trace_view.json").write_text(text)
     made = _spy_split(monkeypatch)
+    read, outcomes = TraceLoad._read_parts, []
+    monkeypatch.setattr(TraceLoad, "_read_parts", lambda self, p: outcomes.append(read(self, p)) or outcomes[-1])
     ingest_path(tmp_path / "x_ascend_pt", tmp_path / "run.duckdb")
     with duckdb.connect(str(tmp_path / "run.duckdb"), read_only=True) as con:
         assert con.execute("SELECT name FROM slices ORDER BY ts_ns").fetchall() == [("a",), ("b",)]
         assert con.execute("SELECT message FROM warnings WHERE file LIKE '%trace_view.json'").fetchall() == []
-    assert len(made) == 2 and not any(p.exists() for p in made)  # split, failed to read, removed
+    assert len(made) == 2 and not any(p.exists() for p in made) and outcomes == [True]

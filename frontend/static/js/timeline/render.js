@@ -463,6 +463,35 @@ export class Renderer {
     return drawn;
   }
 
+  /** The time a partially loaded rank has still to come (its slices starting there are not read yet): hatched
+   * across the ruler, named in its top strip. */
+  _stillComing(s, k) {
+    const { rctx: ctx, RW: W, RH: H } = this;
+    for (const span of s.stillComing || []) {
+      const xa = Math.max((span.start - s.view.start) * k, 0);
+      const xb = Math.min((span.end - s.view.start) * k, W);
+      if (xb <= xa) continue;
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(xa, 0, xb - xa, H);
+      ctx.clip();
+      ctx.fillStyle = "rgba(214,160,60,0.16)";
+      ctx.fillRect(xa, 0, xb - xa, H);
+      ctx.strokeStyle = "rgba(214,160,60,0.35)";
+      ctx.beginPath();
+      for (let x = xa - H; x < xb; x += 8) {
+        ctx.moveTo(x, H);
+        ctx.lineTo(x + H, 0);
+      }
+      ctx.stroke();
+      ctx.fillStyle = "#e0b060";
+      ctx.font = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
+      ctx.textBaseline = "top";
+      ctx.fillText(`rank ${span.rank}: still loading`, xa + 4, 1.5);
+      ctx.restore();
+    }
+  }
+
   drawRuler(s, hoverX) {
     const { rctx: ctx, RW: W, RH: H } = this;
     ctx.fillStyle = "#22252b";
@@ -490,6 +519,7 @@ export class Renderer {
     ctx.fillRect(0, 0, W, MARK_STRIP_PX);
     ctx.fillStyle = "#30343b";
     ctx.fillRect(0, MARK_STRIP_PX, W, 1);
+    this._stillComing(s, k);
     if (s.range) {
       const xa = (s.range.start - s.view.start) * k;
       const xb = (s.range.end - s.view.start) * k;

@@ -78,6 +78,10 @@ export class Timeline {
     this.viewport = new Viewport(this.baseStart, this.baseEnd);
     this.tracks = new Map(tr.tracks.map((t) => [t.track_id, t]));
     this.ranks = tr.ranks;
+    // a big rank still ingesting, shown from its first time window: the ruler shades the time still to come
+    this.stillComing = Object.entries(tr.partial_ranks || {}).map(([rank, p]) => (
+      { rank: Number(rank), start: p.loaded_end_ns, end: p.end_ns }));
+    this.$("tl-ruler").dataset.stillComing = JSON.stringify(this.stillComing);
     this.offsets.load();
     this.updateBounds();
     if (!tr.tracks.length) {  // a run without trace_view.json: say so instead of an empty canvas
@@ -379,7 +383,7 @@ export class Timeline {
       data: this.data, selection: this.selection && this.selection.track_id !== undefined ? this.selection : null,
       selectedFlows: this.selectedFlows, selectedLaneId: this.selectedLaneId, range: this.range, rubber: this.rubber,
       categoryFlows: this.enabledCats.size ? this.data.flows(this.flowWindow(), this.W, [...this.enabledCats]) : null,
-      markers: this.markers ? this.markers.list : [],
+      markers: this.markers ? this.markers.list : [], stillComing: this.stillComing,
       sliceBox: (...a) => this.sliceBox(...a), flowPoint: (...a) => this.flowPoint(...a), colorFor,
     };
   }
