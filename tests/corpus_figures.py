@@ -70,3 +70,21 @@ def cluster_step_ranks(folder: Path) -> dict[int, int]:
     path = next(folder.rglob("cluster_step_trace_time.csv"))
     with path.open(newline="", encoding="utf-8-sig") as fh:
         return {int(r["Index"]): _us_to_ns(r["Computing"]) for r in csv.DictReader(fh) if r["Type"] == "rank"}
+
+
+GPU_KERNEL_CATS = ("kernel", "Kernel")
+
+
+def gpu_compute_union_ns(events: list[dict]) -> int:
+    """Length of the union of a GPU trace's compute kernels (NCCL's kernels communicate, so they are left out)."""
+    spans = sorted((_us_to_ns(str(e["ts"])), _us_to_ns(str(e["ts"])) + _us_to_ns(str(e["dur"])))
+                   for e in events if e.get("ph") == "X" and e.get("cat") in GPU_KERNEL_CATS
+                   and not str(e.get("name", "")).lower().startswith("nccl"))
+    total, reach_start, reach_end = 0, None, None
+    for s, e in spans:
+        if reach_end is None or s > reach_end:
+            total += (reach_end - reach_start) if reach_end is not None else 0
+            reach_start, reach_end = s, e
+        else:
+            reach_end = max(reach_end, e)
+    return total + ((reach_end - reach_start) if reach_end is not None else 0)

@@ -17,8 +17,6 @@ from tests import corpus_figures as cf
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 EXPORTS = {e["name"]: e for e in json.loads((CORPUS / "MANIFEST.json").read_text(encoding="utf-8"))["exports"]}
-# ProfilerStep#N of category "Operator" (Kineto before 1.9): no steps are derived from it yet (issue #37, 3e)
-NO_STEPS_YET = {"kineto_2021_resnet50_workers0", "kineto_2021_resnet50_workers4", "kineto_2021_gpu_metrics"}
 TEXT_SQL = "SELECT 1"
 
 
@@ -164,9 +162,6 @@ def test_profiler_steps(corpus, name):
     rid, summary = _run(corpus, name)
     stated = cf.profiler_steps(cf.trace_events(CORPUS / name))
     resp = corpus[0].get(f"/api/runs/{rid}/critical_path", params={"rank": summary["ranks"][0]})
-    if name in NO_STEPS_YET:  # unsupported, and the user is told why
-        assert resp.status_code == 404 and resp.json()["error"]["code"] == "no_steps", resp.text[:300]
-        return
     assert resp.status_code == 200, resp.text[:300]
     assert resp.json()["steps"] == sorted(stated)
 
@@ -189,3 +184,22 @@ def test_kernels_without_step_ids_list_and_export(corpus):
         assert resp.status_code == 200, (path, resp.text[:300])
     rows = client.get(f"/api/runs/{rid}/operators/instances", params={"rank": 0, "limit": 500}).json()["rows"]
     assert len(rows) == 8 and all(r["step_id"] is None for r in rows)
+
+
+COMPUTING_SQL = ("SELECT sum(s.dur_ns) AS n FROM slices s JOIN tracks t USING (track_id) "
+                 "WHERE t.kind = 'overlap' AND s.name = 'Computing'")
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPORTS.items() if n.startswith("kineto_")
+                                        and cf.gpu_compute_union_ns(cf.trace_events(CORPUS / n))))
+def test_gpu_trace_gets_an_overlap_lane_and_step_breakdown(corpus, name):
+    """A Kineto GPU trace has no Overlap Analysis lane: one is derived from its kernels (Computing = their union),
+    so the Summary splits its steps."""
+    client = corpus[0]
+    rid = _run(corpus, name)[0]
+    events = cf.trace_events(CORPUS / name)
+    got = client.get(f"/api/runs/{rid}/query", params={"sql": COMPUTING_SQL}).json()["rows"][0][0]
+    assert got == cf.gpu_compute_union_ns(events)
+    if cf.profiler_steps(events):
+        breakdown = client.get(f"/api/runs/{rid}/summary").json()["breakdown"]
+        assert breakdown and {r["step"] for r in breakdown} <= set(cf.profiler_steps(events))
