@@ -65,8 +65,9 @@ def _get_routes(app) -> list[tuple[str, list[dict]]]:
 
 def _values(client, rid: str) -> dict[str, list[str]]:
     """Valid values of the required parameters, taken from the run itself."""
-    tracks = client.get(f"/api/runs/{rid}/timeline/tracks").json().get("tracks", [])
-    ranks = [str(r) for r in client.get(f"/api/runs/{rid}/timeline/tracks").json().get("ranks", [])] or ["0"]
+    listing = client.get(f"/api/runs/{rid}/timeline/tracks").json()
+    tracks = listing.get("tracks", [])
+    ranks = [str(r) for r in listing.get("ranks", [])] or ["0"]
     slice_tracks = [t for t in tracks if t["kind"] != "counter" and t["slice_count"]]
     counter_tracks = [t for t in tracks if t["kind"] == "counter"]
     out = {"rank": ranks, "q": ["a"], "sql": [TEXT_SQL], "start_ns": ["0"], "end_ns": ["9223372036854775807"],
