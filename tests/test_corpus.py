@@ -204,3 +204,50 @@ def test_gpu_trace_gets_an_overlap_lane_and_step_breakdown(corpus, name):
     if cf.profiler_steps(events):
         breakdown = client.get(f"/api/runs/{rid}/summary").json()["breakdown"]
         assert breakdown and {r["step"] for r in breakdown} <= set(cf.profiler_steps(events))
+
+
+def _path_is_more_than_before(body: dict) -> None:
+    kinds = {seg["kind"] for seg in body["path"]}
+    assert "work" in kinds, body["path"][:3]
+    before = sum(c["ns"] for c in body["categories"] if c["category"] == "before")
+    assert before < body["step_ns"]
+    assert not any(seg["name"].startswith(("ProfilerStep#", "Iteration ")) for seg in body["path"])
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPORTS.items() if n.startswith("kineto_")
+                                        and cf.profiler_steps(cf.trace_events(CORPUS / n))
+                                        and cf.gpu_compute_union_ns(cf.trace_events(CORPUS / n))))
+def test_critical_path_of_a_gpu_trace_walks_its_kernels(corpus, name):
+    """Not one "before the path" element over the whole step: the path runs through the GPU kernels (the step's
+    own markers on the device lanes are not work)."""
+    rid, summary = _run(corpus, name)
+    for step in sorted(cf.profiler_steps(cf.trace_events(CORPUS / name))):
+        resp = corpus[0].get(f"/api/runs/{rid}/critical_path", params={"rank": summary["ranks"][0], "step": step})
+        if resp.status_code == 404 and resp.json()["error"]["code"] == "empty_step":
+            continue  # a step with no device work (the ROCm trace's second step)
+        assert resp.status_code == 200, resp.text[:300]
+        _path_is_more_than_before(resp.json())
+
+
+def test_critical_path_of_msprof_iterations(tmp_path):
+    """msprof's older per-iteration layout (../shared: two devices, ten iterations): each iteration's path runs
+    through its tasks, not the Step Trace marker, nor one "before the path" element."""
+    from fastapi.testclient import TestClient
+
+    from ascendscope.ingest.shards import ingest_sharded
+    from ascendscope.server.app import create_app
+    from ascendscope.server.runs import RunStore
+    from ascendscope.server.settings import Settings
+    from tests.samples import HAVE_REAL, REAL_ROOT
+
+    src = REAL_ROOT / "mindinsight_msprof_2dev_2023"
+    if not HAVE_REAL or not src.is_dir():
+        pytest.skip(f"real sample {src} not found")
+    store = RunStore(tmp_path)
+    run = store.create_run("msprof", str(src))
+    summary = ingest_sharded(src, store.run_dir(run.id), workers=1)
+    store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
+    with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(tmp_path)))) as client:
+        for rank in (0, 1):
+            body = client.get(f"/api/runs/{run.id}/critical_path", params={"rank": rank, "step": 3}).json()
+            _path_is_more_than_before(body)
