@@ -23,7 +23,11 @@ E2E_PARTS = ("computing_ns", "communication_not_overlapped_ns", "free_ns")
 CATEGORIES = ("computing_ns", "communication_not_overlapped_ns", "overlapped_ns", "communication_ns", "free_ns",
               "preparing_ns", "stage_ns", "bubble_ns", "communication_not_overlapped_and_exclude_receive_ns")
 
-STEP_TRACE_COLUMNS_SQL = "SELECT column_name FROM duckdb_columns() WHERE table_name = 'step_trace'"
+# only the step_trace the query reads: a sharded run's connection attaches other databases holding one too
+STEP_TRACE_COLUMNS_SQL = """
+SELECT column_name FROM duckdb_columns()
+WHERE table_name = 'step_trace' AND database_name = current_database() AND schema_name = current_schema()
+"""
 STEP_TRACE_SQL = """
 SELECT rank, step, computing_ns, communication_not_overlapped_ns, overlapped_ns, communication_ns, free_ns,
        {preparing} AS preparing_ns, stage_ns, bubble_ns, communication_not_overlapped_and_exclude_receive_ns

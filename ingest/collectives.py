@@ -18,7 +18,9 @@ rank, not a group that waits for its last member.
 
 * ``group_id``: the op's group in ``comm_ops`` — the k-th trace op named N on a rank is the k-th ``comm_ops`` row
   named N of that rank, both in start order (their starts differ by µs between the two sources, the names and
-  their order do not) — else the lane's group name (the text between ``Group`` and ``Communication``).
+  their order do not) when that row names one — else the lane's group name (the text between ``Group`` and
+  ``Communication``, or the whole lane name: msprof's older timeline has one ``Communication Kernel`` lane), else
+  ``(no group id)``. Ops of the same group id match across ranks by name and occurrence.
 * ``seq``: the occurrence of (``group_id``, ``op_name``) on the rank, in start order, from 0. An instance across
   ranks is (``group_id``, ``op_name``, ``seq``).
 * ``step``: the ``comm_ops`` step, else the rank's step whose host range (host start to the later of host and
@@ -55,6 +57,7 @@ from .overlap import COMPUTE_TASK_TYPES, subtract, union
 P2P_PREFIXES = ("hcom_send", "hcom_receive", "hcom_batchsendrecv")
 SYNC_MARKER = "Synchronize"  # aclrtSynchronizeStream / Device / Event: the host waits, it does not launch
 GROUP_LANE = re.compile(r"^Group (.*) Communication$")
+NO_GROUP = "(no group id)"  # msprof's older timeline names no group: its ops match across ranks by name alone
 TYPE_SUFFIX = re.compile(r"(_\d+)+$")  # hcom_allReduce__586_0_1 -> hcom_allReduce_ (as the views group them)
 # a window's kernels kept by name: enough for a segment's distinct kernels between two collectives, and bounded
 # (the table holds a row per collective per rank)
@@ -192,7 +195,8 @@ def _instances(con, have: set[str]) -> list[dict]:
                 k = taken.get(name, 0)
                 taken[name] = k + 1
                 match = by_name.get(name, [])
-                group, step_id = (match[k][0], match[k][1]) if k < len(match) else (lane_group(thread), None)
+                group, step_id = (match[k][0], match[k][1]) if k < len(match) else (None, None)
+                group = group or lane_group(thread)  # communication.json of msprof --analyze names no group
                 ops.append({"slice_id": slice_id, "track_id": track_id, "op_name": name, "start_ns": start,
                             "end_ns": end, "group_id": group, "step": step_id, "source": "trace"})
         else:
@@ -201,6 +205,9 @@ def _instances(con, have: set[str]) -> list[dict]:
                     ops.append({"slice_id": None, "track_id": None, "op_name": name, "start_ns": start,
                                 "end_ns": end, "group_id": group, "step": step_id, "source": "communication"})
         ops = [o for o in ops if not is_p2p(o["op_name"])]
+        for o in ops:
+            if not o["group_id"]:  # the same op name and occurrence on two ranks is still one instance
+                o["group_id"] = NO_GROUP
         ops.sort(key=lambda o: (o["start_ns"], o["op_name"]))
         seqs: dict[tuple, int] = {}
         last_end: dict[str, int] = {}

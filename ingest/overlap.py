@@ -1,8 +1,9 @@
 """Compute an Overlap Analysis lane for a rank whose trace has none (FORMATS.md §6.1).
 
     Computing                       = union of the intervals of device compute tasks (Ascend Hardware X events
-                                      whose "Task Type" is a compute core)
-    Communication                   = union of the communication op intervals (op-level HCCL lanes, not planes)
+                                      whose "Task Type" is a compute core; a GPU trace's kernels but NCCL's)
+    Communication                   = union of the communication op intervals (op-level HCCL lanes, not planes;
+                                      a GPU trace's NCCL kernels)
     Communication(Not Overlapped)   = Communication minus Computing
     Free                            = [first busy start, last busy end] minus (Computing ∪ Communication)
 
@@ -22,6 +23,10 @@ from .columns import arrow_table
 DERIVED_PID = -2
 LANES = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
 COMPUTE_TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU", "DSA_SQE")
+# a Kineto GPU trace's device events (the older Kineto's category names too): kernels compute, but NCCL's
+# kernels (``ncclKernel_…``, ``ncclDevKernel_…``), which communicate; copies and memsets are other device work
+GPU_KERNEL_CATS = ("kernel", "Kernel")
+GPU_OTHER_CATS = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
 
 # the ranks of the stage, and those with their own Overlap Analysis lane (a metadata event names it)
 RANKS = "SELECT DISTINCT rank FROM {p}ev ORDER BY rank"
@@ -34,12 +39,15 @@ WITH procs AS (SELECT rank, pid, args->>'name' AS pname FROM {p}ev WHERE ph = 'M
      threads AS (SELECT rank, pid, tid, args->>'name' AS tname FROM {p}ev WHERE ph = 'M' AND name = 'thread_name')
 SELECT e.rank, CASE WHEN p.pname = 'Ascend Hardware' AND e.args->>'Task Type' IN {compute} THEN 0
             WHEN p.pname = 'Ascend Hardware' THEN 2
+            WHEN e.cat IN {gpu_kernel} AND NOT starts_with(lower(e.name), 'nccl') THEN 0
+            WHEN e.cat IN {gpu_other} THEN 2
             ELSE 1 END AS what,
        e.ts_ns, e.ts_ns + greatest(coalesce(e.dur_ns, 0), 0) AS end_ns
 FROM {p}ev e JOIN procs p USING (rank, pid) LEFT JOIN threads t ON t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid
 WHERE e.ph = 'X' AND e.ts_ns IS NOT NULL AND list_contains(?, e.rank)
   AND (p.pname = 'Ascend Hardware'
-       OR (p.pname IN ('HCCL', 'Communication') AND coalesce(t.tname, '') NOT LIKE 'Plane%'))
+       OR (p.pname IN ('HCCL', 'Communication') AND coalesce(t.tname, '') NOT LIKE 'Plane%')
+       OR e.cat IN {gpu_kernel} OR e.cat IN {gpu_other})
 """
 
 
@@ -99,7 +107,9 @@ def derive_ranks(cur, prefix: str, rank: int | None = None) -> dict[int, int]:
     missing = [r for (r,) in cur.execute(RANKS.format(p=prefix)).fetchall() if r not in own]
     if not missing:
         return {}
-    cols = cur.execute(INTERVALS.format(p=prefix, compute=str(COMPUTE_TASK_TYPES)), [missing]).fetchnumpy()
+    sql = INTERVALS.format(p=prefix, compute=str(COMPUTE_TASK_TYPES), gpu_kernel=str(GPU_KERNEL_CATS),
+                           gpu_other=str(GPU_OTHER_CATS))
+    cols = cur.execute(sql, [missing]).fetchnumpy()
     ranks = np.asarray(cols["rank"])
     added = {}
     for r in missing:

@@ -180,6 +180,10 @@ def build_cluster_tables(con) -> None:
     build(con)
 
 
+# the rows msprof-analyze's cluster_analysis_output gave (the Cluster view's data even in a run of no ranks)
+CLUSTER_ANALYSIS_ROWS_SQL = "SELECT coalesce(sum(rows), 0)::BIGINT FROM cluster_analysis_files WHERE status <> 'failed'"
+
+
 def summarize(con) -> dict:
     q = lambda sql: con.execute(sql).fetchall()  # noqa: E731
     return {
@@ -232,6 +236,12 @@ def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
         progress.phase(f"extracting {src_path.name}")
         root = archive.extract(src_path, extract_to)
     disc = discover(root)
+    from .cluster import find_cluster_dir
+
+    if not disc.ranks and find_cluster_dir(root) is not None:
+        # msprof-analyze's output alone: a run of no ranks whose Cluster view reads that folder
+        disc.warn(None, "cluster_analysis_output", "no rank folders beside it: only the Cluster view has data")
+        return disc
     if not disc.ranks and not serving.find(root):  # serving output alone is a run of no ranks
         detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:5])
         raise NoProfilingData(f"{src_path}: no profiling data found (expected *_ascend_pt folders with "
@@ -428,6 +438,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
         summary = _assemble(con, results, root, src_path, started, extra_warnings, progress)
         if keep_open is not None:
             summary["extra"] = keep_open(con)
+            summary["cluster_analysis_rows"] = con.execute(CLUSTER_ANALYSIS_ROWS_SQL).fetchone()[0]
         progress.phase("writing the file")
     return summary
 

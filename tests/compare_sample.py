@@ -1,7 +1,8 @@
 """Runs the Compare tests add to a run store beside the real NPU samples:
 
 * the real GPU Kineto trace (``hta_gpu_kineto_nonascend/trace_filter``: ``ProfilerStep#N`` cpu_ops, GPU stream
-  lanes, no Overlap Analysis lane, no kernel_details.csv), ingested as it is;
+  lanes, no Overlap Analysis lane of its own (one is derived from its kernels), no kernel_details.csv), ingested
+  as it is;
 * a run without steps: a copy of an ingested run with its ``steps`` and ``step_trace`` rows deleted, so that its
   breakdown is the Overlap Analysis lane's over the whole trace and its timeline aligns on the trace start.
 """

@@ -7,8 +7,8 @@ flows paired by ``(cat, id)`` (Kineto's ``ac2g`` launch-to-kernel and ``fwdbwd``
 ``C`` events. Lanes no Ascend process name claims are given a kind by their labels, so they sort and open like
 the Ascend ones: a process labelled ``GPU <n>`` (Kineto's kernel, memcpy and memset streams) is a device lane
 like Ascend Hardware, and a process running torch ops (``cpu_op``, ``python_function``, ``user_annotation``) is a
-host lane like Python. Kineto writes ``ts`` relative to ``baseTimeNanoseconds`` when that key is present: it is
-added back, so times are epoch ns like the other formats'.
+host lane like Python (``Operator`` is the older Kineto's name of ``cpu_op``). Kineto writes ``ts`` relative to
+``baseTimeNanoseconds`` when that key is present: it is added back, so times are epoch ns like the other formats'.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from .protocol import Found, Job, Staged
 
 SUFFIXES = (".json", ".json.gz")
 BASE_TIME_KEY = "baseTimeNanoseconds"
-HOST_CATEGORIES = ("cpu_op", "python_function", "user_annotation")
+# "Operator" is what Kineto before PyTorch 1.9 (2021) called cpu_op
+HOST_CATEGORIES = ("cpu_op", "python_function", "user_annotation", "Operator")
 
 
 class ChromeTraceLoad(trace.TraceLoad):
@@ -69,10 +70,11 @@ class ChromeTraceReader:
         tl = ChromeTraceLoad(job.cur, job.prefix, path, job.workdir, job.display, on_progress=job.on_progress,
                              on_nested=job.on_nested, split_read=job.split_read, rank=job.rank)
         tl.read()
+        read = job.cur.execute(f"SELECT count(*) FROM {job.prefix}ev_t").fetchone()[0]  # the file's own events
         added = overlap.derive(job.cur, job.prefix, job.rank)
         stats = tl.derive()
         own = job.cur.execute(f"SELECT count(*) FROM {job.prefix}tracks WHERE kind = 'overlap'").fetchone()[0]
-        staged = Staged(rows=stats["events"], status=tl.status, warnings=list(tl.warnings), timeline=True,
+        staged = Staged(rows=min(stats["events"], read), status=tl.status, warnings=list(tl.warnings), timeline=True,
                         overlap_source="derived" if added else "trace" if own else None)
         if added:
             staged.warnings.append(f"no Overlap Analysis lane in the trace: derived one from the device tasks "

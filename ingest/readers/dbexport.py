@@ -26,7 +26,7 @@ from . import dbanalysis, dbevents, dbsource, dbtables, sqlitedb
 from .protocol import Found, Job, Staged
 
 PROFILER_DB = re.compile(r"^ascend_pytorch_profiler(?:_\d+)?\.db$")
-MSPROF_DB = re.compile(r"^msprof_\d+\.db$")
+MSPROF_DB = re.compile(r"^(?:msprof|report)_\d+\.db$")  # report_N.db: its name in CANN of early 2024
 ANALYSIS_DB = "analysis.db"
 SQLITE_SIDECAR = re.compile(r"-(?:wal|shm|journal)$")
 LIMIT_NS = 1 << 62  # |time| beyond this: an interval of two such times would not fit in int64
@@ -81,6 +81,9 @@ class DbExportReader:
 
 
 READER = DbExportReader()
+UNSUPPORTED_FIRST_SCHEMA = ("not supported: the first msprof db schema (TARGET_INFO_* tables; TASK and API with "
+                            "`start`/`end` instead of startNs/endNs, relative to baseTimeNs, TASK's as floating-point "
+                            "text rounded to whole microseconds): its tasks and API calls were not loaded")
 
 
 def _stage_analysis(job: Job, con) -> Staged:
@@ -107,7 +110,10 @@ def _stage_profiler_db(job: Job, con) -> Staged:
         copied = _copy(job, con, present)
         staged.rows = sum(c.rows for c in copied)
         staged.warnings += _copy_notes(copied)
-        staged.warnings += _unread(con, present, {table.upper() for table, _ in dbsource.TABLES.values()})
+        if "TARGET_INFO_SESSION_TIME" in present and "TASK" in present \
+                and "startns" not in sqlitedb.columns(con, present["TASK"]):
+            staged.warnings.append(UNSUPPORTED_FIRST_SCHEMA)
+        staged.warnings += _unread(con, present, dbsource.all_names(dbsource.TABLES))
         notes, own_overlap = _events(job)
         staged.warnings += notes
         if cur.execute(f"SELECT count(*) FROM {p}ev_t WHERE ph <> 'M'").fetchone()[0]:
@@ -135,10 +141,11 @@ def _stage_profiler_db(job: Job, con) -> Staged:
 
 
 def _copy(job: Job, con, present: dict[str, str]) -> list[sqlitedb.Copied]:
-    total = sum(sqlitedb.row_count(con, present[t.upper()]) for t, _ in dbsource.TABLES.values()
-                if t.upper() in present) or 1
+    names = {key: dbsource.source_table(table, present) for key, (table, _) in dbsource.TABLES.items()}
+    total = sum(sqlitedb.row_count(con, present[t.upper()]) for t in names.values() if t.upper() in present) or 1
     done, copied = 0, []
-    for key, (table, spec) in dbsource.TABLES.items():
+    for key, (_, spec) in dbsource.TABLES.items():
+        table = names[key]
         c = sqlitedb.copy(con, present, table, job.cur, f"{job.prefix}d_{key}", spec)
         copied.append(c)
         done += c.rows

@@ -1,7 +1,8 @@
 """Which tables and columns of the db export are read (FORMATS.md §7), and under which staged names.
 
-Each source table is staged as ``{prefix}d_<name>`` with the columns below, in snake_case; a column lists every
-source name it has had (2024/2025 samples and the msprof HEAD schema). Name-like integer columns stay ids into
+Each source table is staged as ``{prefix}d_<name>`` with the columns below, in snake_case; a table lists every
+name it has had (``CANN_API|API``: the first one present is read) and a column every source name it has had
+(2024/2025 samples and the msprof HEAD schema). Name-like integer columns stay ids into
 ``STRING_IDS`` (or an ``ENUM_*`` table) and are resolved in SQL.
 """
 
@@ -33,7 +34,7 @@ B, D, V = "BIGINT", "DOUBLE", "VARCHAR"
 # ascend_pytorch_profiler[_N].db / msprof_N.db
 TABLES: dict[str, tuple[str, tuple[Col, ...]]] = {
     "string_ids": ("STRING_IDS", _cols(f"id {B}", f"value {V}")),
-    "enum_api_type": ("ENUM_API_TYPE", _cols(f"id {B}", f"name {V}")),
+    "enum_api_type": ("ENUM_API_TYPE|ENUM_API_LEVEL", _cols(f"id {B}", f"name {V}")),
     "enum_data_type": ("ENUM_HCCL_DATA_TYPE", _cols(f"id {B}", f"name {V}")),
     "enum_link_type": ("ENUM_HCCL_LINK_TYPE", _cols(f"id {B}", f"name {V}")),
     "enum_transport_type": ("ENUM_HCCL_TRANSPORT_TYPE", _cols(f"id {B}", f"name {V}")),
@@ -48,13 +49,13 @@ TABLES: dict[str, tuple[str, tuple[Col, ...]]] = {
     "connection_ids": ("CONNECTION_IDS", _cols(f"id {B}", f"connection_id {B}")),
     "pytorch_callchains": ("PYTORCH_CALLCHAINS", _cols(f"id {B}", f"stack {B}", f"stack_depth {B}")),
     "gc_record": ("GC_RECORD", _cols(f"start_ns {B}", f"end_ns {B}", f"global_tid {B}")),
-    "cann_api": ("CANN_API", _cols(f"start_ns {B}", f"end_ns {B}", f"type {B}", f"global_tid {B}",
+    "cann_api": ("CANN_API|API", _cols(f"start_ns {B}", f"end_ns {B}", f"type {B}", f"global_tid {B}",
                                    f"connection_id {B}", f"name {B}")),
     "task": ("TASK", _cols(f"start_ns {B}", f"end_ns {B}", f"device_id {B}", f"connection_id {B}",
                            f"global_task_id {B}", f"global_pid {B}", f"task_type {B}", f"context_id {B}",
                            f"stream_id {B}", f"task_id {B}", f"model_id {B}")),
     "compute_task_info": ("COMPUTE_TASK_INFO", _cols(
-        f"name {B}", f"global_task_id {B}", f"block_dim {B} blockDim|blockNum",
+        f"name {B}", f"global_task_id {B}", f"block_dim {B} blockDim|blockNum|block_dim",
         f"mix_block_dim {B} mixBlockDim|mixBlockNum", f"task_type {B}", f"op_type {B}", f"input_formats {B}",
         f"input_data_types {B}", f"input_shapes {B}", f"output_formats {B}", f"output_data_types {B}",
         f"output_shapes {B}", f"attr_info? {B}", f"op_state? {B}", f"hf32_eligible? {B}")),
@@ -100,7 +101,7 @@ TABLES: dict[str, tuple[str, tuple[Col, ...]]] = {
 # tables that carry no profile data of their own (lookups, bookkeeping, or what MindStudio Insight adds when it
 # opens a file): never reported as "not loaded"
 BOOKKEEPING = {"META_DATA", "HOST_INFO", "SESSION_TIME_INFO", "NPU_INFO", "SQLITE_SEQUENCE", "STATUS_INFO",
-               "CONNECTIONCATS"}
+               "CONNECTIONCATS", "TARGET_INFO_SESSION_TIME", "TARGET_INFO_NPU"}
 
 # analysis.db (µs / ms values, as in the JSON and CSV files): small, read as Python values (exact decimals)
 ANALYSIS_TABLES: dict[str, tuple[str, tuple[Col, ...]]] = {
@@ -119,3 +120,15 @@ ANALYSIS_TABLES: dict[str, tuple[str, tuple[Col, ...]]] = {
         f"hccl_op_name {V}", f"group_name {V}", f"src_rank {V}", f"dst_rank {V}", f"transport_type {V}",
         f"transit_size {D}", f"transit_time {D}", f"bandwidth {D}", f"step {V}", f"type {V}", f"op_name {V}")),
 }
+
+
+def source_table(names: str, present) -> str:
+    """The name of ``names`` (``"CANN_API|API"``) the database has (upper-case keys in ``present``), else the
+    first."""
+    options = names.split("|")
+    return next((t for t in options if t.upper() in present), options[0])
+
+
+def all_names(tables) -> set[str]:
+    """Every upper-case table name the specs ``tables`` may read."""
+    return {t.upper() for names, _ in tables.values() for t in names.split("|")}

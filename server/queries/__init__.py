@@ -22,7 +22,13 @@ DEFAULT_PAGE_ROWS = 50
 MAX_CSV_ROWS = 100_000
 SORT_ORDERS = {"asc": "ASC", "desc": "DESC"}
 
-TABLE_COLUMNS_SQL = "SELECT column_name FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index"
+# the table (or view) a query's unqualified name reads: a sharded run's connection also attaches cluster.duckdb
+# (whose empty schema holds every table with all its columns) and the shards, whose same-named tables must not count
+TABLE_COLUMNS_SQL = """
+SELECT column_name FROM duckdb_columns()
+WHERE table_name = ? AND database_name = current_database() AND schema_name = current_schema()
+ORDER BY column_index
+"""
 
 
 class Runner(Protocol):

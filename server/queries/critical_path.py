@@ -76,6 +76,8 @@ LEFT JOIN (SELECT name, start_ns, any_value({type_col}) AS type FROM kernels
        ON k.name = s.name AND k.start_ns = s.ts_ns
 WHERE s.rank = ? AND s.ts_ns < ? AND s.ts_ns + s.dur_ns > ? AND s.depth = 0
   AND (t.kind = 'hardware' OR (t.kind = 'communication' AND NOT starts_with(coalesce(t.thread_name, ''), 'Plane')))
+  -- step markers on device lanes are not work: msprof's Step Trace iterations, Kineto's GPU ProfilerStep copy
+  AND NOT starts_with(coalesce(t.thread_name, ''), 'Step Trace') AND coalesce(s.cat, '') <> 'gpu_user_annotation'
 ORDER BY s.ts_ns, s.slice_id
 """
 HOST_SQL = """
@@ -310,7 +312,11 @@ def load(db, rank: int, step: int | None, infer: bool = True) -> tuple[Model, di
     flows = db.dicts(FLOWS_SQL, [rank, lo, hi])
     _host(b, db.dicts(HOST_SQL, [rank, hi, lo]), flows, has_cann)
     end = None
-    if st["main_tid"] is not None:
+    # the step's host end is an element only when the host calls of its thread are modelled (torch_npu's enqueue /
+    # CANN calls): a Kineto ProfilerStep's thread runs none of them, and an msprof iteration is a device lane — an
+    # end without predecessors would be the whole step "before the path"
+    main = ("thread", st["main_tid"])
+    if st["main_tid"] is not None and any(e.lane == main for e in b.el):
         end = b.add(Element("end", "host until the step's end", int(st["host_end_ns"]), int(st["host_end_ns"]),
                             ("thread", st["main_tid"])))
     _stream_order(b)

@@ -210,3 +210,29 @@ def test_a_copy_without_the_table_is_rebuilt_by_build(waits, tmp_path):
     collectives.build(con)
     assert sorted(con.execute("SELECT * FROM cluster_collectives").fetchall()) == before
     con.close()
+
+
+def test_ops_without_a_group_id_match_across_ranks(waits, tmp_path):
+    """msprof's older timeline has one ``Communication Kernel`` lane, and the communication.json of
+    ``msprof --analyze`` names no group: the ops are still one instance per (name, occurrence) across ranks (group:
+    the lane's name), so late arrivals find the constructed late rank."""
+    from ascendscope.server.queries import DuckRunner, Page
+    from ascendscope.server.queries.late_arrivals import table
+
+    _, truth, path = waits
+    copy = tmp_path / "nogroup.duckdb"
+    shutil.copy(path, copy)
+    con = duckdb.connect(str(copy))
+    con.execute("UPDATE tracks SET thread_name = 'Communication Kernel' "
+                "WHERE regexp_matches(thread_name, '^Group .* Communication$')")
+    con.execute("UPDATE comm_ops SET group_id = NULL")
+    collectives.build(con)
+    got = rows(con)
+    assert got and {r["group_id"] for r in got} == {"Communication Kernel"}
+    ranks_per_instance = con.execute("SELECT count(DISTINCT rank) FROM cluster_collectives "
+                                     "GROUP BY op_name, seq").fetchall()
+    assert {n for (n,) in ranks_per_instance} == {truth["ranks"]}
+    for step in sorted({r["step"] for r in got}):  # the table lists one step at a time
+        late = table(DuckRunner(con), step, Page(0, 50))["rows"]
+        assert late and {r["last_rank"] for r in late} == {truth["late_rank"]}
+    con.close()

@@ -260,15 +260,18 @@ def test_a_gpu_kineto_trace_against_an_npu_run(client, ids, runs):
                                [f"ProfilerStep#{first}"]).fetchone()[0]
         gpu = conn.execute("SELECT track_id FROM tracks WHERE rank = 0 AND kind = 'hardware' AND slice_count > 0 "
                            "ORDER BY sort_index, track_id").fetchall()
+        overlap = conn.execute("SELECT track_id FROM tracks WHERE rank = 0 AND kind = 'overlap' AND slice_count > 0 "
+                               "ORDER BY sort_index, track_id").fetchall()
     assert b["step"] == first and b["steps"] == [first, second]
     assert b["align_on"] == "step" and int(b["align_ns"]) == step_ts
-    assert [lane["track_id"] for lane in b["lanes"]] == [t for (t,) in gpu]  # GPU streams; no Overlap Analysis
+    # the Overlap Analysis lane derived from the GPU kernels, then the GPU streams
+    assert overlap and [lane["track_id"] for lane in b["lanes"]] == [t for (t,) in overlap + gpu]
     assert all(lane["count"] > 0 for lane in b["lanes"])
     check_lanes_are_the_timelines_slices(client, ids["kineto"], b, body["start_ns"], body["end_ns"], 1000)
     assert body["end_ns"] == max(body["a"]["step_end_ns"], b["step_end_ns"])
     tables = compare(client, ids, "level1", "kineto")
-    assert tables["breakdown"]["source"] == {"a": "step_trace", "b": None}
-    assert all(r["b"] is None and r["delta"] is None for r in tables["breakdown"]["rows"])
+    assert tables["breakdown"]["source"] == {"a": "step_trace", "b": "overlap"}
+    assert all(r["b"] is not None for r in tables["breakdown"]["rows"])
     kernels = tables["kernels"]
     assert kernels["source"] == {"a": "kernel_details", "b": "trace"}
     # no kernel_details.csv: the GPU lanes' slices of the step, by name and category

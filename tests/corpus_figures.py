@@ -1,0 +1,90 @@
+"""The figures a real export states about itself, read straight from its files with the standard library
+(csv, json, gzip, sqlite3), never through ascendscope's readers: what tests/test_corpus.py holds the API to."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import re
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def _us_to_ns(text: str) -> int:
+    return int((Decimal(text.strip()) * 1000).to_integral_value())
+
+
+def kernel_csv_figures(folder: Path) -> dict[int, tuple[int, int]]:
+    """``{rank: (kernel count, total duration ns)}`` of every ``rank<N>…/ASCEND_PROFILER_OUTPUT/kernel_details.csv``."""
+    out = {}
+    for path in sorted(folder.glob("*/ASCEND_PROFILER_OUTPUT/kernel_details.csv")):
+        rank = int(re.search(r"(\d+)", path.parent.parent.name).group(1))
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.DictReader(fh))
+        out[rank] = (len(rows), sum(_us_to_ns(r["Duration(us)"]) for r in rows))
+    return out
+
+
+def trace_events(folder: Path) -> list[dict]:
+    """The events of the export's one trace file (a JSON array or ``{"traceEvents": …}``, gzipped or not)."""
+    files = [p for p in folder.rglob("*") if p.name.endswith((".json", ".json.gz"))]
+    assert len(files) == 1, files
+    opener = gzip.open if files[0].name.endswith(".gz") else open
+    with opener(files[0], "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def complete_events(events: list[dict]) -> int:
+    """Complete events (``ph`` X) the trace holds."""
+    return sum(1 for e in events if e.get("ph") == "X")
+
+
+def profiler_steps(events: list[dict]) -> dict[int, int]:
+    """``{N: duration ns}`` of the ``ProfilerStep#N`` complete events."""
+    out = {}
+    for e in events:
+        m = STEP_NAME.match(str(e.get("name", "")))
+        if m and e.get("ph") == "X":
+            out[int(m.group(1))] = _us_to_ns(str(e["dur"]))
+    return out
+
+
+def msprof_db_figures(path: Path) -> tuple[int, int]:
+    """(compute task count, their total duration ns): TASK rows that COMPUTE_TASK_INFO describes."""
+    con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        n, total = con.execute("SELECT count(*), sum(t.endNs - t.startNs) FROM TASK t "
+                               "JOIN COMPUTE_TASK_INFO c ON c.globalTaskId = t.globalTaskId").fetchone()
+    finally:
+        con.close()
+    return n, int(total or 0)
+
+
+def cluster_step_ranks(folder: Path) -> dict[int, int]:
+    """``{rank: Computing ns}`` of ``cluster_step_trace_time.csv``'s rank rows."""
+    path = next(folder.rglob("cluster_step_trace_time.csv"))
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        return {int(r["Index"]): _us_to_ns(r["Computing"]) for r in csv.DictReader(fh) if r["Type"] == "rank"}
+
+
+GPU_KERNEL_CATS = ("kernel", "Kernel")
+
+
+def gpu_compute_union_ns(events: list[dict]) -> int:
+    """Length of the union of a GPU trace's compute kernels (NCCL's kernels communicate, so they are left out)."""
+    spans = sorted((_us_to_ns(str(e["ts"])), _us_to_ns(str(e["ts"])) + _us_to_ns(str(e["dur"])))
+                   for e in events if e.get("ph") == "X" and e.get("cat") in GPU_KERNEL_CATS
+                   and not str(e.get("name", "")).lower().startswith("nccl"))
+    total, reach_start, reach_end = 0, None, None
+    for s, e in spans:
+        if reach_end is None or s > reach_end:
+            total += (reach_end - reach_start) if reach_end is not None else 0
+            reach_start, reach_end = s, e
+        else:
+            reach_end = max(reach_end, e)
+    return total + ((reach_end - reach_start) if reach_end is not None else 0)
