@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["child"]:
         print(json.dumps(child(argv[1], Path(argv[2]), Path(argv[3]))))
         return 0
-    ap = argparse.ArgumentParser(prog="python -m ascendscope.bench.bigtrace", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="ascendscope bench bigtrace", description=__doc__.split("\n\n")[0])
     ap.add_argument("src", type=Path, help="a rank folder (or run folder) holding one trace_view.json")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))

@@ -90,12 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
                                          "ingest (MB/s, peak RSS), query (timeline request latency), concurrency "
                                          "(N users at once, before/after), heavy (System View, Range Stats, search, "
                                          "Advice, Compare on 10 M slices), render (frame times in chromium), "
-                                         "insights (late arrivals, critical path and SQL console answer times) or "
-                                         "scaling (a sharded ingest projected onto N nodes)",
+                                         "insights (late arrivals, critical path and SQL console answer times), "
+                                         "scaling (a sharded ingest projected onto N nodes) or bigtrace (one big "
+                                         "trace: whole-file and byte-range reads, first window, beside the floor)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
-                       choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling"])
+                       choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling",
+                                "bigtrace"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     import importlib
 
