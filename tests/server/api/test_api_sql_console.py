@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import duckdb
 import pytest
 from fastapi.testclient import TestClient
 
@@ -118,9 +119,23 @@ def test_explain_runs_and_explains_no_blocked_function(client, wait_runs):
 
 
 def test_the_console_connection_stays_locked(client, wait_runs):
-    """A setting cannot be changed from a query either: lock_configuration (and a SELECT is all that runs)."""
-    r = q(client, wait_runs.ids["waits"], "SELECT value FROM duckdb_settings() WHERE name = 'lock_configuration'")
-    assert r.status_code == 400
+    """Past the query rules, the console's connection itself refuses any change of setting (lock_configuration):
+    a SET run on it directly, as a query slipping past check_query would, fails and changes nothing."""
+    for run in ("waits", "waits_sharded"):
+        assert q(client, wait_runs.ids[run], "SELECT 1 AS one").status_code == 200
+    consoles = list(client.app.state.console._open.values())
+    assert len(consoles) >= 2
+    for console in consoles:
+        cur = console.conn.cursor()
+        try:
+            for setting in ("SET enable_external_access = true", "SET memory_limit = '64GB'",
+                            "SET lock_configuration = false", "RESET lock_configuration"):
+                with pytest.raises(duckdb.Error, match="(?i)lock"):
+                    cur.execute(setting)
+            assert cur.execute("SELECT current_setting('enable_external_access'), "
+                               "current_setting('lock_configuration')").fetchone() == (False, True)
+        finally:
+            cur.close()
     # the views' own connection is another one: the timeline still answers
     assert client.get(f"/api/runs/{wait_runs.ids['waits']}/timeline/tracks").status_code == 200
 
