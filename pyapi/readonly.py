@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -35,6 +36,7 @@ from ascendscope.ingest import layout
 
 READING_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
 MAX_QUERY_CHARS = 100_000
+FETCH_BATCH = 512
 # table functions and functions the locks leave open: SQL run from a string (its text is not checked here), the
 # attached files' paths, settings (temp_directory…), environment variables
 BLOCKED_FUNCTIONS = frozenset({
@@ -236,11 +238,15 @@ def _explained(sql: str) -> str:
 
 
 def run_query(conn: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict | None = None, *,
-              timeout_s: float | None = None, fetch: str = "df", max_rows: int | None = None):
+              timeout_s: float | None = None, fetch: str = "df", max_rows: int | None = None,
+              keep: Callable[[list[tuple]], bool] | None = None):
     """Check ``sql``, run it on a fresh cursor of ``conn`` and fetch its result: ``"df"`` a pandas DataFrame,
     ``"arrow"`` a ``pyarrow.Table``, ``"rows"`` ``(column names, list of tuples)``, ``"typed"`` ``(column names,
-    DuckDB type names, list of tuples)``; ``max_rows`` fetches at most that many rows (``rows``/``typed``). A query
-    still running after ``timeout_s`` is interrupted (:class:`QueryTimedOut`)."""
+    DuckDB type names, list of tuples)``; ``max_rows`` fetches at most that many rows (``rows``/``typed``). With
+    ``keep`` (``rows``/``typed``), rows are fetched in batches of :data:`FETCH_BATCH`, each handed to ``keep`` and
+    not kept here (the rows answered are ``[]``); ``keep`` returning False stops the fetch, so that a caller bounding
+    its answer by size never holds more than a batch beyond it. A query still running after ``timeout_s`` is
+    interrupted (:class:`QueryTimedOut`)."""
     if fetch not in ("df", "arrow", "rows", "typed"):
         raise ValueError(f"fetch must be df, arrow, rows or typed, not {fetch!r}")
     bound = params if isinstance(params, dict) else list(params or ())
@@ -257,7 +263,15 @@ def run_query(conn: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | 
         if fetch == "df":
             return cur.fetchdf()
         description = cur.description or []
-        rows = cur.fetchall() if max_rows is None else cur.fetchmany(max_rows)
+        if keep is not None:
+            rows, left = [], max_rows
+            while left is None or left > 0:
+                batch = cur.fetchmany(FETCH_BATCH if left is None else min(FETCH_BATCH, left))
+                if not batch or not keep(batch):
+                    break
+                left = None if left is None else left - len(batch)
+        else:
+            rows = cur.fetchall() if max_rows is None else cur.fetchmany(max_rows)
         names = [d[0] for d in description]
         return (names, rows) if fetch == "rows" else (names, [str(d[1]) for d in description], rows)
     except duckdb.InterruptException:

@@ -16,7 +16,7 @@ from ascendscope.server.api import ApiError, RunDep, StoreDep, fast_json, run_da
 from ascendscope.server.api.viewparams import csv_response
 from ascendscope.server.console import Console, ConsoleDatabases
 from ascendscope.server.db import DamagedDatabase, parse_ranks
-from ascendscope.server.queries import MAX_CSV_ROWS, csv_text
+from ascendscope.server.queries import MAX_CSV_ROWS, Csv, csv_text
 from ascendscope.server.queries import sql_console as sc
 
 router = APIRouter(prefix="/api/runs/{run_id}/query", tags=["sql console"])
@@ -58,16 +58,22 @@ def _scope(c: Console) -> dict:
 @fast_json
 def run_query(c: ConsoleDep, request: Request, sql: SqlQ,
               limit: Annotated[int, Query(ge=1, le=sc.MAX_ROWS)] = sc.MAX_ROWS) -> dict:
-    """Columns, their DuckDB types and at most ``limit`` rows (``truncated`` when there were more)."""
+    """Columns, their DuckDB types and at most ``limit`` rows within ``MAX_JSON_BYTES`` (``truncated`` and
+    ``truncated_by`` when there were more)."""
     out = sc.run(c.conn, sql, timeout_s=request.app.state.settings.query_timeout_s, max_rows=limit)
     return out | _scope(c)
 
 
 @router.get(".csv")
 def run_query_csv(c: ConsoleDep, request: Request, sql: SqlQ):
-    """The same rows as CSV (at most 100,000; ``X-Truncated`` says when there were more)."""
-    out = sc.run(c.conn, sql, timeout_s=request.app.state.settings.query_timeout_s, max_rows=MAX_CSV_ROWS + 1)
-    return csv_response(csv_text(out["columns"], out["rows"]), "query.csv")
+    """The same rows as CSV (at most 100,000, and at most ``MAX_CSV_BYTES`` of them; ``X-Truncated`` says when
+    there were more)."""
+    out = sc.run(c.conn, sql, timeout_s=request.app.state.settings.query_timeout_s, max_rows=MAX_CSV_ROWS + 1,
+                 max_bytes=sc.MAX_CSV_BYTES)
+    found = csv_text(out["columns"], out["rows"])
+    if out["truncated_by"] == "bytes":  # cut by size before the row cap: say so too
+        found = Csv(found.text, found.rows, True)
+    return csv_response(found, "query.csv")
 
 
 @router.get("/schema")

@@ -152,6 +152,27 @@ def test_the_row_cap(client, wait_runs):
     assert csv.text.splitlines()[:3] == ["i", "0", "1"]
 
 
+def test_the_answer_is_bounded_in_bytes_nested_values_too(client, wait_runs):
+    """Big values cannot make a big answer: lists and structs keep MAX_CELL_ITEMS items, rows stop at the byte cap
+    (JSON and CSV), and the answer says it was cut."""
+    run = wait_runs.ids["waits"]
+    nested = q(client, run, "SELECT range(100000) AS l, {'a': range(5000)} AS s FROM range(3)").json()
+    assert nested["row_count"] == 3 and not nested["truncated"]
+    row = nested["rows"][0]
+    assert len(row[0]) == sc.MAX_CELL_ITEMS + 1 and row[0][-1] == "…" and row[0][:3] == [0, 1, 2]
+    assert len(row[1]["a"]) == sc.MAX_CELL_ITEMS + 1
+    wide = q(client, run, f"SELECT repeat('x', {sc.MAX_CELL_CHARS}) AS s FROM range({sc.MAX_ROWS})")
+    body = wide.json()
+    assert body["truncated"] and body["truncated_by"] == "bytes" and body["byte_cap"] == sc.MAX_JSON_BYTES
+    assert 0 < body["row_count"] < sc.MAX_ROWS and len(wide.content) <= sc.MAX_JSON_BYTES + 100_000
+    csv = client.get(f"/api/runs/{run}/query.csv",
+                     params={"sql": f"SELECT repeat('x', {sc.MAX_CELL_CHARS}) AS s FROM range(100000)"})
+    assert csv.status_code == 200 and csv.headers["X-Truncated"] == "true"
+    assert len(csv.content) <= sc.MAX_CSV_BYTES + 100_000 and 0 < int(csv.headers["X-Row-Count"]) < 100_000
+    rows = q(client, run, "SELECT range AS i FROM range(20000)").json()
+    assert rows["truncated_by"] == "rows"
+
+
 def test_the_time_limit(runs, wait_runs):
     app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_timeout_s=0.5))
     with TestClient(app) as c:

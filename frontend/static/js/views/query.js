@@ -151,7 +151,9 @@ async function runQuery() {
   }
   sort = { col: null, dir: 1 };
   setStatus(`${formatCount(result.row_count)} row${result.row_count === 1 ? "" : "s"}` +
-    (result.truncated ? ` (cut at ${formatCount(result.row_cap)}: export the CSV for up to 100,000)` : "") +
+    (!result.truncated ? "" : result.truncated_by === "bytes"
+      ? ` (cut at ${formatCount(result.byte_cap / 1e6)} MB of answer: select fewer or narrower columns)`
+      : ` (cut at ${formatCount(result.row_cap)}: export the CSV for up to 100,000)`) +
     ` · ${result.elapsed_ms} ms`);
   const csv = $("#q-csv");
   csv.hidden = false;
