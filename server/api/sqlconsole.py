@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from ascendscope.server.api import ApiError, RunDep, StoreDep, fast_json, run_damaged
+from ascendscope.server.api import ApiError, RunDep, StoreDep, fast_json
 from ascendscope.server.api.viewparams import csv_response
 from ascendscope.server.console import Console, ConsoleDatabases
 from ascendscope.server.db import DamagedDatabase, parse_ranks
@@ -41,10 +41,11 @@ def console(run: RunDep, store: StoreDep, request: Request, ranks: RanksQ = None
         raise ApiError(422, "invalid_parameter", f"ranks: {exc}", parameter="ranks") from None
     try:
         return consoles(request).get(run.id, store.db_path(run.id), asked)
-    except FileNotFoundError as exc:
-        raise run_damaged(store, run, "the file is missing") from exc
-    except DamagedDatabase as exc:
-        raise run_damaged(store, run, str(exc)) from exc
+    except (FileNotFoundError, DamagedDatabase) as exc:
+        # the console's own connection (memory, file handles, a lock) failing to open says nothing sure about the
+        # run, which the views read through another: answer an error, do not mark the run failed for everyone
+        raise ApiError(503, "console_unavailable", f"the SQL console could not open this run: "
+                       f"{str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}") from exc
 
 
 ConsoleDep = Annotated[Console, Depends(console)]

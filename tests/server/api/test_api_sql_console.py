@@ -173,6 +173,23 @@ def test_the_answer_is_bounded_in_bytes_nested_values_too(client, wait_runs):
     assert rows["truncated_by"] == "rows"
 
 
+def test_a_console_that_fails_to_open_answers_an_error_and_leaves_the_run_ready(runs, wait_runs, monkeypatch):
+    def refuse(*_a, **_k):
+        raise duckdb.IOException("IO Error: Could not set lock on file: conflicting lock")
+
+    monkeypatch.setattr(readonly, "open_run", refuse)
+    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir)))
+    run = wait_runs.ids["waits"]
+    with TestClient(app) as c:
+        r = q(c, run, "SELECT 1 AS one")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "console_unavailable", r.text
+        assert "Could not set lock" in r.json()["error"]["message"]
+        assert c.get(f"/api/runs/{run}").json()["status"] == "ready"
+        assert c.get(f"/api/runs/{run}/timeline/tracks").status_code == 200
+        monkeypatch.undo()
+        assert q(c, run, "SELECT 1 AS one").json()["rows"] == [[1]]
+
+
 def test_the_time_limit(runs, wait_runs):
     app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_timeout_s=0.5))
     with TestClient(app) as c:
