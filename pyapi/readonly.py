@@ -64,9 +64,19 @@ class QueryTimedOut(ReadOnlyQueryError):
         super().__init__(message, "query_timeout")
 
 
-def lock_down(conn: duckdb.DuckDBPyConnection, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+def lock_down(conn: duckdb.DuckDBPyConnection, *, memory_limit: str | None = None, threads: int | None = None,
+              temp_dir: str | os.PathLike | None = None, max_temp_size: str | None = None
+              ) -> duckdb.DuckDBPyConnection:
     """No file or network access from queries from now on, no extension installed or loaded on the fly, an optional
-    memory limit (``'2GB'``), and no setting can be changed back."""
+    memory limit (``'2GB'``), DuckDB threads, spill folder and its size limit (``'4GB'``), and no setting can be
+    changed back."""
+    if threads:
+        conn.execute(f"SET threads = {int(threads)}")
+    if temp_dir is not None:
+        Path(temp_dir).mkdir(parents=True, exist_ok=True)
+        conn.execute("SET temp_directory = ?", [str(temp_dir)])
+    if max_temp_size:
+        conn.execute("SET max_temp_directory_size = ?", [max_temp_size])
     conn.execute("SET enable_external_access = false")
     conn.execute("SET autoinstall_known_extensions = false")
     conn.execute("SET autoload_known_extensions = false")
@@ -83,14 +93,15 @@ def connect(path: str | os.PathLike, ranks: list[int] | None = None, *,
     return open_run(path, ranks, memory_limit=memory_limit)[0]
 
 
-def open_run(path: str | os.PathLike, ranks: list[int] | None = None, *, memory_limit: str | None = None
-             ) -> tuple[duckdb.DuckDBPyConnection, list[int] | None]:
-    """:func:`connect`, and the ranks whose shards were attached (None: a single-file run, every rank)."""
+def open_run(path: str | os.PathLike, ranks: list[int] | None = None, *, memory_limit: str | None = None,
+             **limits) -> tuple[duckdb.DuckDBPyConnection, list[int] | None]:
+    """:func:`connect`, and the ranks whose shards were attached (None: a single-file run, every rank);
+    ``limits``: :func:`lock_down`'s ``threads``, ``temp_dir``, ``max_temp_size``."""
     target = Path(path)
     if target.is_dir() and layout.is_sharded(target):
         conn, loaded = layout.connect(target, ranks)
         try:
-            return lock_down(conn, memory_limit=memory_limit), loaded
+            return lock_down(conn, memory_limit=memory_limit, **limits), loaded
         except BaseException:
             conn.close()
             raise
@@ -106,7 +117,7 @@ def open_run(path: str | os.PathLike, ranks: list[int] | None = None, *, memory_
         for (table,) in conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'run' "
                                      "ORDER BY table_name").fetchall():
             conn.execute(f'CREATE VIEW main."{table}" AS SELECT * FROM run."{table}"')
-        lock_down(conn, memory_limit=memory_limit)
+        lock_down(conn, memory_limit=memory_limit, **limits)
     except BaseException:
         conn.close()
         raise

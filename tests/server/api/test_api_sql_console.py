@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ascendscope import readonly
-from ascendscope.server.app import create_app
+from ascendscope.server.app import create_app, query_threads
 from ascendscope.server.queries import sql_console as sc
 from ascendscope.server.runs import RunStore
 from ascendscope.server.settings import Settings
@@ -134,6 +134,13 @@ def test_the_console_connection_stays_locked(client, wait_runs):
                     cur.execute(setting)
             assert cur.execute("SELECT current_setting('enable_external_access'), "
                                "current_setting('lock_configuration')").fetchone() == (False, True)
+            # bounded as the views are: their DuckDB threads, spill in the data dir with a size limit
+            threads, temp, temp_max = cur.execute(
+                "SELECT current_setting('threads'), current_setting('temp_directory'), "
+                "current_setting('max_temp_directory_size')").fetchone()
+            assert threads == query_threads(client.app.state.settings)
+            assert Path(temp) == Path(client.app.state.store.data_dir) / ".console-tmp"
+            assert temp_max.replace(" ", "").upper().startswith(("4GB", "3.7GIB", "4.0GB", "3.7GB")), temp_max
         finally:
             cur.close()
     # the views' own connection is another one: the timeline still answers
