@@ -250,14 +250,16 @@ def _explained(sql: str) -> str:
 
 def run_query(conn: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict | None = None, *,
               timeout_s: float | None = None, fetch: str = "df", max_rows: int | None = None,
-              keep: Callable[[list[tuple]], bool] | None = None):
+              keep: Callable[[list[tuple]], bool] | None = None,
+              watch: Callable[[Callable[[], None]], Callable[[], None]] | None = None):
     """Check ``sql``, run it on a fresh cursor of ``conn`` and fetch its result: ``"df"`` a pandas DataFrame,
     ``"arrow"`` a ``pyarrow.Table``, ``"rows"`` ``(column names, list of tuples)``, ``"typed"`` ``(column names,
     DuckDB type names, list of tuples)``; ``max_rows`` fetches at most that many rows (``rows``/``typed``). With
     ``keep`` (``rows``/``typed``), rows are fetched in batches of :data:`FETCH_BATCH`, each handed to ``keep`` and
     not kept here (the rows answered are ``[]``); ``keep`` returning False stops the fetch, so that a caller bounding
     its answer by size never holds more than a batch beyond it. A query still running after ``timeout_s`` is
-    interrupted (:class:`QueryTimedOut`)."""
+    interrupted (:class:`QueryTimedOut`); ``watch`` is handed the query's interrupt to call when it must stop for
+    another reason (its client went away) and returns what unregisters it."""
     if fetch not in ("df", "arrow", "rows", "typed"):
         raise ValueError(f"fetch must be df, arrow, rows or typed, not {fetch!r}")
     bound = params if isinstance(params, dict) else list(params or ())
@@ -267,6 +269,7 @@ def run_query(conn: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | 
     if timer is not None:
         timer.daemon = True
         timer.start()
+    unwatch = watch(cur.interrupt) if watch is not None else None
     try:
         if fetch == "arrow":  # through a relation: Arrow straight from DuckDB's result, no row copy
             return cur.sql(sql, params=bound or None).to_arrow_table()
@@ -292,6 +295,8 @@ def run_query(conn: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | 
     finally:
         if timer is not None:
             timer.cancel()
+        if unwatch is not None:
+            unwatch()
         cur.close()
 
 

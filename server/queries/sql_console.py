@@ -27,6 +27,7 @@ import uuid
 from ascendscope import readonly
 from ascendscope.server.db import QueryTimeout
 from ascendscope.server.queries import QueryError
+from ascendscope.server.requestclock import ClientGone
 
 MAX_SQL_CHARS = 20_000
 MAX_ROWS = 5_000
@@ -119,18 +120,30 @@ def cell(v):
     return str(v)
 
 
-def run(conn, sql: str, *, timeout_s: float, max_rows: int = MAX_ROWS, max_bytes: int = MAX_JSON_BYTES) -> dict:
+def run(conn, sql: str, *, timeout_s: float, max_rows: int = MAX_ROWS, max_bytes: int = MAX_JSON_BYTES,
+        deadline: float | None = None, cancel=None) -> dict:
     """Run one statement on a cursor of the console connection ``conn``: ``{columns, types, rows, row_count,
     truncated, truncated_by, row_cap, byte_cap, elapsed_ms}``. At most ``max_rows`` rows, and rows only while their
     JSON stays within ``max_bytes`` (``truncated_by``: ``"rows"`` or ``"bytes"``); rows are converted as they are
     fetched, a batch at a time, so no more than one batch past the cap is ever held. Raises ``QueryError`` for a
-    query the rules refuse or DuckDB rejects, ``QueryTimeout`` (504) for one that ran out of time."""
+    query the rules refuse or DuckDB rejects, ``QueryTimeout`` (504) for one that ran out of time: ``timeout_s``, or
+    the request's ``deadline`` (``time.monotonic()``, from its arrival) if sooner, which the fetch and conversion
+    of rows count against too. ``cancel`` (``server.requestclock.CancelToken``): the client went away, the query is
+    interrupted and ``ClientGone`` raised."""
+    if deadline is not None:
+        timeout_s = min(timeout_s, deadline - time.monotonic())
+        if timeout_s <= 0:
+            raise QueryTimeout("no time left for the query within the request's time limit (the server was busy)")
+    deadline = time.monotonic() + timeout_s
     cur = conn.cursor()  # one per request: check and run on it, never on the shared connection
     t0 = time.perf_counter()
     out: list[list] = []
-    state = {"bytes": 0, "by": None}
+    state = {"bytes": 0, "by": None, "stopped": False}
 
     def keep(batch: list[tuple]) -> bool:
+        if time.monotonic() > deadline or (cancel is not None and cancel.cancelled):
+            state["stopped"] = True
+            return False
         for r in batch:
             if len(out) == max_rows:
                 state["by"] = "rows"
@@ -146,13 +159,19 @@ def run(conn, sql: str, *, timeout_s: float, max_rows: int = MAX_ROWS, max_bytes
 
     try:
         names, types, _ = readonly.run_query(cur, sql, timeout_s=timeout_s, fetch="typed", max_rows=max_rows + 1,
-                                             keep=keep)
+                                             keep=keep, watch=None if cancel is None else cancel.watch)
     except readonly.QueryTimedOut:
-        raise QueryTimeout(f"the query ran longer than {timeout_s:g} s and was stopped") from None
+        state["stopped"] = True
     except readonly.ReadOnlyQueryError as exc:
+        if cancel is not None and cancel.cancelled:
+            raise ClientGone("the client went away before the answer was ready") from None
         raise QueryError(exc.code, str(exc)) from None
     finally:
         cur.close()
+    if state["stopped"]:
+        if cancel is not None and cancel.cancelled:
+            raise ClientGone("the client went away before the answer was ready")
+        raise QueryTimeout(f"the query ran longer than {timeout_s:g} s and was stopped")
     return {"columns": names, "types": types, "rows": out, "row_count": len(out), "truncated": state["by"] is not None,
             "truncated_by": state["by"], "row_cap": max_rows, "byte_cap": max_bytes,
             "elapsed_ms": round((time.perf_counter() - t0) * 1000, 1)}

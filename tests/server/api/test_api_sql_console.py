@@ -197,6 +197,49 @@ def test_a_console_that_fails_to_open_answers_an_error_and_leaves_the_run_ready(
         assert q(c, run, "SELECT 1 AS one").json()["rows"] == [[1]]
 
 
+def test_a_console_query_takes_a_heavy_slot_within_the_request_deadline(runs, wait_runs, monkeypatch):
+    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir)))
+    taken = []
+    pool = app.state.query_pool
+    real = pool.slot
+
+    def slot(timeout_s, **kw):
+        taken.append((timeout_s, kw.get("heavy"), kw.get("cancel")))
+        return real(timeout_s, **kw)
+
+    monkeypatch.setattr(pool, "slot", slot)
+    with TestClient(app) as c:
+        assert q(c, wait_runs.ids["waits"], "SELECT 1 AS one").json()["rows"] == [[1]]
+    assert len(taken) == 1 and taken[0][1] is True
+    assert 0 < taken[0][0] <= app.state.settings.query_timeout_s and taken[0][2] is not None
+
+
+def test_a_console_query_stops_when_its_client_goes_or_its_deadline_passes(runs, wait_runs):
+    import threading
+    import time
+
+    from ascendscope.server.db import QueryTimeout
+    from ascendscope.server.requestclock import CancelToken, ClientGone
+
+    conn = readonly.connect(RunStore(runs.data_dir).db_path(wait_runs.ids["waits"]))
+    slow = "SELECT sum(a.range * b.range) FROM range(300000) a, range(300000) b"
+    try:
+        token = CancelToken()
+        threading.Timer(0.3, token.cancel).start()
+        t0 = time.monotonic()
+        with pytest.raises(ClientGone):
+            sc.run(conn, slow, timeout_s=60, cancel=token)
+        assert time.monotonic() - t0 < 10
+        with pytest.raises(QueryTimeout):  # a deadline already past (the wait for a slot used it up)
+            sc.run(conn, "SELECT 1", timeout_s=60, deadline=time.monotonic() - 1)
+        t0 = time.monotonic()
+        with pytest.raises(QueryTimeout):
+            sc.run(conn, slow, timeout_s=60, deadline=time.monotonic() + 0.3)
+        assert time.monotonic() - t0 < 10
+    finally:
+        conn.close()
+
+
 def test_the_time_limit(runs, wait_runs):
     app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_timeout_s=0.5))
     with TestClient(app) as c:
