@@ -136,7 +136,8 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     app.state.settings, app.state.store, app.state.databases = settings, store, databases
     app.state.query_pool = query_pool
     app.state.query_processes = query_process_count(settings) if query_processes else 0
-    app.state.console = ConsoleDatabases(settings.max_loaded_ranks)  # the SQL console's locked connections
+    app.state.console = ConsoleDatabases(settings.max_loaded_ranks, threads=query_threads(settings),
+                                         temp_dir=store.data_dir / ".console-tmp")  # the SQL console's connections
     app.state.ingest_queue = ingest_queue
     if ingest_queue is not None and ingest_queue.on_ready is None:
         ingest_queue.on_ready = databases.forget

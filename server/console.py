@@ -8,7 +8,8 @@ A console connection is never the views' connection (``server.db``): it is opene
   ``cluster.duckdb`` and the scope's shards with the documented table names as views (``layout.connect``, as the
   views read it);
 * then ``readonly.lock_down``: no file, network, ATTACH, COPY, INSTALL or LOAD from then on, no extension
-  auto-install or auto-load, a memory limit, and no ``SET`` of any setting afterwards.
+  auto-install or auto-load, a memory limit, the views' DuckDB threads, spill to a folder of the data dir
+  (``.console-tmp``) of at most ``MAX_TEMP_SIZE``, and no ``SET`` of any setting afterwards.
 
 Scope of a sharded run: like the views (``server.db.scope``) — every rank up to ``max_loaded_ranks`` ranks, above
 that the ranks asked for (``ranks=``, at most ``max_loaded_ranks`` of them), else the first. The run-wide and
@@ -29,13 +30,15 @@ from ascendscope.ingest import layout
 from ascendscope.server.db import DamagedDatabase, is_sharded, scope
 
 MEMORY_LIMIT = "2GB"
+MAX_TEMP_SIZE = "4GB"  # what one console connection may spill to its temp folder (in the data dir)
 MAX_OPEN = 4
 
 
 class Console:
     """A locked connection, the ranks it loaded (None: a single-file run, all) and the run's ranks."""
 
-    def __init__(self, path: Path, ranks: tuple[int, ...] | None):
+    def __init__(self, path: Path, ranks: tuple[int, ...] | None, threads: int | None = None,
+                 temp_dir: Path | None = None):
         self.loaded: list[int] | None = None
         self.all_ranks: list[int] = []
         try:
@@ -43,7 +46,9 @@ class Console:
                 self.all_ranks = sorted(layout.ready_shards(layout.read_manifest(path.parent)))
             target = path.parent if is_sharded(path) else path
             self.conn, self.loaded = readonly.open_run(target, None if ranks is None else list(ranks),
-                                                       memory_limit=MEMORY_LIMIT)
+                                                       memory_limit=MEMORY_LIMIT, threads=threads,
+                                                       temp_dir=temp_dir,
+                                                       max_temp_size=MAX_TEMP_SIZE if temp_dir else None)
         except (duckdb.Error, OSError, ValueError) as exc:
             raise DamagedDatabase(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__) from exc
 
@@ -55,8 +60,10 @@ class Console:
 
 
 class ConsoleDatabases:
-    def __init__(self, max_loaded_ranks: int, max_open: int = MAX_OPEN):
+    def __init__(self, max_loaded_ranks: int, max_open: int = MAX_OPEN, *, threads: int | None = None,
+                 temp_dir: Path | None = None):
         self.max_loaded_ranks = max_loaded_ranks
+        self.threads, self.temp_dir = threads, temp_dir
         self.max_open = max_open
         self._open: OrderedDict[tuple, Console] = OrderedDict()
         self._lock = threading.Lock()
@@ -77,7 +84,7 @@ class ConsoleDatabases:
             if found is not None:
                 self._open.move_to_end(key)
                 return found
-        console = Console(path, ranks)
+        console = Console(path, ranks, self.threads, self.temp_dir)
         with self._lock:
             self._open[key] = console
             while len(self._open) > self.max_open:

@@ -7,7 +7,9 @@ anything but exactly one reading statement (``SELECT``, ``WITH … SELECT``, ``V
 EXPORT, CREATE, UPDATE… are other statement types), and any call of a blocked function (SQL run from a string,
 server paths and settings); a file name or URL in a query fails on the locked connection. Each refusal becomes a
 ``QueryError`` (400) with the rule's code; a query past its deadline is interrupted (``QueryTimeout``, 504).
-:func:`run` fetches at most ``max_rows`` rows (``truncated`` says when there were more).
+:func:`run` answers at most ``max_rows`` rows, and only as many as fit in ``MAX_JSON_BYTES`` of JSON
+(``MAX_CSV_BYTES`` for the CSV export); a list, map or struct value keeps at most ``MAX_CELL_ITEMS`` items and a
+string ``MAX_CELL_CHARS`` characters (``truncated`` / ``truncated_by`` say when the answer was cut).
 
 Values leave JSON-ready: integers beyond 2**53 (epoch ns) as decimal strings, other non-JSON types as text.
 """
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import itertools
+import json
 import re
 import time
 import uuid
@@ -23,10 +27,14 @@ import uuid
 from ascendscope import readonly
 from ascendscope.server.db import QueryTimeout
 from ascendscope.server.queries import QueryError
+from ascendscope.server.requestclock import ClientGone
 
 MAX_SQL_CHARS = 20_000
 MAX_ROWS = 5_000
 MAX_CELL_CHARS = 2_000
+MAX_CELL_ITEMS = 1_000  # of a list, map or struct value; past it a "…" item says the rest was left out
+MAX_JSON_BYTES = 8_000_000  # of the rows of one answer, as JSON: past it the answer stops, truncated
+MAX_CSV_BYTES = 32_000_000
 EXACT_INT = 2 ** 53
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -103,28 +111,69 @@ def cell(v):
     if isinstance(v, uuid.UUID):
         return str(v)
     if isinstance(v, (list, tuple)):
-        return [cell(x) for x in v]
+        return [cell(x) for x in v[:MAX_CELL_ITEMS]] + (["…"] if len(v) > MAX_CELL_ITEMS else [])
     if isinstance(v, dict):
-        return {str(k): cell(x) for k, x in v.items()}
+        out = {str(k): cell(x) for k, x in itertools.islice(v.items(), MAX_CELL_ITEMS)}
+        if len(v) > MAX_CELL_ITEMS:
+            out["…"] = f"{len(v) - MAX_CELL_ITEMS} more"
+        return out
     return str(v)
 
 
-def run(conn, sql: str, *, timeout_s: float, max_rows: int = MAX_ROWS) -> dict:
+def run(conn, sql: str, *, timeout_s: float, max_rows: int = MAX_ROWS, max_bytes: int = MAX_JSON_BYTES,
+        deadline: float | None = None, cancel=None) -> dict:
     """Run one statement on a cursor of the console connection ``conn``: ``{columns, types, rows, row_count,
-    truncated, elapsed_ms}``. Raises ``QueryError`` for a query the rules refuse or DuckDB rejects, ``QueryTimeout``
-    (504) for one that ran out of time."""
+    truncated, truncated_by, row_cap, byte_cap, elapsed_ms}``. At most ``max_rows`` rows, and rows only while their
+    JSON stays within ``max_bytes`` (``truncated_by``: ``"rows"`` or ``"bytes"``); rows are converted as they are
+    fetched, a batch at a time, so no more than one batch past the cap is ever held. Raises ``QueryError`` for a
+    query the rules refuse or DuckDB rejects, ``QueryTimeout`` (504) for one that ran out of time: ``timeout_s``, or
+    the request's ``deadline`` (``time.monotonic()``, from its arrival) if sooner, which the fetch and conversion
+    of rows count against too. ``cancel`` (``server.requestclock.CancelToken``): the client went away, the query is
+    interrupted and ``ClientGone`` raised."""
+    if deadline is not None:
+        timeout_s = min(timeout_s, deadline - time.monotonic())
+        if timeout_s <= 0:
+            raise QueryTimeout("no time left for the query within the request's time limit (the server was busy)")
+    deadline = time.monotonic() + timeout_s
     cur = conn.cursor()  # one per request: check and run on it, never on the shared connection
     t0 = time.perf_counter()
+    out: list[list] = []
+    state = {"bytes": 0, "by": None, "stopped": False}
+
+    def keep(batch: list[tuple]) -> bool:
+        if time.monotonic() > deadline or (cancel is not None and cancel.cancelled):
+            state["stopped"] = True
+            return False
+        for r in batch:
+            if len(out) == max_rows:
+                state["by"] = "rows"
+                return False
+            row = [cell(v) for v in r]
+            size = len(json.dumps(row, ensure_ascii=False, default=str)) + 1
+            if state["bytes"] + size > max_bytes:
+                state["by"] = "bytes"
+                return False
+            state["bytes"] += size
+            out.append(row)
+        return True
+
     try:
-        names, types, rows = readonly.run_query(cur, sql, timeout_s=timeout_s, fetch="typed", max_rows=max_rows + 1)
+        names, types, _ = readonly.run_query(cur, sql, timeout_s=timeout_s, fetch="typed", max_rows=max_rows + 1,
+                                             keep=keep, watch=None if cancel is None else cancel.watch)
     except readonly.QueryTimedOut:
-        raise QueryTimeout(f"the query ran longer than {timeout_s:g} s and was stopped") from None
+        state["stopped"] = True
     except readonly.ReadOnlyQueryError as exc:
+        if cancel is not None and cancel.cancelled:
+            raise ClientGone("the client went away before the answer was ready") from None
         raise QueryError(exc.code, str(exc)) from None
     finally:
         cur.close()
-    return {"columns": names, "types": types, "rows": [[cell(v) for v in r] for r in rows[:max_rows]],
-            "row_count": min(len(rows), max_rows), "truncated": len(rows) > max_rows, "row_cap": max_rows,
+    if state["stopped"]:
+        if cancel is not None and cancel.cancelled:
+            raise ClientGone("the client went away before the answer was ready")
+        raise QueryTimeout(f"the query ran longer than {timeout_s:g} s and was stopped")
+    return {"columns": names, "types": types, "rows": out, "row_count": len(out), "truncated": state["by"] is not None,
+            "truncated_by": state["by"], "row_cap": max_rows, "byte_cap": max_bytes,
             "elapsed_ms": round((time.perf_counter() - t0) * 1000, 1)}
 
 

@@ -198,13 +198,22 @@ def test_sql_console(page, live_server, wait_runs, artifacts_dir):
     assert page.locator("#q-kind").input_value() == "scatter"  # each rank twice: bars would pile up
     assert "/query.csv?sql=" in page.locator("#q-csv").get_attribute("href")
     page.screenshot(path=str(artifacts_dir / "sql_console.png"))
-    # a link reproduces the query
+    # a link reproduces the query: it fills the editor, and runs only on a click of Run
+    asked = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/runs/" in r.url and "/query?" in r.url else None)
     page.goto(page.url)
+    page.wait_for_function("() => document.body.dataset.queryReady === '1'")
+    assert page.locator("#query-view").get_attribute("data-state") == "filled"
+    assert "cluster_steps" in page.locator("#q-sql").input_value()
+    assert page.locator("#q-table tbody tr").count() == 0 and asked == []
+    page.locator("#q-run").click()
     page.wait_for_function("() => document.getElementById('query-view').dataset.state === 'done'")
-    assert page.locator("#q-table tbody tr").count() == 8
+    assert page.locator("#q-table tbody tr").count() == 8 and len(asked) == 1
     # a slice id in a result opens that slice on the timeline, its rank loaded
     sql = "SELECT rank, slice_id, name, dur_ns FROM slices WHERE name = 'MatMul' AND rank = 2 ORDER BY ts_ns LIMIT 1"
     page.goto(f"{live_server.base_url}/runs/{run}/query?sql={quote(sql)}")
+    page.wait_for_function("() => document.body.dataset.queryReady === '1'")
+    page.locator("#q-run").click()
     page.wait_for_function("() => document.getElementById('query-view').dataset.state === 'done'")
     link = page.locator("#q-table a.q-slice").first
     slice_id = int(link.inner_text())
@@ -226,6 +235,8 @@ def test_sql_console_shows_a_refusal(browser, live_server, wait_runs):
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     sql = quote("ATTACH '/tmp/x.duckdb' AS x")
     page.goto(f"{live_server.base_url}/runs/{wait_runs.ids['waits']}/query?sql={sql}")
+    page.wait_for_function("() => document.body.dataset.queryReady === '1'")
+    page.locator("#q-run").click()
     page.wait_for_function("() => document.getElementById('query-view').dataset.state === 'error'")
     assert "read_only" in page.locator("#q-error").inner_text()
     assert page.locator("#q-sql").input_value() == "ATTACH '/tmp/x.duckdb' AS x"

@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import duckdb
 import pytest
 from fastapi.testclient import TestClient
 
 from ascendscope import readonly
-from ascendscope.server.app import create_app
+from ascendscope.server.app import create_app, query_threads
 from ascendscope.server.queries import sql_console as sc
 from ascendscope.server.runs import RunStore
 from ascendscope.server.settings import Settings
@@ -58,6 +59,28 @@ REFUSED = [
     ("server paths", "SELECT * FROM duckdb_databases()", 400, "function_refused"),
     ("server settings", "SELECT current_setting('temp_directory')", 400, "function_refused"),
     ("settings table", "SELECT * FROM duckdb_settings()", 400, "function_refused"),
+    # catalog views and spellings: refused by what the plan reads, not by how the query names it
+    ("the databases view", "SELECT path FROM duckdb_databases", 400, "function_refused"),
+    ("the pragma view", "SELECT * FROM pragma_database_list", 400, "function_refused"),
+    ("pg_settings", "SELECT * FROM pg_settings", 400, "function_refused"),
+    ("pg_catalog.pg_settings", "SELECT setting FROM pg_catalog.pg_settings", 400, "function_refused"),
+    ("pg_database", "SELECT * FROM pg_catalog.pg_database", 400, "function_refused"),
+    ("schema-qualified", "SELECT * FROM main.duckdb_settings()", 400, "function_refused"),
+    ("upper case", "SELECT * FROM DUCKDB_Settings()", 400, "function_refused"),
+    ("a view in a subquery", "SELECT (SELECT max(path) FROM duckdb_databases) AS p", 400, "function_refused"),
+    ("SUMMARIZE a view", "SUMMARIZE duckdb_databases", 400, "function_refused"),
+    ("SHOW DATABASES", "SHOW DATABASES", 400, "function_refused"),
+    ("EXPLAIN behind a comment", "EXPLAIN/**/SELECT current_setting('temp_directory')", 400, "function_refused"),
+    ("EXPLAIN with options", "EXPLAIN(FORMAT JSON)SELECT current_setting('temp_directory')", 400,
+     "function_refused"),
+    ("EXPLAIN ANALYZE a view", "EXPLAIN ANALYZE SELECT path FROM duckdb_databases", 400, "function_refused"),
+    ("a quoted function name", "DESCRIBE SELECT \"current_setting\"('temp_directory') AS s", 400,
+     "function_refused"),
+    ("a quoted name behind a comment", "SUMMARIZE SELECT \"current_setting\"/**/('temp_directory') AS s", 400,
+     "function_refused"),
+    ("EXPLAIN, comment, quoted name", "EXPLAIN/**/SELECT \"current_setting\"('temp_directory')", 400,
+     "function_refused"),
+    ("a function name in upper case", "SELECT CURRENT_SETTING('temp_directory')", 400, "function_refused"),
     ("an empty query", "   ", 400, "empty_query"),
     ("a syntax error", "SELEC 1", 400, "syntax_error"),
 ]
@@ -96,9 +119,30 @@ def test_explain_runs_and_explains_no_blocked_function(client, wait_runs):
 
 
 def test_the_console_connection_stays_locked(client, wait_runs):
-    """A setting cannot be changed from a query either: lock_configuration (and a SELECT is all that runs)."""
-    r = q(client, wait_runs.ids["waits"], "SELECT value FROM duckdb_settings() WHERE name = 'lock_configuration'")
-    assert r.status_code == 400
+    """Past the query rules, the console's connection itself refuses any change of setting (lock_configuration):
+    a SET run on it directly, as a query slipping past check_query would, fails and changes nothing."""
+    for run in ("waits", "waits_sharded"):
+        assert q(client, wait_runs.ids[run], "SELECT 1 AS one").status_code == 200
+    consoles = list(client.app.state.console._open.values())
+    assert len(consoles) >= 2
+    for console in consoles:
+        cur = console.conn.cursor()
+        try:
+            for setting in ("SET enable_external_access = true", "SET memory_limit = '64GB'",
+                            "SET lock_configuration = false", "RESET lock_configuration"):
+                with pytest.raises(duckdb.Error, match="(?i)lock"):
+                    cur.execute(setting)
+            assert cur.execute("SELECT current_setting('enable_external_access'), "
+                               "current_setting('lock_configuration')").fetchone() == (False, True)
+            # bounded as the views are: their DuckDB threads, spill in the data dir with a size limit
+            threads, temp, temp_max = cur.execute(
+                "SELECT current_setting('threads'), current_setting('temp_directory'), "
+                "current_setting('max_temp_directory_size')").fetchone()
+            assert threads == query_threads(client.app.state.settings)
+            assert Path(temp) == Path(client.app.state.store.data_dir) / ".console-tmp"
+            assert temp_max.replace(" ", "").upper().startswith(("4GB", "3.7GIB", "4.0GB", "3.7GB")), temp_max
+        finally:
+            cur.close()
     # the views' own connection is another one: the timeline still answers
     assert client.get(f"/api/runs/{wait_runs.ids['waits']}/timeline/tracks").status_code == 200
 
@@ -113,6 +157,87 @@ def test_the_row_cap(client, wait_runs):
                      params={"sql": "SELECT range AS i FROM range(20000)"})
     assert csv.status_code == 200 and csv.headers["X-Row-Count"] == "20000" and csv.headers["X-Truncated"] == "false"
     assert csv.text.splitlines()[:3] == ["i", "0", "1"]
+
+
+def test_the_answer_is_bounded_in_bytes_nested_values_too(client, wait_runs):
+    """Big values cannot make a big answer: lists and structs keep MAX_CELL_ITEMS items, rows stop at the byte cap
+    (JSON and CSV), and the answer says it was cut."""
+    run = wait_runs.ids["waits"]
+    nested = q(client, run, "SELECT range(100000) AS l, {'a': range(5000)} AS s FROM range(3)").json()
+    assert nested["row_count"] == 3 and not nested["truncated"]
+    row = nested["rows"][0]
+    assert len(row[0]) == sc.MAX_CELL_ITEMS + 1 and row[0][-1] == "…" and row[0][:3] == [0, 1, 2]
+    assert len(row[1]["a"]) == sc.MAX_CELL_ITEMS + 1
+    wide = q(client, run, f"SELECT repeat('x', {sc.MAX_CELL_CHARS}) AS s FROM range({sc.MAX_ROWS})")
+    body = wide.json()
+    assert body["truncated"] and body["truncated_by"] == "bytes" and body["byte_cap"] == sc.MAX_JSON_BYTES
+    assert 0 < body["row_count"] < sc.MAX_ROWS and len(wide.content) <= sc.MAX_JSON_BYTES + 100_000
+    csv = client.get(f"/api/runs/{run}/query.csv",
+                     params={"sql": f"SELECT repeat('x', {sc.MAX_CELL_CHARS}) AS s FROM range(100000)"})
+    assert csv.status_code == 200 and csv.headers["X-Truncated"] == "true"
+    assert len(csv.content) <= sc.MAX_CSV_BYTES + 100_000 and 0 < int(csv.headers["X-Row-Count"]) < 100_000
+    rows = q(client, run, "SELECT range AS i FROM range(20000)").json()
+    assert rows["truncated_by"] == "rows"
+
+
+def test_a_console_that_fails_to_open_answers_an_error_and_leaves_the_run_ready(runs, wait_runs, monkeypatch):
+    def refuse(*_a, **_k):
+        raise duckdb.IOException("IO Error: Could not set lock on file: conflicting lock")
+
+    monkeypatch.setattr(readonly, "open_run", refuse)
+    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir)))
+    run = wait_runs.ids["waits"]
+    with TestClient(app) as c:
+        r = q(c, run, "SELECT 1 AS one")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "console_unavailable", r.text
+        assert "Could not set lock" in r.json()["error"]["message"]
+        assert c.get(f"/api/runs/{run}").json()["status"] == "ready"
+        assert c.get(f"/api/runs/{run}/timeline/tracks").status_code == 200
+        monkeypatch.undo()
+        assert q(c, run, "SELECT 1 AS one").json()["rows"] == [[1]]
+
+
+def test_a_console_query_takes_a_heavy_slot_within_the_request_deadline(runs, wait_runs, monkeypatch):
+    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir)))
+    taken = []
+    pool = app.state.query_pool
+    real = pool.slot
+
+    def slot(timeout_s, **kw):
+        taken.append((timeout_s, kw.get("heavy"), kw.get("cancel")))
+        return real(timeout_s, **kw)
+
+    monkeypatch.setattr(pool, "slot", slot)
+    with TestClient(app) as c:
+        assert q(c, wait_runs.ids["waits"], "SELECT 1 AS one").json()["rows"] == [[1]]
+    assert len(taken) == 1 and taken[0][1] is True
+    assert 0 < taken[0][0] <= app.state.settings.query_timeout_s and taken[0][2] is not None
+
+
+def test_a_console_query_stops_when_its_client_goes_or_its_deadline_passes(runs, wait_runs):
+    import threading
+    import time
+
+    from ascendscope.server.db import QueryTimeout
+    from ascendscope.server.requestclock import CancelToken, ClientGone
+
+    conn = readonly.connect(RunStore(runs.data_dir).db_path(wait_runs.ids["waits"]))
+    slow = "SELECT sum(a.range * b.range) FROM range(300000) a, range(300000) b"
+    try:
+        token = CancelToken()
+        threading.Timer(0.3, token.cancel).start()
+        t0 = time.monotonic()
+        with pytest.raises(ClientGone):
+            sc.run(conn, slow, timeout_s=60, cancel=token)
+        assert time.monotonic() - t0 < 10
+        with pytest.raises(QueryTimeout):  # a deadline already past (the wait for a slot used it up)
+            sc.run(conn, "SELECT 1", timeout_s=60, deadline=time.monotonic() - 1)
+        t0 = time.monotonic()
+        with pytest.raises(QueryTimeout):
+            sc.run(conn, slow, timeout_s=60, deadline=time.monotonic() + 0.3)
+        assert time.monotonic() - t0 < 10
+    finally:
+        conn.close()
 
 
 def test_the_time_limit(runs, wait_runs):

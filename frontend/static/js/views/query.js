@@ -1,7 +1,8 @@
 // SQL console: the run's tables (documented ones first) beside an editor, example queries one click away, and the
 // result of one read-only SELECT (GET /api/runs/{id}/query) as a table sorted in the browser by a click on a header,
 // a plotly chart of two chosen columns and a CSV export (…/query.csv). The query, the chart's columns and the
-// sharded run's `ranks` live in the URL (sql=, x=, y=, kind=), so a copied link reruns it. The server does the
+// sharded run's `ranks` live in the URL (sql=, x=, y=, kind=), so a copied link reopens it: it fills
+// the editor and runs on a click of Run, never on opening. The server does the
 // refusing (one statement, SELECT only, no file or network access, a time limit, a row cap); this page shows its
 // message. DOM text only; column names and values reach plotly through plotText.
 
@@ -151,7 +152,9 @@ async function runQuery() {
   }
   sort = { col: null, dir: 1 };
   setStatus(`${formatCount(result.row_count)} row${result.row_count === 1 ? "" : "s"}` +
-    (result.truncated ? ` (cut at ${formatCount(result.row_cap)}: export the CSV for up to 100,000)` : "") +
+    (!result.truncated ? "" : result.truncated_by === "bytes"
+      ? ` (cut at ${formatCount(result.byte_cap / 1e6)} MB of answer: select fewer or narrower columns)`
+      : ` (cut at ${formatCount(result.row_cap)}: export the CSV for up to 100,000)`) +
     ` · ${result.elapsed_ms} ms`);
   const csv = $("#q-csv");
   csv.hidden = false;
@@ -215,10 +218,12 @@ async function start() {
   } catch (err) {
     showError(`Could not load the tables: ${err.message}`);
   }
+  // a link's query fills the editor but waits for a click: opening a link must not run someone else's query
   const sql = urlParam("sql");
   if (sql) {
     $("#q-sql").value = sql;
-    await runQuery();
+    $("#query-view").dataset.state = "filled";
+    setStatus("query from the link: press Run (Ctrl+Enter) to run it");
   }
   document.body.dataset.queryReady = "1";
 }
