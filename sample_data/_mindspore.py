@@ -80,7 +80,7 @@ def to_ascend_ms(pt_dir, out_root, *, rank, mode="pynative", level="Level1"):
     with open(os.path.join(pt_dir, f"profiler_info_{rank}.json"), encoding="utf-8") as fh:
         pt_info = json.load(fh)
     info = {
-        "profiler_parameters": {"output_path": out_root, "profiler_level": level, "with_stack": False,
+        "profiler_parameters": {"output_path": str(out_root), "profiler_level": level, "with_stack": False,
                                 "profile_memory": True, "aicore_metrics": "AicPipeUtilization",
                                 "cpu_trace": True, "npu_trace": True, "l2_cache": True},
         "ms_profiler_info": {"start_collect_syscnt": pt_info["start_info"]["start_cnt"],

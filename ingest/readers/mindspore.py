@@ -57,17 +57,18 @@ class MindSporeReader:
         for child in entries:
             if child.is_dir() and not child.is_symlink():
                 ranks += msprof.READER.find_ranks(child) or []
-        own = sorted(p.name for p in entries if p.is_file() and not INFO.match(p.name))
-        note = (f"MindSpore's own summaries are not read ({len(own)} files: {', '.join(own[:6])}"
-                f"{' …' if len(own) > 6 else ''}): their times count from the first task; the ranks are read from "
-                "the msprof PROF_* output they were made from")
         if not ranks:
             return [FoundRank(folder=folder, notes=[(folder, "MindSpore profiler folder without a PROF_* folder "
                                                              "that msprof exported: nothing to read")])]
+        files = [p.name for p in entries if p.is_file() and not INFO.match(p.name)]
         for rank in ranks:
-            named = rank.rank is not None and rank.rank in timelines
-            rank.notes.append((folder, note if named else note + f" (no ascend_timeline_display_{rank.rank}.json "
-                                                                  "names this rank)"))
+            own = [f for f in files if re.search(rf"_{rank.rank}(?:_|\.)", f)]
+            note = (f"MindSpore's own summaries are not read ({len(own)} files: {', '.join(own[:6])}"
+                    f"{' …' if len(own) > 6 else ''}): their times count from the first task; the rank is read from "
+                    "the msprof PROF_* output they were made from")
+            if rank.rank not in timelines:
+                note += f" (no ascend_timeline_display_{rank.rank}.json names this rank)"
+            rank.notes.append((folder, note))
         return ranks
 
     def stage(self, job: Job, kind: str, path: Path) -> Staged:

@@ -22,7 +22,10 @@ DEFAULT_PAGE_ROWS = 50
 MAX_CSV_ROWS = 100_000
 SORT_ORDERS = {"asc": "ASC", "desc": "DESC"}
 
-TABLE_COLUMNS_SQL = "SELECT column_name FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index"
+# the table queries resolve to (a sharded run's view in memory.main), not a shard's table of that name nor the
+# cluster's empty template, which has every column of the schema (a run without a column must not seem to have it)
+TABLE_COLUMNS_SQL = """SELECT column_name FROM duckdb_columns() WHERE table_name = ?
+AND database_name = current_database() AND schema_name = current_schema() ORDER BY column_index"""
 
 
 class Runner(Protocol):
