@@ -9,7 +9,9 @@
   ``MindSpore+GE``; ``operator_details.csv`` holds only ``Name`` and ``Input Shapes``. ``mode`` "pynative" keeps
   the steps (``Python::PythonObserved::ProfilerStep#N``); "graph" (jit level O2, no ``Profiler.step()``) has
   none: each step's range is a ``RunGraph`` stage, ``kernel_details.csv`` has no ``Step ID`` and
-  ``step_trace_time.csv`` has one row, step 0, over the whole run (what MindSpore writes without steps).
+  ``step_trace_time.csv`` has one row, step 0, over the whole run (what MindSpore writes without steps). PyNative
+  adds a ``CPU OP`` process (pid 2: a host-CPU operator per step), graph mode a ``Scope Layer`` process (pid 3:
+  a slice per scope depth over each graph run's device tasks).
 * :func:`to_profiler_dir` writes MindSpore 2.0-2.2's ``profiler`` folder of one rank: ``profiler_info_{rank}.json``,
   MindSpore's own ``ascend_timeline_display_{rank}.json`` (times in µs from the first task, lanes known by
   ``process_labels``) and ``aicore_intermediate_{rank}_type.csv``, beside the msprof ``PROF_*`` folder they were
@@ -131,8 +133,55 @@ def _trace(src, dst, mode, names):
             event = "PyNativeFrontendTask" if cat == "enqueue" else "PyNativeLaunchTask"
             e.update(name=f"PynativeFramework::{event}::{op}", cat="")
         out.append(e)
+    out += _cpu_op_lane(out) if mode == "pynative" else _scope_layer(out)
     with open(dst, "w", encoding="utf-8") as fh:
         json.dump(out, fh)
+
+
+def _meta(pid, name, sort, tids, label=None):
+    events = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}},
+              {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}}]
+    if label:
+        events.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": label}})
+    for tid in tids:
+        events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"Thread {tid}"}},
+                   {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}]
+    return events
+
+
+def _ns_of(e):
+    return int(Decimal(str(e["ts"])) * 1000)
+
+
+def _cpu_op_lane(events):
+    """MindSpore's CPU OP process (pid 2): a host-CPU operator at the start of each step."""
+    steps = [e for e in events if e.get("ph") == "X" and "ProfilerStep#" in e["name"]]
+    out = [{"ph": "X", "name": f"{SCOPE}/Reshape-op{i}", "pid": 2, "tid": e["tid"],
+            "ts": _us(_ns_of(e) + 500), "dur": 2.5, "cat": "", "args": {"type": "Reshape"}}
+           for i, e in enumerate(steps)]
+    return (_meta(2, "CPU OP", 2, sorted({e["tid"] for e in out}), "CPU") + out) if out else []
+
+
+def _scope_layer(events):
+    """MindSpore's Scope Layer process (pid 3): one slice per scope depth over the device tasks of each graph run."""
+    hw = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+          and (e.get("args") or {}).get("name") == "Ascend Hardware"}
+    tasks = sorted((_ns_of(e), _ns_of(e) + round(e["dur"] * 1000)) for e in events
+                   if e.get("ph") == "X" and e.get("pid") in hw)
+    out = []
+    for run in (e for e in events if e.get("ph") == "X" and e.get("name") == "RunGraph"):
+        start, end = _ns_of(run), _ns_of(run) + round(run["dur"] * 1000)
+        inside = [t for t in tasks if start <= t[0] < end]
+        if not inside:
+            continue
+        lo, hi = inside[0][0], max(t[1] for t in inside)
+        out += [{"ph": "X", "name": name, "pid": 3, "tid": depth, "ts": _us(lo), "dur": (hi - lo) / 1000}
+                for depth, name in enumerate(SCOPE.split("/"))]
+    return (_meta(3, "Scope Layer", 12, range(len(SCOPE.split("/")))) + out) if out else []
+
+
+def _us(ns):
+    return f"{ns // 1000}.{ns % 1000:03d}"
 
 
 def _read(path):

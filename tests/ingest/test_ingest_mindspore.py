@@ -117,8 +117,13 @@ def test_the_mindspore_lane_is_the_framework_lane_with_its_steps(twins, name):
     runs, client, _, _ = twins
     src, run_id = runs[name]
     tracks = _get(client, run_id, "timeline/tracks")["tracks"]
-    ms = [t for t in tracks if t["process_name"] == "MindSpore"]
-    assert ms and {t["kind"] for t in ms} == {"python"}
+    kinds = {}
+    for t in tracks:
+        kinds.setdefault(t["process_name"], set()).add(t["kind"])
+    assert kinds["MindSpore"] == {"python"}
+    # PyNative's host-CPU operators are framework work too; graph mode's Scope Layer redraws device tasks by scope
+    assert kinds.get("CPU OP") == ({"python"} if name != "graph" else None)
+    assert kinds.get("Scope Layer") == ({"other"} if name == "graph" else None)
     with open_run(twins[3].run_dir(run_id)) as run:
         steps = run.sql("SELECT rank, step, host_start_ns, host_end_ns FROM steps ORDER BY ALL").values.tolist()
         names = run.sql("SELECT DISTINCT s.name FROM slices s JOIN tracks t USING (track_id) "
@@ -132,6 +137,21 @@ def test_the_mindspore_lane_is_the_framework_lane_with_its_steps(twins, name):
     assert steps == sorted(expected)
     assert (len(expected) == 4) == (name != "graph")  # graph mode writes no step markers
     assert len(names) == 1  # op names keep their graph scopes
+
+
+@pytest.mark.parametrize("name", NEW_LAYOUT)
+def test_a_cluster_of_mindspore_ranks_opens_in_the_cluster_view(twins, name):
+    runs, client, _, _ = twins
+    src, run_id = runs[name]
+    overview = _get(client, run_id, "cluster/overview")
+    assert overview["rank_count"] == 2 and overview["ranks"]["has_trace"] == [True, True]
+    outs = _rank_dirs(src)
+    kernels = [len(_csv(outs[r] / "kernel_details.csv")) for r in (0, 1)]
+    assert overview["ranks"]["kernel_count"] == kernels
+    stage = [sum(_ns(row["Stage"]) for row in _csv(outs[r] / "step_trace_time.csv")) for r in (0, 1)]
+    assert overview["per_rank"]["total_step_ns"] == stage
+    for view in ("cluster/heatmap", "cluster/matrix"):
+        _get(client, run_id, view)
 
 
 def test_the_older_profiler_folder_opens_from_its_prof_output(twins):
