@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 from decimal import Decimal
 
 from . import _msprof
@@ -52,9 +53,16 @@ class _Names:
         return f"{self.module_event}::{SCOPE}/{prim}-op{n}"
 
 
+# what torch_npu's db adds to CANN's msprof db: MindSpore's db export is the msprof db alone
+TORCH_DB_TABLES = ("PYTORCH_API", "PYTORCH_CALLCHAINS", "CONNECTION_IDS", "MEMORY_RECORD", "OP_MEMORY", "STEP_TIME",
+                   "RANK_DEVICE_MAP")
+
+
 def to_ascend_ms(pt_dir, out_root, *, rank, mode="pynative", level="Level1"):
     """Write the MindSpore 2.3+ folder of the generated torch_npu rank folder ``pt_dir`` under ``out_root``;
-    returns its path."""
+    returns its path. A db export (``ascend_pytorch_profiler_{rank}.db`` in ``pt_dir``) becomes MindSpore's
+    ``ascend_mindspore_profiler_{rank}.db``: the msprof db without torch_npu's tables, and no analysis.db
+    (MindSpore copies msprof's ``communication_analyzer.db`` instead, which is not read)."""
     if mode not in ("pynative", "graph"):
         raise ValueError("mode must be pynative or graph")
     name = f"worker-{rank}_{41230 + rank}_20250109083403{rank:03d}_ascend_ms"
@@ -66,7 +74,11 @@ def to_ascend_ms(pt_dir, out_root, *, rank, mode="pynative", level="Level1"):
     names = _Names("PynativeFramework::RunOp" if mode == "pynative" else "RuntimeFramework::KernelLaunch")
     for entry in sorted(os.listdir(src_out)):
         src, path = os.path.join(src_out, entry), os.path.join(out, entry)
-        if entry == "trace_view.json":
+        if entry == "analysis.db":
+            continue
+        if entry == f"ascend_pytorch_profiler_{rank}.db":
+            _msprof_db(src, os.path.join(out, f"ascend_mindspore_profiler_{rank}.db"))
+        elif entry == "trace_view.json":
             _trace(src, path, mode, names)
         elif entry == "kernel_details.csv":
             _rewrite(src, path, kernel_details(mode))
@@ -182,6 +194,18 @@ def _scope_layer(events):
 
 def _us(ns):
     return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def _msprof_db(src, dst):
+    shutil.copyfile(src, dst)
+    con = sqlite3.connect(dst)
+    try:
+        for table in TORCH_DB_TABLES:
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+        con.commit()
+        con.execute("VACUUM")
+    finally:
+        con.close()
 
 
 def _read(path):

@@ -154,17 +154,18 @@ def generate_msprof(out_dir, *, devices=2, iterations=10, ops_per_step=40, seed=
 
 
 def generate_mindspore(out_dir, *, ranks=2, steps=2, ops_per_step=40, seed=0, layout="ascend_ms", mode="pynative",
-                       level="Level1") -> list[str]:
+                       level="Level1", export="text") -> list[str]:
     """MindSpore profiler output of a generated run (``_mindspore.py``): ``layout`` "ascend_ms" (2.3+, one
-    ``*_ascend_ms`` folder per rank, ``mode`` "pynative" with steps or "graph" without, at ``level``) or
-    "profiler" (2.0-2.2, one ``profiler`` folder with MindSpore's summaries and a ``PROF_*`` folder per rank).
-    Returns the folders written (one per rank, or the ``profiler`` folder)."""
-    if layout not in ("ascend_ms", "profiler"):
-        raise ValueError("layout must be ascend_ms or profiler")
+    ``*_ascend_ms`` folder per rank, ``mode`` "pynative" with steps or "graph" without, at ``level``, as a text
+    or a db ``export``) or "profiler" (2.0-2.2, one ``profiler`` folder with MindSpore's summaries and a ``PROF_*``
+    folder per rank). Returns the folders written (one per rank, or the ``profiler`` folder)."""
+    if layout not in ("ascend_ms", "profiler") or export not in EXPORTS:
+        raise ValueError(f"layout must be ascend_ms or profiler and export one of {EXPORTS}")
     tmp = tempfile.mkdtemp(prefix="gen_mindspore_")
     try:
         generate_run(tmp, ranks=ranks, steps=steps, ops_per_step=ops_per_step, seed=seed,
-                     level=level if layout == "ascend_ms" else "Level1")
+                     level=level if layout == "ascend_ms" else "Level1",
+                     export=export if layout == "ascend_ms" else "text")
         os.makedirs(out_dir, exist_ok=True)
         if layout == "profiler":
             root = os.path.join(out_dir, "profiler")

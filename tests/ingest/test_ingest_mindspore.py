@@ -24,6 +24,7 @@ TWINS = {  # name -> generate_mindspore arguments
     "graph": {"mode": "graph"},
     "level0": {"mode": "pynative", "level": "Level0"},
     "old": {"layout": "profiler"},
+    "db": {"mode": "pynative", "export": "db"},  # the same run as "pynative", as MindSpore's db export
 }
 NEW_LAYOUT = ("pynative", "graph", "level0")
 
@@ -43,7 +44,7 @@ def twins(tmp_path_factory):
     runs = {}
     for i, (name, kw) in enumerate(TWINS.items()):
         src = base / name
-        generate_mindspore(src, ranks=2, steps=2, ops_per_step=40, seed=30 + i, **kw)
+        generate_mindspore(src, ranks=2, steps=2, ops_per_step=40, seed=30 if name == "db" else 30 + i, **kw)
         run = store.create_run(name, str(src))
         summary = ingest_sharded(src, store.run_dir(run.id), workers=1, group_bytes=0)
         store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
@@ -152,6 +153,19 @@ def test_a_cluster_of_mindspore_ranks_opens_in_the_cluster_view(twins, name):
     assert overview["per_rank"]["total_step_ns"] == stage
     for view in ("cluster/heatmap", "cluster/matrix"):
         _get(client, run_id, view)
+
+
+def test_the_db_export_opens_with_the_text_exports_kernels(twins):
+    """ascend_mindspore_profiler_{rank}.db (CANN's msprof db under MindSpore's name) of the PyNative twin's run."""
+    runs, client, _, _ = twins
+    src, run_id = runs["db"]
+    assert sorted(p.name for p in src.glob("*/ASCEND_PROFILER_OUTPUT/*")) == \
+        ["ascend_mindspore_profiler_0.db", "ascend_mindspore_profiler_1.db"]
+    ops = _get(client, run_id, "operators")
+    for rank, out in sorted(_rank_dirs(runs["pynative"][0]).items()):
+        kernels = _csv(out / "kernel_details.csv")
+        (got,) = [r for r in ops["ranks"] if r["rank"] == rank]
+        assert (got["kernels"], got["kernel_total_ns"]) == (len(kernels), sum(_ns(k["Duration(us)"]) for k in kernels))
 
 
 def test_the_older_profiler_folder_opens_from_its_prof_output(twins):
