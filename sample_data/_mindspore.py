@@ -264,11 +264,15 @@ LABELS = {"device": "AICORE OP", 9000: "AICPU OP", 10000: "Communication Op", 11
           12000: "Op Overlap Analyse"}
 
 
-def to_profiler_dir(pt_dir, out_root, *, rank, device, prof_name):
+def to_profiler_dir(pt_dir, out_root, *, rank, device, prof_name, exported=True):
     """Write MindSpore 2.0-2.2's ``profiler`` folder of one rank into ``out_root`` (shared by the ranks of a run,
-    as MindSpore shares it): the msprof ``PROF_*`` folder of the device and MindSpore's own summaries."""
+    as MindSpore shares it): the msprof ``PROF_*`` folder of the device and MindSpore's own summaries. Without
+    ``exported`` the ``PROF_*`` folder holds no msprof export (before 2.2 MindSpore parsed the raw data itself):
+    MindSpore's own timeline is then all there is to read."""
     os.makedirs(out_root, exist_ok=True)
     _msprof.write_msprof(pt_dir, out_root, device=device, model=2, prof_name=prof_name)
+    if not exported:
+        shutil.rmtree(os.path.join(out_root, prof_name, f"device_{device}", "timeline"))
     src_out = os.path.join(pt_dir, "ASCEND_PROFILER_OUTPUT")
     header, rows = _read(os.path.join(src_out, "kernel_details.csv"))
     col = {h: i for i, h in enumerate(header)}
@@ -277,14 +281,19 @@ def to_profiler_dir(pt_dir, out_root, *, rank, device, prof_name):
     events = [{"name": "process_labels", "ph": "M", "pid": device, "args": {"labels": LABELS["device"]}}]
     events += [{"name": "process_labels", "ph": "M", "pid": pid, "args": {"labels": label}}
                for pid, label in LABELS.items() if pid != "device"]
-    streams, by_type = set(), {}
+    streams, by_type, spans = set(), {}, {"compute": [], "comm": [], "steps": {}}
     for r, start in zip(rows, starts):
         dur = Decimal(r[col["Duration(us)"]])
         stream = r[col["Stream ID"]]
+        end = start - t0 + dur
+        step = spans["steps"].setdefault(r[col["Step Id"]], [start - t0, end])
+        step[:] = [min(step[0], start - t0), max(step[1], end)]
         if not stream.isdigit():  # a collective (HCCL row): the communication lane
             events.append({"name": r[col["Name"]], "ph": "X", "tid": 0, "ts": float(start - t0),
                            "dur": float(dur), "pid": 10000})
+            spans["comm"].append((start - t0, end))
             continue
+        spans["compute"].append((start - t0, end))
         streams.add(int(stream))
         events.append({"name": r[col["Name"]], "ph": "X", "tid": int(stream), "ts": float(start - t0),
                        "dur": float(dur), "pid": device})
@@ -293,6 +302,7 @@ def to_profiler_dir(pt_dir, out_root, *, rank, device, prof_name):
         t[1] += 1
     events += [{"name": "thread_name", "ph": "M", "pid": device, "tid": s, "args": {"name": f"Stream #{s}"}}
                for s in sorted(streams)]
+    events += _steps_and_overlap(device, spans)
     with open(os.path.join(out_root, f"ascend_timeline_display_{rank}.json"), "w", encoding="utf-8") as fh:
         json.dump(events, fh)
     total = sum((t for t, _ in by_type.values()), Decimal(0)) or Decimal(1)
@@ -303,3 +313,51 @@ def to_profiler_dir(pt_dir, out_root, *, rank, device, prof_name):
             "pipeline_stage_num": 1, "pipeline_stage_id": 0, "rank_size": None, "is_heterogeneous": False}
     with open(os.path.join(out_root, f"profiler_info_{rank}.json"), "w", encoding="utf-8") as fh:
         json.dump(info, fh)
+
+
+OVERLAP_TIDS = {"Merged Computation Op": 7999, "Pure Communication Op": 8000, "Merged Communication Op": 8001,
+                "Free Time": 8002}
+STEPS_TID = 100000
+
+
+def _union(spans):
+    out = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return out
+
+
+def _minus(spans, cut):
+    """``spans`` (a union) without the intervals of ``cut`` (a union)."""
+    out = []
+    for lo, hi in spans:
+        for c_lo, c_hi in cut:
+            if c_hi <= lo or c_lo >= hi:
+                continue
+            if c_lo > lo:
+                out.append([lo, c_lo])
+            lo = max(lo, c_hi)
+        if lo < hi:
+            out.append([lo, hi])
+    return out
+
+
+def _steps_and_overlap(device, spans):
+    """MindSpore's Steps thread (a slice per step named by its number, over its tasks) and its Op Overlap Analyse
+    threads: merged computation, merged communication, communication not under computation, and free time."""
+    compute, comm = _union(spans["compute"]), _union(spans["comm"])
+    busy = _union(compute + comm)
+    free = _minus([[busy[0][0], busy[-1][1]]], busy) if busy else []
+    lanes = {"Merged Computation Op": compute, "Merged Communication Op": comm,
+             "Pure Communication Op": _minus(comm, compute), "Free Time": free}
+    events = [{"name": "thread_name", "ph": "M", "pid": device, "tid": STEPS_TID, "args": {"name": "Steps"}}]
+    events += [{"name": str(step), "ph": "X", "pid": device, "tid": STEPS_TID, "ts": float(lo), "dur": float(hi - lo)}
+               for step, (lo, hi) in sorted(spans["steps"].items(), key=lambda kv: kv[1][0])]
+    for name, tid in OVERLAP_TIDS.items():
+        events.append({"name": "thread_name", "ph": "M", "pid": 12000, "tid": tid, "args": {"name": name}})
+        events += [{"name": name, "ph": "X", "pid": 12000, "tid": tid, "ts": float(lo), "dur": float(hi - lo)}
+                   for lo, hi in lanes[name]]
+    return events

@@ -154,11 +154,12 @@ def generate_msprof(out_dir, *, devices=2, iterations=10, ops_per_step=40, seed=
 
 
 def generate_mindspore(out_dir, *, ranks=2, steps=2, ops_per_step=40, seed=0, layout="ascend_ms", mode="pynative",
-                       level="Level1", export="text") -> list[str]:
+                       level="Level1", export="text", exported=True) -> list[str]:
     """MindSpore profiler output of a generated run (``_mindspore.py``): ``layout`` "ascend_ms" (2.3+, one
     ``*_ascend_ms`` folder per rank, ``mode`` "pynative" with steps or "graph" without, at ``level``, as a text
     or a db ``export``) or "profiler" (2.0-2.2, one ``profiler`` folder with MindSpore's summaries and a ``PROF_*``
-    folder per rank). Returns the folders written (one per rank, or the ``profiler`` folder)."""
+    folder per rank, msprof-``exported`` or raw only). Returns the folders written (one per rank, or the
+    ``profiler`` folder)."""
     if layout not in ("ascend_ms", "profiler") or export not in EXPORTS:
         raise ValueError(f"layout must be ascend_ms or profiler and export one of {EXPORTS}")
     tmp = tempfile.mkdtemp(prefix="gen_mindspore_")
@@ -171,7 +172,8 @@ def generate_mindspore(out_dir, *, ranks=2, steps=2, ops_per_step=40, seed=0, la
             root = os.path.join(out_dir, "profiler")
             for r in range(ranks):
                 _mindspore.to_profiler_dir(os.path.join(tmp, f"rank{r}_ascend_pt"), root, rank=r, device=r,
-                                           prof_name=f"PROF_000001_2023091114{r:02d}0321_ABCDEFGHIJKLMN{r:02d}")
+                                           prof_name=f"PROF_000001_2023091114{r:02d}0321_ABCDEFGHIJKLMN{r:02d}",
+                                           exported=exported)
             return [root]
         return [_mindspore.to_ascend_ms(os.path.join(tmp, f"rank{r}_ascend_pt"), out_dir, rank=r, mode=mode,
                                         level=level) for r in range(ranks)]

@@ -25,6 +25,7 @@ TWINS = {  # name -> generate_mindspore arguments
     "level0": {"mode": "pynative", "level": "Level0"},
     "old": {"layout": "profiler"},
     "db": {"mode": "pynative", "export": "db"},  # the same run as "pynative", as MindSpore's db export
+    "raw": {"layout": "profiler", "exported": False},  # 2.0-2.1: PROF_* holds raw data only
 }
 NEW_LAYOUT = ("pynative", "graph", "level0")
 
@@ -46,7 +47,8 @@ def twins(tmp_path_factory):
         src = base / name
         generate_mindspore(src, ranks=2, steps=2, ops_per_step=40, seed=30 if name == "db" else 30 + i, **kw)
         run = store.create_run(name, str(src))
-        summary = ingest_sharded(src, store.run_dir(run.id), workers=1, group_bytes=0)
+        # a shard per rank for one twin (a large run's layout), the server's grouping of small ranks for the rest
+        summary = ingest_sharded(src, store.run_dir(run.id), workers=1, group_bytes=0 if name == "pynative" else None)
         store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
         runs[name] = (src, run.id)
     app = create_app(Settings.from_env(environ={}, data_dir=str(base / "data")))
@@ -182,7 +184,34 @@ def test_the_older_profiler_folder_opens_from_its_prof_output(twins):
     # the kernels are the msprof output's, the same tasks MindSpore's own timeline shows
     for rank, count in kernels:
         shown = json.loads((src / "profiler" / f"ascend_timeline_display_{rank}.json").read_text())
-        assert count == sum(1 for e in shown if e.get("ph") == "X")
+        assert count == sum(1 for e in shown if e.get("ph") == "X" and e["pid"] in (rank, 10000) and e["tid"] != 100000)
+
+
+def test_the_older_profiler_folder_without_msprof_output_opens_from_mindspores_own_timeline(twins):
+    runs, client, _, store = twins
+    src, run_id = runs["raw"]
+    ops = _get(client, run_id, "operators")
+    overview = _get(client, run_id, "cluster/overview")
+    assert overview["rank_count"] == 2
+    with open_run(store.run_dir(run_id)) as run:
+        kinds = dict(run.sql("SELECT DISTINCT process_name, kind FROM tracks").values.tolist())
+        steps = run.sql("SELECT rank, step, host_start_ns, host_end_ns FROM steps ORDER BY ALL").values.tolist()
+        overlap = run.sql("SELECT DISTINCT thread_name FROM tracks WHERE kind = 'overlap' ORDER BY 1").values
+    assert kinds == {"AICORE OP": "hardware", "Communication Op": "communication", "Overlap Analysis": "overlap",
+                     "Steps": "other"}
+    assert sorted(t for (t,) in overlap) == ["Communication", "Communication(Not Overlapped)", "Computing", "Free"]
+    expected_steps = []
+    for rank in (0, 1):
+        events = json.loads((src / "profiler" / f"ascend_timeline_display_{rank}.json").read_text())
+        tasks = [e for e in events if e.get("ph") == "X" and e["pid"] in (rank, 10000) and e["tid"] != 100000]
+        (got,) = [r for r in ops["ranks"] if r["rank"] == rank]
+        assert got["kernels"] == len(tasks)
+        assert got["kernel_total_ns"] == sum(round(Decimal(str(e["dur"])) * 1000) for e in tasks)
+        for e in events:
+            if e.get("ph") == "X" and e["tid"] == 100000:
+                start = round(Decimal(str(e["ts"])) * 1000)
+                expected_steps.append([rank, int(e["name"]), start, start + round(Decimal(str(e["dur"])) * 1000)])
+    assert steps == sorted(expected_steps) and len(steps) == 4
 
 
 @pytest.mark.parametrize("name", list(TWINS))
@@ -194,8 +223,8 @@ def test_every_view_answers(twins, name):
         track_id, slice_id, slice_name = run.sql(
             "SELECT t.track_id, s.slice_id, s.name FROM slices s JOIN tracks t USING (track_id) "
             "WHERE t.kind = 'hardware' ORDER BY s.slice_id LIMIT 1").values[0].tolist()
-        group_id, op_name = run.sql("SELECT group_id, op_name FROM comm_ops ORDER BY ALL LIMIT 1").values[0].tolist() \
-            if name != "level0" else ("0", "x")
+        comm = run.sql("SELECT group_id, op_name FROM comm_ops ORDER BY ALL LIMIT 1").values.tolist()
+        group_id, op_name = comm[0] if comm else ("0", "x")
     values = {"run_id": run_id, "track_id": track_id, "slice_id": slice_id, "rank": 0, "q": "op",
               "name": slice_name, "page_name": "python", "key": slice_name, "group_id": group_id, "op_name": op_name,
               "start_ns": 0, "end_ns": 1 << 62, "sql": "SELECT count(*) FROM slices", "a": run_id, "b": run_id,
