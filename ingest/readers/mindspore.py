@@ -42,6 +42,11 @@ LABEL_KINDS = {"AICORE OP": "hardware", "Ascend Op": "hardware", "AICPU OP": "ha
 # the core a task of a device lane ran on, as kernels name it (MindSpore's PyNative lane does not say: its label)
 LABEL_CORES = {"AICORE OP": "AI_CORE", "AICPU OP": "AI_CPU", "Ascend Op": "Ascend Op"}
 OVERLAP_LABEL = "Op Overlap Analyse"
+# MindSpore numbers these processes so; older files write events without any metadata: their labels by pid (the
+# device's own process is its device id, a number below these, labelled AICORE OP in graph mode)
+PID_LABELS = {9000: "AICPU OP", 10000: "Communication Op", 11000: "Host CPU OP", 12000: OVERLAP_LABEL,
+              13000: "Activity Op"}
+DEVICE_LABEL = "AICORE OP"
 OVERLAP_THREADS = {"Merged Computation Op": "Computing", "Merged Communication Op": "Communication",
                    "Pure Communication Op": "Communication(Not Overlapped)", "Free Time": "Free"}
 OWN_THREADS = ("Steps", "Scope Name")  # threads of the device process that are not tasks: lanes of their own
@@ -150,11 +155,19 @@ def _named(src: Path, dst: Path) -> list[str]:
     if not isinstance(events, list):
         raise ValueError("not a JSON timeline: no event array")
     events = [e for e in events if isinstance(e, dict)]
+    kept = [e for e in events if _hashable(e.get("pid")) and _hashable(e.get("tid"))]
+    odd, events = len(events) - len(kept), kept
     labels = {e.get("pid"): (e.get("args") or {}).get("labels") for e in events
               if e.get("ph") == "M" and e.get("name") == "process_labels" and isinstance(e.get("args"), dict)}
     threads = {(e.get("pid"), e.get("tid")): (e.get("args") or {}).get("name") for e in events
                if e.get("ph") == "M" and e.get("name") == "thread_name" and isinstance(e.get("args"), dict)}
     own = {key: name for key, name in threads.items() if name in OWN_THREADS}
+    guessed = set()
+    numbered = {e["pid"] for e in events if e.get("ph") == "X" and type(e.get("pid")) is int}
+    for pid in numbered - set(labels):
+        if 0 <= pid < min(PID_LABELS) or pid in PID_LABELS:
+            labels[pid] = PID_LABELS.get(pid, DEVICE_LABEL)
+            guessed.add(pid)
     out = []
     for e in events:
         key = (e.get("pid"), e.get("tid"))
@@ -175,4 +188,14 @@ def _named(src: Path, dst: Path) -> list[str]:
     busy = {e.get("pid") for e in events if e.get("ph") == "X"}
     unknown = sorted({str(label) for pid, label in labels.items()
                       if pid in busy and label not in LABEL_KINDS and label != OVERLAP_LABEL})
-    return [f"lanes of unknown labels shown as other: {', '.join(unknown)}"] if unknown else []
+    notes = [f"lanes of unknown labels shown as other: {', '.join(unknown)}"] if unknown else []
+    if odd:
+        notes.append(f"{odd} events skipped: their pid or tid is neither a number nor text")
+    if guessed:
+        notes.append("no process_labels for pid " + ", ".join(str(p) for p in sorted(guessed)) + ": labelled by "
+                     "MindSpore's pid numbering (" + ", ".join(f"{p} {labels[p]}" for p in sorted(guessed)) + ")")
+    return notes
+
+
+def _hashable(value) -> bool:
+    return value is None or isinstance(value, (int, float, str))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from decimal import Decimal
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from ascendscope import open as open_run
 from ascendscope.ingest.discover import discover
 from ascendscope.sample_data.generate import generate_mindspore
+from tests.samples import REAL_SAMPLES
 
 TWINS = {  # name -> generate_mindspore arguments
     "pynative": {"mode": "pynative"},
@@ -28,6 +30,8 @@ TWINS = {  # name -> generate_mindspore arguments
     "raw": {"layout": "profiler", "exported": False},  # 2.0-2.1: PROF_* holds raw data only
 }
 NEW_LAYOUT = ("pynative", "graph", "level0")
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "mindspore_profiler_2023"
+MSPROF_SAMPLE = REAL_SAMPLES / "mindinsight_msprof_2dev_2023"
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +222,61 @@ def test_the_older_profiler_folder_without_msprof_output_opens_from_mindspores_o
 def test_every_view_answers(twins, name):
     """Every GET route of the API, its required parameters filled from the run: no 5xx."""
     runs, client, app, store = twins
-    run_id = runs[name][1]
+    _every_view_answers(client, app, store, runs[name][1])
+
+
+def _ingest(store, name: str, src: Path) -> str:
+    from ascendscope.ingest.shards import ingest_sharded
+
+    run = store.create_run(name, str(src))
+    summary = ingest_sharded(src, store.run_dir(run.id), workers=1)
+    store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
+    return run.id
+
+
+def test_mindspores_own_real_timeline_opens_without_msprof_output(twins, tmp_path):
+    """The real ascend_timeline_display_0.json of tests/corpus (no metadata at all): its lanes are labelled by
+    MindSpore's pid numbering and its tasks are the rank's kernels."""
+    runs, client, app, store = twins
+    shutil.copytree(CORPUS, tmp_path / "run")
+    run_id = _ingest(store, "real-own", tmp_path / "run")
+    with open_run(store.run_dir(run_id)) as run:
+        ranks = run.sql("SELECT rank, rank_source FROM ranks").values.tolist()
+        lanes = run.sql("SELECT process_name, thread_name, kind, slice_count FROM tracks ORDER BY ALL").values.tolist()
+        kernels = run.sql("SELECT name, accelerator_core, duration_ns FROM kernels ORDER BY start_ns").values.tolist()
+        notes = [m for (m,) in run.sql("SELECT message FROM warnings").values.tolist()]
+    assert ranks == [[0, "file_name"]]
+    assert lanes == [["AICORE OP", "Thread 519", "hardware", 1], ["AICPU OP", "Thread 0", "hardware", 2]]
+    assert kernels == [["InitData", "AI_CPU", 160000], ["GetNext", "AI_CPU", 518000],
+                       ["AssignAdd-op142", "AI_CORE", 3100]]
+    assert any("no process_labels for pid 1, 9000" in m and "1 AICORE OP" in m for m in notes)
+    assert any("aicore_intermediate_1_type.csv" in m for m in notes) is False  # rank 1's file: not this rank's
+    _every_view_answers(client, app, store, run_id)
+
+
+def test_the_real_profiler_folder_reads_its_prof_output(twins, tmp_path):
+    """mindinsight's profiler folder whole: the corpus files beside its PROF_* folders (the real sample, or its
+    twin without ../shared): the ranks are the PROF_* output's, MindSpore's timeline is named as not read."""
+    runs, client, app, store = twins
+    prof = sorted(MSPROF_SAMPLE.glob("PROF_*"))
+    if not prof:
+        pytest.skip(f"no PROF_* folders at {MSPROF_SAMPLE}")
+    shutil.copytree(CORPUS, tmp_path / "run")
+    for folder in prof:
+        shutil.copytree(folder, tmp_path / "run" / "profiler" / folder.name)
+    run_id = _ingest(store, "real-prof", tmp_path / "run")
+    with open_run(store.run_dir(run_id)) as run:
+        ranks = run.sql("SELECT rank, rank_source FROM ranks ORDER BY rank").values.tolist()
+        lanes = set(run.sql("SELECT DISTINCT process_name FROM tracks").values.ravel().tolist())
+        notes = run.sql("SELECT rank, message FROM warnings WHERE file = 'profiler' ORDER BY rank").values.tolist()
+    assert [r for r, _ in ranks] == [0, 1] and {s for _, s in ranks} == {"msprof_info"}
+    assert "Ascend Hardware" in lanes and "AICPU OP" not in lanes
+    assert [r for r, _ in notes] == [0, 1]
+    assert "ascend_timeline_display_0.json" in notes[0][1] and "aicore_intermediate_1_type.csv" in notes[1][1]
+    _every_view_answers(client, app, store, run_id)
+
+
+def _every_view_answers(client, app, store, run_id: str) -> None:
     with open_run(store.run_dir(run_id)) as run:
         track_id, slice_id, slice_name = run.sql(
             "SELECT t.track_id, s.slice_id, s.name FROM slices s JOIN tracks t USING (track_id) "
