@@ -8,8 +8,11 @@ folder is the raw data the output was made from, and is not read (unless the ran
 and msprof exported that folder). The rank id comes from ``profiler_info_{rank}.json``, then
 ``profiler_info.json``'s ``rank_id``, then a number in the folder name, then the first free id; all but the first
 two leave a warning. A reader may also claim a folder of its own layout and give its ranks: a ``PROF_*`` folder
-gives one rank per device (``ingest.readers.msprof`` says where its id comes from). What we find but cannot load
-yet (MindSpore output) is reported as a warning, never silently skipped.
+gives one rank per device (``ingest.readers.msprof`` says where its id comes from), and MindSpore 2.0-2.2's
+``profiler`` folder one rank per device of its ``PROF_*`` output, or per ``ascend_timeline_display_{rank}.json``
+(``ingest.readers.mindspore``). MindSpore 2.3+'s ``*_ascend_ms`` folder is a rank folder like ``*_ascend_pt``.
+What we find but cannot load (a MindSpore folder that was never analysed) is reported as a warning, never
+silently skipped.
 """
 
 from __future__ import annotations
@@ -86,8 +89,9 @@ def _walk(root: Path, disc: Discovery) -> tuple[list[Path], list[Path], list[Ran
                 own.append(RankSource(folder=f.folder, files=f.files, rank=f.rank, rank_source=f.rank_source,
                                       device_id=f.device_id))
             continue
-        if name.endswith("_ascend_ms"):
-            disc.warn(None, _rel(path, disc.root), "MindSpore profiling folder: not supported yet")
+        if name.endswith("_ascend_ms"):  # a MindSpore rank folder without ASCEND_PROFILER_OUTPUT (is_rank_dir)
+            disc.warn(None, _rel(path, disc.root), f"MindSpore profiling folder without {OUTPUT_DIR}: the data was "
+                      "not parsed (run MindSpore's offline analysis, mindspore.profiler.profiler.analyse, first)")
             continue
         if name == "cluster_analysis_output":  # not a rank: ingest.cluster.load_cluster_analysis reads it
             continue

@@ -135,7 +135,8 @@ def _metadata(con, results: list[RankResult], root: Path, extra_warnings: list[t
         exp = (info.get("config") or {}).get("experimental_config") or {} if info else {}
         extent = extents.get(r, (None, None))
         ranks.append([r, devices[res.idx], display_name(res.src.folder, root) if res.src.folder != root else ".",
-                      res.src.rank_source, exp.get("_profiler_level"), info.get("torch_npu_version"),
+                      res.src.rank_source, exp.get("_profiler_level") or _mindspore_level(info),
+                      info.get("torch_npu_version"),
                       info.get("cann_version"), res.has_trace, res.overlap_source, extent[0], extent[1],
                       json.dumps(info) if info else None, json.dumps(metadata) if metadata is not None else None])
         for extra in (res.src.profiler_info_path, res.src.metadata_path):
@@ -150,6 +151,13 @@ def _metadata(con, results: list[RankResult], root: Path, extra_warnings: list[t
     insert_rows(con, "warnings", warnings)
     build_cluster_tables(con)
     return sum(f["size_bytes"] for f in files)
+
+
+def _mindspore_level(info: dict) -> str | None:
+    """MindSpore's profiler_info names the level under ``profiler_parameters`` (torch_npu's under ``config``)."""
+    params = info.get("profiler_parameters") if isinstance(info, dict) else None
+    level = params.get("profiler_level") if isinstance(params, dict) else None
+    return level if isinstance(level, str) else None
 
 
 def load_cluster_analysis(con, root: Path) -> list[dict]:

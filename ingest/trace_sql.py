@@ -42,7 +42,7 @@ named AS (
                                                   THEN k.tid_text ELSE 'Thread ' || k.tid END) END AS thread_name,
            p.label, p.psort AS process_sort_index, t.tsort AS thread_sort_index,
            CASE WHEN k.counter_name IS NOT NULL THEN 'counter'
-                WHEN p.process_name IN ('Python', 'Python GC') THEN 'python'
+                WHEN p.process_name IN ('Python', 'Python GC', 'MindSpore', 'CPU OP') THEN 'python'
                 WHEN p.process_name = 'CANN' THEN 'cann'
                 WHEN p.process_name = 'Ascend Hardware' THEN 'hardware'
                 WHEN p.process_name IN ('HCCL', 'Communication') THEN 'communication'
@@ -146,12 +146,15 @@ FROM kv JOIN {p}tracks t ON t.rank = kv.rank AND t.pid = kv.pid AND t.counter_na
 ORDER BY t.local_track, series, kv.ts_ns
 """
 
+# a step is a ProfilerStep#N slice on a framework lane: torch_npu names it so; MindSpore's framework lane writes
+# the same record as Python::PythonObserved::ProfilerStep#N (module::event::name of its framework records)
+STEP_NAME = "(name LIKE 'ProfilerStep#%' OR name LIKE 'Python::PythonObserved::ProfilerStep#%')"
 STEPS = """
 CREATE OR REPLACE TABLE {p}steps AS
 WITH named AS (
-    SELECT seq, name FROM {p}ev WHERE name LIKE 'ProfilerStep#%' AND ph IN ('X', 'i', 'I')
+    SELECT seq, name FROM {p}ev WHERE """ + STEP_NAME + """ AND ph IN ('X', 'i', 'I')
     UNION ALL
-    SELECT seq, name_o FROM {p}x WHERE ph = 'B' AND name_o LIKE 'ProfilerStep#%'),
+    SELECT seq, name_o FROM {p}x WHERE ph = 'B' AND """ + STEP_NAME.replace("name", "name_o") + """),
 st AS (
     SELECT t.rank, n.local_id, named.name, TRY_CAST(regexp_extract(named.name, '#(-?[0-9]+)$', 1) AS BIGINT) AS step,
            n.ts_ns AS host_start_ns, n.ts_ns + n.dur_ns AS host_end_ns

@@ -22,8 +22,9 @@ for every rank ``r`` (at Level1, as a text export)::
 pruning, kernel_details' Level0 columns, no op/api statistics or communication files). ``export="db"`` writes the
 db export of the same run instead (``_dbexport.py``: ``ascend_pytorch_profiler_{r}.db`` + ``analysis.db`` beside
 profiler_info, with an ``OVERLAP_ANALYSIS`` table in the ranks of ``db_overlap_ranks``). The other formats of the
-same simulation: :func:`generate_msprof` (CANN msprof ``PROF_*`` folders) and :func:`generate_kineto` (PyTorch
-Kineto / Chrome traces of a GPU run).
+same simulation: :func:`generate_msprof` (CANN msprof ``PROF_*`` folders), :func:`generate_mindspore` (MindSpore's
+profiler output, 2.3+ ``*_ascend_ms`` or 2.0-2.2 ``profiler``) and :func:`generate_kineto` (PyTorch Kineto / Chrome
+traces of a GPU run).
 
 ``generate_run`` returns ground truth: ``{"params", "ranks": [per-rank dict], "total_bytes"}`` (counted before the
 level or export is applied). A per-rank dict holds
@@ -78,7 +79,7 @@ import sys
 import tempfile
 import time
 
-from . import _catalog, _dbexport, _kineto, _level, _msprof
+from . import _catalog, _dbexport, _kineto, _level, _mindspore, _msprof
 from ._sim import RankSim
 
 T0_NS = 1_736_408_883_600_000_000
@@ -150,6 +151,34 @@ def generate_msprof(out_dir, *, devices=2, iterations=10, ops_per_step=40, seed=
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return truth
+
+
+def generate_mindspore(out_dir, *, ranks=2, steps=2, ops_per_step=40, seed=0, layout="ascend_ms", mode="pynative",
+                       level="Level1", export="text", exported=True) -> list[str]:
+    """MindSpore profiler output of a generated run (``_mindspore.py``): ``layout`` "ascend_ms" (2.3+, one
+    ``*_ascend_ms`` folder per rank, ``mode`` "pynative" with steps or "graph" without, at ``level``, as a text
+    or a db ``export``) or "profiler" (2.0-2.2, one ``profiler`` folder with MindSpore's summaries and a ``PROF_*``
+    folder per rank, msprof-``exported`` or raw only). Returns the folders written (one per rank, or the
+    ``profiler`` folder)."""
+    if layout not in ("ascend_ms", "profiler") or export not in EXPORTS:
+        raise ValueError(f"layout must be ascend_ms or profiler and export one of {EXPORTS}")
+    tmp = tempfile.mkdtemp(prefix="gen_mindspore_")
+    try:
+        generate_run(tmp, ranks=ranks, steps=steps, ops_per_step=ops_per_step, seed=seed,
+                     level=level if layout == "ascend_ms" else "Level1",
+                     export=export if layout == "ascend_ms" else "text")
+        os.makedirs(out_dir, exist_ok=True)
+        if layout == "profiler":
+            root = os.path.join(out_dir, "profiler")
+            for r in range(ranks):
+                _mindspore.to_profiler_dir(os.path.join(tmp, f"rank{r}_ascend_pt"), root, rank=r, device=r,
+                                           prof_name=f"PROF_000001_2023091114{r:02d}0321_ABCDEFGHIJKLMN{r:02d}",
+                                           exported=exported)
+            return [root]
+        return [_mindspore.to_ascend_ms(os.path.join(tmp, f"rank{r}_ascend_pt"), out_dir, rank=r, mode=mode,
+                                        level=level) for r in range(ranks)]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def generate_kineto(out_dir, *, ranks=2, steps=2, ops_per_step=100, seed=0, style="old",

@@ -25,7 +25,8 @@ from .. import overlap, trace
 from . import dbanalysis, dbevents, dbsource, dbtables, sqlitedb
 from .protocol import Found, Job, Staged
 
-PROFILER_DB = re.compile(r"^ascend_pytorch_profiler(?:_\d+)?\.db$")
+# MindSpore's db export (export_type db) is CANN's msprof db moved into ASCEND_PROFILER_OUTPUT under its own name
+PROFILER_DB = re.compile(r"^ascend_(?:pytorch|mindspore)_profiler(?:_\d+)?\.db$")
 MSPROF_DB = re.compile(r"^(?:msprof|report)_\d+\.db$")  # report_N.db: its name in CANN of early 2024
 ANALYSIS_DB = "analysis.db"
 SQLITE_SIDECAR = re.compile(r"-(?:wal|shm|journal)$")

@@ -40,7 +40,7 @@ MAX_MODULE_SERIES = 24
 MEASURES = ("allocated", "reserved", "active")
 MEASURE_LABELS = {"allocated": "Allocated", "reserved": "Reserved", "active": "Active"}
 CURVE_METHOD = "m4: first, last, min and max per bucket and component, and each series' earliest peak"
-COMPONENT_ORDER = ("PTA+GE", "PTA", "GE", "APP", "WORKSPACE")
+COMPONENT_ORDER = ("PTA+GE", "MindSpore+GE", "PTA", "MindSpore", "GE", "APP", "WORKSPACE")
 
 RANKS_SQL = """
 SELECT rank, sum(records) AS records, sum(allocations) AS allocations, sum(modules) AS modules FROM (
@@ -136,12 +136,13 @@ FROM (
   ) GROUP BY component, ts
 )
 WINDOW w AS (PARTITION BY component ORDER BY ts ROWS UNBOUNDED PRECEDING)"""
-# Component: what each component holds from the device (reserved): memory_record's components but PTA+GE (their
-# sum, shown in Overall) and the CANN modules of npu_module_mem that reserve anything (the largest ones).
+# Component: what each component holds from the device (reserved): memory_record's components but PTA+GE or
+# MindSpore+GE (their sum, shown in Overall) and the CANN modules of npu_module_mem that reserve anything (the
+# largest ones).
 COMPONENT_SOURCE = """
 SELECT 'memory_record:' || coalesce(component, '') AS component, src_row, timestamp_ns AS ts,
        NULL::DOUBLE AS allocated, total_reserved_mb AS reserved, NULL::DOUBLE AS active
-FROM memory_record WHERE rank = ? AND component IS DISTINCT FROM 'PTA+GE'
+FROM memory_record WHERE rank = ? AND coalesce(component, '') NOT IN ('PTA+GE', 'MindSpore+GE')
 UNION ALL
 SELECT 'npu_module_mem:' || component, src_row, timestamp_ns, NULL::DOUBLE, total_reserved_mb, NULL::DOUBLE
 FROM npu_module_mem WHERE rank = ? AND component IN (
