@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from ascendscope.server.queries import serving_advice
 from ascendscope.server.queries import summary as sq
-from ascendscope.server.queries.advice_affinity import AFFINITY_RULES, MAX_AFFINITY_CANDIDATES, _alts, affinity
+from ascendscope.server.queries.advice_affinity import AFFINITY_RULES, MAX_AFFINITY_CANDIDATES, affinity, alternatives
 from ascendscope.server.queries.advice_core import MAX_INSTANCES, Advisor, timeline_url
 from ascendscope.server.queries.advice_gaps import GAPS_CTE, MIN_GAP_NS, SYNC_API_MARKER, WAIT_TASK_TYPES, gap_checks
 from ascendscope.server.queries.advice_kernels import (
@@ -101,7 +101,7 @@ def run(a: Advisor) -> dict:
         "categories": [{"id": c, "label": label, "description": d, "count": counts.get(c, 0)}
                        for c, label, d in CATEGORIES],
         "findings": a.findings, "truncated": truncated,
-        "rules": [{"id": rid, "pattern": [sorted(_alts(p)) for p in seq], "replacement": repl, "what": what}
+        "rules": [{"id": rid, "pattern": [sorted(alternatives(p)) for p in seq], "replacement": repl, "what": what}
                   for rid, seq, repl, what in AFFINITY_RULES],
     }
 

@@ -3,7 +3,7 @@ spell an operation torch_npu has one fused API for (:data:`AFFINITY_RULES`, the 
 
 from __future__ import annotations
 
-from ascendscope.server.queries.advice_core import Advisor, _ms
+from ascendscope.server.queries.advice_core import Advisor, fmt_ms
 
 MAX_AFFINITY_CANDIDATES = 200_000
 
@@ -47,7 +47,7 @@ ORDER BY track_id, ts_ns, slice_id LIMIT ?
 
 
 def affinity(a: Advisor) -> None:
-    rules = [(rid, tuple(_alts(p) for p in seq), repl, what) for rid, seq, repl, what in AFFINITY_RULES]
+    rules = [(rid, tuple(alternatives(p) for p in seq), repl, what) for rid, seq, repl, what in AFFINITY_RULES]
     rules.sort(key=lambda r: -len(r[1]))
     longest = max(len(r[1]) for r in rules)
     firsts = sorted({name for r in rules for name in r[1][0]})
@@ -77,7 +77,7 @@ def affinity(a: Advisor) -> None:
         a.add("affinity_api", rid, "info",
               f"Rank {a.rank}: {len(found):,}× {what} → {repl}",
               f"Rank {a.rank}: {len(found):,} times the torch ops {pattern} run one after another "
-              f"(top-level ops of one thread), {_ms(host_ns)} of host time from the first op's start to the "
+              f"(top-level ops of one thread), {fmt_ms(host_ns)} of host time from the first op's start to the "
               f"last op's end. Together they compute {what}; {repl} does it in one fused call: fewer "
               "launches and fewer round trips through device memory." + (
                      " (Only the first candidates were searched.)" if truncated else ""),
@@ -87,5 +87,5 @@ def affinity(a: Advisor) -> None:
                                        "candidates_truncated": truncated})
 
 
-def _alts(p) -> tuple[str, ...]:
+def alternatives(p) -> tuple[str, ...]:
     return (p,) if isinstance(p, str) else tuple(p)

@@ -17,23 +17,23 @@ SELECT s.slice_id, s.rank, s.name, s.ts_ns, s.dur_ns FROM slices s WHERE s.slice
 """
 
 
-def _ms(ns) -> str:
+def fmt_ms(ns) -> str:
     return f"{(ns or 0) / 1e6:,.3f} ms"
 
 
-def _us(ns) -> str:
+def fmt_us(ns) -> str:
     return f"{(ns or 0) / 1e3:,.1f} µs"
 
 
-def _pct(x) -> str:
+def fmt_pct(x) -> str:
     return f"{100 * (x or 0):.1f}%"
 
 
-def _count(n: int, noun: str) -> str:
+def fmt_count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def _i(v) -> int:
+def as_int(v) -> int:
     return 0 if v is None else int(v)
 
 

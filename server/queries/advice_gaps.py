@@ -5,7 +5,7 @@ unattributed on a rank without a CANN lane), one **dispatch** finding per cause.
 from __future__ import annotations
 
 from ascendscope.server.queries import ratio
-from ascendscope.server.queries.advice_core import MAX_INSTANCES, Advisor, _count, _i, _ms, _pct, _us
+from ascendscope.server.queries.advice_core import MAX_INSTANCES, Advisor, as_int, fmt_count, fmt_ms, fmt_pct, fmt_us
 
 MIN_GAP_NS = 10_000  # shorter gaps are ordinary launch latency
 GAP_WARNING_SHARE = 0.05  # a cause of gaps worth this share of the rank's end-to-end time is a warning
@@ -91,7 +91,7 @@ WHERE s.rank = ? AND t.kind = 'overlap' AND s.name = 'Free'
 
 def _gap_detail(cause: str, host_name: str | None, cann_ns, dur_ns) -> str:
     """What the host did during a gap, in a few words."""
-    busy = f"CANN busy {_pct(ratio(cann_ns, dur_ns))} of it"
+    busy = f"CANN busy {fmt_pct(ratio(cann_ns, dur_ns))} of it"
     if cause == "waiting":
         return f"waiting in {host_name}" if host_name else "device wait task"
     if cause == "launch":
@@ -107,7 +107,7 @@ def note_gap_causes(a: Advisor, instances: list[dict]) -> None:
         g = a.gaps.get(inst["slice_id"])
         inst["cause"] = None if g is None else g["cause"]
         inst["detail"] = f"{g['cause']}: {_gap_detail(g['cause'], g['host_name'], g['cann_ns'], g['dur_ns'])}" \
-            if g is not None else f"gap under {_us(MIN_GAP_NS)}"
+            if g is not None else f"gap under {fmt_us(MIN_GAP_NS)}"
 
 
 def gap_checks(a: Advisor, e2e: int) -> dict:
@@ -138,10 +138,10 @@ def gap_checks(a: Advisor, e2e: int) -> dict:
         detail = _gap_detail(g["cause"], g["host_name"], g["cann_ns"], g["dur_ns"])
         picked.append(a.instance(
             a.rank, g["slice_id"], "Free", g["ts_ns"], g["dur_ns"], step=g["step"], cause=g["cause"],
-            host_slice_id=g["host_id"], host_name=g["host_name"], sync_ns=_i(g["sync_ns"]),
-            device_wait_ns=_i(g["device_wait_ns"]), cann_ns=_i(g["cann_ns"]), detail=detail))
+            host_slice_id=g["host_id"], host_name=g["host_name"], sync_ns=as_int(g["sync_ns"]),
+            device_wait_ns=as_int(g["device_wait_ns"]), cann_ns=as_int(g["cann_ns"]), detail=detail))
     free_n, free_ns = a.db.rows(FREE_TOTAL_SQL, [a.rank])[0]
-    free_ns = _i(free_ns)
+    free_ns = as_int(free_ns)
     for cause in GAP_CAUSES:
         if cause not in totals:
             continue
@@ -149,11 +149,11 @@ def gap_checks(a: Advisor, e2e: int) -> dict:
         share = ratio(t["total_ns"], free_ns) or 0
         severity = "warning" if e2e and t["total_ns"] > GAP_WARNING_SHARE * e2e else "info"
         a.add("dispatch", cause, severity,
-              f"Rank {a.rank}: {_count(t['count'], 'gap')}, {_ms(t['total_ns'])} — "
+              f"Rank {a.rank}: {fmt_count(t['count'], 'gap')}, {fmt_ms(t['total_ns'])} — "
               f"{GAP_CAUSE_TITLES[cause]}",
-              f"Rank {a.rank}: {_count(t['count'], 'device gap')} of {_us(MIN_GAP_NS)} or more, "
-              f"{_ms(t['total_ns'])} "
-              f"in all ({_pct(share)} of the rank's {_ms(free_ns)} of Free time), {GAP_CAUSE_WORDS[cause]}. "
+              f"Rank {a.rank}: {fmt_count(t['count'], 'device gap')} of {fmt_us(MIN_GAP_NS)} or more, "
+              f"{fmt_ms(t['total_ns'])} "
+              f"in all ({fmt_pct(share)} of the rank's {fmt_ms(free_ns)} of Free time), {GAP_CAUSE_WORDS[cause]}. "
               f"{GAP_CAUSE_ADVICE[cause]}",
               rank=a.rank, source={"table": "slices", "lane": "Overlap Analysis / Free",
                                    "host": "CANN lane, Ascend Hardware wait tasks"},

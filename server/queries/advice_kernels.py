@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from ascendscope.server.queries import links, ratio
-from ascendscope.server.queries.advice_core import MAX_INSTANCES, Advisor, _count, _i, _ms, _pct, _us
+from ascendscope.server.queries.advice_core import MAX_INSTANCES, Advisor, as_int, fmt_count, fmt_ms, fmt_pct, fmt_us
 
 SMALL_KERNEL_NS = 20_000
 MIN_FUSE_KERNELS = 3
@@ -63,8 +63,8 @@ def aicpu(a: Advisor) -> None:
     rows = a.db.rows(AICPU_SQL, [a.rank, MAX_INSTANCES])
     if not rows:
         return
-    n, total = int(rows[0][5]), _i(rows[0][6])
-    compute = _i(a.db.rows(COMPUTE_KERNELS_SQL, [a.rank])[0][0])
+    n, total = int(rows[0][5]), as_int(rows[0][6])
+    compute = as_int(a.db.rows(COMPUTE_KERNELS_SQL, [a.rank])[0][0])
     share = ratio(total, compute) or 0
     types = a.db.rows(AICPU_TYPES_SQL, [a.rank])
     matches = links.match_slices(a.db, a.rank, [(r[3], r[1]) for r in rows], links.KERNEL_TOLERANCE_NS) \
@@ -73,18 +73,18 @@ def aicpu(a: Advisor) -> None:
     inst = [a.instance(a.rank, matches.get((int(start), name)) if start is not None else None, name, start,
                        dur, src_row=int(src_row), type=typ, detail=f"{typ} · {where} row {src_row}")
             for src_row, name, typ, start, dur, _, _ in rows]
-    top = ", ".join(f"{t} ×{c} ({_ms(ns)})" for t, c, ns in types)
+    top = ", ".join(f"{t} ×{c} ({fmt_ms(ns)})" for t, c, ns in types)
     a.add("aicpu", "all", "warning" if share >= AICPU_WARNING_SHARE else "info",
-          f"Rank {a.rank}: {_count(n, 'AI_CPU kernel')}, {_ms(total)}",
-          f"Rank {a.rank}: {_count(n, 'kernel')} ran on the AI CPU for {_ms(total)}, {_pct(share)} of the "
-          f"{_ms(compute)} of computing kernels; the largest: {top}. AI CPU kernels are much slower than AI "
+          f"Rank {a.rank}: {fmt_count(n, 'AI_CPU kernel')}, {fmt_ms(total)}",
+          f"Rank {a.rank}: {fmt_count(n, 'kernel')} ran on the AI CPU for {fmt_ms(total)}, {fmt_pct(share)} of the "
+          f"{fmt_ms(compute)} of computing kernels; the largest: {top}. AI CPU kernels are much slower than AI "
           "Core ones and break the pipeline: change the dtype or shape that sends the op to the AI CPU (often "
           "int64 or dynamic shapes), or use an equivalent op that has an AI Core kernel.",
           rank=a.rank, source={"table": "kernels", "file": a.source_name("kernels", a.rank),
                                "where": "Accelerator Core = AI_CPU"},
           instances=inst, instance_count=n,
           metrics={"count": n, "total_ns": total, "compute_kernels_ns": compute, "share": share,
-                   "types": [{"type": t, "count": int(c), "total_ns": _i(ns)} for t, c, ns in types]})
+                   "types": [{"type": t, "count": int(c), "total_ns": as_int(ns)} for t, c, ns in types]})
 
 
 def fusible(a: Advisor) -> None:
@@ -96,18 +96,18 @@ def fusible(a: Advisor) -> None:
         names = list(key)
         label = " → ".join(names) + (f" → … ({n} kernels)" if n > len(names) else "")
         inst = [a.instance(a.rank, fid, names[0], s, None, end_ns=str(int(s) + int(sp)), span_ns=int(sp),
-                           busy_ns=int(b), kernels=int(n), detail=f"{n} kernels, {_us(b)} busy in {_us(sp)}")
+                           busy_ns=int(b), kernels=int(n), detail=f"{n} kernels, {fmt_us(b)} busy in {fmt_us(sp)}")
                 for fid, s, sp, b in zip(first_ids, starts, spans, busy_each)]
         a.add("fusible", _digest(names, n), "info",
               f"Rank {a.rank}: {occ:,}× " + " → ".join(_short(x) for x in names[:4])
               + (" → …" if n > 4 else "") + f" ({n} small kernels)",
-              f"Rank {a.rank}: the same {n} kernels ({label}), each under {_us(SMALL_KERNEL_NS)}, run back "
-              f"to back on one stream {occ:,} times: {_ms(busy)} of kernel time spread over {_ms(span)}. Each "
+              f"Rank {a.rank}: the same {n} kernels ({label}), each under {fmt_us(SMALL_KERNEL_NS)}, run back "
+              f"to back on one stream {occ:,} times: {fmt_ms(busy)} of kernel time spread over {fmt_ms(span)}. Each "
               "launch costs host time and leaves a gap on the device; one fused kernel (a fused torch_npu "
               "API, or a custom op) would launch once.",
               rank=a.rank, source={"table": "slices", "lane": "Ascend Hardware"}, instances=inst,
-              metrics={"kernels": int(n), "names": names, "occurrences": int(occ), "busy_ns": _i(busy),
-                       "span_ns": _i(span), "small_kernel_ns": SMALL_KERNEL_NS})
+              metrics={"kernels": int(n), "names": names, "occurrences": int(occ), "busy_ns": as_int(busy),
+                       "span_ns": as_int(span), "small_kernel_ns": SMALL_KERNEL_NS})
 
 
 def _short(kernel: str) -> str:

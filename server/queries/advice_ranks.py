@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ascendscope.server.queries import communication as cq
 from ascendscope.server.queries import links, ratio
-from ascendscope.server.queries.advice_core import MAX_INSTANCES, Advisor, _i, _ms, _pct
+from ascendscope.server.queries.advice_core import MAX_INSTANCES, Advisor, as_int, fmt_ms, fmt_pct
 
 SLOW_RANK_SPREAD = 0.05  # of the most-waiting rank's elapse time
 SLOW_LINK_RATIO = 0.5
@@ -41,16 +41,16 @@ def slow_rank(a: Advisor) -> None:
     ops = a.db.rows(WAIT_OPS_SQL, [rk, MAX_INSTANCES])
     matches = links.match_slices(a.db, rk, [(o[1], o[0]) for o in ops], links.COMM_OP_TOLERANCE_NS,
                                  prefer=("communication", "hardware")) if a.traced.get(rk) else {}
-    inst = [a.instance(rk, matches.get((int(s), name)), name, s, el, wait_time_ns=_i(w),
-                       synchronization_time_ns=_i(sy), detail=f"wait {_ms(w)} + sync {_ms(sy)}")
+    inst = [a.instance(rk, matches.get((int(s), name)), name, s, el, wait_time_ns=as_int(w),
+                       synchronization_time_ns=as_int(sy), detail=f"wait {fmt_ms(w)} + sync {fmt_ms(sy)}")
             for name, s, el, w, sy, _ in ops]
     share = ratio(spread, most["elapse_time_ns"])
     a.add("slow_rank", "wait", "warning" if share > 4 * SLOW_RANK_SPREAD else "info",
-          f"Rank {least['rank']} is the slow rank: rank {rk} waits {_ms(spread)} more for it",
-          f"In collectives rank {rk} waits the most: Wait {_ms(most['wait_time_ns'])} + Synchronization "
-          f"{_ms(most['synchronization_time_ns'])} over {most['ops']} ops ({_ms(most['elapse_time_ns'])} of "
-          f"communication), against {_ms(waits[least['rank']])} on rank {least['rank']}, which waits the least: "
-          f"the others wait for rank {least['rank']} to arrive ({_ms(spread)}, {_pct(share)} of rank {rk}'s "
+          f"Rank {least['rank']} is the slow rank: rank {rk} waits {fmt_ms(spread)} more for it",
+          f"In collectives rank {rk} waits the most: Wait {fmt_ms(most['wait_time_ns'])} + Synchronization "
+          f"{fmt_ms(most['synchronization_time_ns'])} over {most['ops']} ops ({fmt_ms(most['elapse_time_ns'])} of "
+          f"communication), against {fmt_ms(waits[least['rank']])} on rank {least['rank']}, which waits the least: "
+          f"the others wait for rank {least['rank']} to arrive ({fmt_ms(spread)}, {fmt_pct(share)} of rank {rk}'s "
           f"communication time). Look at what rank {least['rank']} does before its collectives (computation, "
           "host dispatch, data loading).",
           rank=None, source={"table": "comm_ops", "file": a.source_name("comm_ops", least["rank"])},
@@ -83,7 +83,7 @@ def slow_links(a: Advisor) -> None:
         a.add("slow_rank", f"link-{t}", "warning",
               f"Slow {t} link {src} → {link['dst_rank']}: {bw:.2f} GB/s",
               f"The {t} link from rank {src} to rank {link['dst_rank']} moved {link['transit_size_mb']:.2f} MB "
-              f"in {_ms(link['transit_time_ns'])}: {bw:.2f} GB/s, " + " and ".join(a for a in against if a)
+              f"in {fmt_ms(link['transit_time_ns'])}: {bw:.2f} GB/s, " + " and ".join(a for a in against if a)
               + ". Check that link (cabling, contention with other traffic, its NIC or HCCS port); the "
               f"instances are rank {src}'s ops that used {t}, slowest first.",
               rank=None, source={"table": "comm_matrix", "file": a.source_name("comm_matrix", src)},

@@ -5,7 +5,7 @@ lane as instances (a host-bound step's Free slices carry the cause of their gap,
 from __future__ import annotations
 
 from ascendscope.server.queries import summary as sq
-from ascendscope.server.queries.advice_core import MAX_INSTANCES, Advisor, _ms, _pct
+from ascendscope.server.queries.advice_core import MAX_INSTANCES, Advisor, fmt_ms, fmt_pct
 from ascendscope.server.queries.advice_gaps import GAP_CAUSE_WORDS, GAP_CAUSES, note_gap_causes
 
 HOST_BOUND_RATIO = sq.FREE_FINDING_RATIO
@@ -56,13 +56,13 @@ def step_checks(a: Advisor, rows: list[dict], gaps_by_step: dict) -> None:
             inst, n, lane_ns = lane_instances(a, "Free", step)
             note_gap_causes(a, inst)
             causes = gaps_by_step.get(step, {})
-            parts = [f"{_ms(causes[c]['total_ns'])} {GAP_CAUSE_WORDS[c]}" for c in GAP_CAUSES if c in causes]
+            parts = [f"{fmt_ms(causes[c]['total_ns'])} {GAP_CAUSE_WORDS[c]}" for c in GAP_CAUSES if c in causes]
             split = (" Of the gaps of 10 µs or more, " + ", ".join(parts) + ".") if parts else ""
             a.add("host_bound", f"{step}", "critical" if free_ratio > CRITICAL_RATIO else "warning",
-                  f"{where}: the device is free {_pct(free_ratio)} of the step",
+                  f"{where}: the device is free {fmt_pct(free_ratio)} of the step",
                   f"{where}: the device was free (neither computing nor communicating) for "
-                  f"{_ms(r['free_ns'])} of {_ms(e2e)} (Computing {_ms(r['computing_ns'])} + Communication(Not "
-                  f"Overlapped) {_ms(r['communication_not_overlapped_ns'])} + Free), {_pct(free_ratio)}, over "
+                  f"{fmt_ms(r['free_ns'])} of {fmt_ms(e2e)} (Computing {fmt_ms(r['computing_ns'])} + Communication(Not "
+                  f"Overlapped) {fmt_ms(r['communication_not_overlapped_ns'])} + Free), {fmt_pct(free_ratio)}, over "
                   f"{HOST_BOUND_RATIO:.0%}: the device waited for the host to give it work.{split} "
                   "Speed up the host side: fewer small ops, the task queue (TASK_QUEUE_ENABLE=2), CPU "
                   "binding (CPU_AFFINITY_CONF), no synchronizing calls such as .item() inside the step.",
@@ -73,10 +73,10 @@ def step_checks(a: Advisor, rows: list[dict], gaps_by_step: dict) -> None:
         if comm_ratio > EXPOSED_COMM_RATIO:
             inst, n, lane_ns = lane_instances(a, "Communication(Not Overlapped)", step)
             a.add("exposed_communication", f"{step}", "critical" if comm_ratio > CRITICAL_RATIO else "warning",
-                  f"{where}: {_pct(comm_ratio)} of the step is communication not overlapped",
-                  f"{where}: {_ms(r['communication_not_overlapped_ns'])} of communication ran while nothing "
-                  f"computed, {_pct(comm_ratio)} of the step's {_ms(e2e)} (over {EXPOSED_COMM_RATIO:.0%}); "
-                  f"{_ms(r['overlapped_ns'])} of communication was hidden behind computation. Overlap it with "
+                  f"{where}: {fmt_pct(comm_ratio)} of the step is communication not overlapped",
+                  f"{where}: {fmt_ms(r['communication_not_overlapped_ns'])} of communication ran while nothing "
+                  f"computed, {fmt_pct(comm_ratio)} of the step's {fmt_ms(e2e)} (over {EXPOSED_COMM_RATIO:.0%}); "
+                  f"{fmt_ms(r['overlapped_ns'])} of communication was hidden behind computation. Overlap it with "
                   "compute (e.g. DDP bucketing, prefetching all-gathers), or find the rank the others wait for "
                   "(Slow rank) — a rank that arrives late makes every other rank's communication longer.",
                   rank=a.rank, step=step, source=source, instances=inst, instance_count=n,
