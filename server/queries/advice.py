@@ -98,8 +98,10 @@ def run(a: Advisor) -> dict:
         counts[f["category"]] = counts.get(f["category"], 0) + 1
     return {
         "rank": a.rank, "ranks": sorted(a.traced), "has_trace": a.traced.get(a.rank, False),
+        # the serving category is offered only to a run that has serving data
         "categories": [{"id": c, "label": label, "description": d, "count": counts.get(c, 0)}
-                       for c, label, d in CATEGORIES],
+                       for c, label, d in CATEGORIES
+                       if c != serving_advice.CATEGORY[0] or serving_advice.sv.has_serving(a.db)],
         "findings": a.findings, "truncated": truncated,
         "rules": [{"id": rid, "pattern": [sorted(alternatives(p)) for p in seq], "replacement": repl, "what": what}
                   for rid, seq, repl, what in AFFINITY_RULES],

@@ -44,11 +44,13 @@ def slow_server():
         finally:
             writer.close()
 
+    # the loop runs in its own thread from the start: this thread may already run one (Playwright's sync API,
+    # when a browser test ran before in the same process)
     loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(asyncio.start_server(serve, "127.0.0.1", 0))
-    port = server.sockets[0].getsockname()[1]
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
+    server = asyncio.run_coroutine_threadsafe(asyncio.start_server(serve, "127.0.0.1", 0), loop).result(10)
+    port = server.sockets[0].getsockname()[1]
     yield f"http://127.0.0.1:{port}"
 
     async def shutdown():
