@@ -63,7 +63,7 @@ CASES = [("level1", 0), ("level1", 1), ("crafted", 0), ("crafted", 1)]
 def test_shape_and_bounds(client, advice_runs, name, rank):
     body = advice(client, advice_runs, name, rank)
     assert body["rank"] == rank and body["ranks"] == [0, 1]
-    assert [c["id"] for c in body["categories"]] == [c for c, _, _ in aq.CATEGORIES if c != "serving"]  # no serving data
+    assert [c["id"] for c in body["categories"]] == [c for c, _, _ in aq.CATEGORIES if c != "serving"]  # no serving
     assert sum(c["count"] for c in body["categories"]) == len(body["findings"]) <= aq.MAX_FINDINGS
     ids = [f["id"] for f in body["findings"]]
     assert len(ids) == len(set(ids))
