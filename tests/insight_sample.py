@@ -30,6 +30,17 @@ from tests.cluster_sample import empty_run
 __all__ = ["LEAD_NS", "STEP_NS", "T0_NS", "add_generated_run", "add_wait_runs", "synthetic_late_run"]
 
 
+
+def add_ready(store, name: str, src: Path, *, sharded: bool) -> str:
+    """Ingest ``src`` into ``store`` as the ready run ``name`` (sharded a shard per rank, or one file); its id."""
+    run = store.create_run(name, str(src))
+    if sharded:
+        summary = ingest_sharded(src, store.run_dir(run.id), workers=2, group_bytes=0)
+    else:
+        summary = ingest_path(src, store.db_path(run.id))
+    store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
+    return run.id
+
 @dataclass
 class WaitRuns:
     ids: dict[str, str]
@@ -47,14 +58,8 @@ def add_wait_runs(data_dir: Path, work: Path) -> WaitRuns:
     ids = {}
     for name, src, sharded in (("waits", work / "waits", False), ("waits_sharded", work / "waits", True),
                                ("waits_level0", work / "waits_level0", False)):
-        run = store.create_run(name, str(src))
-        if sharded:
-            # a shard per rank (group_bytes=0): the scope tests load some ranks and not others
-            summary = ingest_sharded(src, store.run_dir(run.id), workers=2, group_bytes=0)
-        else:
-            summary = ingest_path(src, store.db_path(run.id))
-        store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
-        ids[name] = run.id
+        # sharded: a shard per rank, so the scope tests load some ranks and not others
+        ids[name] = add_ready(store, name, src, sharded=sharded)
     return WaitRuns(ids, truth, truth0, {"waits": work / "waits", "waits_level0": work / "waits_level0"})
 
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascendscope.ingest.pipeline import ingest_path
-from ascendscope.ingest.shards import ingest_sharded
 from ascendscope.sample_data.phases import write_pp_run, write_rl_job
+from tests.insight_sample import add_ready
 
 PP = {"stages": 4, "microbatches": 8, "fwd_us": 100, "bwd_us": 200}
 PP_SLOW = {**PP, "slow_stage": 2, "slow_extra_us": 50}
@@ -37,11 +36,5 @@ def add_phase_runs(data_dir: Path, work: Path) -> PhaseRuns:
     for name, (writer, kwargs, form, sharded) in plans.items():
         src = work / name
         truth[name] = writer(src, form=form, **kwargs)
-        run = store.create_run(name, str(src))
-        if sharded:
-            summary = ingest_sharded(src, store.run_dir(run.id), workers=2, group_bytes=0)
-        else:
-            summary = ingest_path(src, store.db_path(run.id))
-        store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
-        ids[name] = run.id
+        ids[name] = add_ready(store, name, src, sharded=sharded)
     return PhaseRuns(ids, truth)
