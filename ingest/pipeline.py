@@ -45,6 +45,7 @@ from . import (
     sqlfuncs,
     trace_tables,
 )
+from .cluster import find_cluster_dir
 from .columns import insert_columns
 from .discover import Discovery, RankSource, discover
 from .schema import CORE_DDL
@@ -244,8 +245,6 @@ def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
         progress.phase(f"extracting {src_path.name}")
         root = archive.extract(src_path, extract_to)
     disc = discover(root)
-    from .cluster import find_cluster_dir
-
     if not disc.ranks and find_cluster_dir(root) is not None:
         # msprof-analyze's output alone: a run of no ranks whose Cluster view reads that folder
         disc.warn(None, "cluster_analysis_output", "no rank folders beside it: only the Cluster view has data")
