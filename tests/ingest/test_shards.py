@@ -351,10 +351,22 @@ def thousand(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.slow
-def test_thousand_ranks_process_pool_and_ray_agree(thousand, tmp_path):
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local Ray for the module's Ray tests, started and stopped by the executor that owns it (its start alone
+    takes 30-40 s on 2 busy cores); the runs' own executors find it running and leave it so."""
     if not _ray_available():
         pytest.skip("ray is not installed (pip install 'ascendscope[ray]')")
+    from ascendscope.ingest.executors import RayExecutor
+    owner = RayExecutor(workers=2)
+    assert owner.owned and owner.ray.is_initialized()
+    yield owner.ray
+    owner.close()
+    assert not owner.ray.is_initialized()
+
+
+@pytest.mark.slow
+def test_thousand_ranks_process_pool_and_ray_agree(thousand, tmp_path, ray_session):
     by_pool = ingest_sharded(thousand, tmp_path / "pool", executor="process", workers=2)
     assert len(by_pool["ranks"]) == THOUSAND and all(s["status"] == "ready" for s in by_pool["shards"])
     by_ray = ingest_sharded(thousand, tmp_path / "ray", executor="ray", workers=2)
@@ -364,9 +376,7 @@ def test_thousand_ranks_process_pool_and_ray_agree(thousand, tmp_path):
     assert _dump(tmp_path / "ray") == _dump(tmp_path / "pool")
 
 
-def test_ray_executor_on_a_small_run(generated, tmp_path):
-    if not _ray_available():
-        pytest.skip("ray is not installed (pip install 'ascendscope[ray]')")
+def test_ray_executor_on_a_small_run(generated, tmp_path, ray_session):
     by_pool = ingest_sharded(generated, tmp_path / "pool", workers=2, group_bytes=0)
     ingest_sharded(generated, tmp_path / "ray", executor="ray", workers=2, group_bytes=0)
     assert _dump(tmp_path / "ray") == _dump(tmp_path / "pool")
