@@ -24,7 +24,7 @@ def client_for(data_dir, background: bool = False, **settings) -> TestClient:
     return TestClient(app)
 
 
-def windows(meta, rng: random.Random, n: int = 24) -> list[tuple[int, int]]:
+def windows(meta, rng: random.Random, n: int = 12) -> list[tuple[int, int]]:
     """The whole run, the edges, outside it, and random windows at every zoom from the run to a few µs."""
     start, end = int(meta["start_ns"]), int(meta["end_ns"])
     span = end - start
