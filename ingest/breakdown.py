@@ -11,7 +11,12 @@ torch_npu does (FORMATS.md §6.1):
 * Overlapped = Communication − Communication(Not Overlapped);
   Communication(Not Overlapped and Exclude Receive) = max(Communication(Not Overlapped) − Bubble, 0);
   Stage = (last end − first start of the step's slices) − Bubble;
-  Preparing = first Computing/Communication start − the step's host start (the first torch op without steps).
+  Preparing = first Computing/Communication start − the step's host start (the first torch op without steps);
+* msprof's iterations (steps named ``Iteration <n>``, ``ingest.readers.msproftimeline``) are measured as msprof
+  measures them: by their range (its Iteration Time). msprof bounds an iteration's Overlap Analysis lane by its
+  first and last task, some µs inside the range, and its Free is the bounds less compute ∪ communication, so an
+  iteration's Free = its range − Computing − Communication(Not Overlapped) (the lane's Free plus the idle time
+  before the first and after the last task), and it has no Preparing (no host step starts it).
 
 Every function takes a *runner*: anything with ``dicts(sql, params)`` and ``rows(sql, params)`` (the server's
 request runner, or :class:`ConnRunner` over a plain DuckDB connection).
@@ -54,15 +59,17 @@ DERIVED_AGG = """
 # Ranks with steps: each slice goes to the step whose device range holds its start.
 DERIVED_STEPS_SQL = OVERLAP_EVENTS_CTE + """,
 a AS (
-  SELECT st.rank, st.step, st.host_start_ns, ev.cat, ev.ts_ns, ev.dur_ns
+  SELECT st.rank, st.step, st.host_start_ns, ev.cat, ev.ts_ns, ev.dur_ns,
+         CASE WHEN starts_with(st.name, 'Iteration ') THEN st.device_end_ns - st.device_start_ns END AS iteration_ns
   FROM ev JOIN steps st ON st.rank = ev.rank AND ev.ts_ns >= st.device_start_ns AND ev.ts_ns < st.device_end_ns
 )
-SELECT rank, step, any_value(host_start_ns) AS host_start_ns, """ + DERIVED_AGG + """
+SELECT rank, step, any_value(host_start_ns) AS host_start_ns, any_value(iteration_ns) AS iteration_ns, """ + \
+    DERIVED_AGG + """
 FROM a GROUP BY rank, step ORDER BY rank, step
 """
 # Ranks without steps: one row over everything; Preparing counts from the first torch op.
 DERIVED_NO_STEPS_SQL = OVERLAP_EVENTS_CTE + """
-SELECT ev.rank, NULL::BIGINT AS step,
+SELECT ev.rank, NULL::BIGINT AS step, NULL::BIGINT AS iteration_ns,
        (SELECT min(s.ts_ns) FROM slices s JOIN tracks t ON t.track_id = s.track_id
         WHERE t.kind = 'python' AND s.rank = ev.rank AND s.cat = 'cpu_op') AS host_start_ns, """ + DERIVED_AGG + """
 FROM ev WHERE ev.rank NOT IN (SELECT rank FROM steps) GROUP BY ev.rank ORDER BY ev.rank
@@ -114,13 +121,17 @@ def derived_rows(db) -> list[dict]:
         bubble = int(r["bubble_ns"] or 0)
         host = r["host_start_ns"]
         first = r["first_task_ns"]
+        free = int(r["free_ns"] or 0)
+        if r["iteration_ns"] is not None:  # an msprof iteration: its range is its time (module note)
+            free = max(int(r["iteration_ns"]) - int(r["computing_ns"] or 0) - cno, 0)
+            host = None
         out.append({
             "rank": int(r["rank"]), "step": r["step"],
             "computing_ns": int(r["computing_ns"] or 0),
             "communication_not_overlapped_ns": cno,
             "overlapped_ns": comm - cno,
             "communication_ns": comm,
-            "free_ns": int(r["free_ns"] or 0),
+            "free_ns": free,
             "preparing_ns": None if host is None or first is None else int(first) - int(host),
             "stage_ns": int(r["span_ns"] or 0) - bubble,
             "bubble_ns": bubble,

@@ -138,16 +138,19 @@ def generate_run(out_dir, *, ranks=2, steps=3, ops_per_step=200, seed=0, overlap
 def generate_msprof(out_dir, *, devices=2, iterations=10, ops_per_step=40, seed=0) -> dict:
     """CANN msprof output of a run of ``devices`` ranks and ``iterations`` steps, in the older per-iteration
     layout (``_msprof.py``): one ``PROF_*/device_<d>`` folder per device; model ids 2 and 0 alternate, as in
-    MindSpore runs. Returns the ground truth of the run it was made from."""
+    MindSpore runs. Returns the ground truth of the run it was made from, with ``msprof_iterations``: device ->
+    iteration -> (start, end) ns as written (msprof's Iteration Time of it is end − start)."""
     tmp = tempfile.mkdtemp(prefix="gen_msprof_")
     try:
         truth = generate_run(tmp, ranks=devices, steps=iterations, ops_per_step=ops_per_step, seed=seed)
         os.makedirs(out_dir, exist_ok=True)
+        truth["msprof_iterations"] = {}
         for r in range(devices):
             stamp = 20230818142704322 + 245 * r
             tag = "".join(chr(65 + (seed * 7 + r * 3 + i * 5) % 26) for i in range(16))
-            _msprof.write_msprof(os.path.join(tmp, f"rank{r}_ascend_pt"), out_dir, device=r,
-                                 model=2 if r % 2 == 0 else 0, prof_name=f"PROF_000001_{stamp}_{tag}")
+            truth["msprof_iterations"][r] = _msprof.write_msprof(
+                os.path.join(tmp, f"rank{r}_ascend_pt"), out_dir, device=r, model=2 if r % 2 == 0 else 0,
+                prof_name=f"PROF_000001_{stamp}_{tag}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return truth
