@@ -20,7 +20,8 @@ if [ ! -x .venv/bin/pytest ] || [ pyproject.toml -nt .venv/.installed-dev ]; the
     touch .venv/.installed-dev
 fi
 
-# two processes, each taking a whole test file at a time (its module fixtures are built once): the suite waits on
-# browsers and servers often enough that two keep both cores busier (0.73 x one process's time here; three were
-# slower)
-exec .venv/bin/python -m pytest -q -n "${ASCENDSCOPE_TEST_PROCESSES:-2}" --dist loadfile "$@"
+# one process per core and at least two, each taking a whole test file at a time (its module fixtures are built
+# once): the suite waits on browsers and servers often enough that two keep two cores busier (0.73 x one process's
+# time; three were slower there)
+cores=$(nproc 2>/dev/null || echo 2)
+exec .venv/bin/python -m pytest -q -n "${ASCENDSCOPE_TEST_PROCESSES:-$(( cores > 2 ? cores : 2 ))}" --dist loadfile "$@"
