@@ -46,6 +46,7 @@ class Serving:
     kvcache: list[dict] = field(default_factory=list)
     files: list[tuple[str, str, int, int]] = field(default_factory=list)  # (file, kind, size_bytes, rows)
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (file, message)
+    more: dict[str, list[dict]] = field(default_factory=dict)  # the other files' rows (readers.serving_more)
 
 
 def _header(path: Path) -> list[str]:
@@ -71,7 +72,7 @@ def is_serving_dir(folder: Path) -> bool:
     """Whether ``folder`` holds msServiceProfiler's parsed output (told by the files' columns or tables)."""
     if "http_rid" in _header(folder / "request.csv") or "res_list" in _header(folder / "batch.csv"):
         return True
-    if "device_kvcache_left" in _header(folder / "kvcache.csv"):
+    if "device_kvcache_left" in _header(folder / "kvcache.csv") or "forward_iter" in _header(folder / "forward.csv"):
         return True
     db = folder / DB_FILE
     return db.is_file() and bool({"request", "batch"} & _db_tables(db)) and "data_table" in _db_tables(db)
@@ -340,6 +341,9 @@ def read(folder: Path, source: str) -> Serving:
         log = _Rows(data, display)
         fill(data, rows, cols, log)
         data.files.append((display, f"serving_{kind}", size or file.stat().st_size, len(rows)))
+    from .serving_more import read_more  # it builds on this module's helpers
+
+    read_more(folder, data, db_tables)
     derive(data)
     return data
 
