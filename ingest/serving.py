@@ -2,8 +2,10 @@
 
 ``load_serving(con, root)`` finds every serving output folder under the run's root (up to ``MAX_DEPTH`` levels,
 not inside torch_npu rank folders), and writes ``serving_requests``, ``serving_batches``,
-``serving_batch_requests`` and ``serving_kvcache`` (always, empty without serving data, so queries never fail on a
-missing table) and its files into ``serving_files``. It returns its warnings as ``"file: message"`` texts, as
+``serving_batch_requests``, ``serving_kvcache`` and the other files' tables (``serving_forward``,
+``serving_request_status``, ``serving_pd_requests``, ``serving_pd_kvcache``, ``serving_coordinator``,
+``serving_curves``; ``ingest.readers.serving_more``) always, empty without serving data, so queries never fail on a
+missing table; and its files into ``serving_files``. It returns its warnings as ``"file: message"`` texts, as
 ``ingest.cluster.load_cluster_analysis`` does. A single-file run gets them in its file; a sharded run in
 ``cluster.duckdb`` (``ingest.shards.ClusterTables``). Columns: docs/schema.md, "Serving tables".
 """

@@ -4,7 +4,7 @@ Not a rank's files: a folder holding ``request.csv``, ``batch.csv``, ``kvcache.c
 (alone, or beside the ``*_ascend_pt`` folders of the same run) describes the whole service, so its rows go to the
 run-level ``serving_*`` tables (``ingest.serving`` writes them; columns in docs/schema.md, source columns and units
 in docs/formats.md). Its ``chrome_tracing.json`` is a plain Chrome trace, read by the ``chrome`` reader when the
-folder is opened alone.
+folder is opened alone; its other files (forward passes, queues, PD disaggregation) by ``serving_more``.
 
 Times: a CSV column's unit is read from its header (``(ms)``, ``(microsecond)``, ``(us)``, ``(ns)``) and converted
 exactly to integer ns; ``profiler.db``'s tables keep the source names without units and hold ms (the exporter
@@ -25,7 +25,7 @@ from pathlib import Path
 CSV_FILES = ("request.csv", "batch.csv", "kvcache.csv")
 DB_FILE = "profiler.db"
 TRACE_FILE = "chrome_tracing.json"
-# files of the same output that are not read into the serving tables (kept out of "unsupported" warnings)
+# the output's other files (``serving_more`` reads all but spec_decode.csv; kept out of "unsupported" warnings)
 OTHER_FILES = ("forward.csv", "pd_split_communication.csv", "pd_split_kvcache.csv", "coordinator.csv",
                "request_status.csv", "spec_decode.csv")
 NS_PER = {"ns": 1, "us": 1_000, "microsecond": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
