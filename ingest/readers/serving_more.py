@@ -95,30 +95,37 @@ def _text(row: dict, key: str) -> str | None:
     return None if v in (None, "", "<NA>", "nan", "None") else str(v).strip()
 
 
-def _forward(rows, cols, log: _Rows, clock: _Clock) -> list[dict]:
+def _each(rows, one, cols, log: _Rows, clock: _Clock) -> list[dict]:
+    """``one(row, cols, log, clock)`` over the rows (a record, or a list of them), numbered from 1 in ``src_row``;
+    a row it cannot read is left out with a warning naming it."""
     out = []
     for i, row in enumerate(rows, 1):
         try:
-            # an older exporter writes the wall clock as start_time / end_time, without a unit
-            start, end = _numeric_time(row, cols, "start_time"), _numeric_time(row, cols, "end_time")
-            if start is None:
-                start = clock.ns(row.get("start_datetime") or row.get("start_time"), log)
-            if end is None:
-                end = clock.ns(row.get("end_datetime") or row.get("end_time"), log)
-            dur = _time(row, cols, "during_time")
-            if start is None:
-                raise ValueError("no start time")
-            if end is None and dur is not None:
-                end = start + dur
-            out.append({"src_row": i, "name": _text(row, "name"), "start_ns": start, "end_ns": end,
-                        "dur_ns": dur if dur is not None else (end - start if end is not None else None),
-                        "bubble_ns": _time(row, cols, "bubble_time"), "batch_size": _num(row, cols, "batch_size"),
-                        "batch_type": _text(row, "batch_type"), "forward_iter": _num(row, cols, "forward_iter"),
-                        "dp_rank": _text(row, "dp_rank"), "prof_id": _text(row, "prof_id"),
-                        "hostname": _text(row, "hostname")})
+            got = one(row, cols, log, clock)
         except (ValueError, TypeError) as exc:
             log.warn(f"row {i} left out: {exc}")
+            continue
+        out.extend({"src_row": i, **rec} for rec in (got if isinstance(got, list) else [got]))
     return out
+
+
+def _forward(row, cols, log: _Rows, clock: _Clock) -> dict:
+    # an older exporter writes the wall clock as start_time / end_time, without a unit
+    start, end = _numeric_time(row, cols, "start_time"), _numeric_time(row, cols, "end_time")
+    if start is None:
+        start = clock.ns(row.get("start_datetime") or row.get("start_time"), log)
+    if end is None:
+        end = clock.ns(row.get("end_datetime") or row.get("end_time"), log)
+    dur = _time(row, cols, "during_time")
+    if start is None:
+        raise ValueError("no start time")
+    if end is None and dur is not None:
+        end = start + dur
+    return {"name": _text(row, "name"), "start_ns": start, "end_ns": end,
+            "dur_ns": dur if dur is not None else (end - start if end is not None else None),
+            "bubble_ns": _time(row, cols, "bubble_time"), "batch_size": _num(row, cols, "batch_size"),
+            "batch_type": _text(row, "batch_type"), "forward_iter": _num(row, cols, "forward_iter"),
+            "dp_rank": _text(row, "dp_rank"), "prof_id": _text(row, "prof_id"), "hostname": _text(row, "hostname")}
 
 
 def _numeric_time(row: dict, cols: dict, name: str) -> int | None:
@@ -129,90 +136,54 @@ def _numeric_time(row: dict, cols: dict, name: str) -> int | None:
     return _time(row, cols, name)
 
 
-def _request_status(rows, cols, log: _Rows, clock: _Clock) -> list[dict]:
-    """One row per queue size: the exporter writes one of ``waiting`` / ``running`` / ``swapped`` per row (the
+def _request_status(row, cols, log: _Rows, clock: _Clock) -> list[dict]:
+    """One record per queue size: the exporter writes one of ``waiting`` / ``running`` / ``swapped`` per row (the
     others empty); the database's older shapes hold ``WAITING`` / ``RUNNING`` / ``PENDING`` columns together."""
-    out = []
-    for i, row in enumerate(rows, 1):
-        try:
-            ts = _numeric_time(row, cols, "timestamp")
-            if ts is None:
-                ts = clock.ns(row.get("start_datetime") or row.get("timestamp"), log)
-            if ts is None:
-                raise ValueError("no time")
-            sizes = [(q, _num(row, cols, q)) for q in QUEUES]
-            if _text(row, "status") and "QueueSize=" in row:  # the database's newer shape: one status per row
-                sizes = [(str(row["status"]).strip().lower(), _int(row["QueueSize="]))]
-            for queue, size in sizes:
-                if size is not None:
-                    out.append({"src_row": i, "ts_ns": ts, "hostuid": _text(row, "hostuid"),
-                                "pid": _text(row, "pid"), "queue": queue, "size": size})
-        except (ValueError, TypeError) as exc:
-            log.warn(f"row {i} left out: {exc}")
-    return out
+    ts = _numeric_time(row, cols, "timestamp")
+    if ts is None:
+        ts = clock.ns(row.get("start_datetime") or row.get("timestamp"), log)
+    if ts is None:
+        raise ValueError("no time")
+    sizes = [(q, _num(row, cols, q)) for q in QUEUES]
+    if _text(row, "status") and "QueueSize=" in row:  # the database's newer shape: one status per row
+        sizes = [(str(row["status"]).strip().lower(), _int(row["QueueSize="]))]
+    return [{"ts_ns": ts, "hostuid": _text(row, "hostuid"), "pid": _text(row, "pid"), "queue": queue, "size": size}
+            for queue, size in sizes if size is not None]
 
 
-def _pd_requests(rows, cols, log: _Rows, clock: _Clock) -> list[dict]:
-    out = []
-    for i, row in enumerate(rows, 1):
-        try:
-            rid = _text(row, "rid")
-            if rid is None:
-                raise ValueError("no rid")
-            out.append({"src_row": i, "rid": rid, "http_req_ns": _time(row, cols, "http_req_time"),
-                        "send_ns": _time(row, cols, "send_request_time"),
-                        "send_succ_ns": _time(row, cols, "send_request_succ_time"),
-                        "prefill_res_ns": _time(row, cols, "prefill_res_time"),
-                        # the exporter's own spelling ``requset_end_time`` in some versions
-                        "end_ns": _time(row, cols, "request_end_time", "requset_end_time")})
-        except (ValueError, TypeError) as exc:
-            log.warn(f"row {i} left out: {exc}")
-    return out
+def _pd_requests(row, cols, log: _Rows, clock: _Clock) -> dict:
+    rid = _text(row, "rid")
+    if rid is None:
+        raise ValueError("no rid")
+    return {"rid": rid, "http_req_ns": _time(row, cols, "http_req_time"),
+            "send_ns": _time(row, cols, "send_request_time"),
+            "send_succ_ns": _time(row, cols, "send_request_succ_time"),
+            "prefill_res_ns": _time(row, cols, "prefill_res_time"),
+            # the exporter's own spelling ``requset_end_time`` in some versions
+            "end_ns": _time(row, cols, "request_end_time", "requset_end_time")}
 
 
-def _pd_kvcache(rows, cols, log: _Rows, clock: _Clock) -> list[dict]:
-    out = []
-    for i, row in enumerate(rows, 1):
-        try:
-            start, end = _time(row, cols, "start_time"), _time(row, cols, "end_time")
-            dur = _time(row, cols, "during_time")
-            if start is None:
-                raise ValueError("no start time")
-            out.append({"src_row": i, "rid": _text(row, "rid"), "rank": _text(row, "rank"),
-                        "seq_len": _num(row, cols, "seq_len"), "start_ns": start,
-                        "end_ns": end if end is not None else (start + dur if dur is not None else None),
-                        "dur_ns": dur if dur is not None else (end - start if end is not None else None)})
-        except (ValueError, TypeError) as exc:
-            log.warn(f"row {i} left out: {exc}")
-    return out
+def _pd_kvcache(row, cols, log: _Rows, clock: _Clock) -> dict:
+    start, end = _time(row, cols, "start_time"), _time(row, cols, "end_time")
+    dur = _time(row, cols, "during_time")
+    if start is None:
+        raise ValueError("no start time")
+    return {"rid": _text(row, "rid"), "rank": _text(row, "rank"), "seq_len": _num(row, cols, "seq_len"),
+            "start_ns": start, "end_ns": end if end is not None else (start + dur if dur is not None else None),
+            "dur_ns": dur if dur is not None else (end - start if end is not None else None)}
 
 
-def _coordinator(rows, cols, log: _Rows, clock: _Clock) -> list[dict]:
-    out = []
-    for i, row in enumerate(rows, 1):
-        try:
-            ts = clock.ns(row.get("time"), log)
-            if ts is None:
-                raise ValueError(f"time is not a wall clock: {str(row.get('time'))[:30]!r}")
-            out.append({"src_row": i, "ts_ns": ts, "address": _text(row, "address"),
-                        "node_type": _text(row, "node_type"), "add_count": _num(row, cols, "add_count"),
-                        "end_count": _num(row, cols, "end_count"),
-                        "running_count": _num(row, cols, "running_count")})
-        except (ValueError, TypeError) as exc:
-            log.warn(f"row {i} left out: {exc}")
-    return out
+def _coordinator(row, cols, log: _Rows, clock: _Clock) -> dict:
+    ts = clock.ns(row.get("time"), log)
+    if ts is None:
+        raise ValueError(f"time is not a wall clock: {str(row.get('time'))[:30]!r}")
+    return {"ts_ns": ts, "address": _text(row, "address"), "node_type": _text(row, "node_type"),
+            **{k: _num(row, cols, k) for k in ("add_count", "end_count", "running_count")}}
 
 
-def _curves(curve: str, rows, cols, log: _Rows, clock: _Clock) -> list[dict]:
-    out = []
-    for i, row in enumerate(rows, 1):
-        try:
-            ts = clock.ns(row.get("timestamp"), log)
-            out.append({"curve": curve, "src_row": i, "ts_ns": ts, "ts_text": _text(row, "timestamp"),
-                        **{k: _num(row, cols, k, kind=_float) for k in ("avg", "p50", "p90", "p99")}})
-        except (ValueError, TypeError) as exc:
-            log.warn(f"row {i} left out: {exc}")
-    return out
+def _curve_row(row, cols, log: _Rows, clock: _Clock) -> dict:
+    return {"ts_ns": clock.ns(row.get("timestamp"), log), "ts_text": _text(row, "timestamp"),
+            **{k: _num(row, cols, k, kind=_float) for k in ("avg", "p50", "p90", "p99")}}
 
 
 READERS = {"forward": _forward, "request_status": _request_status, "pd_requests": _pd_requests,
@@ -239,7 +210,7 @@ def read_more(folder: Path, data: Serving, db_tables: set[str]) -> None:
         except (OSError, sqlite3.Error, csv.Error) as exc:
             data.warnings.append((display, f"not loaded: {exc}"))
             continue
-        data.more[kind] = fill(rows, cols, _Rows(data, display), clock)
+        data.more[kind] = _each(rows, fill, cols, _Rows(data, display), clock)
         data.files.append((display, f"serving_{kind}", size or db.stat().st_size, len(rows)))
     for curve in CURVE_TABLES:
         if curve not in db_tables:
@@ -250,7 +221,7 @@ def read_more(folder: Path, data: Serving, db_tables: set[str]) -> None:
         except sqlite3.Error as exc:
             data.warnings.append((display, f"not loaded: {exc}"))
             continue
-        data.more.setdefault("curves", []).extend(_curves(curve, rows, _columns(header, None), _Rows(data, display),
-                                                          clock))
+        recs = _each(rows, _curve_row, _columns(header, None), _Rows(data, display), clock)
+        data.more.setdefault("curves", []).extend({"curve": curve, **rec} for rec in recs)
         data.files.append((display, "serving_curves", db.stat().st_size, len(rows)))
 
