@@ -103,3 +103,20 @@ def test_bad_rows_are_left_out_with_a_warning(tmp_path):
                                           ("2024-11-19 15:06:40", 1_732_028_800_000_000_000), ("15:06", None)])
 def test_wall_clock(text, ns):
     assert wall_ns(text) == ns
+
+
+def test_sharded_run_keeps_them_in_cluster(tmp_path):
+    from ascendscope.ingest.layout import connect
+    from ascendscope.ingest.shards import ingest_sharded
+
+    truth = burst()
+    write_serving(tmp_path / "serve", truth, "ms")
+    more = write_more(tmp_path / "serve", truth)
+    ingest_sharded(tmp_path / "serve", tmp_path / "run", workers=1)
+    con, _ = connect(tmp_path / "run")
+    try:
+        assert con.execute("SELECT count(*) FROM serving_forward").fetchone()[0] == len(more["forwards"])
+        assert con.execute("SELECT sum(dur_ns) FROM serving_pd_kvcache").fetchone()[0] == sum(
+            more["kv_transfer_ns"].values())
+    finally:
+        con.close()
