@@ -233,7 +233,10 @@ def discover(path: str | os.PathLike) -> Discovery:
         rank_dirs, loose, own = _walk(root, disc)
         sources = [_read_rank_dir(d, disc) for d in rank_dirs] + own
         for f in loose if rank_dirs or own else []:
-            if not f.name.endswith(_TRACE_SUFFIXES):
+            if f.name == serving.TRACE_FILE and serving.is_serving_dir(f.parent):
+                disc.warn(None, _rel(f, disc.root), "not loaded as a rank beside rank folders (its requests and "
+                          "batches are in the Serving tab; open its folder alone for its trace on the Timeline)")
+            elif not f.name.endswith(_TRACE_SUFFIXES):
                 disc.warn(None, _rel(f, disc.root), "not loaded: a profiler database beside rank folders is not "
                           "supported yet (open it on its own)")
         if not rank_dirs and not own:

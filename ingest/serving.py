@@ -2,8 +2,10 @@
 
 ``load_serving(con, root)`` finds every serving output folder under the run's root (up to ``MAX_DEPTH`` levels,
 not inside torch_npu rank folders), and writes ``serving_requests``, ``serving_batches``,
-``serving_batch_requests`` and ``serving_kvcache`` (always, empty without serving data, so queries never fail on a
-missing table) and its files into ``serving_files``. It returns its warnings as ``"file: message"`` texts, as
+``serving_batch_requests``, ``serving_kvcache`` and the other files' tables (``serving_forward``,
+``serving_request_status``, ``serving_pd_requests``, ``serving_pd_kvcache``, ``serving_coordinator``,
+``serving_curves``; ``ingest.readers.serving_more``) always, empty without serving data, so queries never fail on a
+missing table; and its files into ``serving_files``. It returns its warnings as ``"file: message"`` texts, as
 ``ingest.cluster.load_cluster_analysis`` does. A single-file run gets them in its file; a sharded run in
 ``cluster.duckdb`` (``ingest.shards.ClusterTables``). Columns: docs/schema.md, "Serving tables".
 """
@@ -31,6 +33,19 @@ DDL = {
                               "tokens BIGINT",
     "serving_kvcache": "source VARCHAR, src_row INTEGER, ts_ns BIGINT, rid VARCHAR, name VARCHAR, "
                        "free_blocks BIGINT, used_blocks BIGINT, total_blocks BIGINT, usage_rate DOUBLE",
+    "serving_forward": "source VARCHAR, src_row INTEGER, name VARCHAR, start_ns BIGINT, end_ns BIGINT, "
+                       "dur_ns BIGINT, bubble_ns BIGINT, batch_size BIGINT, batch_type VARCHAR, forward_iter BIGINT, "
+                       "dp_rank VARCHAR, prof_id VARCHAR, hostname VARCHAR",
+    "serving_request_status": "source VARCHAR, src_row INTEGER, ts_ns BIGINT, hostuid VARCHAR, pid VARCHAR, "
+                              "queue VARCHAR, size BIGINT",
+    "serving_pd_requests": "source VARCHAR, src_row INTEGER, rid VARCHAR, http_req_ns BIGINT, send_ns BIGINT, "
+                           "send_succ_ns BIGINT, prefill_res_ns BIGINT, end_ns BIGINT",
+    "serving_pd_kvcache": "source VARCHAR, src_row INTEGER, rid VARCHAR, rank VARCHAR, seq_len BIGINT, "
+                          "start_ns BIGINT, end_ns BIGINT, dur_ns BIGINT",
+    "serving_coordinator": "source VARCHAR, src_row INTEGER, ts_ns BIGINT, address VARCHAR, node_type VARCHAR, "
+                           "add_count BIGINT, end_count BIGINT, running_count BIGINT",
+    "serving_curves": "source VARCHAR, curve VARCHAR, src_row INTEGER, ts_ns BIGINT, ts_text VARCHAR, avg DOUBLE, "
+                      "p50 DOUBLE, p90 DOUBLE, p99 DOUBLE",
     "serving_files": "source VARCHAR, file VARCHAR, kind VARCHAR, size_bytes BIGINT, rows BIGINT",
 }
 TABLES = tuple(DDL)
@@ -62,6 +77,8 @@ def _rows(data: reader.Serving, table: str) -> list[list]:
     cols = [c.split()[0] for c in DDL[table].split(", ")]
     recs = {"serving_requests": data.requests, "serving_batches": data.batches,
             "serving_batch_requests": data.batch_requests, "serving_kvcache": data.kvcache}.get(table)
+    if recs is None and table != "serving_files":
+        recs = data.more.get(table.removeprefix(PREFIX), [])
     if recs is None:
         return [[data.source, *f] for f in data.files]
     return [[data.source if c == "source" else rec.get(c) for c in cols] for rec in recs]

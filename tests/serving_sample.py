@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from ascendscope.sample_data.serving import burst, simulate, write_serving
+from ascendscope.sample_data.serving_more import write_more
 
 FLAVOURS = ("ms", "us", "db")
 
@@ -31,7 +32,8 @@ def ingest_serving(src: Path, out: Path) -> Path:
 def serving_store(data_dir: Path, work: Path) -> tuple[dict[str, str], dict[str, dict]]:
     """A store at ``data_dir`` with the ready runs ``burst`` (ms CSVs + profiler.db), ``burst_us``, ``burst_db``,
     ``calm``, ``tiny_kv`` (a cache of 40 blocks: it runs out) ``csv_only`` (the CSVs alone: no rank) and
-    ``preempted`` (req-2 preempted once);
+    ``preempted`` (req-2 preempted once), ``pd`` (``burst`` with every other file of the output:
+    forward passes, queue sizes, PD disaggregation, the coordinator; its truth's ``more`` holds what they say);
     ``({name: run_id}, {name: truth})``."""
     from ascendscope.server.runs import RunStore
 
@@ -39,11 +41,13 @@ def serving_store(data_dir: Path, work: Path) -> tuple[dict[str, str], dict[str,
     truths = {"burst": burst(), "calm": calm(), "tiny_kv": burst(total_blocks=40), "preempted": burst(preempt_at_ms=60)}
     plan = {"burst": ("burst", "ms"), "burst_us": ("burst", "us"), "burst_db": ("burst", "db"),
             "calm": ("calm", "ms"), "tiny_kv": ("tiny_kv", "ms"), "csv_only": ("burst", "ms"),
-            "preempted": ("preempted", "ms")}
+            "preempted": ("preempted", "ms"), "pd": ("burst", "ms")}
     ids = {}
     for name, (truth, flavour) in plan.items():
         src = work / name
         write_serving(src, truths[truth], flavour)
+        if name == "pd":
+            more = write_more(src, truths[truth])
         if name == "csv_only":  # no trace beside: a run of no ranks
             (src / "chrome_tracing.json").unlink()
         run = store.create_run(name, str(src))
@@ -51,4 +55,5 @@ def serving_store(data_dir: Path, work: Path) -> tuple[dict[str, str], dict[str,
         store.set_status(run.id, "ready")
         ids[name] = run.id
     truths["burst_us"] = truths["burst_db"] = truths["csv_only"] = truths["burst"]
+    truths["pd"] = {**truths["burst"], "more": more}
     return ids, truths

@@ -256,3 +256,16 @@ def test_critical_path_of_msprof_iterations(tmp_path):
         for rank in (0, 1):
             body = client.get(f"/api/runs/{run.id}/critical_path", params={"rank": rank, "step": 3}).json()
             _path_is_more_than_before(body)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPORTS.items() if "serving_trace" in e["checks"]))
+def test_serving_trace_spans_on_the_timeline(corpus, name):
+    """msServiceProfiler's chrome_tracing.json opened alone is a timeline: every batch's forming and model execution
+    is a slice with the file's duration (µs in the file, ns here)."""
+    rid, _ = _run(corpus, name)
+    for span in ("BatchSchedule", "modelExec"):
+        durs = [e["dur"] for e in cf.trace_events(CORPUS / name) if e.get("ph") == "X" and e.get("name") == span]
+        sql = f"SELECT count(*), sum(dur_ns) FROM slices WHERE name = '{span}'"
+        rows = corpus[0].get(f"/api/runs/{rid}/query", params={"sql": sql}).json()["rows"]
+        assert rows[0][0] == len(durs) > 0
+        assert abs(rows[0][1] - sum(durs) * 1000) <= len(durs)  # µs with fractions, rounded to whole ns

@@ -4,7 +4,7 @@ Not a rank's files: a folder holding ``request.csv``, ``batch.csv``, ``kvcache.c
 (alone, or beside the ``*_ascend_pt`` folders of the same run) describes the whole service, so its rows go to the
 run-level ``serving_*`` tables (``ingest.serving`` writes them; columns in docs/schema.md, source columns and units
 in docs/formats.md). Its ``chrome_tracing.json`` is a plain Chrome trace, read by the ``chrome`` reader when the
-folder is opened alone.
+folder is opened alone; its other files (forward passes, queues, PD disaggregation) by ``serving_more``.
 
 Times: a CSV column's unit is read from its header (``(ms)``, ``(microsecond)``, ``(us)``, ``(ns)``) and converted
 exactly to integer ns; ``profiler.db``'s tables keep the source names without units and hold ms (the exporter
@@ -25,7 +25,7 @@ from pathlib import Path
 CSV_FILES = ("request.csv", "batch.csv", "kvcache.csv")
 DB_FILE = "profiler.db"
 TRACE_FILE = "chrome_tracing.json"
-# files of the same output that are not read into the serving tables (kept out of "unsupported" warnings)
+# the output's other files (``serving_more`` reads all but spec_decode.csv; kept out of "unsupported" warnings)
 OTHER_FILES = ("forward.csv", "pd_split_communication.csv", "pd_split_kvcache.csv", "coordinator.csv",
                "request_status.csv", "spec_decode.csv")
 NS_PER = {"ns": 1, "us": 1_000, "microsecond": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -46,6 +46,7 @@ class Serving:
     kvcache: list[dict] = field(default_factory=list)
     files: list[tuple[str, str, int, int]] = field(default_factory=list)  # (file, kind, size_bytes, rows)
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (file, message)
+    more: dict[str, list[dict]] = field(default_factory=dict)  # the other files' rows (readers.serving_more)
 
 
 def _header(path: Path) -> list[str]:
@@ -71,7 +72,7 @@ def is_serving_dir(folder: Path) -> bool:
     """Whether ``folder`` holds msServiceProfiler's parsed output (told by the files' columns or tables)."""
     if "http_rid" in _header(folder / "request.csv") or "res_list" in _header(folder / "batch.csv"):
         return True
-    if "device_kvcache_left" in _header(folder / "kvcache.csv"):
+    if "device_kvcache_left" in _header(folder / "kvcache.csv") or "forward_iter" in _header(folder / "forward.csv"):
         return True
     db = folder / DB_FILE
     return db.is_file() and bool({"request", "batch"} & _db_tables(db)) and "data_table" in _db_tables(db)
@@ -340,6 +341,9 @@ def read(folder: Path, source: str) -> Serving:
         log = _Rows(data, display)
         fill(data, rows, cols, log)
         data.files.append((display, f"serving_{kind}", size or file.stat().st_size, len(rows)))
+    from .serving_more import read_more  # it builds on this module's helpers
+
+    read_more(folder, data, db_tables)
     derive(data)
     return data
 

@@ -52,3 +52,31 @@ def serving_kvcache(db: RunDbDep, start_ns: AbsNsQ = None, end_ns: AbsNsQ = None
                     limit: KvLimitQ = sv.MAX_KV_POINTS) -> dict:
     """The KV-cache samples in the range: blocks left, blocks used, usage rate."""
     return sv.kvcache(db, start_ns, end_ns, limit)
+
+
+@router.get("/forward")
+@fast_json
+def serving_forward(db: RunDbDep, start_ns: AbsNsQ = None, end_ns: AbsNsQ = None) -> dict:
+    """Each card's model forward passes in the range (``forward.csv``) and per card: passes, busy time, bubbles."""
+    return sv.more(db, "forward", start_ns, end_ns)
+
+
+@router.get("/queues")
+@fast_json
+def serving_queues(db: RunDbDep, start_ns: AbsNsQ = None, end_ns: AbsNsQ = None) -> dict:
+    """Waiting, running and swapped queue sizes over time (``request_status``)."""
+    return sv.more(db, "queues", start_ns, end_ns)
+
+
+@router.get("/pd")
+@fast_json
+def serving_pd(db: RunDbDep, start_ns: AbsNsQ = None, end_ns: AbsNsQ = None) -> dict:
+    """PD disaggregation per request: prefill on its prefill instance, hand-over, KV-cache transfer, decode."""
+    return sv.more(db, "pd", start_ns, end_ns)
+
+
+@router.get("/coordinator")
+@fast_json
+def serving_coordinator(db: RunDbDep, start_ns: AbsNsQ = None, end_ns: AbsNsQ = None) -> dict:
+    """Requests routed to each prefill / decode instance per window (``coordinator.csv``)."""
+    return sv.more(db, "coordinator", start_ns, end_ns)

@@ -16,7 +16,7 @@ requests by the most: ``queued``, ``long_prefill`` or ``long_decode``.
 
 from __future__ import annotations
 
-from ascendscope.server.queries import ns_str
+from ascendscope.server.queries import ns_str, serving_more
 
 MAX_REQUESTS = 5_000
 MAX_BATCHES = 5_000
@@ -176,6 +176,7 @@ def summary(db, start_ns: int | None = None, end_ns: int | None = None) -> dict:
         r["reason"] = reason(r, medians)
         r["arrival_ns"] = ns_str(r["arrival_ns"])
         slow.append(r)
+    serving_more.annotate(db, slow)  # queue length and swaps while it ran, KV transfer (PD): the reason's evidence
     kv = one(db, KV_STATS_SQL)
     return {
         "has_serving": True, "origin_ns": ns_str(origin), "last_ns": ns_str(last),
@@ -272,6 +273,16 @@ def batches(db, start_ns: int | None = None, end_ns: int | None = None, limit: i
         for k in cols:
             cols[k].append(values.get(k))
     return {"has_serving": True, "origin_ns": ns_str(origin), "rows": cols, "truncated": truncated}
+
+
+def more(db, part: str, start_ns: int | None = None, end_ns: int | None = None) -> dict:
+    """One of ``serving_more``'s answers (``forward``, ``queues``, ``pd``, ``coordinator``), offsets from this
+    view's origin."""
+    if not has_serving(db):
+        return {**_empty(), "rows": {}, "truncated": False}
+    origin, _ = _origin(db)
+    return {"has_serving": True, "origin_ns": ns_str(origin),
+            **getattr(serving_more, part)(db, origin, start_ns, end_ns)}
 
 
 def kvcache(db, start_ns: int | None = None, end_ns: int | None = None, limit: int = MAX_KV_POINTS) -> dict:

@@ -84,6 +84,12 @@ TABLE_NOTES = {
     "serving_requests": "msServiceProfiler request.csv: one row per request (whole run)",
     "serving_batches": "msServiceProfiler batch.csv: forming and running each batch", "serving_batch_requests":
     "the requests of each batch (batch.csv res_list)", "serving_kvcache": "msServiceProfiler kvcache.csv",
+    "serving_forward": "msServiceProfiler forward.csv: each card's model forward passes",
+    "serving_request_status": "msServiceProfiler request_status: queue sizes over time",
+    "serving_pd_requests": "msServiceProfiler pd_split_communication.csv: PD hand-over per request",
+    "serving_pd_kvcache": "msServiceProfiler pd_split_kvcache.csv: KV-cache pulls from P to D",
+    "serving_coordinator": "msServiceProfiler coordinator.csv: requests routed per instance and window",
+    "serving_curves": "profiler.db's own latency curves (avg, p50, p90, p99)",
     "serving_files": "the serving files read",
 }
 SCHEMA_SQL = """

@@ -108,3 +108,27 @@ def test_run_of_no_ranks(page, serving_server):
     page.evaluate("() => document.getElementById('sv-batches').emit('plotly_click', {points: [{customdata: 0}]})")
     page.locator("#sv-batch-detail p").wait_for()
     assert page.locator("#sv-open-timeline").count() == 0
+
+
+def test_forward_queues_and_pd_panels(page, serving_server, artifacts_dir):
+    server, truths = serving_server
+    more = truths["pd"]["more"]
+    page.goto(f"{server.base_url}/runs/{server.runs['pd']}/serving")
+    loaded(page, 1)
+    for box in ("#sv-forward-box", "#sv-queues-card", "#sv-pd-section"):
+        assert page.locator(box).is_visible()
+    note = page.locator("#sv-forward-note").inner_text()
+    n_card0 = sum(1 for f in more["forwards"] if f["prof_id"] == "0")
+    assert f"card 0 (dp 0): {n_card0} forwards" in note
+    bars = page.evaluate("() => document.getElementById('sv-pd').data.map((t) => t.name)")
+    assert bars[:3] == ["arrival to prefill result (P instance)", "KV transfer", "decode (D instance)"]
+    slow = page.locator("#sv-slowest-table tbody tr").first.locator(".sv-evidence").inner_text()
+    assert "waiting" in slow and "KV transfer" in slow
+    page.locator("#sv-pd .main-svg").first.wait_for()
+    page.screenshot(path=str(artifacts_dir / "serving-pd.png"), full_page=True)
+    for box in ("sv-forward-box", "sv-pd-section", "sv-slowest"):
+        page.locator(f"#{box}").screenshot(path=str(artifacts_dir / f"serving-pd-{box}.png"))
+    # a run without those files keeps the panels hidden
+    page.goto(f"{server.base_url}/runs/{server.runs['burst']}/serving")
+    loaded(page, 1)
+    assert not page.locator("#sv-pd-section").is_visible() and not page.locator("#sv-forward-box").is_visible()

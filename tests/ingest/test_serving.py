@@ -115,6 +115,8 @@ def test_serving_folder_beside_ranks_is_found_and_not_a_rank(tmp_path, truth):
     disc = discover(tmp_path / "run")
     assert [r.rank for r in disc.ranks] == [0]
     assert not any("profiler.db" in f for _, f, _ in disc.warnings)
+    # its trace is not a rank among the NPU ranks, and that is said
+    assert any(f == "serving_out/chrome_tracing.json" and "Serving tab" in m for _, f, m in disc.warnings)
     out = ingest_serving(tmp_path / "run", tmp_path / "run.duckdb")
     with duckdb.connect(str(out), read_only=True) as con:
         assert con.execute("SELECT DISTINCT source FROM serving_requests").fetchall() == [("serving_out",)]

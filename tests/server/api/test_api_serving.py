@@ -151,3 +151,40 @@ def test_preempted_is_the_reason(served):
     victim = next(r["rid"] for r in truths["preempted"]["requests"] if r["preempted"])
     assert out["counts"]["preempted"] == 1
     assert {s["rid"]: s["reason"] for s in out["slowest"]}[victim] == "preempted"
+
+
+def test_forward_queues_pd_and_coordinator(served):
+    client, ids, truths = served
+    more = truths["pd"]["more"]
+    fwd = get(client, ids["pd"], "forward")
+    assert len(fwd["rows"]["prof_id"]) == len(more["forwards"]) and not fwd["truncated"]
+    lanes = {lane["prof_id"]: lane for lane in fwd["lanes"]}
+    for card in ("0", "1"):
+        mine = [f for f in more["forwards"] if f["prof_id"] == card]
+        assert lanes[card]["forwards"] == len(mine)
+        assert lanes[card]["bubble_ns"] == sum(f["bubble_ns"] or 0 for f in mine)
+    queues = get(client, ids["pd"], "queues")["rows"]
+    waiting = [s for q, s in zip(queues["queue"], queues["size"]) if q == "waiting"]
+    assert max(waiting) == max(q["size"] for q in more["queues"] if q["queue"] == "waiting")
+    pd = get(client, ids["pd"], "pd")["rows"]
+    reqs = {r["rid"]: r for r in truths["pd"]["requests"]}
+    for i, rid in enumerate(pd["rid"]):
+        assert pd["kv_transfer_ns"][i] == more["kv_transfer_ns"][rid]
+        assert pd["prefill_ns"][i] == reqs[rid]["ttft_ns"] and pd["e2e_ns"][i] == reqs[rid]["e2e_ns"]
+    coord = get(client, ids["pd"], "coordinator")["rows"]
+    assert sorted(coord["node_type"]) == ["decode", "prefill"]
+    # a run without those files answers empty lists
+    assert get(client, ids["burst"], "pd")["rows"]["rid"] == [] and get(client, ids["burst"], "forward")["lanes"] == []
+
+
+def test_slowest_requests_carry_their_queue_and_transfer(served):
+    client, ids, truths = served
+    more = truths["pd"]["more"]
+    slow = get(client, ids["pd"], "summary")["slowest"]
+    top = slow[0]
+    req = next(r for r in truths["pd"]["requests"] if r["rid"] == top["rid"])
+    waited = [q["size"] for q in more["queues"] if q["queue"] == "waiting"
+              and req["arrival_ns"] <= q["ts_ns"] <= req["arrival_ns"] + req["queue_ns"]]
+    assert top["waiting_max"] == max(waited) and top["swapped_max"] == 0
+    assert top["kv_transfer_ns"] == more["kv_transfer_ns"][top["rid"]]
+    assert get(client, ids["burst"], "summary")["slowest"][0]["waiting_max"] is None

@@ -16,8 +16,10 @@ import { baseLayout, plot } from "./charts.js";
 import { apiBase as runBase, runId } from "./run.js";
 
 const apiBase = `${runBase}/serving`;
-const TIME_CHARTS = ["sv-requests", "sv-batches", "sv-kv", "sv-throughput", "sv-curves"];
-const COLORS = { queue: "#8e94a0", prefill: "#e07b39", decode: "#3f7fd8" };
+const TIME_CHARTS = ["sv-requests", "sv-batches", "sv-kv", "sv-throughput", "sv-curves", "sv-forward", "sv-queues",
+  "sv-coordinator"];
+const COLORS = { queue: "#8e94a0", prefill: "#e07b39", decode: "#3f7fd8", send: "#c9a227", kv: "#2f9e8f",
+  waiting: "#8e94a0", running: "#3f7fd8", swapped: "#d0453f", pending: "#8a5cd0" };
 const REASONS = { queued: "queued", long_prefill: "long prefill", long_decode: "long decode", preempted: "preempted" };
 const WINDOW_PAD_NS = 1e6;
 
@@ -147,29 +149,108 @@ function renderCurves(c) {
   timeLayout({ yaxis: { title: { text: "tokens/s" } }, yaxis2: { overlaying: "y", side: "right", title: { text: "req/s" } } }));
 }
 
+function laneName(rows, i) {
+  return [rows.hostname[i], `card ${rows.prof_id[i]}`, rows.dp_rank[i] !== "" ? `dp ${rows.dp_rank[i]}` : ""]
+    .filter(Boolean).join(" · ");
+}
+
+function renderForward(f) {
+  const rows = f.rows;
+  const n = (rows.prof_id || []).length;
+  $("#sv-forward-box").hidden = !n;
+  if (!n) return;
+  const y = rows.prof_id.map((_, i) => plotText(laneName(rows, i)));
+  const base = rows.start_off_ns.map(msOf);
+  const x = rows.dur_ns.map((v, i) => (v ?? (rows.end_off_ns[i] - rows.start_off_ns[i])) / 1e6);
+  const color = rows.batch_type.map((t) => (String(t).toLowerCase() === "decode" ? COLORS.decode : COLORS.prefill));
+  const text = rows.forward_iter.map((it, i) => plotText(`forward ${it}: ${rows.batch_size[i] ?? "?"} requests, `
+    + `${rows.batch_type[i] || "?"}`));
+  plot($("#sv-forward"), [{ type: "bar", orientation: "h", y, base, x, marker: { color }, text, textposition: "none",
+    hovertemplate: "%{y}<br>%{text}<br>%{x:.3f} ms<extra></extra>" }],
+  timeLayout({ showlegend: false, yaxis: { type: "category" }, margin: { l: 150, r: 20, t: 20, b: 40 } }));
+  $("#sv-forward-note").textContent = f.lanes.map((l) => `card ${l.prof_id}${l.dp_rank !== "" ? ` (dp ${l.dp_rank})` : ""}: `
+    + `${l.forwards} forwards, busy ${dur(l.busy_ns)}, bubbles ${dur(l.bubble_ns)} (longest ${dur(l.max_bubble_ns)})`)
+    .join(" · ") + (f.truncated ? " — the first forwards of the range only" : "");
+}
+
+function renderQueues(q) {
+  const rows = q.rows;
+  $("#sv-queues-card").hidden = !(rows.queue || []).length;
+  if (!(rows.queue || []).length) return;
+  const traces = [...new Set(rows.queue)].map((name) => {
+    const idx = rows.queue.map((v, i) => (v === name ? i : -1)).filter((i) => i >= 0);
+    return { type: "scatter", mode: "lines", line: { shape: "hv", color: COLORS[name] }, name: plotText(name),
+      x: idx.map((i) => msOf(rows.ts_off_ns[i])), y: idx.map((i) => rows.size[i]) };
+  });
+  plot($("#sv-queues"), traces, timeLayout({ yaxis: { title: { text: "requests" } } }));
+}
+
+function renderPd(p, c) {
+  const rows = p.rows;
+  const n = (rows.rid || []).length;
+  $("#sv-pd-section").hidden = !n;
+  if (!n) return;
+  const y = rows.rid.map(plotText);
+  const ms = (v) => (v === null || v === undefined ? 0 : v / 1e6);
+  const start = rows.arrival_off_ns.map(msOf);
+  const prefill = rows.prefill_ns.map(ms);
+  const send = rows.send_ns.map(ms);
+  const kv = rows.kv_transfer_ns.map(ms);
+  const decode = rows.decode_ns.map((v, i) => Math.max(0, ms(v) - kv[i]));
+  const bar = (name, base, x, color) => ({ type: "bar", orientation: "h", name, y, base, x, marker: { color },
+    hovertemplate: `%{y}<br>${name}: %{x:.3f} ms<extra></extra>` });
+  const afterPrefill = start.map((s, i) => s + prefill[i]);
+  const node = $("#sv-pd");
+  node.style.height = `${Math.max(280, Math.min(900, 18 * n + 80))}px`;
+  plot(node, [bar("arrival to prefill result (P instance)", start, prefill, COLORS.prefill),
+    bar("KV transfer", afterPrefill, kv, COLORS.kv),
+    bar("decode (D instance)", afterPrefill.map((a, i) => a + kv[i]), decode, COLORS.decode),
+    { type: "scatter", mode: "markers", name: "hand-over to D", y, x: start.map((s, i) => s + send[i]),
+      marker: { symbol: "line-ns-open", size: 10, color: COLORS.send },
+      hovertemplate: "%{y}<br>sent to the decode instance<extra></extra>" }],
+  timeLayout({ barmode: "overlay", yaxis: { autorange: "reversed", type: "category" },
+    margin: { l: 110, r: 20, t: 20, b: 40 } }));
+  const cr = c.rows;
+  const keys = [...new Set((cr.address || []).map((a, i) => `${cr.node_type[i]} ${a}`))];
+  plot($("#sv-coordinator"), keys.map((key) => {
+    const idx = cr.address.map((a, i) => (`${cr.node_type[i]} ${a}` === key ? i : -1)).filter((i) => i >= 0);
+    return { type: "bar", name: plotText(key), x: idx.map((i) => msOf(cr.ts_off_ns[i])),
+      y: idx.map((i) => cr.add_count[i]) };
+  }), timeLayout({ barmode: "group", yaxis: { title: { text: "requests routed" } } }));
+}
+
+function evidence(r) {
+  const parts = [];
+  if (r.waiting_max !== null && r.waiting_max !== undefined) parts.push(`${r.waiting_max} waiting`);
+  if (r.swapped_max) parts.push(`${r.swapped_max} swapped out`);
+  if (r.kv_transfer_ns !== null && r.kv_transfer_ns !== undefined) parts.push(`KV transfer ${dur(r.kv_transfer_ns)}`);
+  return parts.join(", ") || "–";
+}
+
 function renderSlowest(list, medians) {
   const box = clear($("#sv-slowest"));
   if (!list.length) {
     box.append(el("p", { class: "v-note" }, "No finished request in the range."));
     return;
   }
-  const head = el("tr", {}, ...["request", "why", "end-to-end", "queue", "prefill", "decode", "TPOT", "output tokens"]
-    .map((h) => el("th", {}, h)));
+  const head = el("tr", {}, ...["request", "why", "end-to-end", "queue", "prefill", "decode", "TPOT", "output tokens",
+    "meanwhile"].map((h) => el("th", {}, h)));
   const body = list.map((r) => el("tr", { class: "sv-slow-row" }, el("td", {}, r.rid),
     el("td", { class: `sv-reason ${r.reason}` }, REASONS[r.reason] || r.reason), el("td", {}, dur(r.e2e_ns)),
     el("td", {}, dur(r.queue_ns)), el("td", {}, dur(r.prefill_ns)), el("td", {}, dur(r.decode_ns)),
-    el("td", {}, dur(r.tpot_ns)), el("td", {}, r.output_tokens ?? "–")));
+    el("td", {}, dur(r.tpot_ns)), el("td", {}, r.output_tokens ?? "–"), el("td", { class: "sv-evidence" }, evidence(r))));
   box.append(el("p", { class: "v-note" }, `Medians over the range: queue ${dur(medians.queue_ns)}, prefill `
     + `${dur(medians.prefill_ns)}, decode ${dur(medians.decode_ns)}. "Why" is the phase furthest above its median, `
-    + "or preempted (prefilled again after decoding)."),
+    + "or preempted (prefilled again after decoding). \"Meanwhile\": the longest waiting queue while it waited and the "
+    + "most requests swapped out while it ran (request_status), its KV-cache transfer (PD disaggregation)."),
   el("table", { class: "grid", id: "sv-slowest-table" }, el("thead", {}, head), el("tbody", {}, ...body)));
 }
 
 async function load() {
   const seq = ++state.seq;
   const params = rangeParams();
-  const [s, r, b, k] = await Promise.all(["summary", "requests", "batches", "kvcache"]
-    .map((p) => apiGet(`${apiBase}/${p}`, params)));
+  const [s, r, b, k, f, q, p, c] = await Promise.all(["summary", "requests", "batches", "kvcache", "forward",
+    "queues", "pd", "coordinator"].map((part) => apiGet(`${apiBase}/${part}`, params)));
   if (seq !== state.seq) return;
   if (!s.has_serving) {
     $("#sv-none").hidden = false;
@@ -182,6 +263,9 @@ async function load() {
   renderRequests(r);
   renderBatches(b);
   renderKv(k);
+  renderForward(f);
+  renderQueues(q);
+  renderPd(p, c);
   renderCurves(s.curves);
   renderSlowest(s.slowest, s.medians);
   $("#sv-reset").hidden = !state.range;
@@ -200,7 +284,9 @@ function setRange(loMs, hiMs) {
 
 function hook() {
   for (const id of TIME_CHARTS) {
-    $(`#${id}`).on("plotly_relayout", (ev) => {
+    const node = $(`#${id}`);
+    if (typeof node.on !== "function") continue; // a panel this run has no data for was never plotted
+    node.on("plotly_relayout", (ev) => {
       if (ev["xaxis.autorange"]) setRange(null, null);
       else if (ev["xaxis.range[0]"] !== undefined) setRange(Number(ev["xaxis.range[0]"]), Number(ev["xaxis.range[1]"]));
     });
