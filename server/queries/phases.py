@@ -32,7 +32,7 @@ FROM cluster_phases
 """
 ROLES_SQL = "SELECT role, role_source, count(DISTINCT rank), count(*) FROM cluster_phases GROUP BY ALL ORDER BY 1, 2"
 ROWS_SQL = """
-SELECT role, rank, iteration, phase, message, microbatch, source, slice_id, start_ns, end_ns
+SELECT role, rank, label, iteration, phase, message, microbatch, source, slice_id, start_ns, end_ns
 FROM cluster_phases WHERE {where}
 ORDER BY start_ns, rank, slice_id
 LIMIT ? OFFSET ?
@@ -51,7 +51,8 @@ METADATA_SQL = "SELECT profiler_metadata FROM ranks WHERE profiler_metadata IS N
 # each rank's preferred ranges (what the summary counts): its device ranges when it has any, else its host ranges
 PREFERRED_CLAUSE = ("source = CASE WHEN rank IN (SELECT rank FROM cluster_phases WHERE source = 'device') "
                     "THEN 'device' ELSE 'host' END")
-ROW_COLUMNS = ["role", "rank", "iteration", "phase", "message", "microbatch", "source", "slice_id", "start_ns",
+LABELS_SQL = "SELECT DISTINCT rank, label FROM cluster_phases WHERE label IS NOT NULL ORDER BY rank"
+ROW_COLUMNS = ["role", "rank", "label", "iteration", "phase", "message", "microbatch", "source", "slice_id", "start_ns",
                "end_ns", "dur_ns", "timeline"]
 FILTERS = {"role": "role = ?", "rank": "rank = ?", "iteration": "iteration = ?", "phase": "phase = ?",
            "source": "source = ?"}
@@ -87,10 +88,10 @@ def rows(db, run_id: str, filters: dict, page: Page) -> dict:
         where.add(PREFERRED_CLAUSE)
     total = db.rows(ROWS_COUNT_SQL.format(where=where.sql()), where.params)[0][0]
     got = db.rows(ROWS_SQL.format(where=where.sql()), [*where.params, page.limit, page.offset])
-    out = [{"role": role, "rank": rank, "iteration": it, "phase": phase, "message": message,
+    out = [{"role": role, "rank": rank, "label": label, "iteration": it, "phase": phase, "message": message,
             "microbatch": mb, "source": source, "slice_id": sid, "start_ns": ns_str(s), "end_ns": ns_str(e),
             "dur_ns": int(e - s), "timeline": timeline_link(run_id, rank, sid, s, e)}
-           for role, rank, it, phase, message, mb, source, sid, s, e in got]
+           for role, rank, label, it, phase, message, mb, source, sid, s, e in got]
     return {"available": True, **paged(out, page, total)}
 
 
@@ -132,6 +133,7 @@ def summary(db) -> dict:
     return {
         "available": True, "has_phases": True, "phases": count, "ranks": ranks, "device_phases": device,
         "start_ns": ns_str(lo), "end_ns": ns_str(hi), "truncated": truncated, "roles": roles,
+        "labels": {str(rank): label for rank, label in db.rows(LABELS_SQL)},
         "mode": "pipeline" if pipeline else "roles" if any(r["role"] for r in roles) else "phases",
         "iterations": model.iterations(data), "pipeline": pipeline,
     }
