@@ -162,3 +162,21 @@ def test_rl_discrete_keeps_every_role_folder_and_matches_the_construction(client
     r = client.get(f"/api/runs/{run}/timeline/slices", params={"ranks": first["rank"], "start_ns": first["start_ns"],
                                                                 "end_ns": first["end_ns"]})
     assert r.status_code < 500, r.text
+
+
+@pytest.mark.parametrize("name", ["dualpipev_text", "dualpipev_db"])
+def test_dualpipev_overlapped_blocks_and_bubbles_match_the_construction(client, phase_runs, name):
+    t = phase_runs.truth[name]
+    s = get(client, phase_runs.ids[name], "/summary")
+    (pp,) = s["pipeline"]
+    assert (pp["pp_type"], pp["stages"], pp["microbatches"], pp["theory_bubble_ratio"]) == ("dualpipev", 4, 8, None)
+    assert pp["step_ns"] == t["step_ns"]
+    assert [st["bubble_ns"] for st in pp["per_stage"]] == t["bubble_ns"]
+    assert [st["busy_ns"] for st in pp["per_stage"]] == t["busy_ns"]
+    assert [st["bubble_ratio"] for st in pp["per_stage"]] == pytest.approx(t["bubble_ratio"])
+    assert [{k: st[k] for k in ("forward", "backward", "overlap", "weight")} for st in pp["per_stage"]] == t["counts"]
+    # every stage runs 2m forwards and 2m backwards, each overlapped block one of each
+    assert all(c["forward"] + c["overlap"] == 16 == c["backward"] + c["overlap"] for c in t["counts"])
+    assert pp["setter"] == t["setter"]
+    rows = get(client, phase_runs.ids[name], rank=3, phase="forward_backward_overlaping", preferred="true")["rows"]
+    assert len(rows) == t["counts"][3]["overlap"] and all(r["microbatch"] is not None for r in rows)

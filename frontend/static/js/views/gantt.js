@@ -39,7 +39,8 @@ export class Gantt {
     host.gantt = this;  // tests find ranges' positions through it
   }
 
-  /** lanes: names top to bottom; items: {lane, x0, x1, color, label, tip, url, marked (outlined)}; links: {lane0, x0, lane1, x1};
+  /** lanes: names top to bottom; items: {lane, x0, x1, color, label, tip, url, marked (outlined), split (a second
+   * colour for the bar's lower half: two things in one range)}; links: {lane0, x0, lane1, x1};
    * legend: [[name, color]]; unit: the x unit's ns (1e6: ms). */
   set({ lanes, items, links = [], legend = [], unit = 1e6 }) {
     this.lanes = lanes;
@@ -116,6 +117,14 @@ export class Gantt {
         g.fillRect(x0, top(i), Math.max(1, this.xPx(it.x1) - x0 - 0.5), BAR_PX);
       }
     }
+    this.perLane.forEach((list, i) => {  // the split bars' lower halves (few: one style change each is fine)
+      for (const it of list) {
+        if (!it.split) continue;
+        g.fillStyle = it.split;
+        const x0 = this.xPx(it.x0);
+        g.fillRect(x0, top(i) + BAR_PX / 2, Math.max(1, this.xPx(it.x1) - x0 - 0.5), BAR_PX / 2);
+      }
+    });
     g.strokeStyle = "#f1f3f6";  // the marked ranges (the deciding chain) outlined
     g.lineWidth = 1.5;
     this.perLane.forEach((list, i) => {
