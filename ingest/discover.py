@@ -7,10 +7,11 @@ that holds ``ASCEND_PROFILER_OUTPUT`` (whatever its name) or whose name ends in 
 folder is the raw data the output was made from, and is not read (unless the rank has no ASCEND_PROFILER_OUTPUT
 and msprof exported that folder). The rank id comes from ``profiler_info_{rank}.json``, then
 ``profiler_info.json``'s ``rank_id``, then a number in the folder name, then the first free id; all but the first
-two leave a warning. A rank id met twice keeps the newer folder (with a warning), except in an RL job's role
-folders (``ingest.roles``: verl's ``actor_update/``, ``rollout/``, …, each numbering its ranks from 0): there every
-folder is kept, the later ones under the first free ids above the run's ids, each with its group folder and own
-rank id (``RankSource.group``, ``own_rank``; ``session`` orders a group's folders of one rank id by start). A reader may also claim a folder of its own layout and give its ranks: a ``PROF_*`` folder
+two leave a warning. A rank id met twice keeps the newer folder (with a warning), except in an RL job's role folders
+(``ingest.roles``: verl's ``actor_update/``, ``rollout/``, …, each numbering its ranks from 0): there every folder
+is kept, the later ones under the first free ids above the run's ids, and every rank of a group folder carries that
+folder and its own rank id (``RankSource.group``, ``own_rank``; ``session`` orders a group's folders of one rank id
+by start). A reader may also claim a folder of its own layout and give its ranks: a ``PROF_*`` folder
 gives one rank per device (``ingest.readers.msprof`` says where its id comes from), and MindSpore 2.0-2.2's
 ``profiler`` folder one rank per device of its ``PROF_*`` output, or per ``ascend_timeline_display_{rank}.json``
 (``ingest.readers.mindspore``). MindSpore 2.3+'s ``*_ascend_ms`` folder is a rank folder like ``*_ascend_pt``.
@@ -219,7 +220,10 @@ def _assign_ranks(sources: list[RankSource], disc: Discovery) -> list[RankSource
             how = "taken from the folder name" if src.rank_source == "folder_name" else "assigned"
             disc.warn(src.rank, _rel(src.folder, disc.root),
                       f"no profiler_info_{{rank}}.json with a rank id: rank {src.rank} {how}")
-    if shared:
+    if not shared:  # no id reused: the ranks are the run's own ids, nothing to tell apart
+        for src in chosen.values():
+            src.group = src.own_rank = None
+    else:
         _order_sessions([s for s in [*chosen.values(), *shared] if s.group is not None])
         next_id = max(chosen) + 1
         for src in sorted(shared, key=lambda s: (s.group, s.own_rank, s.session or 0, str(s.folder))):

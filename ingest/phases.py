@@ -13,13 +13,15 @@ built over the whole run). One row per mstx range (markers, of no length, are no
 ``message`` is kept verbatim; ``fields`` is the message parsed when it is a JSON object or a Python ``str()`` of a
 dict (``{'name': 'forward_step', 'current_microbatch': 3}``, as msprof-analyze's ``pp_chart`` asks), else NULL.
 ``phase`` is the ``name`` field when there is one, else the message. ``microbatch`` the ``current_microbatch``
-field. ``iteration``: a message field ``iteration`` / ``step``, else the rank folder's ``session`` (the k-th of
-its RL group's folders of one rank id: verl's discrete mode writes one per profiled call), else the rank's
-``steps`` row (ProfilerStep#N) whose range holds the range's start, else a number in the rank folder's path (``step_3``, ``iteration-3``, or a
-folder named by a number, as verl's discrete mode writes ``<save_path>/<step>/<role>/``). ``role``: a folder of
-the rank's path named after a role (``ingest.roles.ROLE_FOLDERS``, ``role_source = 'folder'``), else the phase's name
-(:data:`ROLE_OF_PHASE`, ``role_source = 'name'``), else NULL. ``label``: the worker as its folders name it,
-``<group folder>·<own rank id>`` (``actor_update·0``) for a rank of an RL job's group folder, else NULL.
+field. ``iteration``: a message field ``iteration`` / ``step``, else the rank folder's ``session`` (the k-th of its
+RL group's folders of one rank id: verl's discrete mode writes one per profiled call), else the rank's ``steps`` row
+(ProfilerStep#N) whose range holds the range's start, else a number in the rank folder's path (``step_3``,
+``iteration-3``, or a folder named by a number, as verl's end-to-end profile wrote ``<save_path>/<step>/e2e/`` up
+to January 2026).
+``role``: a folder of the rank's path named after a role (``ingest.roles.ROLE_FOLDERS``, ``role_source =
+'folder'``), else the phase's name (:data:`ROLE_OF_PHASE`, ``role_source = 'name'``), else NULL. ``label``: the
+worker as its folders name it, ``<group folder>·<own rank id>`` (``actor_update·0``) for a rank of an RL job's role
+folders that reuse rank ids (``ranks.group_folder``), else NULL.
 """
 
 from __future__ import annotations

@@ -220,8 +220,9 @@ def write_pp_run(out_dir, *, stages: int = 4, microbatches: int = 8, fwd_us: int
 
 
 def _rl_schedule(workers_of: dict[str, list], iterations: int, phases=RL_PHASES):
-    """``workers_of``: the workers of each phase (keyed by its name) or role. The RL job's phases per worker (each phase after the ones it waits for, plus ``GAP_US``; one straggler per
-    phase and iteration) and per iteration its start, wall time and deciding chain of (phase, worker)."""
+    """The RL job's phases per worker (each phase after the ones it waits for, plus ``GAP_US``; one straggler per
+    phase and iteration) and per iteration its start, wall time and deciding chain of (phase, worker).
+    ``workers_of``: the workers of each phase (keyed by its name) or role."""
     per_worker: dict = {w: [] for ws in workers_of.values() for w in ws}
     truth_iters = []
     t = 0

@@ -36,8 +36,8 @@ from pathlib import Path
 from .phases import T0_US, _write_db, _write_text
 
 NAMES = {("F", 0): "forward_step_with_model_graph", ("F", 1): "forward_step_no_model_graph",
-         ("B", 0): "backward_step_with_model_graph", ("B", 1): "backward_step", ("FB", None): "forward_backward_overlaping",
-         ("W", None): "WeightGradStore.pop"}
+         ("B", 0): "backward_step_with_model_graph", ("B", 1): "backward_step",
+         ("FB", None): "forward_backward_overlaping", ("W", None): "WeightGradStore.pop"}
 
 
 def stage_ops(stage: int, stages: int, microbatches: int) -> list[tuple[str, int | None, int | None]]:

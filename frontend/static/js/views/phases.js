@@ -30,9 +30,14 @@ function rankLink(rank, startNs, endNs, sliceId, label) {
   return el("a", { href: timelineAt(rank, sliceId, startNs, endNs), class: "ph-rank-link" }, label ?? String(rank));
 }
 
-// a rank as its folders name it (an RL job's role folder and the rank id in its files: "actor_update·0"), else its id
+// a rank as its folders name it (an RL job's role folders reusing rank ids: its folder and the rank id in its files,
+// "actor_update·0"), else its id
+function labelOf(rank) {
+  return state.summary.labels?.[String(rank)] ?? null;
+}
+
 function who(rank) {
-  return state.summary.labels?.[String(rank)] ?? `rank ${rank}`;
+  return labelOf(rank) ?? `rank ${rank}`;
 }
 
 function table(id, head, rows) {
@@ -52,7 +57,7 @@ function iterations() {
 
 // one lane per worker: the folders of one worker's profiled calls (verl's discrete mode) share its lane
 function laneOf(r) {
-  return r.role ? `${r.role} · ${who(r.rank)}` : who(r.rank);
+  return labelOf(r.rank) ?? (r.role ? `${r.role} · rank ${r.rank}` : `rank ${r.rank}`);
 }
 
 const OVERLAP = /^forward_backward_overlap/;
@@ -144,7 +149,7 @@ function drawIterations() {
     its.map((it) => [
       String(it.iteration ?? "?"), dur(it.wall_ns),
       el("span", { class: "ph-chain ph-wrap" }, ...it.chain.flatMap((c, i) => [i ? " → " : "",
-        rankLink(c.rank, c.start_ns, c.end_ns, c.slice_id, `${c.phase}@${who(c.rank)}`), ` (${dur(c.dur_ns)})`])),
+        rankLink(c.rank, c.start_ns, c.end_ns, c.slice_id, `${c.phase}@${labelOf(c.rank) ?? c.rank}`), ` (${dur(c.dur_ns)})`])),
       el("span", { class: "ph-wrap" },
         it.roles.map((r) => `${r.role ?? "all ranks"}: ${dur(r.busy_ns)} / ${dur(r.idle_ns)}`).join(" · ")),
     ])));
