@@ -15,7 +15,6 @@ existed answers ``available: false``.
 from __future__ import annotations
 
 import json
-from urllib.parse import urlencode
 
 from ascendscope.server.queries import Page, Where, ns_str, paged
 from ascendscope.server.queries import phase_model as model
@@ -67,11 +66,11 @@ def available(db) -> bool:
 
 
 def timeline_link(run_id: str, rank: int, slice_id: int | None, start_ns: int, end_ns: int) -> str:
-    """The rank's timeline at the range (the slice selected)."""
-    params = {"ranks": rank, "start_ns": int(start_ns) - TIMELINE_PAD_NS, "end_ns": int(end_ns) + TIMELINE_PAD_NS}
-    if slice_id is not None:
-        params["slice"] = slice_id
-    return f"/runs/{run_id}/timeline?{urlencode(params)}"
+    """The rank's timeline at the range (the slice selected). Every parameter is an integer, so nothing needs
+    escaping (formatted directly: urlencode per row cost most of a 20,000-row page)."""
+    link = (f"/runs/{run_id}/timeline?ranks={int(rank)}&start_ns={int(start_ns) - TIMELINE_PAD_NS}"
+            f"&end_ns={int(end_ns) + TIMELINE_PAD_NS}")
+    return link if slice_id is None else f"{link}&slice={int(slice_id)}"
 
 
 def rows(db, run_id: str, filters: dict, page: Page) -> dict:
@@ -128,12 +127,14 @@ def summary(db) -> dict:
              "start_ns": int(s), "end_ns": int(e)}
             for r, role, it, ph, mb, sid, s, e in got[:MAX_SUMMARY_ROWS]]
     pp_type, microbatches = _pp_info(db)
-    pipeline = model.pipeline(data, pp_type, microbatches)
+    known: dict = {}
+    iterations = model.iterations(data, known)
+    pipeline = model.pipeline(data, pp_type, microbatches, known)
     roles = [{"role": role, "role_source": src, "ranks": n, "phases": c} for role, src, n, c in db.rows(ROLES_SQL)]
     return {
         "available": True, "has_phases": True, "phases": count, "ranks": ranks, "device_phases": device,
         "start_ns": ns_str(lo), "end_ns": ns_str(hi), "truncated": truncated, "roles": roles,
         "labels": {str(rank): label for rank, label in db.rows(LABELS_SQL)},
         "mode": "pipeline" if pipeline else "roles" if any(r["role"] for r in roles) else "phases",
-        "iterations": model.iterations(data), "pipeline": pipeline,
+        "iterations": iterations, "pipeline": pipeline,
     }

@@ -180,3 +180,27 @@ def test_dualpipev_overlapped_blocks_and_bubbles_match_the_construction(client, 
     assert pp["setter"] == t["setter"]
     rows = get(client, phase_runs.ids[name], rank=3, phase="forward_backward_overlaping", preferred="true")["rows"]
     assert len(rows) == t["counts"][3]["overlap"] and all(r["microbatch"] is not None for r in rows)
+
+
+def test_busy_and_gaps_equals_the_clipped_union():
+    """The one-pass busy_and_gaps against its slow equivalent: clip the union of the intervals to the window and
+    take the rest as gaps."""
+    import random
+
+    from ascendscope.server.queries.phase_model import union
+
+    def slow(ivs, lo, hi):
+        merged = [(max(s, lo), min(e, hi)) for s, e in union(ivs) if e > lo and s < hi]
+        gaps, at = [], lo
+        for s, e in merged:
+            if s > at:
+                gaps.append((at, s))
+            at = max(at, e)
+        return sum(e - s for s, e in merged), gaps + ([(at, hi)] if at < hi else [])
+
+    rng = random.Random(38)
+    for _ in range(3000):
+        ivs = [(s, s + rng.randint(0, 15)) for s in (rng.randint(0, 50) for _ in range(rng.randint(0, 8)))]
+        lo = rng.randint(0, 30)
+        hi = lo + rng.randint(0, 40)
+        assert busy_and_gaps(ivs, lo, hi) == slow(ivs, lo, hi)
