@@ -200,7 +200,10 @@ def _assign_ranks(sources: list[RankSource], disc: Discovery) -> list[RankSource
             src.own_rank = src.rank
         if src.rank in chosen:
             old = chosen[src.rank]
-            if src.group is not None and old.group is not None:
+            if src.group is not None or old.group is not None:
+                for one in (src, old):  # a folder beside the role folders (verl's ref group at the root) too
+                    if one.group is None:
+                        one.group, one.own_rank = _rel(one.folder.parent, disc.root) or ".", one.rank
                 shared.append(src)
                 continue
             newer, older = (src, old) if _mtime(src) >= _mtime(old) else (old, src)

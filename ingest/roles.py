@@ -4,7 +4,8 @@ verl writes each role's profile under ``<save_path>/<role>/`` (``verl/utils/prof
 discrete mode one ``*_ascend_pt`` folder per profiled call, named after the worker method
 (``rollout_generate``, ``actor_compute_log_prob``, ``ref_compute_log_prob``, ``actor_update``, ``compute_values``,
 ``critic_update``, ``compute_rm_score``); end to end, ``e2e/`` for the colocated actor-rollout workers. Role
-folders may also be plain role names (``actor/``, ``rollout/``, …: worker groups that are not colocated). Every
+folders may also be plain role names (``actor/``, ``rollout/``, …: worker groups that are not colocated), or
+MindSpeed-RL's profiler stages (``actor_generate``, ``reference_compute_log_prob``, ``critic_compute_values``, …). Every
 group numbers its ranks from 0, so the same rank id is in several of them (docs/phases.md).
 """
 
@@ -19,6 +20,8 @@ ROLE_FOLDERS = {
     "rollout_generate": "rollout", "actor_compute_log_prob": "actor", "actor_update": "actor",
     "ref_compute_log_prob": "ref", "compute_values": "critic", "critic_update": "critic",
     "compute_rm_score": "reward",
+    # MindSpeed-RL's profiler stages (profiler_config.integrated.stage)
+    "actor_generate": "rollout", "reference_compute_log_prob": "ref", "critic_compute_values": "critic",
 }
 # folders that group a job's ranks without naming one role (verl's end-to-end profile of colocated workers)
 GROUP_FOLDERS = {**ROLE_FOLDERS, "e2e": None}
