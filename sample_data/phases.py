@@ -24,7 +24,7 @@ Messages are verl's plain strings (host ranges only, as verl starts them without
 verl's discrete mode does: every call of a worker method is a profiler session of its own, saved under
 ``<save_path>/<folder>/{host}_{pid}_{ms}_ascend_pt`` (``DISCRETE_FOLDERS``: ``rollout_generate/``,
 ``actor_compute_log_prob/``, ``ref_compute_log_prob/``, ``actor_update/``), each holding the one range and
-``profiler_info_{w}.json`` of worker w = 0..W−1: every folder numbers its workers from 0, and each holds one
+``profiler_info_{w}.json`` of worker w = 0..W−1 (the db export, as verl sets it, or the text one): every folder numbers its workers from 0, and each holds one
 folder per worker and iteration. The truth names workers ``<folder>·<w>``.
 """
 
@@ -283,8 +283,11 @@ def write_rl_job(out_dir, *, workers: int = 4, iterations: int = 2, form: str = 
     return {"workers": workers, "iterations": truth_iters, "busy_ns": busy, "ranks_of": ranks_of}
 
 
-def write_rl_discrete(out_dir, *, workers: int = 4, iterations: int = 2) -> dict:
-    """Write the RL job as verl's discrete mode does (see the module note) and return its truth (times in ns)."""
+def write_rl_discrete(out_dir, *, workers: int = 4, iterations: int = 2, form: str = "db") -> dict:
+    """Write the RL job as verl's discrete mode does (see the module note) and return its truth (times in ns).
+    ``form``: ``db`` (verl's export type) or ``text``."""
+    if form not in ("text", "db"):
+        raise ValueError("form is 'text' or 'db'")
     phases = RL_PHASES[:-1]  # verl profiles no weight sync on its own
     workers_of = {name: [f"{DISCRETE_FOLDERS[name]}·{w}" for w in range(workers)] for name, _, _, _ in phases}
     per_worker, truth_iters = _rl_schedule(workers_of, iterations, phases)
@@ -294,7 +297,10 @@ def write_rl_discrete(out_dir, *, workers: int = 4, iterations: int = 2) -> dict
         for k, (name, s, e) in enumerate(ranges):
             # one profiler per call: a folder named {host}_{pid}_{ms}_ascend_pt, no ProfilerStep, the host range
             folder = Path(out_dir) / group / f"node0_{1000 + int(w)}_{(T0_US + s) // 1000}_ascend_pt"
-            _write_text(folder, int(w), [], [(name, s, e)], False, None)
+            if form == "text":
+                _write_text(folder, int(w), [], [(name, s, e)], False, None)
+            else:
+                _write_db(folder, int(w), [], [(name, s, e)], None)
             busy[(k + 1, label)] = (e - s) * 1000
     return {"workers": workers, "iterations": truth_iters, "busy_ns": busy, "workers_of": workers_of}
 

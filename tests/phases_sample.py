@@ -34,13 +34,14 @@ def add_phase_runs(data_dir: Path, work: Path) -> PhaseRuns:
         "pp_slow": (write_pp_run, PP_SLOW, "text", True),
         "rl_text": (write_rl_job, RL, "text", True),
         "rl_db": (write_rl_job, RL, "db", False),
-        "rl_discrete": (write_rl_discrete, RL_DISCRETE, None, True),
+        "rl_discrete": (write_rl_discrete, RL_DISCRETE, "text", True),
+        "rl_discrete_db": (write_rl_discrete, RL_DISCRETE, "db", False),
         "dualpipev_text": (write_dualpipev_run, DUALPIPEV, "text", True),
         "dualpipev_db": (write_dualpipev_run, DUALPIPEV, "db", False),
     }
     ids, truth = {}, {}
     for name, (writer, kwargs, form, sharded) in plans.items():
         src = work / name
-        truth[name] = writer(src, **kwargs, **({"form": form} if form else {}))
+        truth[name] = writer(src, form=form, **kwargs)
         ids[name] = add_ready(store, name, src, sharded=sharded)
     return PhaseRuns(ids, truth)

@@ -124,11 +124,13 @@ def test_dualpipev_phases_are_counted_without_a_1f1b_formula():
     assert pp["setter"] == 0 and pp["microbatches"] == 2
 
 
-def test_rl_discrete_keeps_every_role_folder_and_matches_the_construction(client, phase_runs):
-    """verl's discrete mode (a folder per role and call, every role numbering its workers from 0), sharded: every
-    folder is a rank of the run, named <folder>·<own rank>, and the RL view's numbers are the construction's."""
-    t = phase_runs.truth["rl_discrete"]
-    run = phase_runs.ids["rl_discrete"]
+@pytest.mark.parametrize("name", ["rl_discrete", "rl_discrete_db"])
+def test_rl_discrete_keeps_every_role_folder_and_matches_the_construction(client, phase_runs, name):
+    """verl's discrete mode (a folder per role and call, every role numbering its workers from 0), the text export
+    sharded and the db export in one file: every folder is a rank of the run, named <folder>·<own rank>, and the
+    RL view's numbers are the construction's."""
+    t = phase_runs.truth[name]
+    run = phase_runs.ids[name]
     ranks = client.get(f"/api/runs/{run}").json()["ranks"]
     assert len(ranks) == 4 * 3 * 2  # folders × workers × iterations
     assert {(r["group_folder"], r["own_rank"], r["session"]) for r in ranks} == {
