@@ -20,12 +20,13 @@ the previous one ended on every worker, plus ``GAP_US``: ``generate_sequences`` 
 iteration, ``STRAGGLER_US`` longer; so the chain that decides each iteration is the straggler of each phase.
 Messages are verl's plain strings (host ranges only, as verl starts them without a stream).
 
-``write_rl_discrete(out, workers=4, iterations=2) -> dict`` writes the same job (without the weight sync) as
-verl's discrete mode does: every call of a worker method is a profiler session of its own, saved under
-``<save_path>/<folder>/{host}_{pid}_{ms}_ascend_pt`` (``DISCRETE_FOLDERS``: ``rollout_generate/``,
+``write_rl_discrete(out, workers=4, iterations=2, form="db"|"text") -> dict`` writes the same job (without the
+weight sync) as verl's discrete mode does: every call of a worker method is a profiler session of its own, saved
+under ``<save_path>/<folder>/{host}_{pid}_{ms}_ascend_pt`` (``DISCRETE_FOLDERS``: ``rollout_generate/``,
 ``actor_compute_log_prob/``, ``ref_compute_log_prob/``, ``actor_update/``), each holding the one range and
-``profiler_info_{w}.json`` of worker w = 0..W−1 (the db export, as verl sets it, or the text one): every folder numbers its workers from 0, and each holds one
-folder per worker and iteration. The truth names workers ``<folder>·<w>``.
+``profiler_info_{w}.json`` of worker w = 0..W−1 (the db export, as verl sets it, or the text one): every folder
+numbers its workers from 0, and each holds one folder per worker and iteration. The truth names workers
+``<folder>·<w>``.
 """
 
 from __future__ import annotations
