@@ -7,7 +7,11 @@ that holds ``ASCEND_PROFILER_OUTPUT`` (whatever its name) or whose name ends in 
 folder is the raw data the output was made from, and is not read (unless the rank has no ASCEND_PROFILER_OUTPUT
 and msprof exported that folder). The rank id comes from ``profiler_info_{rank}.json``, then
 ``profiler_info.json``'s ``rank_id``, then a number in the folder name, then the first free id; all but the first
-two leave a warning. A reader may also claim a folder of its own layout and give its ranks: a ``PROF_*`` folder
+two leave a warning. A rank id met twice keeps the newer folder (with a warning), except in an RL job's role folders
+(``ingest.roles``: verl's ``actor_update/``, ``rollout/``, …, each numbering its ranks from 0): there every folder
+is kept, the later ones under the first free ids above the run's ids, and every rank of a group folder carries that
+folder and its own rank id (``RankSource.group``, ``own_rank``; ``session`` orders a group's folders of one rank id
+by start). A reader may also claim a folder of its own layout and give its ranks: a ``PROF_*`` folder
 gives one rank per device (``ingest.readers.msprof`` says where its id comes from), and MindSpore 2.0-2.2's
 ``profiler`` folder one rank per device of its ``PROF_*`` output, or per ``ascend_timeline_display_{rank}.json``
 (``ingest.readers.mindspore``). MindSpore 2.3+'s ``*_ascend_ms`` folder is a rank folder like ``*_ascend_pt``.
@@ -22,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import jsonfile, readers
+from . import jsonfile, readers, roles
 from .readers import serving
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -44,6 +48,9 @@ class RankSource:
     profiler_info_path: Path | None = None
     metadata_path: Path | None = None
     device_id: int | None = None  # when the format names it (msprof's device_N folders)
+    group: str | None = None  # the RL job's role folder holding it (ingest.roles), as named
+    own_rank: int | None = None  # the rank id in its own files (``rank`` differs when another group has that id)
+    session: int | None = None  # 1, 2, …: its place among its group's folders of the same own rank, by start
 
 
 @dataclass
@@ -175,9 +182,11 @@ def _read_raw_output(folder: Path, src: RankSource, disc: Discovery) -> bool:
 
 
 def _assign_ranks(sources: list[RankSource], disc: Discovery) -> list[RankSource]:
-    """Give every source a unique rank id; duplicates keep the newest folder (as msprof-analyze does)."""
+    """Give every source a unique rank id; duplicates keep the newest folder (as msprof-analyze does), except the
+    folders of an RL job's groups, which are all kept (the module note)."""
     chosen: dict[int, RankSource] = {}
     pending: list[RankSource] = []
+    shared: list[RankSource] = []  # RL group folders whose rank id another folder took first
     for src in sources:
         if src.rank is None:
             m = _FOLDER_RANK.search(src.folder.name)
@@ -186,8 +195,17 @@ def _assign_ranks(sources: list[RankSource], disc: Discovery) -> list[RankSource
         if src.rank is None:
             pending.append(src)
             continue
+        src.group = roles.group_folder(_rel(src.folder, disc.root))
+        if src.group is not None:
+            src.own_rank = src.rank
         if src.rank in chosen:
             old = chosen[src.rank]
+            if src.group is not None or old.group is not None:
+                for one in (src, old):  # a folder beside the role folders (verl's ref group at the root) too
+                    if one.group is None:
+                        one.group, one.own_rank = _rel(one.folder.parent, disc.root) or ".", one.rank
+                shared.append(src)
+                continue
             newer, older = (src, old) if _mtime(src) >= _mtime(old) else (old, src)
             chosen[src.rank] = newer
             disc.warn(older.rank, _rel(older.folder, disc.root),
@@ -205,7 +223,39 @@ def _assign_ranks(sources: list[RankSource], disc: Discovery) -> list[RankSource
             how = "taken from the folder name" if src.rank_source == "folder_name" else "assigned"
             disc.warn(src.rank, _rel(src.folder, disc.root),
                       f"no profiler_info_{{rank}}.json with a rank id: rank {src.rank} {how}")
+    if not shared:  # no id reused: the ranks are the run's own ids, nothing to tell apart
+        for src in chosen.values():
+            src.group = src.own_rank = None
+    else:
+        _order_sessions([s for s in [*chosen.values(), *shared] if s.group is not None])
+        next_id = max(chosen) + 1
+        for src in sorted(shared, key=lambda s: (s.group, s.own_rank, s.session or 0, str(s.folder))):
+            src.rank = next_id
+            chosen[next_id] = src
+            next_id += 1
     return [chosen[r] for r in sorted(chosen)]
+
+
+def _order_sessions(grouped: list[RankSource]) -> None:
+    """Number the folders of each (group, own rank) by start time when there are several (verl's discrete mode
+    writes one per profiled call: the k-th is the k-th profiled step)."""
+    by_key: dict[tuple, list[RankSource]] = {}
+    for src in grouped:
+        by_key.setdefault((src.group, src.own_rank), []).append(src)
+    for same in by_key.values():
+        if len(same) > 1:
+            for k, src in enumerate(sorted(same, key=lambda s: (_start(s), str(s.folder))), 1):
+                src.session = k
+
+
+_FOLDER_MS = re.compile(r"_(\d{13})_ascend_(?:pt|ms)$")
+
+
+def _start(src: RankSource) -> float:
+    """When the folder's profile started: the milliseconds torch_npu puts in the folder name
+    (``{worker}_{ms}_ascend_pt``), else when it ended (:func:`_mtime`)."""
+    m = _FOLDER_MS.search(src.folder.name)
+    return int(m.group(1)) / 1e3 if m else _mtime(src)
 
 
 def _mtime(src: RankSource) -> float:

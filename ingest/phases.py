@@ -13,11 +13,15 @@ built over the whole run). One row per mstx range (markers, of no length, are no
 ``message`` is kept verbatim; ``fields`` is the message parsed when it is a JSON object or a Python ``str()`` of a
 dict (``{'name': 'forward_step', 'current_microbatch': 3}``, as msprof-analyze's ``pp_chart`` asks), else NULL.
 ``phase`` is the ``name`` field when there is one, else the message. ``microbatch`` the ``current_microbatch``
-field. ``iteration``: a message field ``iteration`` / ``step``, else the rank's ``steps`` row (ProfilerStep#N)
-whose range holds the range's start, else a number in the rank folder's path (``step_3``, ``iteration-3``, or a
-folder named by a number, as verl's discrete mode writes ``<save_path>/<step>/<role>/``). ``role``: a folder of
-the rank's path named after a role (:data:`ROLE_FOLDERS`, ``role_source = 'folder'``), else the phase's name
-(:data:`ROLE_OF_PHASE`, ``role_source = 'name'``), else NULL.
+field. ``iteration``: a message field ``iteration`` / ``step``, else the rank folder's ``session`` (the k-th of its
+RL group's folders of one rank id: verl's discrete mode writes one per profiled call), else the rank's ``steps`` row
+(ProfilerStep#N) whose range holds the range's start, else a number in the rank folder's path (``step_3``,
+``iteration-3``, or a folder named by a number, as verl's end-to-end profile wrote ``<save_path>/<step>/e2e/`` up
+to January 2026).
+``role``: a folder of the rank's path named after a role (``ingest.roles.ROLE_FOLDERS``, ``role_source =
+'folder'``), else the phase's name (:data:`ROLE_OF_PHASE`, ``role_source = 'name'``), else NULL. ``label``: the
+worker as its folders name it, ``<group folder>·<own rank id>`` (``actor_update·0``) for a rank of an RL job's role
+folders that reuse rank ids (``ranks.group_folder``), else NULL.
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ import json
 import re
 
 from .columns import insert_columns
+from .roles import folder_role
 
 DDL = """CREATE OR REPLACE TABLE cluster_phases (rank INTEGER, role VARCHAR, role_source VARCHAR,
     iteration BIGINT, phase VARCHAR, message VARCHAR, fields JSON, microbatch BIGINT, source VARCHAR,
-    slice_id BIGINT, track_id INTEGER, start_ns BIGINT, end_ns BIGINT)"""
+    slice_id BIGINT, track_id INTEGER, start_ns BIGINT, end_ns BIGINT, label VARCHAR)"""
 
 # torch_npu's own torch op per mstx call (mstx_mark_op, mstx_range_push_op, …: category mstx on the Python lane of
 # a db export) carries no message: only the mstx lanes' ranges are phases
@@ -50,6 +55,7 @@ dev AS (
     WHERE lower(f.cat) = 'mstx' AND d.dur_ns > 0 AND d.slice_id NOT IN (SELECT slice_id FROM host)),
 ranges AS (SELECT * FROM host UNION ALL SELECT * FROM dev)
 SELECT r.rank, r.slice_id, r.track_id, r.message, r.ts_ns, r.ts_ns + r.dur_ns, r.source, k.folder,
+       k.group_folder, k.own_rank, k.session,
        (SELECT max(st.step) FROM steps st WHERE st.rank = r.rank AND r.ts_ns BETWEEN
             coalesce(CASE WHEN r.source = 'device' THEN st.device_start_ns END, st.host_start_ns)
             AND coalesce(CASE WHEN r.source = 'device' THEN st.device_end_ns END, st.host_end_ns)) AS step
@@ -57,8 +63,6 @@ FROM ranges r LEFT JOIN ranks k USING (rank)
 ORDER BY r.rank, r.ts_ns, r.slice_id
 """
 
-ROLE_FOLDERS = {"actor": "actor", "rollout": "rollout", "ref": "ref", "reference": "ref", "critic": "critic",
-                "reward": "reward", "rm": "reward"}
 # phase names of verl's workers and trainer, and MindSpeed-RL's profiler stages, to the role that runs them
 ROLE_OF_PHASE = {
     "generate_sequences": "rollout", "gen": "rollout", "actor_generate": "rollout", "generate": "rollout",
@@ -105,15 +109,6 @@ def _int(value) -> int | None:
     return None
 
 
-def folder_role(folder: str | None) -> str | None:
-    """The role a folder of the rank's path names (the nearest to the rank folder wins)."""
-    for part in reversed((folder or "").replace("\\", "/").split("/")[:-1]):
-        role = ROLE_FOLDERS.get(part.lower())
-        if role:
-            return role
-    return None
-
-
 def folder_iteration(folder: str | None) -> int | None:
     for part in reversed((folder or "").replace("\\", "/").split("/")[:-1]):
         m = _STEP_FOLDER.match(part)
@@ -128,14 +123,16 @@ def build(con) -> None:
     rows = con.execute(RANGES_SQL).fetchall()
     if not rows:
         return
-    cols: list[list] = [[] for _ in range(13)]
-    for rank, slice_id, track_id, message, start, end, source, folder, step in rows:
+    cols: list[list] = [[] for _ in range(14)]
+    for rank, slice_id, track_id, message, start, end, source, folder, group, own_rank, session, step in rows:
         fields = parse_message(message)
         name = fields.get("name") if fields else None
         phase = name if isinstance(name, str) and name else message
         iteration = None
         if fields:
             iteration = _int(fields.get("iteration", fields.get("step")))
+        if iteration is None:
+            iteration = session
         if iteration is None:
             iteration = step if step is not None else folder_iteration(folder)
         role, role_source = folder_role(folder), "folder"
@@ -144,7 +141,8 @@ def build(con) -> None:
             role_source = "name" if role else None
         values = (rank, role, role_source, iteration, phase, message,
                   json.dumps(fields) if fields is not None else None,
-                  _int(fields.get("current_microbatch")) if fields else None, source, slice_id, track_id, start, end)
+                  _int(fields.get("current_microbatch")) if fields else None, source, slice_id, track_id, start, end,
+                  f"{group}·{own_rank}" if group is not None else None)
         for col, v in zip(cols, values):
             col.append(v)
     insert_columns(con, "cluster_phases", cols)

@@ -139,7 +139,8 @@ def _metadata(con, results: list[RankResult], root: Path, extra_warnings: list[t
                       res.src.rank_source, exp.get("_profiler_level") or _mindspore_level(info),
                       info.get("torch_npu_version"),
                       info.get("cann_version"), res.has_trace, res.overlap_source, extent[0], extent[1],
-                      json.dumps(info) if info else None, json.dumps(metadata) if metadata is not None else None])
+                      json.dumps(info) if info else None, json.dumps(metadata) if metadata is not None else None,
+                      res.src.group, res.src.own_rank, res.src.session])
         for extra in (res.src.profiler_info_path, res.src.metadata_path):
             if extra is not None:
                 files.append({"rank": r, "file": display_name(extra, root), "kind": extra.stem.rstrip("_0123456789"),

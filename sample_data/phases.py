@@ -19,6 +19,14 @@ the previous one ended on every worker, plus ``GAP_US``: ``generate_sequences`` 
 ``sync_weights`` (rollout). Worker durations are base + 3 µs × worker, except one straggler per phase and
 iteration, ``STRAGGLER_US`` longer; so the chain that decides each iteration is the straggler of each phase.
 Messages are verl's plain strings (host ranges only, as verl starts them without a stream).
+
+``write_rl_discrete(out, workers=4, iterations=2, form="db"|"text") -> dict`` writes the same job (without the
+weight sync) as verl's discrete mode does: every call of a worker method is a profiler session of its own, saved
+under ``<save_path>/<folder>/{host}_{pid}_{ms}_ascend_pt`` (``DISCRETE_FOLDERS``: ``rollout_generate/``,
+``actor_compute_log_prob/``, ``ref_compute_log_prob/``, ``actor_update/``), each holding the one range and
+``profiler_info_{w}.json`` of worker w = 0..W−1 (the db export, as verl sets it, or the text one): every folder
+numbers its workers from 0, and each holds one folder per worker and iteration. The truth names workers
+``<folder>·<w>``.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ RL_PHASES = (  # name, role, base µs, runs after (the phases it waits for)
     ("update_actor", "actor", 800, ("compute_log_prob", "compute_ref_log_prob")),
     ("sync_weights", "rollout", 100, ("update_actor",)),
 )
+# verl's DistProfiler.annotate(role=...) of each worker method: the folder its discrete mode saves the call in
+DISCRETE_FOLDERS = {"generate_sequences": "rollout_generate", "compute_log_prob": "actor_compute_log_prob",
+                    "compute_ref_log_prob": "ref_compute_log_prob", "update_actor": "actor_update"}
 
 
 def schedule_1f1b(stages: int, microbatches: int, fwd_us: list[int], bwd_us: list[int]) -> list[list[tuple]]:
@@ -209,41 +220,51 @@ def write_pp_run(out_dir, *, stages: int = 4, microbatches: int = 8, fwd_us: int
             "schedule": sched}
 
 
-def write_rl_job(out_dir, *, workers: int = 4, iterations: int = 2, form: str = "text") -> dict:
-    """Write the RL job (see the module note) and return its truth (times in ns)."""
-    if form not in ("text", "db"):
-        raise ValueError("form is 'text' or 'db'")
-    ranks_of = {"rollout": range(workers), "actor": range(workers), "ref": range(workers, 2 * workers)}
-    per_rank: dict[int, list[tuple[str, int, int]]] = {r: [] for r in range(2 * workers)}
-    ends: dict[tuple[int, str], int] = {}
+def _rl_schedule(workers_of: dict[str, list], iterations: int, phases=RL_PHASES):
+    """The RL job's phases per worker (each phase after the ones it waits for, plus ``GAP_US``; one straggler per
+    phase and iteration) and per iteration its start, wall time and deciding chain of (phase, worker).
+    ``workers_of``: the workers of each phase (keyed by its name) or role."""
+    per_worker: dict = {w: [] for ws in workers_of.values() for w in ws}
     truth_iters = []
     t = 0
     for k in range(iterations):
         it_start = t
-        chain: list[tuple[str, int]] = []
-        finish: dict[str, tuple[int, int]] = {}  # phase -> (end µs of its slowest worker, that worker)
-        for n, (name, role, base, after) in enumerate(RL_PHASES):
+        chain: list[tuple[str, object]] = []
+        finish: dict[str, tuple[int, int]] = {}  # phase -> (end µs of its slowest worker, its index)
+        for n, (name, role, base, after) in enumerate(phases):
             start = max([finish[a][0] for a in after], default=it_start) + (GAP_US if after else 0)
-            straggler = list(ranks_of[role])[(k * 3 + n) % workers]
+            ws = workers_of[name] if name in workers_of else workers_of[role]
+            straggler = (k * 3 + n) % len(ws)
             slowest = (0, -1)
-            for w in ranks_of[role]:
-                dur = base + 3 * (w % workers) + (STRAGGLER_US if w == straggler else 0)
-                per_rank[w].append((name, start, start + dur))
-                ends[(w, name)] = start + dur
-                slowest = max(slowest, (start + dur, w))
+            for i, w in enumerate(ws):
+                dur = base + 3 * i + (STRAGGLER_US if i == straggler else 0)
+                per_worker[w].append((name, start, start + dur))
+                slowest = max(slowest, (start + dur, i))
             finish[name] = slowest
         # the deciding chain: from the last phase back through the latest-ending phase it waited for
-        name = RL_PHASES[-1][0]
+        name = phases[-1][0]
         while True:
-            chain.append((name, finish[name][1]))
-            after = next(p[3] for p in RL_PHASES if p[0] == name)
+            role = next(p[1] for p in phases if p[0] == name)
+            ws = workers_of[name] if name in workers_of else workers_of[role]
+            chain.append((name, ws[finish[name][1]]))
+            after = next(p[3] for p in phases if p[0] == name)
             if not after:
                 break
             name = max(after, key=lambda a: finish[a][0])
-        t = finish[RL_PHASES[-1][0]][0]
+        t = finish[phases[-1][0]][0]
         truth_iters.append({"iteration": k + 1, "start_ns": (T0_US + it_start) * 1000,
                             "wall_ns": (t - it_start) * 1000, "chain": chain[::-1]})
         t += 5 * GAP_US
+    return per_worker, truth_iters
+
+
+def write_rl_job(out_dir, *, workers: int = 4, iterations: int = 2, form: str = "text") -> dict:
+    """Write the RL job (see the module note) and return its truth (times in ns)."""
+    if form not in ("text", "db"):
+        raise ValueError("form is 'text' or 'db'")
+    ranks_of = {"rollout": list(range(workers)), "actor": list(range(workers)),
+                "ref": list(range(workers, 2 * workers))}
+    per_rank, truth_iters = _rl_schedule(ranks_of, iterations)
     for r, ranges in per_rank.items():
         group = "actor_rollout" if r < workers else "ref"
         steps = []
@@ -260,8 +281,29 @@ def write_rl_job(out_dir, *, workers: int = 4, iterations: int = 2, form: str = 
         for k in range(iterations):
             mine = ranges[k * len(ranges) // iterations:(k + 1) * len(ranges) // iterations]
             busy[(k + 1, r)] = _union_us(mine) * 1000
-    return {"workers": workers, "iterations": truth_iters, "busy_ns": busy, "ranks_of": {
-        k: list(v) for k, v in ranks_of.items()}}
+    return {"workers": workers, "iterations": truth_iters, "busy_ns": busy, "ranks_of": ranks_of}
+
+
+def write_rl_discrete(out_dir, *, workers: int = 4, iterations: int = 2, form: str = "db") -> dict:
+    """Write the RL job as verl's discrete mode does (see the module note) and return its truth (times in ns).
+    ``form``: ``db`` (verl's export type) or ``text``."""
+    if form not in ("text", "db"):
+        raise ValueError("form is 'text' or 'db'")
+    phases = RL_PHASES[:-1]  # verl profiles no weight sync on its own
+    workers_of = {name: [f"{DISCRETE_FOLDERS[name]}·{w}" for w in range(workers)] for name, _, _, _ in phases}
+    per_worker, truth_iters = _rl_schedule(workers_of, iterations, phases)
+    busy = {}
+    for label, ranges in per_worker.items():
+        group, w = label.split("·")
+        for k, (name, s, e) in enumerate(ranges):
+            # one profiler per call: a folder named {host}_{pid}_{ms}_ascend_pt, no ProfilerStep, the host range
+            folder = Path(out_dir) / group / f"node0_{1000 + int(w)}_{(T0_US + s) // 1000}_ascend_pt"
+            if form == "text":
+                _write_text(folder, int(w), [], [(name, s, e)], False, None)
+            else:
+                _write_db(folder, int(w), [], [(name, s, e)], None)
+            busy[(k + 1, label)] = (e - s) * 1000
+    return {"workers": workers, "iterations": truth_iters, "busy_ns": busy, "workers_of": workers_of}
 
 
 def _union_us(ranges: list[tuple[str, int, int]]) -> int:

@@ -7,12 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascendscope.sample_data.phases import write_pp_run, write_rl_job
+from ascendscope.sample_data.phases import write_pp_run, write_rl_discrete, write_rl_job
+from ascendscope.sample_data.phases_dualpipe import write_dualpipev_run
 from tests.insight_sample import add_ready
 
 PP = {"stages": 4, "microbatches": 8, "fwd_us": 100, "bwd_us": 200}
 PP_SLOW = {**PP, "slow_stage": 2, "slow_extra_us": 50}
 RL = {"workers": 4, "iterations": 2}
+RL_DISCRETE = {"workers": 3, "iterations": 2}
+DUALPIPEV = {"stages": 4, "microbatches": 8}
 
 
 @dataclass
@@ -31,6 +34,10 @@ def add_phase_runs(data_dir: Path, work: Path) -> PhaseRuns:
         "pp_slow": (write_pp_run, PP_SLOW, "text", True),
         "rl_text": (write_rl_job, RL, "text", True),
         "rl_db": (write_rl_job, RL, "db", False),
+        "rl_discrete": (write_rl_discrete, RL_DISCRETE, "text", True),
+        "rl_discrete_db": (write_rl_discrete, RL_DISCRETE, "db", False),
+        "dualpipev_text": (write_dualpipev_run, DUALPIPEV, "text", True),
+        "dualpipev_db": (write_dualpipev_run, DUALPIPEV, "db", False),
     }
     ids, truth = {}, {}
     for name, (writer, kwargs, form, sharded) in plans.items():

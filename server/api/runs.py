@@ -39,10 +39,11 @@ MAX_WARNINGS = 200
 MIN_DB_BYTES = 3 * 4096  # DuckDB's file header and its two database headers: anything shorter is damaged
 
 RANK_COLUMNS = ("rank", "device_id", "folder", "rank_source", "profiler_level", "torch_npu_version",
-                "cann_version", "has_trace", "overlap_source", "start_ns", "end_ns")
+                "cann_version", "has_trace", "overlap_source", "start_ns", "end_ns", "group_folder", "own_rank",
+                "session")
 RANKS_SQL = """
 SELECT rank, device_id, folder, rank_source, profiler_level, torch_npu_version, cann_version, has_trace,
-       overlap_source, start_ns, end_ns
+       overlap_source, start_ns, end_ns, group_folder, own_rank, session
 FROM ranks ORDER BY rank
 """
 WARNINGS_SQL = "SELECT rank, file, message FROM warnings ORDER BY rank NULLS FIRST, file LIMIT ?"

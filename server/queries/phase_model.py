@@ -45,14 +45,20 @@ def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def busy_and_gaps(intervals: list[tuple[int, int]], lo: int, hi: int) -> tuple[int, list[tuple[int, int]]]:
-    """Busy ns of ``intervals`` clipped to [lo, hi], and the gaps of the window they leave."""
-    merged = [(max(s, lo), min(e, hi)) for s, e in union(intervals) if e > lo and s < hi]
-    busy = sum(e - s for s, e in merged)
-    gaps, at = [], lo
-    for s, e in merged:
+    """Busy ns of ``intervals`` clipped to [lo, hi], and the gaps of the window they leave. One pass over the
+    intervals by start (the rows come ordered so; sorted here otherwise): the same as clipping :func:`union`."""
+    if any(intervals[k][0] > intervals[k + 1][0] for k in range(len(intervals) - 1)):
+        intervals = sorted(intervals)
+    busy, gaps, at = 0, [], lo  # at: the end of what is covered so far (never before lo)
+    for s, e in intervals:
+        if e <= at or s >= hi:
+            continue
         if s > at:
             gaps.append((at, s))
-        at = max(at, e)
+            at = s
+        end = e if e < hi else hi
+        busy += end - at
+        at = end
     if at < hi:
         gaps.append((at, hi))
     return busy, gaps
@@ -77,33 +83,62 @@ def chain(rows: list[dict]) -> list[dict]:
 
 def by_iteration(rows: list[dict]):
     """(iteration, its rows, window start, window end) per iteration, in order (no iteration last)."""
-    groups: dict = defaultdict(list)
+    groups: dict = {}
     for r in rows:
-        groups[r["iteration"]].append(r)
+        it = r["iteration"]
+        g = groups.get(it)
+        if g is None:
+            groups[it] = [[r], r["start_ns"], r["end_ns"]]
+        else:
+            g[0].append(r)
+            if r["start_ns"] < g[1]:
+                g[1] = r["start_ns"]
+            if r["end_ns"] > g[2]:
+                g[2] = r["end_ns"]
     for it in sorted(groups, key=lambda k: (k is None, k)):
-        group = groups[it]
-        yield it, group, min(r["start_ns"] for r in group), max(r["end_ns"] for r in group)
+        group, lo, hi = groups[it]
+        yield it, group, lo, hi
 
 
-def iterations(rows: list[dict]) -> list[dict]:
+def iterations(rows: list[dict], known: dict | None = None) -> list[dict]:
     """Per iteration: window, wall time, deciding chain, per rank busy / idle / gaps, per role busy / idle, and
-    the iteration × phase table (min / median / max over ranks, the straggler)."""
+    the iteration × phase table (min / median / max over ranks, the straggler). ``known``, when given, is filled
+    with each (iteration, rank)'s (window, phase count, busy ns) for :func:`pipeline` to reuse."""
     out = []
     for it, group, lo, hi in by_iteration(rows):
-        per_rank: dict = defaultdict(list)
-        roles_of: dict = defaultdict(set)
-        per_role_rank: dict = defaultdict(list)
-        per_phase_rank: dict = defaultdict(int)
+        # one pass over the rows (the summary's cost at 10^4–10^5 phases): intervals per rank, roles per rank,
+        # time per (phase, rank), each phase's first start; intervals per (role, rank) only for ranks of 2+ roles
+        per_rank: dict = {}
+        roles_of: dict = {}
+        per_phase_rank: dict = {}
+        first_start: dict = {}
         for r in group:
-            per_rank[r["rank"]].append((r["start_ns"], r["end_ns"]))
-            roles_of[r["rank"]].add(r["role"])
-            per_role_rank[(r["role"], r["rank"])].append((r["start_ns"], r["end_ns"]))
-            per_phase_rank[(r["phase"], r["rank"])] += r["end_ns"] - r["start_ns"]
+            rank, s, e, phase = r["rank"], r["start_ns"], r["end_ns"], r["phase"]
+            ivs = per_rank.get(rank)
+            if ivs is None:
+                per_rank[rank] = [(s, e)]
+                roles_of[rank] = {r["role"]}
+            else:
+                ivs.append((s, e))
+                roles_of[rank].add(r["role"])
+            key = (phase, rank)
+            per_phase_rank[key] = per_phase_rank.get(key, 0) + e - s
+            if s < first_start.get(phase, s + 1):
+                first_start[phase] = s
+        per_role_rank: dict = defaultdict(list)
+        for rank, roles_here in roles_of.items():
+            if len(roles_here) == 1:
+                per_role_rank[(next(iter(roles_here)), rank)] = per_rank[rank]
+        for r in group:
+            if len(roles_of[r["rank"]]) > 1:
+                per_role_rank[(r["role"], r["rank"])].append((r["start_ns"], r["end_ns"]))
         workers = []
         idle_of = {}
         for rank in sorted(per_rank):
             busy, gaps = busy_and_gaps(per_rank[rank], lo, hi)
             idle_of[rank] = hi - lo - busy
+            if known is not None:
+                known[(it, rank)] = (lo, hi, len(per_rank[rank]), busy)
             longest = sorted(gaps, key=lambda g: g[0] - g[1])[:MAX_GAPS_PER_RANK]
             workers.append({"rank": rank, "roles": sorted(x for x in roles_of[rank] if x is not None),
                             "busy_ns": busy, "idle_ns": hi - lo - busy, "gap_count": len(gaps),
@@ -111,7 +146,8 @@ def iterations(rows: list[dict]) -> list[dict]:
                                      for s, e in sorted(longest)]})
         roles: dict = defaultdict(lambda: {"busy_ns": 0, "idle_ns": 0, "ranks": 0})
         for (role, rank), ivs in per_role_rank.items():
-            busy, _ = busy_and_gaps(ivs, lo, hi)
+            # a rank of one role (most): the role's busy time is the rank's
+            busy = hi - lo - idle_of[rank] if len(roles_of[rank]) == 1 else busy_and_gaps(ivs, lo, hi)[0]
             acc = roles[role]
             acc["busy_ns"] += busy
             acc["idle_ns"] += idle_of[rank]
@@ -119,9 +155,6 @@ def iterations(rows: list[dict]) -> list[dict]:
         table: dict = defaultdict(dict)
         for (phase, rank), dur in per_phase_rank.items():
             table[phase][rank] = dur
-        first_start = {}
-        for r in group:
-            first_start[r["phase"]] = min(first_start.get(r["phase"], r["start_ns"]), r["start_ns"])
         phases = []
         for phase in sorted(table, key=lambda p: (first_start[p], p)):
             durs = table[phase]
@@ -140,29 +173,42 @@ def iterations(rows: list[dict]) -> list[dict]:
     return out
 
 
-def pipeline(rows: list[dict], pp_type: str | None, microbatches: int | None) -> list[dict]:
+def pipeline(rows: list[dict], pp_type: str | None, microbatches: int | None, known: dict | None = None) -> list[dict]:
     """Per iteration of the pipeline-parallel phases (those with msprof-analyze's names): per stage (rank) its
-    busy time, bubble and bubble ratio, the theoretical ratio, and the stage that sets the step."""
+    busy time, bubble and bubble ratio, the theoretical ratio, and the stage that sets the step. ``known``: what
+    :func:`iterations` filled; a stage whose phases are all pipeline phases in the same window reuses its busy
+    time (the usual case: a pipeline run marks nothing else)."""
     out = []
     for it, group, lo, hi in by_iteration([r for r in rows if r["phase"] in PP_KIND]):
-        stages = sorted({r["rank"] for r in group})
-        p = len(stages)
-        forwards = defaultdict(set)
+        # one pass: each stage's intervals, op counts by kind, and forward microbatches (an overlapped block's
+        # microbatch is its forward's)
+        per_rank: dict = {}
+        counts: dict = {}
+        forwards: dict = {}
         for r in group:
-            if PP_KIND[r["phase"]] in ("forward", "overlap"):
-                forwards[r["rank"]].add(r["microbatch"] if r["microbatch"] is not None else (r["start_ns"],))
+            rank, kind_of = r["rank"], PP_KIND[r["phase"]]
+            ivs = per_rank.get(rank)
+            if ivs is None:
+                ivs = per_rank[rank] = []
+                counts[rank] = {"forward": 0, "backward": 0, "overlap": 0, "weight": 0}
+                forwards[rank] = set()
+            ivs.append((r["start_ns"], r["end_ns"]))
+            counts[rank][kind_of] += 1
+            if kind_of == "forward" or kind_of == "overlap":
+                forwards[rank].add(r["microbatch"] if r["microbatch"] is not None else (r["start_ns"],))
+        stages = sorted(per_rank)
+        p = len(stages)
         m = microbatches or max((len(v) for v in forwards.values()), default=0)
-        kind = (pp_type or ("dualpipev" if any(PP_KIND[r["phase"]] in ("overlap", "weight") for r in group)
+        kind = (pp_type or ("dualpipev" if any(c["overlap"] or c["weight"] for c in counts.values())
                             else "1f1b")).lower()
         theory = (p - 1) / (m + p - 1) if kind == "1f1b" and m + p - 1 > 0 else None
-        per_rank: dict = defaultdict(list)
-        counts: dict = defaultdict(lambda: {"forward": 0, "backward": 0, "overlap": 0, "weight": 0})
-        for r in group:
-            per_rank[r["rank"]].append((r["start_ns"], r["end_ns"]))
-            counts[r["rank"]][PP_KIND[r["phase"]]] += 1
         rows_out = []
         for rank in stages:
-            busy, _ = busy_and_gaps(per_rank[rank], lo, hi)
+            same = (known or {}).get((it, rank))
+            if same is not None and same[:3] == (lo, hi, len(per_rank[rank])):
+                busy = same[3]
+            else:
+                busy, _ = busy_and_gaps(per_rank[rank], lo, hi)
             rows_out.append({"rank": rank, "busy_ns": busy, "bubble_ns": hi - lo - busy,
                              "bubble_ratio": (hi - lo - busy) / (hi - lo) if hi > lo else None, **counts[rank]})
         setter = max(rows_out, key=lambda s: (s["busy_ns"], -s["rank"]))["rank"] if rows_out else None

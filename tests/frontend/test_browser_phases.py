@@ -71,3 +71,33 @@ def test_a_run_without_mstx_says_how_to_add_them(page, live_server, runs):
     assert page.locator("#ph-empty").is_visible() and not page.locator("#ph-body").is_visible()
     assert not page.locator("#ph-iteration").is_visible()
     assert "torch_npu.npu.mstx.range_start" in page.locator("#ph-howto-code").inner_text()
+
+
+def test_rl_discrete_workers_by_role_folder(page, live_server, phase_runs):
+    """verl's discrete mode: every role folder's workers are lanes of their own, named <folder>·<rank>."""
+    run = phase_runs.ids["rl_discrete"]
+    truth = phase_runs.truth["rl_discrete"]
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    open_phases(page, live_server, run)
+    lanes = page.evaluate("() => document.getElementById('ph-gantt').gantt.lanes")
+    assert sorted(lanes) == sorted(w for ws in truth["workers_of"].values() for w in ws)
+    chain = page.locator("#ph-iter-table tbody tr").first.locator(".ph-chain").inner_text()
+    assert re.sub(r" \([^)]*\)", "", chain) == " → ".join(f"{p}@{w}" for p, w in truth["iterations"][0]["chain"])
+    assert "actor_update·" in page.locator("#ph-worker-table").inner_text()
+    page.screenshot(path="/tmp/i38/phases_rl_discrete.png", full_page=True)
+
+
+def test_dualpipev_overlapped_blocks_are_split_bars(page, live_server, phase_runs):
+    run = phase_runs.ids["dualpipev_text"]
+    truth = phase_runs.truth["dualpipev_text"]
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_phases(page, live_server, run)
+    split = page.evaluate("""() => document.getElementById('ph-gantt').gantt.perLane.flat()
+        .filter((it) => it.split).length""")
+    assert split == sum(c["overlap"] for c in truth["counts"])
+    legend = page.locator("#ph-gantt").inner_text()
+    assert "forward + backward overlapped" in legend and "forward_backward_overlaping" not in legend
+    head = page.locator("#ph-pp-1 thead").inner_text()
+    assert "F+B overlapped" in head and "weight" in head
+    assert "dualpipev" in page.locator("#ph-pp-body").inner_text()
+    page.screenshot(path="/tmp/i38/phases_dualpipev.png", full_page=True)

@@ -74,3 +74,26 @@ def test_msprof_db_mstx_events_are_phases(tmp_path):
     con = duckdb.connect(str(tmp_path / "fx.duckdb"), read_only=True)
     got = sorted(con.execute("SELECT start_ns, end_ns, message FROM cluster_phases WHERE source = 'host'").fetchall())
     assert got == want and len(got) >= 3
+
+
+def test_role_folders_that_reuse_rank_ids_are_all_kept(tmp_path):
+    """Non-colocated worker groups (actor/, rollout/) and a group at the root each number their ranks from 0:
+    every folder is kept, under ids of its own, with its folder and own rank id; a plain duplicate keeps the newer."""
+    from ascendscope.ingest.discover import discover
+    from ascendscope.sample_data.phases import _write_text
+
+    job = tmp_path / "job"
+    for group in ("actor", "rollout"):
+        for w in range(2):
+            _write_text(job / group / f"node0_{w}_ascend_pt", w, [], [("x", 0, 10)], False, None)
+    _write_text(job / "node1_0_ascend_pt", 0, [], [("compute_ref_log_prob", 0, 10)], False, None)
+    disc = discover(job)
+    got = {(s.group, s.own_rank, s.session) for s in disc.ranks}
+    assert got == {("actor", 0, None), ("actor", 1, None), ("rollout", 0, None), ("rollout", 1, None),
+                   ("job", 0, None)}
+    assert sorted(s.rank for s in disc.ranks) == [0, 1, 2, 3, 4] and not disc.warnings
+    plain = tmp_path / "plain"
+    for name in ("a", "b"):
+        _write_text(plain / name / "r_ascend_pt", 0, [], [("x", 0, 10)], False, None)
+    disc = discover(plain)
+    assert len(disc.ranks) == 1 and disc.ranks[0].group is None and "appears twice" in disc.warnings[0][2]

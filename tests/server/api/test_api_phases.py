@@ -122,3 +122,87 @@ def test_dualpipev_phases_are_counted_without_a_1f1b_formula():
     assert (stages[0]["busy_ns"], stages[0]["bubble_ns"], stages[1]["busy_ns"]) == (35, 30, 30)
     assert (stages[1]["overlap"], stages[0]["weight"], stages[0]["backward"]) == (1, 1, 1)
     assert pp["setter"] == 0 and pp["microbatches"] == 2
+
+
+@pytest.mark.parametrize("name", ["rl_discrete", "rl_discrete_db"])
+def test_rl_discrete_keeps_every_role_folder_and_matches_the_construction(client, phase_runs, name):
+    """verl's discrete mode (a folder per role and call, every role numbering its workers from 0), the text export
+    sharded and the db export in one file: every folder is a rank of the run, named <folder>·<own rank>, and the
+    RL view's numbers are the construction's."""
+    t = phase_runs.truth[name]
+    run = phase_runs.ids[name]
+    ranks = client.get(f"/api/runs/{run}").json()["ranks"]
+    assert len(ranks) == 4 * 3 * 2  # folders × workers × iterations
+    assert {(r["group_folder"], r["own_rank"], r["session"]) for r in ranks} == {
+        (f, w, k) for f in ("rollout_generate", "actor_compute_log_prob", "ref_compute_log_prob", "actor_update")
+        for w in range(3) for k in (1, 2)}
+    s = get(client, run, "/summary")
+    label = s["labels"]
+    assert sorted(set(label.values())) == sorted(w for ws in t["workers_of"].values() for w in ws)
+    assert {(r["role"], r["role_source"]): r["ranks"] for r in s["roles"]} == {
+        ("rollout", "folder"): 6, ("actor", "folder"): 12, ("ref", "folder"): 6}
+    assert [it["iteration"] for it in s["iterations"]] == [1, 2]
+    for it, want in zip(s["iterations"], t["iterations"]):
+        k = it["iteration"]
+        assert it["wall_ns"] == want["wall_ns"] and it["start_ns"] == str(want["start_ns"])
+        assert [(c["phase"], label[str(c["rank"])]) for c in it["chain"]] == [tuple(x) for x in want["chain"]]
+        workers = {label[str(w["rank"])]: w for w in it["workers"]}
+        assert set(workers) == {w for (i, w) in t["busy_ns"] if i == k}
+        for name, w in workers.items():
+            assert w["busy_ns"] == t["busy_ns"][(k, name)] and w["idle_ns"] == it["wall_ns"] - w["busy_ns"]
+            assert sum(g["dur_ns"] for g in w["gaps"]) == w["idle_ns"]
+        for p in it["phases"]:
+            durs = {w: t["busy_ns"][(k, w)] for w in t["workers_of"][p["phase"]]}
+            assert (p["ranks"], p["min_ns"], p["max_ns"]) == (3, min(durs.values()), max(durs.values()))
+            assert p["median_ns"] == sorted(durs.values())[1]
+            assert label[str(p["straggler"])] == max(durs, key=durs.get)
+    # the other views answer on this run
+    for path in ("/summary", "/cluster/overview", "/cluster/heatmap", "/timeline/tracks"):
+        assert client.get(f"/api/runs/{run}{path}").status_code == 200, path
+    first = get(client, run, limit=1)["rows"][0]
+    assert first["label"] == label[str(first["rank"])]
+    r = client.get(f"/api/runs/{run}/timeline/slices", params={"ranks": first["rank"], "start_ns": first["start_ns"],
+                                                                "end_ns": first["end_ns"]})
+    assert r.status_code < 500, r.text
+
+
+@pytest.mark.parametrize("name", ["dualpipev_text", "dualpipev_db"])
+def test_dualpipev_overlapped_blocks_and_bubbles_match_the_construction(client, phase_runs, name):
+    t = phase_runs.truth[name]
+    s = get(client, phase_runs.ids[name], "/summary")
+    (pp,) = s["pipeline"]
+    assert (pp["pp_type"], pp["stages"], pp["microbatches"], pp["theory_bubble_ratio"]) == ("dualpipev", 4, 8, None)
+    assert pp["step_ns"] == t["step_ns"]
+    assert [st["bubble_ns"] for st in pp["per_stage"]] == t["bubble_ns"]
+    assert [st["busy_ns"] for st in pp["per_stage"]] == t["busy_ns"]
+    assert [st["bubble_ratio"] for st in pp["per_stage"]] == pytest.approx(t["bubble_ratio"])
+    assert [{k: st[k] for k in ("forward", "backward", "overlap", "weight")} for st in pp["per_stage"]] == t["counts"]
+    # every stage runs 2m forwards and 2m backwards, each overlapped block one of each
+    assert all(c["forward"] + c["overlap"] == 16 == c["backward"] + c["overlap"] for c in t["counts"])
+    assert pp["setter"] == t["setter"]
+    rows = get(client, phase_runs.ids[name], rank=3, phase="forward_backward_overlaping", preferred="true")["rows"]
+    assert len(rows) == t["counts"][3]["overlap"] and all(r["microbatch"] is not None for r in rows)
+
+
+def test_busy_and_gaps_equals_the_clipped_union():
+    """The one-pass busy_and_gaps against its slow equivalent: clip the union of the intervals to the window and
+    take the rest as gaps."""
+    import random
+
+    from ascendscope.server.queries.phase_model import union
+
+    def slow(ivs, lo, hi):
+        merged = [(max(s, lo), min(e, hi)) for s, e in union(ivs) if e > lo and s < hi]
+        gaps, at = [], lo
+        for s, e in merged:
+            if s > at:
+                gaps.append((at, s))
+            at = max(at, e)
+        return sum(e - s for s, e in merged), gaps + ([(at, hi)] if at < hi else [])
+
+    rng = random.Random(38)
+    for _ in range(3000):
+        ivs = [(s, s + rng.randint(0, 15)) for s in (rng.randint(0, 50) for _ in range(rng.randint(0, 8)))]
+        lo = rng.randint(0, 30)
+        hi = lo + rng.randint(0, 40)
+        assert busy_and_gaps(ivs, lo, hi) == slow(ivs, lo, hi)

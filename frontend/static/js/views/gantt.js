@@ -8,7 +8,9 @@ import { formatTick } from "../common/time.js";
 
 const LANE_PX = 20;
 const BAR_PX = 14;
-const LABEL_PX = 150;
+const LABEL_PX = 150;  // the lane names' column, widened (up to MAX_LABEL_PX) for longer names
+const MAX_LABEL_PX = 280;
+const FONT = "11px -apple-system, Segoe UI, Noto Sans, Arial, sans-serif";
 const AXIS_PX = 28;
 const PAD_PX = 12;
 const MIN_LABEL_PX = 14;  // a range narrower than this shows no label
@@ -28,6 +30,7 @@ export class Gantt {
     this.onClick = onClick;
     this.legend = el("div", { class: "ph-legend" });
     this.canvas = el("canvas", { class: "ph-canvas" });
+    this.labelPx = LABEL_PX;
     this.tip = el("div", { class: "ph-tip", hidden: true });
     clear(host).append(this.legend, el("div", { class: "ph-canvas-wrap" }, this.canvas, this.tip));
     this.canvas.addEventListener("mousemove", (e) => this.hover(e));
@@ -39,7 +42,8 @@ export class Gantt {
     host.gantt = this;  // tests find ranges' positions through it
   }
 
-  /** lanes: names top to bottom; items: {lane, x0, x1, color, label, tip, url, marked (outlined)}; links: {lane0, x0, lane1, x1};
+  /** lanes: names top to bottom; items: {lane, x0, x1, color, label, tip, url, marked (outlined), split (a second
+   * colour for the bar's lower half: two things in one range)}; links: {lane0, x0, lane1, x1};
    * legend: [[name, color]]; unit: the x unit's ns (1e6: ms). */
   set({ lanes, items, links = [], legend = [], unit = 1e6 }) {
     this.lanes = lanes;
@@ -60,6 +64,10 @@ export class Gantt {
     this.lo = lo;
     this.hi = hi;
     this.count = items.length;
+    const g = this.canvas.getContext("2d");
+    g.font = FONT;
+    const longest = Math.max(0, ...lanes.map((l) => g.measureText(l).width));
+    this.labelPx = Math.min(MAX_LABEL_PX, Math.max(LABEL_PX, Math.ceil(longest) + 16));
     clear(this.legend).append(...legend.map(([name, color]) => el("span", { class: "ph-legend-item" },
       el("span", { class: "ph-swatch", "data-color": color }), name)));
     for (const sw of this.legend.querySelectorAll(".ph-swatch")) sw.style.background = sw.dataset.color;
@@ -67,11 +75,11 @@ export class Gantt {
   }
 
   plotWidth() {
-    return Math.max(100, this.width - LABEL_PX - PAD_PX);
+    return Math.max(100, this.width - this.labelPx - PAD_PX);
   }
 
   xPx(x) {
-    return LABEL_PX + ((x - this.lo) / (this.hi - this.lo)) * this.plotWidth();
+    return this.labelPx + ((x - this.lo) / (this.hi - this.lo)) * this.plotWidth();
   }
 
   draw() {
@@ -85,7 +93,7 @@ export class Gantt {
     const g = this.canvas.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, this.width, height);
-    g.font = "11px -apple-system, Segoe UI, Noto Sans, Arial, sans-serif";
+    g.font = FONT;
     g.textBaseline = "middle";
     // grid and axis
     const step = niceStep(this.hi - this.lo, this.plotWidth() / TICK_PX);
@@ -99,7 +107,7 @@ export class Gantt {
       g.fillText(formatTick(t * this.unit, step * this.unit, this.hi * this.unit), x, bottom + AXIS_PX / 2);
     }
     g.textAlign = "right";
-    this.lanes.forEach((lane, i) => g.fillText(lane, LABEL_PX - 8, i * LANE_PX + LANE_PX / 2 + PAD_PX / 2));
+    this.lanes.forEach((lane, i) => g.fillText(lane, this.labelPx - 8, i * LANE_PX + LANE_PX / 2 + PAD_PX / 2));
     // ranges grouped by colour: one fill style change per colour
     const byColor = new Map();
     this.perLane.forEach((list, i) => {
@@ -116,6 +124,14 @@ export class Gantt {
         g.fillRect(x0, top(i), Math.max(1, this.xPx(it.x1) - x0 - 0.5), BAR_PX);
       }
     }
+    this.perLane.forEach((list, i) => {  // the split bars' lower halves (few: one style change each is fine)
+      for (const it of list) {
+        if (!it.split) continue;
+        g.fillStyle = it.split;
+        const x0 = this.xPx(it.x0);
+        g.fillRect(x0, top(i) + BAR_PX / 2, Math.max(1, this.xPx(it.x1) - x0 - 0.5), BAR_PX / 2);
+      }
+    });
     g.strokeStyle = "#f1f3f6";  // the marked ranges (the deciding chain) outlined
     g.lineWidth = 1.5;
     this.perLane.forEach((list, i) => {
@@ -148,8 +164,8 @@ export class Gantt {
     const px = e.clientX - box.left;
     const i = Math.floor((e.clientY - box.top - PAD_PX / 2) / LANE_PX);
     const list = this.perLane?.[i];
-    if (!list || px < LABEL_PX) return null;
-    const x = this.lo + ((px - LABEL_PX) / this.plotWidth()) * (this.hi - this.lo);
+    if (!list || px < this.labelPx) return null;
+    const x = this.lo + ((px - this.labelPx) / this.plotWidth()) * (this.hi - this.lo);
     const slack = (2 / this.plotWidth()) * (this.hi - this.lo);  // 2 px either side
     let a = 0;
     let b = list.length;
