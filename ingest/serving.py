@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from .readers import serving as reader
+from .readers import serving_more
 
 MAX_DEPTH = 5
 PREFIX = "serving_"
@@ -90,7 +91,7 @@ def load_serving(con, root: Path) -> list[str]:
     warnings = []
     for folder in find(root):
         rel = folder.relative_to(root).as_posix() if folder != Path(root) else "."
-        data = reader.read(folder, rel)
+        data = serving_more.read(folder, rel)
         for table in TABLES:
             rows = _rows(data, table)
             if rows:

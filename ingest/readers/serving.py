@@ -4,7 +4,8 @@ Not a rank's files: a folder holding ``request.csv``, ``batch.csv``, ``kvcache.c
 (alone, or beside the ``*_ascend_pt`` folders of the same run) describes the whole service, so its rows go to the
 run-level ``serving_*`` tables (``ingest.serving`` writes them; columns in docs/schema.md, source columns and units
 in docs/formats.md). Its ``chrome_tracing.json`` is a plain Chrome trace, read by the ``chrome`` reader when the
-folder is opened alone; its other files (forward passes, queues, PD disaggregation) by ``serving_more``.
+folder is opened alone; its other files (forward passes, queues, PD disaggregation) by ``serving_more``, whose
+``read`` is the entry point.
 
 Times: a CSV column's unit is read from its header (``(ms)``, ``(microsecond)``, ``(us)``, ``(ns)``) and converted
 exactly to integer ns; ``profiler.db``'s tables keep the source names without units and hold ms (the exporter
@@ -315,8 +316,9 @@ def _kvcache(data: Serving, rows: list[dict], cols: dict, log: _Rows) -> None:
 READERS = {"request": _requests, "batch": _batches, "kvcache": _kvcache}
 
 
-def read(folder: Path, source: str) -> Serving:
-    """Every serving table of one output folder: each from its CSV, else from ``profiler.db``."""
+def read_main(folder: Path, source: str) -> tuple[Serving, set[str]]:
+    """The request, batch and kvcache tables of one output folder (each from its CSV, else from ``profiler.db``),
+    and the names of the database's tables; ``serving_more.read`` reads the rest and derives."""
     data = Serving(source=source)
     db = folder / DB_FILE
     db_tables = _db_tables(db) if db.is_file() else set()
@@ -341,11 +343,7 @@ def read(folder: Path, source: str) -> Serving:
         log = _Rows(data, display)
         fill(data, rows, cols, log)
         data.files.append((display, f"serving_{kind}", size or file.stat().st_size, len(rows)))
-    from .serving_more import read_more  # it builds on this module's helpers
-
-    read_more(folder, data, db_tables)
-    derive(data)
-    return data
+    return data, db_tables
 
 
 def derive(data: Serving) -> None:

@@ -26,7 +26,21 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .serving import NS_PER, Serving, _columns, _csv_rows, _db_rows, _float, _int, _num, _pick, _Rows, _time
+from .serving import (
+    NS_PER,
+    Serving,
+    _columns,
+    _csv_rows,
+    _db_rows,
+    _float,
+    _int,
+    _num,
+    _pick,
+    _Rows,
+    _time,
+    derive,
+    read_main,
+)
 
 FILES = {"forward": "forward.csv", "request_status": "request_status.csv", "pd_requests": "pd_split_communication.csv",
          "pd_kvcache": "pd_split_kvcache.csv", "coordinator": "coordinator.csv"}
@@ -188,6 +202,14 @@ def _curve_row(row, cols, log: _Rows, clock: _Clock) -> dict:
 
 READERS = {"forward": _forward, "request_status": _request_status, "pd_requests": _pd_requests,
            "pd_kvcache": _pd_kvcache, "coordinator": _coordinator}
+
+
+def read(folder: Path, source: str) -> Serving:
+    """Every serving table of one output folder (each from its CSV, else from ``profiler.db``), derived."""
+    data, db_tables = read_main(folder, source)
+    read_more(folder, data, db_tables)
+    derive(data)
+    return data
 
 
 def read_more(folder: Path, data: Serving, db_tables: set[str]) -> None:
