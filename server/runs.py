@@ -89,7 +89,7 @@ class Run:
     created: float = field(default_factory=time.time)
     size: int | None = None  # bytes on disk of the run's folder
     source_fingerprint: str | None = None
-    progress: dict | str | None = None  # see server.worker.RunProgress
+    progress: dict | str | None = None  # see server.runprogress.RunProgress
     started: float | None = None
     finished: float | None = None
     summary: dict | None = None
