@@ -14,13 +14,12 @@ from an upload (``origin == "upload"``: the archive is extracted into ``<run>/so
 uploaded file's name). An upload is assembled in a hidden staging folder (``runs/.upload-*``, never a valid id)
 and renamed into place only once it is valid, so a refused upload leaves nothing behind.
 
-Run ids are strict (``[a-z0-9][a-z0-9-]*``, at most 64 characters): any other id is "not found" before a path
-is ever built from it, so no id reaches outside the runs folder.
+The names of the files in a run's folder and the run id rules are in ``server.runlayout``, the parsed-record
+cache in ``server.recordcache``, the ingest's own files (database, scratch, ingest lock, wanted ranks, ingest.log)
+in ``server.ingestfiles`` (a base of :class:`RunStore`); importers name all of them from here (``__all__``).
 
 Ingestion never runs in the web process: see :mod:`server.worker`, which imports this module (never the
-reverse). A worker holds the run's ingest lock (``.ingest.lock``, a ``flock``) for its whole life, so the lock is
-free exactly when no live process is ingesting the run: only then may anyone remove its scratch files or start
-another worker on it.
+reverse).
 """
 
 from __future__ import annotations
@@ -33,50 +32,49 @@ import secrets
 import shutil
 import threading
 import time
-from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ascendscope.ingest import layout
+from ascendscope.server.ingestfiles import MAX_LOG_BYTES, MAX_WANTED, IngestFiles
+from ascendscope.server.recordcache import RACY_S, RecordCache
+from ascendscope.server.runlayout import (
+    DB_FILE,
+    INDEX_DIR,
+    INGEST_LOCK_FILE,
+    LOCK_FILE,
+    LOG_FILE,
+    MAX_NAME_CHARS,
+    RUN_FILE,
+    SOURCE_DIR,
+    STAGING_PREFIX,
+    UPLOAD_ARCHIVE,
+    WANTED_FILE,
+    WORK_DIR,
+    RunNotFound,
+    clean_name,
+    folder_bytes,
+    source_fingerprint,
+    try_flock,
+    valid_id,
+)
 
 try:
     import fcntl
 except ImportError:  # not on Windows; there one process writes a run.json at a time anyway
     fcntl = None
 
+__all__ = [  # the store's names, wherever they are defined: importers name them from here
+    "DB_FILE", "INDEX_DIR", "INGEST_LOCK_FILE", "LOCK_FILE", "LOG_FILE", "MAX_LOG_BYTES", "MAX_NAME_CHARS",
+    "MAX_WANTED", "RACY_S", "RUN_FILE", "SOURCE_DIR", "STAGING_PREFIX", "STATUSES", "UPLOAD_ARCHIVE", "WANTED_FILE",
+    "WORK_DIR", "DuplicateUpload", "RecordCache", "Run", "RunNotFound", "RunStore", "clean_name", "folder_bytes",
+    "source_fingerprint", "try_flock", "valid_id",
+]
+
 log = logging.getLogger("ascendscope.runs")
 
-
-def try_flock(path: Path) -> int | None:
-    """The fd holding an exclusive flock on ``path`` (created if need be), or None if another holder has it; the
-    lock lasts until the fd is closed or the process dies."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    if fcntl is None:
-        return fd
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
 STATUSES = ("queued", "ingesting", "ready", "failed")
-RUN_FILE = "run.json"
-DB_FILE = "run.duckdb"
-LOG_FILE = "ingest.log"
-SOURCE_DIR = "source"  # an upload's extracted archive, removed once the run is ready
-UPLOAD_ARCHIVE = "upload.archive"  # the uploaded archive itself, kept (within a budget) to ingest it again
-INDEX_DIR = "index"  # the server's index files of the run's tracks (server.indexfiles): a cache, safe to delete
-WORK_DIR = "work"  # the worker's scratch folder (spill files) is WORK_DIR-<pid>, removed after every attempt
-STAGING_PREFIX = ".upload-"
-LOCK_FILE = ".run.lock"  # the web process and a worker both rewrite run.json: read-modify-write under a flock
-WANTED_FILE = "wanted.json"  # the ranks users opened in a run still ingesting, newest first (the worker's queue jump)
-MAX_WANTED = 8  # ranks remembered there
-INGEST_LOCK_FILE = ".ingest.lock"  # held by the run's live worker (its pid is written in it, for people)
-MAX_NAME_CHARS = 200
-MAX_LOG_BYTES = 64 << 10  # the tail of ingest.log the API hands out
-RACY_S = 1.0  # a run.json changed this recently is read again (see RecordCache)
 
 
 @dataclass
@@ -89,7 +87,7 @@ class Run:
     created: float = field(default_factory=time.time)
     size: int | None = None  # bytes on disk of the run's folder
     source_fingerprint: str | None = None
-    progress: dict | str | None = None  # see server.worker.RunProgress
+    progress: dict | str | None = None  # see server.runprogress.RunProgress
     started: float | None = None
     finished: float | None = None
     summary: dict | None = None
@@ -103,9 +101,6 @@ class Run:
         return asdict(self)
 
 
-class RunNotFound(KeyError):
-    pass
-
 
 class DuplicateUpload(Exception):
     """The uploaded bytes are those of an existing run (``run``)."""
@@ -115,46 +110,7 @@ class DuplicateUpload(Exception):
         self.run = run
 
 
-class RecordCache:
-    """Parsed run.json files, each kept with the identity of the file it came from (inode, size, mtime, ctime),
-    so a request costs a ``stat`` instead of a read and a parse. A rewrite is a rename of a new file, so any
-    process's rewrite changes the identity; a file modified within :data:`RACY_S` of being read is not trusted
-    (its timestamp could be shared with a rewrite in the same clock tick, "racy git"), so it is read again until
-    it has been still for that long. Bounded: at most ``max_entries`` files, least recently used dropped."""
-
-    def __init__(self, max_entries: int = 4096):
-        self.max_entries = max_entries
-        self._entries: OrderedDict[str, tuple[tuple, dict]] = OrderedDict()
-        self._lock = threading.Lock()
-        self.reads = 0  # files actually read and parsed (tests count them)
-
-    def read(self, path: Path) -> dict:
-        st = os.stat(path)
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        key = str(path)
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None and hit[0] == stamp:
-                self._entries.move_to_end(key)
-                return hit[1]
-        with open(path, encoding="utf-8") as src:
-            data = json.loads(src.read())
-            now_ns = time.time_ns()
-            same = os.fstat(src.fileno())
-        self.reads += 1
-        read_stamp = (same.st_ino, same.st_size, same.st_mtime_ns, same.st_ctime_ns)
-        with self._lock:
-            if read_stamp == stamp and now_ns - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_S * 1e9:
-                self._entries[key] = (stamp, data)
-                self._entries.move_to_end(key)
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
-            else:
-                self._entries.pop(key, None)
-        return data
-
-
-class RunStore:
+class RunStore(IngestFiles):
     """Reads and writes run folders; safe to use from several threads and from the worker processes."""
 
     def __init__(self, data_dir: Path | str):
@@ -188,38 +144,6 @@ class RunStore:
             return False
         run_dir = self.run_dir(run.id)
         return (run_dir / layout.MANIFEST).is_file() and (run_dir / layout.CLUSTER_DB).is_file()
-
-    def want_ranks(self, run_id: str, ranks: list[int]) -> None:
-        """Note that a user opened ``ranks`` of a run still ingesting: its worker loads their shards next
-        (``wanted_ranks``). Written only when the wish changes (temp file + rename)."""
-        now = self.wanted_ranks(run_id)
-        fresh = list(dict.fromkeys([*ranks, *now]))[:MAX_WANTED]
-        if fresh == now:
-            return
-        target = self.run_dir(run_id) / WANTED_FILE
-        tmp = target.with_name(f".{WANTED_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            tmp.write_text(json.dumps({"ranks": fresh, "at": time.time()}), encoding="utf-8")
-            os.replace(tmp, target)
-        except (FileNotFoundError, NotADirectoryError):  # deleted meanwhile
-            tmp.unlink(missing_ok=True)
-
-    def wanted_ranks(self, run_id: str) -> list[int]:
-        """The ranks users asked for while the run ingests, newest first ([] when none)."""
-        try:
-            data = json.loads((self.run_dir(run_id) / WANTED_FILE).read_text(encoding="utf-8"))
-            return [int(r) for r in data.get("ranks", [])][:MAX_WANTED]
-        except (OSError, ValueError, TypeError, AttributeError):
-            return []
-
-    def remove_database(self, run_id: str) -> None:
-        """The run's database in either layout (the manifest first: without it the folder holds no run)."""
-        run_dir = self.run_dir(run_id)
-        (run_dir / layout.MANIFEST).unlink(missing_ok=True)
-        (run_dir / DB_FILE).unlink(missing_ok=True)
-        (run_dir / layout.CLUSTER_DB).unlink(missing_ok=True)
-        shutil.rmtree(run_dir / layout.SHARDS_DIR, ignore_errors=True)
-        shutil.rmtree(run_dir / INDEX_DIR, ignore_errors=True)
 
     def source_path(self, run: Run) -> Path:
         """What the worker ingests: the extracted upload, or the path the run was opened from."""
@@ -339,78 +263,6 @@ class RunStore:
     def pending(self) -> list[Run]:
         """Runs a restart must finish: queued ones and those whose ingestion was interrupted, oldest first."""
         return sorted((r for r in self.list() if r.status in ("queued", "ingesting")), key=lambda r: r.created)
-
-    def clean_partial(self, run_id: str) -> bool:
-        """Remove what an interrupted ingest left, unless a live process holds the run's ingest lock (then its
-        files are in use and nothing is touched). True if the run was free."""
-        fd = self.hold_ingest_lock(run_id)
-        if fd is None:
-            return False
-        try:
-            self.remove_scratch(run_id)
-        finally:
-            os.close(fd)
-        return True
-
-    def remove_scratch(self, run_id: str) -> list[Path]:
-        """Temp databases and scratch folders of earlier attempts (and of pool workers killed mid-shard); the
-        caller holds the run's ingest lock. The shards an interrupted ingest finished stay: its manifest says
-        which, and the next attempt keeps them. Returns the temp files removed."""
-        run_dir = self.run_dir(run_id)
-        gone = []
-        for pattern in (f"{DB_FILE}.tmp-*", f"{layout.CLUSTER_DB}.tmp-*", f".{layout.MANIFEST}.tmp-*",
-                        f"{layout.SHARDS_DIR}/*.tmp-*"):
-            for leftover in run_dir.glob(pattern):
-                leftover.unlink(missing_ok=True)
-                gone.append(leftover)
-        for scratch in [*run_dir.glob(f"{WORK_DIR}*"), *run_dir.glob(".work-*"), run_dir / ".progress"]:
-            shutil.rmtree(scratch, ignore_errors=True)  # the sharded ingest's own
-        if not (run_dir / layout.MANIFEST).exists():  # shards of an ingest that never published a manifest
-            (run_dir / layout.CLUSTER_DB).unlink(missing_ok=True)
-            shutil.rmtree(run_dir / layout.SHARDS_DIR, ignore_errors=True)
-        return gone
-
-    def hold_ingest_lock(self, run_id: str) -> int | None:
-        """Take the run's ingest lock without waiting: the open fd (the lock lasts until it is closed or this
-        process dies), or None if a live process holds it. Raises RunNotFound if the run's folder is gone."""
-        try:
-            return try_flock(self.run_dir(run_id) / INGEST_LOCK_FILE)
-        except (FileNotFoundError, NotADirectoryError):
-            raise RunNotFound(run_id) from None
-
-    def ingest_lock_free(self, run_id: str) -> bool:
-        """True if no live process is ingesting the run right now."""
-        fd = self.hold_ingest_lock(run_id)
-        if fd is not None:
-            os.close(fd)
-        return fd is not None
-
-    def append_log(self, run_id: str, text: str) -> None:
-        """One line in the run's ingest.log, from the web process (what happened to a worker that cannot say)."""
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        try:
-            with open(self.run_dir(run_id) / LOG_FILE, "a", encoding="utf-8") as out:
-                out.write(f"{stamp} {text}\n")
-        except (FileNotFoundError, NotADirectoryError):
-            pass
-
-    def log_tail(self, run_id: str, max_bytes: int = MAX_LOG_BYTES) -> tuple[str, int]:
-        """The last ``max_bytes`` of the run's ingest.log, from a line start, and the log's whole size."""
-        path = self.run_dir(run_id) / LOG_FILE
-        try:
-            with open(path, "rb") as src:
-                size = os.fstat(src.fileno()).st_size
-                src.seek(max(0, size - max_bytes))
-                data = src.read(max_bytes)
-        except FileNotFoundError:
-            return "", 0
-        if size > max_bytes and b"\n" in data:
-            data = data[data.index(b"\n") + 1:]
-        return data.decode("utf-8", "replace"), size
-
-    def log_hint(self, run_id: str) -> str:
-        """Where the details of a failure are, for an error message."""
-        return f"its ingest log has the details (Log on the runs page, or {self.run_dir(run_id) / LOG_FILE})"
 
     def mark_damaged(self, run_id: str, reason: str) -> Run:
         """A ready run whose database cannot be read becomes failed, saying why and how to get it back."""
@@ -537,45 +389,6 @@ def _path_name(src: Path, existing: list[Run]) -> str:
     taken = any(r.name == name and r.source != str(src) for r in existing)
     return f"{src.parent.name}/{name}" if taken and src.parent.name else name
 
-
-def source_fingerprint(path: Path) -> str:
-    """Cheap change detector for a source: file count, total size and newest mtime."""
-    if path.is_file():
-        st = path.stat()
-        return f"1:{st.st_size}:{st.st_mtime_ns}"
-    count = size = newest = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.stat(os.path.join(root, name))
-            except OSError:
-                continue
-            count, size, newest = count + 1, size + st.st_size, max(newest, st.st_mtime_ns)
-    return f"{count}:{size}:{newest}"
-
-
-def folder_bytes(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                continue
-    return total
-
-
-_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
-
-
-def valid_id(run_id: str) -> bool:
-    return isinstance(run_id, str) and bool(_ID_RE.fullmatch(run_id))
-
-
-def clean_name(name: str) -> str:
-    """A display name: control characters dropped, whitespace collapsed, at most MAX_NAME_CHARS characters."""
-    text = " ".join(re.sub(r"[\x00-\x1f\x7f]", " ", str(name)).split())
-    return text[:MAX_NAME_CHARS] or "run"
 
 
 def _slug(name: str) -> str:

@@ -1,14 +1,14 @@
-"""Ingest workers: runs are ingested outside the web process, a bounded number at a time.
+"""The ingest queue: runs are ingested outside the web process, a bounded number at a time.
 
 :class:`IngestQueue` runs ``workers`` threads; each takes a queued run and starts a worker process for it
-(:func:`ingest_worker`; see :func:`worker_context`). The worker calls ``ingest.shards.ingest_sharded``, which
-writes the run's small files of every rank first, then its shards in a pool of processes (one per core), each
-written under a temporary name and published in the run's manifest once complete, so the web process serves the
-run's ready ranks while the others still load (it only ever opens complete files, read-only, and one run's
-ingest never holds up serving the others). The ranks users open in a run still ingesting (``RunStore.want_ranks``)
-are loaded next. The worker reports progress into run.json as it goes (:class:`RunProgress`: bytes, also within
-a shard) and records the outcome there. A run interrupted part way (a restart, a killed worker) keeps the shards
-it finished: the next attempt does not redo them.
+(:func:`server.workerprocess.ingest_worker`; see :func:`worker_context`). The worker calls
+``ingest.shards.ingest_sharded``, which writes the run's small files of every rank first, then its shards in a pool
+of processes (one per core), each written under a temporary name and published in the run's manifest once complete,
+so the web process serves the run's ready ranks while the others still load (it only ever opens complete files,
+read-only, and one run's ingest never holds up serving the others). The ranks users open in a run still ingesting
+(``RunStore.want_ranks``) are loaded next. The worker reports progress into run.json as it goes
+(:class:`server.runprogress.RunProgress`: bytes, also within a shard) and records the outcome there. A run
+interrupted part way (a restart, a killed worker) keeps the shards it finished: the next attempt does not redo them.
 
 The queue is persistent: it is the runs whose run.json says ``queued`` (or ``ingesting``, interrupted by a
 restart), re-read by :meth:`IngestQueue.start`. A worker that dies without recording an outcome (SIGKILL, a
@@ -33,45 +33,27 @@ ingests a run beside a live worker of its predecessor, nor removes that worker's
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
 import queue
-import shutil
 import signal
-import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable
 
-from ascendscope.server.runs import (
-    DB_FILE,
-    LOG_FILE,
-    SOURCE_DIR,
-    WANTED_FILE,
-    WORK_DIR,
-    RunNotFound,
-    RunStore,
-    folder_bytes,
-)
+from ascendscope.server.runs import RunNotFound, RunStore
+from ascendscope.server.workerprocess import BUSY_EXIT, ingest_worker
+from ascendscope.server.workerprocess import nothing_loaded as nothing_loaded  # (callers import it from here too)
 
 log = logging.getLogger("ascendscope.worker")
 
-PROGRESS_INTERVAL_S = 0.5  # run.json is rewritten at most this often for file events …
-TICK_S = 1.0  # … and at least this often (elapsed time, ETA) while the worker runs
-READ_SHARE_PCT = 90.0  # reading the files is this share of the estimated percentage, the phases after it the rest
-PHASE_STEP_PCT = 2.0
 # imported once by the fork server, not per worker
 WORKER_PRELOAD = ["ascendscope.server.worker", "ascendscope.ingest.pipeline", "ascendscope.ingest.shards",
                   "ascendscope.server.prewarm"]
 LOCK_POLL_S = 0.2  # how often the queue looks whether another process's worker let go of a run
-BUSY_EXIT = 75  # a worker's exit code when another live process holds the run's ingest lock
 GROUP_WAIT_S = 5.0  # how long the processes of an exited worker's group may take to exit before they are killed
 GROUP_POLL_S = 0.02
-MAX_LISTED_WARNINGS = 8  # warnings quoted in the error of a run that loaded nothing
-MAX_LOGGED_WARNINGS = 1000  # warnings written to ingest.log
 
 
 class IngestQueue:
@@ -357,279 +339,3 @@ def exit_reason(exitcode: int | None) -> str:
 
 def _note(text: str) -> dict:
     return {"phase": "queued", "text": text, "percent": 0.0}
-
-
-def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | None = None) -> None:
-    """Worker process body: ingest one run, reporting progress and the outcome in its run.json.
-
-    ``lifeline`` is the read end of a pipe the server holds open; the worker kills itself when it closes.
-    ``options``: extra keyword arguments of ``ingest_sharded``, but ``prewarm_min_slices``: the fewest slices a
-    run has for its index files to be written ahead once it is ready (``server.prewarm.MIN_SLICES``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl+C is the server's to act on)
-    try:
-        os.setpgid(0, 0)  # a group of our own, which the processes we start join (see the module docstring)
-    except OSError:
-        pass
-    options = dict(options or {})
-    min_slices = options.pop("prewarm_min_slices", None)
-    if lifeline is not None:
-        _die_with_server(lifeline)
-    store = RunStore(data_dir)
-    try:
-        lock = store.hold_ingest_lock(run_id)
-        if lock is None:
-            raise SystemExit(BUSY_EXIT)
-        os.ftruncate(lock, 0)
-        os.write(lock, f"{os.getpid()}\n".encode())  # who holds it, for a person looking at the folder
-        run = store.get(run_id)
-    except RunNotFound:  # deleted before the worker got to it
-        return
-    if run.status not in ("queued", "ingesting"):
-        return
-    store.remove_scratch(run_id)  # what an earlier attempt left; no live process uses it (we hold the lock)
-    run_dir = store.run_dir(run_id)
-    handler = logging.FileHandler(run_dir / LOG_FILE, encoding="utf-8")
-    # what the worker and its processes (the ingest pool, multiprocessing's helpers) print goes to the run's log,
-    # not to the server's terminal
-    log_fd = os.open(run_dir / LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
-    _own_resource_tracker()
-    logging.basicConfig(level=logging.INFO, handlers=[handler],
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    work = run_dir / f"{WORK_DIR}-{os.getpid()}"
-    work.mkdir(exist_ok=True)
-    tempfile.tempdir = str(work)  # the pipeline's scratch files (spill, extracted archives) stay in the run's folder
-    run = store.set_status(run_id, "ingesting", started=time.time(), worker_pid=os.getpid(),
-                           progress={"phase": "starting", "text": "starting", "percent": 0.0})
-    source = store.source_path(run)
-    wlog = logging.getLogger("ascendscope.ingest")
-    wlog.info("ingesting %s (attempt %d, worker pid %d)", run.source, run.attempts, os.getpid())
-    progress = RunProgress(store, run_id)
-    try:
-        from ascendscope.ingest.shards import ingest_sharded  # the web process never imports the pipeline
-
-        (run_dir / DB_FILE).unlink(missing_ok=True)  # a single-file layout of this run must not outlive this attempt
-        # (the shards an interrupted attempt finished are kept: ingest_sharded reuses those of the same source)
-        summary = ingest_sharded(source, run_dir, progress=progress, wanted=lambda: store.wanted_ranks(run_id),
-                                 **(options or {}))
-    except BaseException as exc:  # noqa: BLE001 - record every failure, even one that is not an Exception
-        progress.close()
-        wlog.error("ingest failed:\n%s", traceback.format_exc())
-        message = f"{type(exc).__name__}: {exc}".strip()
-        if run.origin == "upload":  # the client knows its file by name, not by our folder
-            message = message.replace(str(source), run.source)
-        shutil.rmtree(work, ignore_errors=True)
-        store.set_status(run_id, "failed", error=message[:2000], finished=time.time(), progress=None,
-                         worker_pid=None)
-        return
-    progress.close()
-    shutil.rmtree(work, ignore_errors=True)
-    tempfile.tempdir = None  # (it was the folder just removed)
-    (run_dir / WANTED_FILE).unlink(missing_ok=True)
-    if summary.get("reused"):
-        wlog.info("%d shard(s) finished by an earlier attempt were kept", summary["reused"])
-    warnings = summary.get("warnings") or []
-    for w in warnings[:MAX_LOGGED_WARNINGS]:
-        wlog.warning("%s: %s", w.get("file"), w.get("message"))
-    if len(warnings) > MAX_LOGGED_WARNINGS:
-        wlog.warning("… and %d more warnings (all of them are in the run's warnings table)",
-                     len(warnings) - MAX_LOGGED_WARNINGS)
-    empty = nothing_loaded(summary)
-    if empty is not None:  # every view would be blank: not a ready run
-        store.remove_database(run_id)
-        wlog.error("%s", empty)
-        store.set_status(run_id, "failed", error=empty, finished=time.time(), progress=None,
-                         summary=_brief_summary(summary), worker_pid=None)
-        return
-    brief = _brief_summary(summary)
-    wlog.info("ready: %d rank(s), %d warning(s), %.1f s", len(summary.get("ranks") or []),
-              brief["warning_count"], summary.get("seconds") or 0)
-    store.set_status(run_id, "ready", finished=time.time(), progress=None, summary=brief,
-                     rank_count=len(summary.get("ranks") or []), worker_pid=None)
-    if run.origin == "upload":  # the database holds everything the views read
-        shutil.rmtree(run_dir / SOURCE_DIR, ignore_errors=True)
-        store.update(run_id, size=folder_bytes(run_dir))
-    _prewarm(store, run_id, wlog, min_slices)
-
-
-def _prewarm(store: RunStore, run_id: str, wlog: logging.Logger, min_slices: int | None) -> None:
-    """The run's index files, written now that it is ready (``server.prewarm``): the first look at it is then as
-    quick as the next. The run is served meanwhile; any error only leaves the files to the first requests."""
-    try:
-        from ascendscope.server.prewarm import MIN_SLICES, prewarm
-        from ascendscope.server.settings import Settings
-
-        done = prewarm(store, run_id, Settings.from_env(), min_slices=MIN_SLICES if min_slices is None else min_slices)
-    except Exception:  # noqa: BLE001 - nothing depends on it: the server reads what it needs as before
-        wlog.warning("the index files were not written ahead (the first requests write them):\n%s",
-                     traceback.format_exc())
-        return
-    if "reason" in done and not done.get("entries"):
-        wlog.info("index files not written ahead: %s", done["reason"])
-    else:
-        wlog.info("index files written ahead: %d entries (%d too large for the track cache) in %.1f s%s%s",
-                  done.get("entries", 0), done.get("skipped", 0), done.get("seconds", 0.0),
-                  f"; {done['ranks_left']} more ranks are written at their first look" if done.get("ranks_left")
-                  else "", f"; stopped: {done['reason']}" if "reason" in done else "")
-
-
-def _own_resource_tracker() -> None:
-    """Track the ingest pool's semaphores in a resource tracker of this worker's own (started on first use, its
-    output in the run's log), not in the server's, which this process inherited: a worker stopped mid-ingest
-    leaves them behind, and the server's tracker would say so on the server's terminal when it exits."""
-    from multiprocessing import resource_tracker
-
-    tracker = resource_tracker._resource_tracker
-    with tracker._lock:
-        tracker._fd = tracker._pid = None
-
-
-def _die_with_server(lifeline) -> None:
-    """Kill this process when the server's end of ``lifeline`` closes (the server exited, however it died)."""
-
-    def watch() -> None:
-        try:
-            lifeline.recv_bytes()
-        except (EOFError, OSError):
-            pass
-        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup here: the next attempt removes what is left
-
-    threading.Thread(target=watch, name="server-watchdog", daemon=True).start()
-
-
-def nothing_loaded(summary: dict) -> str | None:
-    """The error of a run in which no view has anything to show (None if something was loaded)."""
-    slices = sum((summary.get("slices_per_kind") or {}).values())
-    rows = (sum((summary.get("tables") or {}).values()) + int(summary.get("counters") or 0)
-            + int(summary.get("cluster_analysis_rows") or 0))
-    if slices or rows:
-        return None
-    warnings = summary.get("warnings") or []
-    listed = "; ".join(f"{w.get('file')}: {w.get('message')}" for w in warnings[:MAX_LISTED_WARNINGS])
-    more = f" (+{len(warnings) - MAX_LISTED_WARNINGS} more)" if len(warnings) > MAX_LISTED_WARNINGS else ""
-    return (f"nothing to show: no timeline slices, counters or table rows were loaded from "
-            f"{len(summary.get('ranks') or [])} rank folder(s)" + (f" — {listed}{more}" if listed else ""))[:2000]
-
-
-class RunProgress:
-    """Mirrors ingest progress into run.json: phase, bytes done / total, an estimated percentage, MB/s, ETA.
-
-    Bytes advance as files finish and, for a trace, while it loads (DuckDB's own scan progress, then the
-    derivation steps). Implements :class:`ingest.pipeline.Progress`.
-    """
-
-    def __init__(self, store: RunStore, run_id: str):
-        self.store, self.run_id = store, run_id
-        self.lock = threading.Lock()
-        self.started = time.monotonic()
-        self.read_started: float | None = None
-        self.phase_name, self.text = "starting", "starting"
-        self.total = self.done = 0
-        self.partial: dict[str, int] = {}  # bytes done of files still loading
-        self.files_done = 0
-        self.ranks: int | None = None
-        self.current: list[str] = []
-        self.after_read = 0
-        self.last_write = 0.0
-        self._stop = threading.Event()
-        self._ticker = threading.Thread(target=self._tick, name="progress-ticker", daemon=True)
-        self._ticker.start()
-
-    def begin(self, total_bytes: int, ranks: int) -> None:
-        with self.lock:
-            self.total, self.ranks = max(1, total_bytes), ranks
-            self.phase_name, self.read_started = "reading", time.monotonic()
-        self.write(force=True)
-
-    def file_start(self, rank: int, name: str, size: int) -> None:
-        with self.lock:
-            self.current.append(_current(rank, name))
-        self.write()
-
-    def file_progress(self, rank: int, name: str, done_bytes: int) -> None:
-        with self.lock:
-            self.partial[name] = done_bytes
-        self.write()
-
-    def file_done(self, rank: int, name: str, size: int, seconds: float) -> None:
-        with self.lock:
-            self.partial.pop(name, None)
-            self.done += size
-            self.files_done += 1
-            label = _current(rank, name)
-            if label in self.current:
-                self.current.remove(label)
-        self.write()
-
-    def phase(self, text: str) -> None:
-        with self.lock:
-            if self.read_started is None:
-                self.phase_name = "extracting" if text.startswith("extracting") else "preparing"
-            elif text.startswith("reading"):  # a step of reading the files (the small ones, then the ranks)
-                self.phase_name = "reading"
-            else:
-                self.phase_name = "finishing"
-                self.after_read += 1
-            self.text, self.current = str(text)[:200], []
-        self.write(force=True)
-
-    def snapshot(self) -> dict:
-        now = time.monotonic()
-        percent, rate, eta = 0.0, None, None
-        done = self.done + sum(self.partial.values())
-        if self.read_started is not None:
-            frac = min(1.0, done / self.total)
-            percent = READ_SHARE_PCT * frac + min(100.0 - READ_SHARE_PCT - 1, PHASE_STEP_PCT * self.after_read)
-            seconds = now - self.read_started
-            if done and seconds > 0:
-                rate = done / seconds
-                if not self.after_read and done < self.total:
-                    eta = (self.total - done) / rate
-        if self.phase_name == "reading":
-            shown = ", ".join(self.current[:2]) + (f" +{len(self.current) - 2}" if len(self.current) > 2 else "")
-            text = f"reading {shown}" if shown else "reading"
-        else:
-            text = self.text
-        return {"phase": self.phase_name, "text": text, "done_bytes": done, "total_bytes": self.total,
-                "files_done": self.files_done, "ranks": self.ranks, "percent": round(percent, 1),
-                "mb_per_s": round(rate / 1e6, 2) if rate else None, "eta_s": round(eta, 1) if eta else None,
-                "elapsed_s": round(now - self.started, 1)}
-
-    def write(self, force: bool = False) -> None:
-        now = time.monotonic()
-        with self.lock:
-            if self._stop.is_set() or (not force and now - self.last_write < PROGRESS_INTERVAL_S):
-                return
-            self.last_write = now
-            try:  # under the lock, so nothing lands after close()
-                self.store.update(self.run_id, progress=self.snapshot())
-            except (RunNotFound, OSError):  # the run was deleted under us; the queue is about to kill this worker
-                pass
-
-    def close(self) -> None:
-        with self.lock:
-            self._stop.set()
-        self._ticker.join(TICK_S + 1)
-
-    def _tick(self) -> None:
-        while not self._stop.wait(TICK_S):
-            self.write(force=True)
-
-
-def _current(rank: int, name: str) -> str:
-    """How a file (or a shard: "ranks 0–99") being read is named in the progress line."""
-    return name if name.startswith("rank") else f"rank {rank}: {name.rsplit('/', 1)[-1]}"
-
-
-def _brief_summary(summary) -> dict | None:
-    """The ingest summary minus its (unbounded) warning and shard lists: the warnings stay in the database's
-    warnings table, the shards in the run's manifest.json; their counts remain."""
-    if not isinstance(summary, dict):
-        return None
-    brief = {k: v for k, v in summary.items() if k not in ("warnings", "shards")}
-    brief["warning_count"] = len(summary.get("warnings") or [])
-    if "shards" in summary:
-        brief["shards_failed"] = sum(1 for s in summary["shards"] if s.get("status") != "ready")
-        brief["shard_seconds_max"] = max((s.get("seconds") or 0 for s in summary["shards"]), default=0)
-    return json.loads(json.dumps(brief, default=str))

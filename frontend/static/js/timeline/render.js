@@ -2,39 +2,21 @@
 // colour), then labels where text fits, then counters, flows and the range overlay. The overlay canvas (hover,
 // cursor line, rubber band) is redrawn on mouse moves without touching the main canvas.
 //
-// A folded track draws its hidden levels as one grey strip under the shown ones. An arrow whose other end is off
-// to the side is drawn as a short fading stub towards it, with a chevron to click (timeline.followArrow).
-// Markers are dashed lines down the lanes (a region also tints its span) and flags in the ruler's top strip.
+// A folded track draws its hidden levels as one grey strip under the shown ones. Markers are dashed lines down the
+// lanes (a region also tints its span). The flow arrows (arrows.js), the ruler with its marker flags (ruler.js) and
+// the counter lanes (counters.js) are drawn by methods of a module each, installed on the Renderer below.
 
-import { flowColor } from "../common/colors.js";
-import { formatValue } from "../common/format.js";
-import { formatDuration, formatTick } from "../common/time.js";
+import { arrowMethods } from "./arrows.js";
+import { counterMethods } from "./counters.js";
 import {
   CHAR_PX, DEPTH_PX, FOLDED_ROWS, HEADER_PX, LABEL_FONT, MIN_LABEL_PX, MORE_PX, MORE_STRIP_PX, SLICE_PX, SUMMARY_PX,
-  TRACK_PAD_PX, niceStep,
+  TRACK_PAD_PX,
 } from "./geometry.js";
+import { ACCENT, BG, GROUP_BG, RANK_BG, SELECT_OUTLINE, SEP, SUMMARY, TEXT } from "./palette.js";
+import { rulerMethods } from "./ruler.js";
 
-const BG = "#1b1d22";
-const RANK_BG = "#262a31";
-const GROUP_BG = "#202329";
-const SEP = "#2b2f36";
-const SUMMARY = "#59606c";
-const TEXT = "#ffffff";
-const MUTED = "#8e94a0";
-const ACCENT = "#4c8dff";
-const SELECT_OUTLINE = "#ffffff";
-const HIDDEN_SERIES = new Set(["acc_id"]);
 const MIN_SLICE_PX = 1;
 const MERGE_PX = 2;  // slices narrower than this merge with a touching neighbour at the same depth
-const STUB_PX = 56;          // length of the stub drawn for an arrow whose other end is off to the side
-const STUB_MIN_PX = 12;
-const STUB_MAX_SLOPE = 3;    // steepest lean of a stub (dy/dx)
-const STUB_FADE = [1, 0.55, 0.22];  // alpha of the stub's pieces, from the end in view outwards
-const CHEVRON_PX = 4;
-export const MARK_STRIP_PX = 15;  // the ruler's top strip: marker flags, region bands, the range's length
-const FLAG_W = 9;
-const FLAG_H = 8;
-const UI_FONT = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
 
 export class Renderer {
   constructor(canvas, overlay, ruler) {
@@ -248,56 +230,6 @@ export class Renderer {
     }
   }
 
-  _counter(s, track, top, h, k) {
-    const e = s.data.counterEntry(track.track_id, s.view);
-    const { ctx, W } = this;
-    const meta = (track.series || []).find((x) => !HIDDEN_SERIES.has(x.series)) || (track.series || [])[0];
-    if (!meta) return;
-    const color = s.colorFor(track.counter_name || track.thread_name);
-    let lo = Math.min(0, meta.min_value ?? 0);
-    let hi = meta.max_value ?? 1;
-    if (!(hi > lo)) hi = lo + 1;
-    const y0 = top + h - 3;
-    const yh = h - 16;  // the top 13 px hold the max label
-    const yOf = (v) => y0 - ((v - lo) / (hi - lo)) * yh;
-    ctx.font = "10px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
-    ctx.textAlign = "left";
-    ctx.textBaseline = "top";
-    ctx.fillStyle = MUTED;
-    ctx.fillText(`max ${formatValue(hi)} ${meta.series}`, 4, top + 1);
-    if (!e) return;
-    const ser = e.series.find((x) => x.name === meta.series);
-    if (!ser || (!ser.ts.length && !ser.before)) return;
-    const vs = s.view.start;
-    const pts = [];
-    if (ser.before) pts.push([(ser.before.ts_ns - vs) * k, ser.before.value]);
-    for (let i = 0; i < ser.ts.length; i++) pts.push([(ser.ts[i] - vs) * k, ser.value[i]]);
-    const endX = ser.after ? (ser.after.ts_ns - vs) * k : pts.length ? pts[pts.length - 1][0] : 0;
-    if (!pts.length) return;
-    ctx.beginPath();
-    let x = Math.max(-2, pts[0][0]);
-    let yPrev = yOf(Number.isFinite(pts[0][1]) ? pts[0][1] : lo);
-    ctx.moveTo(x, y0);
-    ctx.lineTo(x, yPrev);
-    for (let i = 1; i < pts.length; i++) {
-      x = Math.min(Math.max(pts[i][0], -2), W + 2);
-      ctx.lineTo(x, yPrev);
-      yPrev = yOf(Number.isFinite(pts[i][1]) ? pts[i][1] : lo);
-      ctx.lineTo(x, yPrev);
-    }
-    const xEnd = Math.min(Math.max(endX, x), W + 2);
-    ctx.lineTo(xEnd, yPrev);
-    ctx.lineTo(xEnd, y0);
-    ctx.closePath();
-    ctx.globalAlpha = 0.28;
-    ctx.fillStyle = color;
-    ctx.fill();
-    ctx.globalAlpha = 1;
-    ctx.strokeStyle = color;
-    ctx.lineWidth = 1.2;
-    ctx.stroke();
-  }
-
   _selection(s) {
     const sel = s.selection;
     if (!sel) return;
@@ -363,263 +295,6 @@ export class Renderer {
     ctx.restore();
   }
 
-  /** Arrows for the selected slice's flows and for the ticked categories; returns what was drawn. Curves and
-   * stubs are batched per (category, emphasis) into a few paths each, so thousands of flows cost a few strokes. */
-  _flows(s) {
-    const { ctx, W } = this;
-    const drawn = [];
-    const groups = new Map();
-    const k = W / (s.view.end - s.view.start);
-    const add = (f, strong) => {
-      const a = s.flowPoint(f.src_track_id, f.src_ts_ns, f.src_depth, k);
-      const b = s.flowPoint(f.dst_track_id, f.dst_ts_ns, f.dst_depth, k);
-      if (!a || !b) return;
-      const aIn = a.x >= 0 && a.x <= W;
-      const bIn = b.x >= 0 && b.x <= W;
-      if (!aIn && !bIn) return;  // a line across the whole view from nowhere to nowhere tells nothing
-      const key = `${f.cat}|${strong ? 1 : 0}`;
-      let g = groups.get(key);
-      if (!g) {
-        g = { cat: f.cat, strong, curves: [], stubs: [] };
-        groups.set(key, g);
-      }
-      const arrow = { flow_id: f.flow_id, cat: f.cat, src_slice_id: f.src_slice_id, dst_slice_id: f.dst_slice_id,
-        src_ts_ns: f.src_ts_ns, dst_ts_ns: f.dst_ts_ns, src_track_id: f.src_track_id, dst_track_id: f.dst_track_id,
-        x1: a.x, y1: a.y, x2: b.x, y2: b.y, selected: !!strong, clip: null };
-      if (aIn && bIn) {
-        const dx = Math.max(18, Math.abs(b.x - a.x) / 2);
-        arrow.cx1 = a.x + dx;
-        arrow.cx2 = b.x - dx;
-        g.curves.push(arrow);
-      } else {
-        // from the end in view (p) a short way towards where the other one (q) would be at the edge of the view:
-        // the stub leans towards q's lane; it ends before the edge when there is room
-        const [p, q] = aIn ? [a, b] : [b, a];
-        const dir = q.x > p.x ? 1 : -1;
-        const room = dir > 0 ? W - p.x : p.x;
-        const slope = Math.max(-STUB_MAX_SLOPE, Math.min(STUB_MAX_SLOPE, (q.y - p.y) / Math.max(room, 1)));
-        const dx = Math.max(STUB_MIN_PX / 2, Math.min(STUB_PX / Math.hypot(1, slope), room - CHEVRON_PX - 2));
-        Object.assign(arrow, { clip: aIn ? "dst" : "src", px: p.x, py: p.y, sx: p.x + dir * dx,
-          sy: p.y + slope * dx, dir });
-        g.stubs.push(arrow);
-      }
-      drawn.push(arrow);
-    };
-    const overlay = s.categoryFlows;
-    if (overlay) {
-      const f = {};
-      for (let i = 0; i < overlay.flow_id.length; i++) {
-        for (const key of FLOW_KEYS) f[key] = overlay[key][i];
-        add(f, false);
-      }
-    }
-    for (const f of s.selectedFlows || []) add(f, true);
-    const order = [...groups.values()].sort((p, q) => p.strong - q.strong);
-    for (const g of order) {
-      const color = flowColor(g.cat);
-      const base = g.strong ? 1 : 0.8;
-      ctx.strokeStyle = color;
-      ctx.fillStyle = color;
-      ctx.lineWidth = g.strong ? 1.8 : 1;
-      ctx.globalAlpha = base;
-      ctx.beginPath();
-      for (const a of g.curves) {
-        ctx.moveTo(a.x1, a.y1);
-        ctx.bezierCurveTo(a.cx1, a.y1, a.cx2, a.y2, a.x2, a.y2);
-      }
-      ctx.stroke();
-      if (g.stubs.length) {
-        // the fade: each stub in a few pieces, one path per piece, each piece fainter than the last
-        const n = STUB_FADE.length;
-        STUB_FADE.forEach((fade, i) => {
-          ctx.globalAlpha = base * fade;
-          ctx.beginPath();
-          for (const a of g.stubs) {
-            ctx.moveTo(a.px + ((a.sx - a.px) * i) / n, a.py + ((a.sy - a.py) * i) / n);
-            ctx.lineTo(a.px + ((a.sx - a.px) * (i + 1)) / n, a.py + ((a.sy - a.py) * (i + 1)) / n);
-          }
-          ctx.stroke();
-        });
-        ctx.globalAlpha = base;
-        ctx.beginPath();
-        for (const a of g.stubs) {
-          ctx.moveTo(a.sx - a.dir * CHEVRON_PX, a.sy - CHEVRON_PX);
-          ctx.lineTo(a.sx, a.sy);
-          ctx.lineTo(a.sx - a.dir * CHEVRON_PX, a.sy + CHEVRON_PX);
-        }
-        ctx.stroke();
-      }
-      ctx.globalAlpha = base;
-      ctx.beginPath();
-      const r = g.strong ? 2.5 : 1.8;
-      for (const a of g.curves) {
-        ends(ctx, a.x1, a.y1, true, r);
-        ends(ctx, a.x2, a.y2, false, r);
-      }
-      for (const a of g.stubs) ends(ctx, a.px, a.py, a.clip === "dst", r);
-      ctx.fill();
-    }
-    ctx.globalAlpha = 1;
-    return drawn;
-  }
-
-  /** The time a partially loaded rank has still to come (its slices starting there are not read yet): hatched
-   * across the ruler, named in its top strip. */
-  _stillComing(s, k) {
-    const { rctx: ctx, RW: W, RH: H } = this;
-    for (const span of s.stillComing || []) {
-      const xa = Math.max((span.start - s.view.start) * k, 0);
-      const xb = Math.min((span.end - s.view.start) * k, W);
-      if (xb <= xa) continue;
-      ctx.save();
-      ctx.beginPath();
-      ctx.rect(xa, 0, xb - xa, H);
-      ctx.clip();
-      ctx.fillStyle = "rgba(214,160,60,0.16)";
-      ctx.fillRect(xa, 0, xb - xa, H);
-      ctx.strokeStyle = "rgba(214,160,60,0.35)";
-      ctx.beginPath();
-      for (let x = xa - H; x < xb; x += 8) {
-        ctx.moveTo(x, H);
-        ctx.lineTo(x + H, 0);
-      }
-      ctx.stroke();
-      ctx.fillStyle = "#e0b060";
-      ctx.font = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
-      ctx.textBaseline = "top";
-      ctx.fillText(`rank ${span.rank}: still loading`, xa + 4, 1.5);
-      ctx.restore();
-    }
-  }
-
-  drawRuler(s, hoverX) {
-    const { rctx: ctx, RW: W, RH: H } = this;
-    ctx.fillStyle = "#22252b";
-    ctx.fillRect(0, 0, W, H);
-    const span = s.view.end - s.view.start;
-    const k = W / span;
-    const step = niceStep(span / W, 110);
-    const minor = step / 5;
-    ctx.strokeStyle = "#4a4f59";
-    ctx.lineWidth = 1;
-    ctx.beginPath();
-    if (minor * k >= 8) {
-      for (let t = Math.ceil(s.view.start / minor) * minor; t <= s.view.end; t += minor) {
-        const x = Math.round((t - s.view.start) * k) + 0.5;
-        ctx.moveTo(x, H - 5);
-        ctx.lineTo(x, H);
-      }
-    }
-    ctx.stroke();
-    // the range label is placed first so tick labels under it can be left out
-    let rangeBox = null;
-    let rangeLabel = "";
-    const labelFont = "bold 11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
-    ctx.fillStyle = "#1e2126";
-    ctx.fillRect(0, 0, W, MARK_STRIP_PX);
-    ctx.fillStyle = "#30343b";
-    ctx.fillRect(0, MARK_STRIP_PX, W, 1);
-    this._stillComing(s, k);
-    if (s.range) {
-      const xa = (s.range.start - s.view.start) * k;
-      const xb = (s.range.end - s.view.start) * k;
-      ctx.fillStyle = "rgba(76,141,255,0.22)";
-      ctx.fillRect(xa, 0, xb - xa, H);
-      ctx.fillStyle = ACCENT;
-      ctx.fillRect(xa, H - 3, xb - xa, 3);
-      rangeLabel = `↔ ${formatDuration(s.range.end - s.range.start)}`;
-      ctx.font = labelFont;
-      const tw = ctx.measureText(rangeLabel).width + 12;
-      const cx = Math.min(Math.max((xa + xb) / 2, tw / 2), W - tw / 2);
-      rangeBox = [cx - tw / 2, cx + tw / 2];
-    }
-    this._flags(s, k);
-    ctx.strokeStyle = "#6b717c";
-    ctx.fillStyle = "#aab0ba";
-    ctx.font = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
-    ctx.textAlign = "left";
-    ctx.textBaseline = "top";
-    ctx.beginPath();
-    const magnitude = s.view.end - s.runStart;
-    for (let t = Math.ceil(s.view.start / step) * step; t <= s.view.end; t += step) {
-      const x = Math.round((t - s.view.start) * k) + 0.5;
-      ctx.moveTo(x, H - 12);
-      ctx.lineTo(x, H);
-      const text = formatTick(t - s.runStart, step, magnitude);
-      ctx.fillText(text, x + 4, MARK_STRIP_PX + 3);
-    }
-    ctx.stroke();
-    if (rangeBox) {
-      ctx.font = labelFont;
-      ctx.fillStyle = "#2c4f8f";
-      ctx.fillRect(rangeBox[0], 0, rangeBox[1] - rangeBox[0], MARK_STRIP_PX);
-      ctx.fillStyle = "#fff";
-      ctx.textAlign = "center";
-      ctx.fillText(rangeLabel, (rangeBox[0] + rangeBox[1]) / 2, 1.5);
-    }
-    if (hoverX !== null && hoverX !== undefined && hoverX >= 0 && hoverX <= W) {
-      const t = s.view.start + hoverX / k;
-      const label = formatTick(t - s.runStart, niceStep(span / W, 1), s.view.end - s.runStart);
-      ctx.font = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
-      const tw = ctx.measureText(label).width + 10;
-      const x = Math.min(Math.max(hoverX - tw / 2, 0), W - tw);
-      ctx.fillStyle = ACCENT;
-      ctx.fillRect(x, H - 17, tw, 15);
-      ctx.fillStyle = "#fff";
-      ctx.textAlign = "left";
-      ctx.fillText(label, x + 5, H - 15);
-    }
-  }
-
-  /** Marker flags in the ruler's top strip (a region: a band between two flags), each named where it fits. */
-  _flags(s, k) {
-    if (!s.markers || !s.markers.length) return;
-    const { rctx: ctx, RW: W, RH: H } = this;
-    const flags = [];
-    for (const m of s.markers) {
-      const xa = (m.start - s.view.start) * k;
-      const xb = m.end === null ? null : (m.end - s.view.start) * k;
-      if ((xb ?? xa) < -FLAG_W || xa > W + FLAG_W) continue;
-      if (xb !== null) {
-        ctx.globalAlpha = 0.3;
-        ctx.fillStyle = m.color;
-        ctx.fillRect(Math.max(xa, 0), 1, Math.min(xb, W) - Math.max(xa, 0), MARK_STRIP_PX - 2);
-        ctx.globalAlpha = 1;
-        flags.push({ x: xb, m, dir: -1 });
-      }
-      flags.push({ x: xa, m, dir: 1, label: true, end: xb });
-    }
-    flags.sort((a, b) => a.x - b.x);
-    ctx.font = UI_FONT;
-    ctx.textBaseline = "top";
-    ctx.textAlign = "left";
-    flags.forEach((f, i) => {
-      const x = Math.round(f.x) + 0.5;
-      ctx.strokeStyle = f.m.color;
-      ctx.fillStyle = f.m.color;
-      ctx.lineWidth = 1.5;
-      ctx.beginPath();
-      ctx.moveTo(x, 1);
-      ctx.lineTo(x, H);
-      ctx.stroke();
-      ctx.beginPath();  // a pennant pointing into the region (or right, for a point marker)
-      ctx.moveTo(x, 1);
-      ctx.lineTo(x + f.dir * FLAG_W, 1 + FLAG_H / 2);
-      ctx.lineTo(x, 1 + FLAG_H);
-      ctx.closePath();
-      ctx.fill();
-      if (!f.label) return;
-      const next = flags.slice(i + 1).find((g) => g.x > f.x + 1);
-      const room = Math.min(next ? next.x : W, f.end ?? W) - (x + FLAG_W + 3) - 4;
-      if (room < 24) return;
-      const name = f.m.name;
-      let text = name;
-      while (text.length > 1 && ctx.measureText(text).width > room) text = `${text.slice(0, -2)}…`;
-      ctx.fillStyle = "#e6e8ec";
-      ctx.fillText(text, x + FLAG_W + 3, 1.5);
-    });
-  }
-
   /** Hover outline, cursor line and the Alt-drag rubber band. */
   drawOverlay(s, hover) {
     const { octx: ctx, W, H } = this;
@@ -649,20 +324,10 @@ export class Renderer {
   }
 }
 
-const FLOW_KEYS = ["flow_id", "cat", "src_track_id", "src_ts_ns", "src_slice_id", "src_depth", "dst_track_id",
-  "dst_ts_ns", "dst_slice_id", "dst_depth"];
-
-/** Adds an arrow end to the current path: a dot for a source, an arrowhead for a destination. */
-function ends(ctx, x, y, source, r) {
-  if (source) {
-    ctx.moveTo(x + r, y);
-    ctx.arc(x, y, r, 0, Math.PI * 2);
-  } else {
-    ctx.moveTo(x, y);
-    ctx.lineTo(x - 7, y - 4);
-    ctx.lineTo(x - 7, y + 4);
-    ctx.closePath();
-  }
+// The renderer's other parts live in a module each (arrows.js, ruler.js, counters.js) as objects of methods; copying
+// their property descriptors keeps `this` in them the renderer.
+for (const methods of [arrowMethods, rulerMethods, counterMethods]) {
+  Object.defineProperties(Renderer.prototype, Object.getOwnPropertyDescriptors(methods));
 }
 
 function push(batch, color, x, y, w, h) {
