@@ -250,7 +250,8 @@ def main(argv=None) -> int:
     ap.add_argument("--before", default=None, help="a checkout of the version to compare with (git worktree add)")
     ap.add_argument("--scenarios", nargs="+", choices=sorted(SCENARIOS), default=sorted(SCENARIOS))
     ap.add_argument("--clients", type=int, nargs="+", default=None, help="client counts (default: the scenario's)")
-    ap.add_argument("--seconds", type=float, default=30.0, help="length of each measurement")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help=f"length of each measurement (default 30, quick {QUICK['seconds']:g})")
     ap.add_argument("--repeat", type=int, default=2, help="measurements per (scenario, clients, version)")
     ap.add_argument("--workers", type=int, default=None, help="server processes of this version (default: its own)")
     ap.add_argument("--seed", type=int, default=0)
@@ -261,7 +262,8 @@ def main(argv=None) -> int:
                     help="a data dir holding the 1-rank run for this version (else generated)")
     ap.add_argument("--store-8rank", default=None,
                     help="a data dir holding the 8-rank run for this version (else generated)")
-    ap.add_argument("--quick", action="store_true", help="a smoke run: a small generated run, 1 and 4 clients, 2 s")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"a smoke run: a small generated run, 1 and 4 clients, {QUICK['seconds']:g} s (or --seconds)")
     ap.add_argument("--index", choices=("cold", "ahead", "warm", "both", "all"), default="both",
                     help="this version with no index files (cold: the first look at a run when nothing wrote them "
                          "ahead, as 'after'), with them written ahead as after an ingest (ahead), with the files "
@@ -273,9 +275,10 @@ def main(argv=None) -> int:
 
     plans = []
     if args.quick:
-        args.seconds, args.repeat, args.index = QUICK["seconds"], 1, "first"
+        args.seconds, args.repeat, args.index = args.seconds or QUICK["seconds"], 1, "first"
         plans.append((QUICK_SCENARIO, *prepare(cache, QUICK_SCENARIO)))
     else:
+        args.seconds = args.seconds or 30.0
         stores = {"1rank": args.store_1rank, "8rank": args.store_8rank}
         for name in args.scenarios:
             sc = SCENARIOS[name]

@@ -24,6 +24,7 @@ read and write (with Ray on several nodes: shared storage). ``close()`` frees th
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import multiprocessing.util
 import os
 import signal
@@ -37,6 +38,7 @@ from concurrent.futures.process import BrokenProcessPool
 EXECUTORS = ("process", "ray")
 POOL_ATTEMPTS = 2  # a task whose worker died is tried this many times in all
 MAX_SOCKET_DIR = 70  # the fork server's socket path (this folder + ~30 characters) must stay under 108 bytes
+POOL_PRELOAD = ["ascendscope.ingest.pipeline"]  # the module of the shard task (pipeline.ingest_shard)
 ORPHAN_POLL_S = 0.1  # how often a pool worker looks whether the process that started the pool is gone
 
 
@@ -114,7 +116,12 @@ def _start_context():
         tempfile.tempdir = saved
     if len(folder) > MAX_SOCKET_DIR:
         return multiprocessing.get_context("spawn")
-    return multiprocessing.get_context("forkserver")
+    ctx = multiprocessing.get_context("forkserver")
+    # the fork server imports the shard task's modules once (added to what this process already asked it to
+    # preload): else each pool worker imports them itself, ~1 CPU-s per worker of every pool started
+    asked = list(getattr(multiprocessing.forkserver._forkserver, "_preload_modules", None) or ["__main__"])
+    ctx.set_forkserver_preload([*asked, *(m for m in POOL_PRELOAD if m not in asked)])
+    return ctx
 
 
 class Batch:

@@ -45,9 +45,11 @@ def archive(source) -> bytes:
 def serve(data_dir: Path, workers: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASCENDSCOPE_")}
+    # one query process per server process (the default is one per core): each still answers through one, and
+    # every extra one is an interpreter started per server process that these tests never look at
     proc = subprocess.Popen(
         [sys.executable, "-m", "ascendscope.server.cli", "serve", "--no-browser", "--port", str(port), "--data-dir",
-         str(data_dir), "--workers", str(workers), "--log-level", "warning"],
+         str(data_dir), "--workers", str(workers), "--query-processes", "1", "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     wait_for(lambda: httpx.get(f"{base}/api/health", timeout=2).status_code == 200, proc=proc)

@@ -292,8 +292,9 @@ def test_concurrency_benchmark_runs_end_to_end(tmp_path):
     """`ascendscope bench concurrency --quick` serves a small generated run to wrk walks (the page's request mix),
     with no index files and with them written ahead (timed), and reports every measurement, with each request's
     own latency beside wrk's, the server's CPU per request and /api/health beside the load."""
-    done = subprocess.run([sys.executable, "-m", "ascendscope.server.cli", "bench", "concurrency", "--quick", "--cache",
-                           str(tmp_path)], capture_output=True, text=True, timeout=600,
+    # 1 s per measurement (as the suite's smoke test): every row still has requests, latencies and health
+    done = subprocess.run([sys.executable, "-m", "ascendscope.server.cli", "bench", "concurrency", "--quick",
+                           "--seconds", "1", "--cache", str(tmp_path)], capture_output=True, text=True, timeout=600,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])

@@ -6,6 +6,7 @@ what is kept, and a track too large for it keeps the SQL path."""
 from __future__ import annotations
 
 import random
+import shutil
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,6 +15,7 @@ from ascendscope.server.app import create_app
 from ascendscope.server.settings import Settings
 
 WIDTHS = (300, 1600)
+DENSE_SLICES = 40_000
 
 
 def client_for(data_dir, background: bool = False, **settings) -> TestClient:
@@ -60,15 +62,33 @@ def compare_everywhere(data_dir, run_id, seed: int, track_cache_mb: int = 256, *
     return lod
 
 
+@pytest.fixture(scope="module")
+def dense_db(tmp_path_factory):
+    """The 40,000-slice synthetic run's database, built once for the module."""
+    from ascendscope.bench.query import prepare_store
+
+    cache = tmp_path_factory.mktemp("dense")
+    prepare_store(cache, DENSE_SLICES)
+    return cache / f"synth_{DENSE_SLICES}.duckdb"
+
+
+@pytest.fixture()
+def dense(dense_db, tmp_path):
+    """``(data dir, run id)``: a store of its own holding a copy of the dense run (a test's index files and
+    answers stay its own)."""
+    from ascendscope.bench.query import prepare_store
+
+    shutil.copy(dense_db, tmp_path / dense_db.name)  # (found there: prepare_store does not build it again)
+    return prepare_store(tmp_path, DENSE_SLICES)
+
+
 @pytest.mark.parametrize("name", ["level1", "level0", "generated"])
 def test_memory_answers_equal_the_sql_answers_on_the_samples(runs, name):
     compare_everywhere(runs.data_dir, runs.ids[name], seed=1)
 
 
-def test_memory_answers_equal_the_sql_answers_on_a_dense_run_with_lod_and_caps(tmp_path_factory):
-    from ascendscope.bench.query import prepare_store
-
-    data, run_id = prepare_store(tmp_path_factory.mktemp("trackindex"), 40_000)
+def test_memory_answers_equal_the_sql_answers_on_a_dense_run_with_lod_and_caps(dense):
+    data, run_id = dense
     assert compare_everywhere(data, run_id, seed=2) > 0
     # a cap small enough that exact and LOD answers are cut: the same rows kept, the same flags
     assert compare_everywhere(data, run_id, seed=3, max_slices_per_track=40) > 0
@@ -100,13 +120,12 @@ def test_a_track_once_read_is_answered_without_a_query(runs, monkeypatch):
     assert len(reads) == 1 and "ORDER BY slice_id" in reads[0], reads
 
 
-def test_the_budget_bounds_what_is_kept_and_a_track_too_large_keeps_the_sql_path(tmp_path_factory, monkeypatch):
-    from ascendscope.bench.query import prepare_store
+def test_the_budget_bounds_what_is_kept_and_a_track_too_large_keeps_the_sql_path(dense, monkeypatch):
     from ascendscope.server.queries import track_index
     from ascendscope.server.querypool import QueryPool
 
     budget = 300_000  # a quarter holds a track of ~2,300 slices: this run has tracks of 400 to 2,996
-    data, run_id = prepare_store(tmp_path_factory.mktemp("trackbudget"), 40_000)
+    data, run_id = dense
     loads = []
     for name in ("load_slices", "load_lod"):
         real = getattr(track_index, name)
@@ -132,13 +151,11 @@ def test_the_budget_bounds_what_is_kept_and_a_track_too_large_keeps_the_sql_path
     compare_everywhere(data, run_id, seed=4, track_cache_mb=1)
 
 
-def test_one_dense_track_does_not_use_up_the_rows_of_the_others_on_the_sql_path(tmp_path_factory):
+def test_one_dense_track_does_not_use_up_the_rows_of_the_others_on_the_sql_path(dense):
     """The batched SQL queries cap each track, not the batch: with a cap of 40 rows, four dense tracks asked for
     together each get their 40 rows and say they were cut (before, the first took all 161 and the others came back
     empty, not marked truncated)."""
-    from ascendscope.bench.query import prepare_store
-
-    data, run_id = prepare_store(tmp_path_factory.mktemp("trackcap"), 40_000)
+    data, run_id = dense
     with client_for(data, track_cache_mb=0, max_slices_per_track=40) as client:
         meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
         tracks = [t["track_id"] for t in meta["tracks"] if t["kind"] != "counter" and t["slice_count"] > 400][:4]
@@ -255,17 +272,25 @@ def test_flow_answers_from_memory_equal_the_sql_answers(runs, name):
     assert compare_flows(runs.data_dir, runs.ids[name], seed=7, max_flows=7) > 0
 
 
-@pytest.mark.parametrize("group", [False, True])
-def test_flow_answers_from_memory_equal_the_sql_answers_over_several_shards(tmp_path_factory, group):
-    """Four ranks in a shard each, or in two shards of two: flows come from each shard's table in order of their
-    ids, and reading stops once the cap is reached with smaller ids than the next shard's."""
-    from ascendscope.ingest.shards import ingest_sharded
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory):
+    """A generated run of four ranks (only read: each test ingests it into a store of its own)."""
     from ascendscope.sample_data.generate import generate_run
-    from ascendscope.server.runs import RunStore
 
     source = tmp_path_factory.mktemp("flowshards-src") / "run"
     generate_run(source, ranks=4, steps=2, ops_per_step=60, seed=5)
+    return source
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_flow_answers_from_memory_equal_the_sql_answers_over_several_shards(four_ranks, tmp_path_factory, group):
+    """Four ranks in a shard each, or in two shards of two: flows come from each shard's table in order of their
+    ids, and reading stops once the cap is reached with smaller ids than the next shard's."""
+    from ascendscope.ingest.shards import ingest_sharded
+    from ascendscope.server.runs import RunStore
+
     store = RunStore(tmp_path_factory.mktemp("flowshards"))
+    source = four_ranks
     run = store.create_run("flows", str(source))
     rank_bytes = max(sum(f.stat().st_size for f in r.rglob("*") if f.is_file()) for r in source.iterdir())
     ingest_sharded(source, store.run_dir(run.id), workers=2,
