@@ -1,5 +1,6 @@
-"""A big rank's first time window is published before its shard (issue #39): the preview's tracks and slices are
-exactly the final shard's rows of that window (ids, depths, parents, a slice straddling the window's end whole),
+"""A big rank's first time window is published before its shard (issue #39), from its slices before they are
+nested: the preview's slices are exactly the final shard's rows of that window (ids, depths, parents, a slice
+straddling the window's end whole), its tracks the final tracks but for their depth (the window's),
 it is served with its loaded range while the rank is pending, and the final shard replaces it.
 
 Generated data only; the preview's thresholds are lowered so a small rank gets one.
@@ -47,7 +48,14 @@ def test_the_preview_holds_the_final_rows_of_its_window(shard_and_preview):
     final = _rows(shard, "SELECT * FROM slices WHERE ts_ns < ? ORDER BY slice_id", [until])
     assert _rows(pv, "SELECT * FROM slices ORDER BY slice_id") == final
     assert WINDOW_SLICES - 50 <= len(final) <= WINDOW_SLICES < _rows(shard, "SELECT count(*) FROM slices")[0][0]
-    assert _rows(pv, "SELECT * FROM tracks ORDER BY track_id") == _rows(shard, "SELECT * FROM tracks ORDER BY track_id")
+    # the tracks are the final ones, but for their depth: the window's deepest slice (the rest is not nested yet)
+    assert _rows(pv, "SELECT * EXCLUDE (max_depth) FROM tracks ORDER BY track_id") == _rows(
+        shard, "SELECT * EXCLUDE (max_depth) FROM tracks ORDER BY track_id")
+    window_depths = {}
+    for r in final:
+        window_depths[r[1]] = max(window_depths.get(r[1], 0), r[5])
+    depths = dict(_rows(pv, "SELECT track_id, max_depth FROM tracks"))
+    assert {t: d for t, d in depths.items() if d is not None} == window_depths
     assert start == _rows(shard, "SELECT min(ts_ns) FROM slices")[0][0]
     assert note["end_ns"] == _rows(shard, "SELECT max(ts_ns + dur_ns) FROM slices")[0][0]
     # what the window's end cuts through is there whole, nested as in the final shard
