@@ -8,6 +8,7 @@ Generated data only; the preview's thresholds are lowered so a small rank gets o
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import duckdb
@@ -109,3 +110,30 @@ def test_a_pending_rank_is_served_from_its_preview_with_its_loaded_range(one_ran
         whole = client.get(f"/api/runs/{run.id}/timeline/slices", params={"track_id": track["track_id"],
                                                                            "width_px": 4000}).json()
         assert 0 < part["tracks"][0]["count"] < whole["tracks"][0]["count"]
+
+
+def test_the_preview_is_published_before_the_rank_is_nested(one_rank, tmp_path, monkeypatch):
+    """The window is nested on its own once the slices are made: the rank's nesting may wait for it."""
+    from ascendscope.ingest import trace
+
+    nest = trace.TraceLoad._nest
+    seen = {}
+
+    def nest_after_the_preview(self, *args, **kwargs):
+        progress = tmp_path / ".progress" / "rank_00000.bytes"
+        deadline = time.monotonic() + 60
+        while preview.read_note(progress) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen["note"] = preview.read_note(progress)
+        seen["nest_exists"] = self.cur.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [self.p.split(".")[-1] + "nest"]
+        ).fetchone()[0]
+        return nest(self, *args, **kwargs)
+
+    monkeypatch.setattr(trace.TraceLoad, "_nest", nest_after_the_preview)
+    shard, pv, note, _ = shard_task(one_rank, tmp_path)
+    assert seen["note"] == note and note is not None and pv.is_file()
+    assert seen["nest_exists"] == 0  # (the rank's own nesting had not begun)
+    until = note["loaded_ns"][1]
+    assert _rows(pv, "SELECT * FROM slices ORDER BY slice_id") == _rows(
+        shard, "SELECT * FROM slices WHERE ts_ns < ? ORDER BY slice_id", [until])
