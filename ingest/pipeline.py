@@ -290,7 +290,13 @@ def _preview(shard: Path, progress_path: str | None):
     if not progress_path:
         return None
     note = preview.note_for(progress_path)
-    return lambda cur, prefix: preview.write(cur, prefix, overlap.DERIVED_PID, shard, note)
+
+    def write(cur, prefix: str) -> None:
+        try:
+            preview.write(cur, prefix, overlap.DERIVED_PID, shard, note, rank_id_bases)
+        except (duckdb.Error, OSError):
+            pass  # the whole shard follows; only its first window is not shown before it
+    return write
 
 
 class FileProgress(Progress):
@@ -411,6 +417,8 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
                           many=len(members) > 1)
             for res in stage.members:  # one rank: no union of ranks to build, so its CSV tables are made in place
                 res.prefix, res.csv_prefix = stage.prefix, "main." if len(results) == 1 else stage.prefix
+            if preview is not None and len(members) == 1:  # a lone rank: its first time window, ahead of it
+                stage.on_sliced = preview
             stages.append(stage)
         tasks = plan_tasks(stages)
         # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in byte ranges
@@ -425,7 +433,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
             traces = {t[2].idx: f for f, t in futures.items() if t[1] in TIMELINE_KINDS}
             # the CSV/JSON tables are assembled as soon as they are staged, while traces still load
             assembled = pool.submit(assemble_files, con, stages, others, work)
-            write_traces(con, stages, traces, bases, at, preview)
+            write_traces(con, stages, traces, bases, at)
             for fut in [assembled, *futures]:
                 fut.result()
             # a group whose traces failed together: each loaded again alone, so one bad trace fails only its rank

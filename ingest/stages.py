@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,7 @@ class Stage:
     nested: threading.Event = field(default_factory=threading.Event)  # set once slices are final (or on failure)
     nest_ok: bool = False
     failed: bool = False  # the group's traces failed together: each is loaded again alone
+    on_sliced: Callable | None = None  # (cursor, prefix): its trace's slices are made (ingest.preview)
 
     @property
     def ranks(self) -> list[int]:
@@ -218,7 +220,7 @@ def _stage(con, stage: Stage, res: RankResult, kind: str, path: Path, root: Path
         got = readers.stage(readers.Job(
             cur=cur, prefix=res.prefix, csv_prefix=res.csv_prefix, rank=rank, display=display,
             workdir=work / f"r{res.idx}", on_progress=lambda f: progress.file_progress(rank, display, int(f * size)),
-            on_nested=nested, split_read=split_read), kind, path)
+            on_nested=nested, split_read=split_read, on_sliced=stage.on_sliced), kind, path)
         _took(res, got, entry, warnings)
     except Exception as exc:  # noqa: BLE001 - an unexpected bug must not take the other files down with it
         _failed(entry, warnings, exc)
@@ -345,15 +347,12 @@ def _device_ids(cur, stage: Stage, from_trace: bool = False) -> None:
                 res.device_id = int(value)
 
 
-def write_traces(con, stages: list[Stage], trace_tasks: dict, bases: IdBases | None, at: list[int],
-                 preview=None) -> None:
+def write_traces(con, stages: list[Stage], trace_tasks: dict, bases: IdBases | None, at: list[int]) -> None:
     """Append each stage's trace tables to the run's tables, in stage order and as soon as they are ready: its
     tracks and slices once nested (while its flows are still being derived, and later stages and the CSVs still
     load), then its flows, counters and steps, each part in one transaction; a stage that fails part way is
     removed again. Then free its staging tables. ``bases``: each rank's fixed id range (a shard), else ids
-    follow on from ``at`` (track, slice, flow: the next free of each), which is advanced. ``preview(cur, prefix)``:
-    called for a stage of one rank before its slices are written (``ingest.preview``: its first time window, on
-    its own); a preview that fails is only not published."""
+    follow on from ``at`` (track, slice, flow: the next free of each), which is advanced."""
     cur = con.cursor()
     try:
         for stage in stages:
@@ -372,11 +371,6 @@ def write_traces(con, stages: list[Stage], trace_tasks: dict, bases: IdBases | N
                 counts = trace.staged_counts(cur, stage.prefix, flows=False)
                 rows = _offsets(counts, bases, at, flows=False)
                 trace.write_offsets(cur, stage.prefix, rows)
-                if preview is not None and not stage.many:
-                    try:
-                        preview(cur, stage.prefix)
-                    except (duckdb.Error, OSError):
-                        pass  # the whole shard follows; only its first window is not shown before it
                 _in_transaction(cur, trace.write_slices, stage.prefix, overlap.DERIVED_PID)
                 task.result()
                 if stage.failed:

@@ -119,7 +119,14 @@ class TraceLoad(TraceRead):
                                     f"{self._where_seq(rank, first_bad_dur)}")
                 if other:
                     self.note(rank, f"{other} events of phases not shown yet ({phases or 'none'}) were skipped")
-            self._nest(advance)
+            # (its first time window, nested on its own beside the whole rank's nesting: ingest.preview)
+            sliced = None if self.on_sliced is None else Beside(
+                self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-preview")
+            try:
+                self._nest(advance)
+            finally:
+                if sliced is not None:
+                    sliced.join()  # (its errors are its own: a preview that fails is only not published)
             advance()
             self.on_nested()
             for sql in FLOWS:

@@ -106,8 +106,9 @@ class TraceRead:
     EXTRA_KINDS = ""  # more "WHEN <condition> THEN '<kind>'" rules for lanes no Ascend process name matches
 
     def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, path: Path, workdir: Path, display: str,
-                 on_progress=None, on_nested=None, split_read: bool = False, rank: int = 0):
-        """``split_read``: read a big file as byte ranges in parallel (worth it when a core would idle)."""
+                 on_progress=None, on_nested=None, split_read: bool = False, rank: int = 0, on_sliced=None):
+        """``split_read``: read a big file as byte ranges in parallel (worth it when a core would idle).
+        ``on_sliced(cursor, prefix)``: run beside the nesting once the slices are made (``ingest.preview``)."""
         self.cur, self.p, self.path, self.workdir, self.display = cur, prefix, path, workdir, display
         self.rank = int(rank)
         self.warnings: list[str] = []
@@ -116,6 +117,7 @@ class TraceRead:
         self.on_progress = on_progress or (lambda fraction: None)
         self.on_nested = on_nested or (lambda: None)  # tracks and slices are final from here on
         self.split_read = split_read
+        self.on_sliced = on_sliced
         self.array_start: int | None = None  # where the original file's event array begins, once read()
         self.skipped: list[int] = []  # original indices of the events removed from the file DuckDB reads
         self.extra: dict = {}  # the top-level keys beside traceEvents, once read()

@@ -68,7 +68,8 @@ class ChromeTraceReader:
 
     def stage(self, job: Job, kind: str, path: Path) -> Staged:
         tl = ChromeTraceLoad(job.cur, job.prefix, path, job.workdir, job.display, on_progress=job.on_progress,
-                             on_nested=job.on_nested, split_read=job.split_read, rank=job.rank)
+                             on_nested=job.on_nested, split_read=job.split_read, rank=job.rank,
+                             on_sliced=job.on_sliced)
         tl.read()
         read = job.cur.execute(f"SELECT count(*) FROM {job.prefix}ev_t").fetchone()[0]  # the file's own events
         added = overlap.derive(job.cur, job.prefix, job.rank)

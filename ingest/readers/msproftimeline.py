@@ -74,7 +74,8 @@ def stage(job: Job, files: list[Path], step_csvs: list[Path], skipped: list[Path
                                "are in the msprof_*.json files, which were read")
     if len(files) == 1:  # one file: read straight into the rank's tables
         tl = trace.TraceLoad(cur, p, files[0], job.workdir, files[0].name, on_progress=job.on_progress,
-                             on_nested=job.on_nested, split_read=job.split_read, rank=job.rank)
+                             on_nested=job.on_nested, split_read=job.split_read, rank=job.rank,
+                             on_sliced=job.on_sliced)
         tl.read()
         staged.status = tl.status
         where = f"{files[0].name}: "

@@ -24,6 +24,7 @@ class Job:
     on_progress: Callable[[float], None] = lambda fraction: None
     on_nested: Callable[[], None] = lambda: None  # call once the timeline's tracks and slices are final
     split_read: bool = False  # a big JSON trace may be read as byte ranges on every core
+    on_sliced: Callable | None = None  # (cursor, prefix): a trace's slices are made (``TraceRead.on_sliced``)
 
 
 @dataclass

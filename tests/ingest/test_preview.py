@@ -1,5 +1,6 @@
-"""A big rank's first time window is published before its shard (issue #39): the preview's tracks and slices are
-exactly the final shard's rows of that window (ids, depths, parents, a slice straddling the window's end whole),
+"""A big rank's first time window is published before its shard (issue #39), from its slices before they are
+nested: the preview's slices are exactly the final shard's rows of that window (ids, depths, parents, a slice
+straddling the window's end whole), its tracks the final tracks but for their depth (the window's),
 it is served with its loaded range while the rank is pending, and the final shard replaces it.
 
 Generated data only; the preview's thresholds are lowered so a small rank gets one.
@@ -7,6 +8,7 @@ Generated data only; the preview's thresholds are lowered so a small rank gets o
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import duckdb
@@ -47,7 +49,14 @@ def test_the_preview_holds_the_final_rows_of_its_window(shard_and_preview):
     final = _rows(shard, "SELECT * FROM slices WHERE ts_ns < ? ORDER BY slice_id", [until])
     assert _rows(pv, "SELECT * FROM slices ORDER BY slice_id") == final
     assert WINDOW_SLICES - 50 <= len(final) <= WINDOW_SLICES < _rows(shard, "SELECT count(*) FROM slices")[0][0]
-    assert _rows(pv, "SELECT * FROM tracks ORDER BY track_id") == _rows(shard, "SELECT * FROM tracks ORDER BY track_id")
+    # the tracks are the final ones, but for their depth: the window's deepest slice (the rest is not nested yet)
+    assert _rows(pv, "SELECT * EXCLUDE (max_depth) FROM tracks ORDER BY track_id") == _rows(
+        shard, "SELECT * EXCLUDE (max_depth) FROM tracks ORDER BY track_id")
+    window_depths = {}
+    for r in final:
+        window_depths[r[1]] = max(window_depths.get(r[1], 0), r[5])
+    depths = dict(_rows(pv, "SELECT track_id, max_depth FROM tracks"))
+    assert {t: d for t, d in depths.items() if d is not None} == window_depths
     assert start == _rows(shard, "SELECT min(ts_ns) FROM slices")[0][0]
     assert note["end_ns"] == _rows(shard, "SELECT max(ts_ns + dur_ns) FROM slices")[0][0]
     # what the window's end cuts through is there whole, nested as in the final shard
@@ -101,3 +110,30 @@ def test_a_pending_rank_is_served_from_its_preview_with_its_loaded_range(one_ran
         whole = client.get(f"/api/runs/{run.id}/timeline/slices", params={"track_id": track["track_id"],
                                                                            "width_px": 4000}).json()
         assert 0 < part["tracks"][0]["count"] < whole["tracks"][0]["count"]
+
+
+def test_the_preview_is_published_before_the_rank_is_nested(one_rank, tmp_path, monkeypatch):
+    """The window is nested on its own once the slices are made: the rank's nesting may wait for it."""
+    from ascendscope.ingest import trace
+
+    nest = trace.TraceLoad._nest
+    seen = {}
+
+    def nest_after_the_preview(self, *args, **kwargs):
+        progress = tmp_path / ".progress" / "rank_00000.bytes"
+        deadline = time.monotonic() + 60
+        while preview.read_note(progress) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen["note"] = preview.read_note(progress)
+        seen["nest_exists"] = self.cur.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [self.p.split(".")[-1] + "nest"]
+        ).fetchone()[0]
+        return nest(self, *args, **kwargs)
+
+    monkeypatch.setattr(trace.TraceLoad, "_nest", nest_after_the_preview)
+    shard, pv, note, _ = shard_task(one_rank, tmp_path)
+    assert seen["note"] == note and note is not None and pv.is_file()
+    assert seen["nest_exists"] == 0  # (the rank's own nesting had not begun)
+    until = note["loaded_ns"][1]
+    assert _rows(pv, "SELECT * FROM slices ORDER BY slice_id") == _rows(
+        shard, "SELECT * FROM slices WHERE ts_ns < ? ORDER BY slice_id", [until])
