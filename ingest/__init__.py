@@ -12,4 +12,5 @@ The tables written are the contract documented in ``docs/schema.md``.
 # 4: the run-level serving_* tables (msServiceProfiler's output, ingest/serving.py)
 # 5: cluster_collectives' window_kernels (each window's kernels by name, for the late rank's excess kernel)
 # 6: ranks' group_folder, own_rank, session (an RL job's role folders that reuse rank ids), cluster_phases' label
-SCHEMA_VERSION = 6
+# 7: the mem_* tables of a PyTorch / torch_npu memory snapshot (ingest/memsnap)
+SCHEMA_VERSION = 7
