@@ -58,6 +58,7 @@ API_MODULES = (
     "timeline",
     "operators",
     "memory",
+    "memsnap",
     "summary",
     "communication",
     "advice",
