@@ -200,7 +200,7 @@ class Simulation:
                  seed: int = 0, time_us: bool = True, expandable: bool = False, max_entries: int | None = None,
                  leak_steps: tuple[int, int] = (8, 14), oom_step: int = 18, empty_cache_step: int = 12,
                  snapshot_step: int = 10, workspaces: int = 2, stack_depth: tuple[int, int] = (4, 14),
-                 shared_lists: float = 0.5):
+                 shared_lists: float = 0.5, epoch_us: int = EPOCH_US):
         if flavour not in ("cuda", "npu"):
             raise ValueError(f"flavour is cuda or npu, not {flavour!r}")
         self.flavour, self.rng, self.time_us, self.expandable = flavour, random.Random(seed), time_us, expandable
@@ -210,7 +210,7 @@ class Simulation:
         self.workspaces = workspaces if flavour == "npu" else 0
         self.shared_lists = shared_lists
         self.streams = [0x5B7A_6C40 + 0x1000 * i for i in range(2)] if flavour == "npu" else [0, 0x7F3E_2000_1000]
-        self.clock_us = EPOCH_US
+        self.clock_us = self.epoch_us = epoch_us
         self.devices = [Device(d) for d in range(devices)]
         self.max_entries = max_entries
         self.sites, self.site_names = self._make_sites(stack_depth)
@@ -361,7 +361,7 @@ class Simulation:
                                           else "", "max_split_size": -1, "garbage_collection_threshold": 0.0,
                                           "expandable_segments": self.expandable, "roundup_power2_divisions": {}}
             data["external_annotations"] = [{"name": "step", "stage": "START", "device": 0,
-                                             "time_us": EPOCH_US + 10}]
+                                             "time_us": self.epoch_us + 10}]
         return Snapshot(self, data)
 
     def _segments(self, dev: Device) -> None:
@@ -456,7 +456,9 @@ class Truth:
         return sum(s["total_size"] for s in self.devices[device].segments if self._is_workspace(device, s))
 
     def ts_ns(self, device: int) -> list[int | None]:
-        return [e["time_us"] * 1000 if "time_us" in e else None for e in self._dumped(device)]
+        head = self.head(device)  # the workspace triples are written at the dump: no time of their own
+        return [None if i < head else e["time_us"] * 1000 if "time_us" in e else None
+                for i, e in enumerate(self._dumped(device))]
 
     def _dumped(self, device: int) -> list[dict]:
         """The device's dumped trace: the workspace head, then the ring buffer's entries."""
@@ -525,7 +527,7 @@ class Truth:
         return out
 
     def reserved_at(self, device: int, idx: int) -> list[tuple[int, int]]:
-        """The reserved address ranges after entry ``idx`` (segment pieces, merged where adjacent)."""
+        """The reserved address ranges after entry ``idx``: the segments, an expandable one's adjacent maps as one."""
         dev = self.devices[device]
         head = self.head(device)
         ranges = []
@@ -537,14 +539,14 @@ class Truth:
             if s.end is not None and end is None:
                 continue  # released before the first entry
             if start <= idx and (end is None or end > idx):
-                ranges.append((s.addr, s.addr + s.size))
-        merged: list[list[int]] = []
-        for lo, hi in sorted(ranges):
-            if merged and merged[-1][1] == lo:
-                merged[-1][1] = hi
+                ranges.append((s.addr, s.addr + s.size, s.stream if s.expandable else None))
+        merged: list[list] = []
+        for lo, hi, stream in sorted(ranges):
+            if merged and merged[-1][1] == lo and stream is not None and merged[-1][2] == stream:
+                merged[-1][1] = hi  # one expandable segment's adjacent maps
             else:
-                merged.append([lo, hi])
-        return [(lo, hi) for lo, hi in merged]
+                merged.append([lo, hi, stream])
+        return [(lo, hi) for lo, hi, _ in merged]
 
     def state_at(self, device: int, idx: int) -> dict:
         """The allocator's figures after entry ``idx``: reserved, allocated / active (requested bytes, and block

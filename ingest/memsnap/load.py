@@ -11,7 +11,8 @@ other active blocks were allocated before the trace began: the state at the dump
 Curves: each event carries the running sums of what the trace adds and removes (``active_rel`` …); the device's
 ``*_base`` is what was there before its first entry (the dump's figure less the trace's net change), so a figure at
 an event is ``base + rel``. torch_npu's leading ``workspace_snapshot`` / ``segment_alloc`` / ``alloc`` triples
-describe its workspace pools at the dump, not history: they are kept (``synthetic``) but change nothing.
+describe its workspace pools at the dump, not history: they are kept (``synthetic``, without a time) but change
+nothing.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class Device:
     open: dict = field(default_factory=dict)  # addr -> an open life (a list, see Loader._life)
     seg_events: list = field(default_factory=list)  # (idx, ts_ns, action, addr, size, stream, stack_id)
     timed: int = 0  # entries with a time
+    synthetic: int = 0  # entries that describe the dump, not history (the workspace triples)
     first_ts: int | None = None
     last_ts: int | None = None
     workspace: list | None = None  # a workspace_snapshot's (addr, size, stream, step) while its triple is read
@@ -176,11 +178,6 @@ class Loader(pickles.Handler):
         stack = frames.id if type(frames) is pickles.StackRef else -1
         t = e.get("time_us")
         ts = t * 1000 if type(t) is int and 0 < t < INT64_MAX // 1000 else NULL
-        if ts != NULL:
-            d.timed += 1
-            if d.first_ts is None:
-                d.first_ts = ts
-            d.last_ts = ts
         device_free = _int(e.get("device_free")) if code == OOM else NULL
         synthetic = 0
         block = NULL
@@ -199,6 +196,14 @@ class Loader(pickles.Handler):
             else:
                 d.anomalies["workspace_snapshot_without_its_segment_and_block"] += 1
                 d.workspace = None
+        if synthetic:
+            ts = NULL  # written at the dump, not when it happened: no time of its own
+            d.synthetic += 1
+        elif ts != NULL:
+            d.timed += 1
+            if d.first_ts is None:
+                d.first_ts = ts
+            d.last_ts = ts
         if synthetic:
             pass
         elif code == ALLOC:
@@ -437,7 +442,8 @@ class Loader(pickles.Handler):
             for name, v in zip(("active", "allocated", "reserved"), mins):
                 if v < 0:
                     d.anomalies[f"{name}_below_zero"] += 1
-            row = {"device": device, "entries": d.entries, "has_time": d.entries > 0 and d.timed == d.entries,
+            timed = d.timed > 0 and d.timed + d.synthetic == d.entries
+            row = {"device": device, "entries": d.entries, "has_time": timed,
                    "first_ts_ns": d.first_ts, "last_ts_ns": d.last_ts, "segments_at_dump": len(dump),
                    "reserved_at_dump": reserved_end, "allocated_at_dump": allocated_end, "active_at_dump": active_end,
                    "requested_at_dump": requested_end, "active_requested_at_dump": active_req_end,

@@ -159,7 +159,7 @@ class _FrameDict(dict):
 
 
 class _BlocksList(list):
-    """A segment's ``blocks``."""
+    """A segment's ``blocks`` (handed over with its segment: never kept in the memo)."""
 
 
 class _Mark:
@@ -214,7 +214,7 @@ class _Reader:
         return index
 
     def _memo_put(self, slot: int, obj) -> None:
-        if isinstance(obj, (_Item, _Sink)):
+        if isinstance(obj, (_Item, _Sink, _BlocksList)):
             code = TOMBSTONE
         elif isinstance(obj, (_FramesList, _FrameDict)):
             code = PENDING
@@ -604,7 +604,12 @@ class _Reader:
             stack = metastack.pop()
             if name == "TUPLE":
                 stack.append(tuple(items))
-            elif name in ("LIST", "FROZENSET"):
+            elif name == "LIST":  # protocol 0's list: a sink, a frames list … as EMPTY_LIST makes them
+                target = self._new_list(stack, metastack)
+                if items:
+                    self._append(target, items, at)
+                stack.append(target)
+            elif name == "FROZENSET":
                 stack.append(list(items))
             elif name == "DICT":
                 d = self._new_dict(stack, metastack)
@@ -644,7 +649,15 @@ class _Reader:
                                     "are read (loading this pickle could run code)")
             args = stack.pop()
             mark = stack.pop()
-            stack.append(_call_plain(mark, args, at))
+            plain = _call_plain(mark, args, at)
+            # made where EMPTY_DICT / EMPTY_LIST would make it (an OrderedDict root is the root)
+            target = self._new_dict(stack, metastack) if mark.kind == "dict" else self._new_list(stack, metastack)
+            if plain:
+                if isinstance(target, dict):
+                    self._set_items(target, [v for kv in plain.items() for v in kv], at)
+                else:
+                    self._append(target, plain, at)
+            stack.append(target)
             return pos + 1, stack, metastack
         raise BadPickle(f"byte {at}: opcode {name} is not read")  # (every opcode is handled above)
 

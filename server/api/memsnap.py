@@ -29,9 +29,13 @@ GroupsQ = Annotated[int, Query(ge=1, le=mst.MAX_GROUPS, description="at most thi
 StackIdsQ = Annotated[list[int], Query(max_length=200, description="stack ids")]
 
 
+def _run_origin(db) -> int | None:
+    return int(db.info.origin_ns) if db.info.origin_ns else None
+
+
 def _device(db, rank, device):
     rank, dev = ms.pick(db, rank, device)
-    return ms.axis_of(dev, db.info.origin_ns and int(db.info.origin_ns)), dev
+    return ms.axis_of(dev, ms.origin_of(db, rank, _run_origin(db))), dev
 
 
 @router.get("")
@@ -39,7 +43,7 @@ def snapshot_overview(db: RunDbDep, rank: RankQ = None, device: DeviceQ = None) 
     """The run's snapshots; for one rank its devices: figures at the dump (reserved, allocated, active), the
     peak of active memory and what was live at it, the OOMs, the time axis and how its clock is matched."""
     ax, dev = _device(db, rank, device)
-    out = ms.overview(db, ax.rank, dev, db.info.origin_ns and int(db.info.origin_ns))
+    out = ms.overview(db, ax.rank, dev, _run_origin(db))
     peak_idx = dev["peak_idx"] if dev["peak_idx"] is not None else -1
     out["peak"] = {"bytes": dev["peak_active"], "idx": dev["peak_idx"], "x": ms.device_json(dev, ax)["peak_x"],
                    "top": mst.top_live(db, ax, peak_idx)}
@@ -84,7 +88,8 @@ def snapshot_state(db: RunDbDep, rank: RankQ = None, device: DeviceQ = None, at_
     blocks (allocated, waiting for a free; the rest free), per pool and stream reserved, allocated, active, free
     and the largest free gap; fragmentation."""
     ax, _ = _device(db, rank, device)
-    k = ms.entry_at(db, ax, ms.x_of(db, ax, at_ns, at_idx, "at"))
+    x = ms.x_of(db, ax, at_ns, at_idx, "at")
+    k = max(-1, min(at_idx, ax.entries - 1)) if at_idx is not None else ms.entry_at(db, ax, x)
     out = mst.state(db, ax, k)
     out["x"] = None if k < 0 else ax.rel(ms.x_of(db, ax, None, k, "at"))
     out["axis"], out["origin_ns"] = ax.kind, str(ax.origin) if ax.kind == "ns" else None
@@ -100,6 +105,10 @@ def snapshot_leaks(db: RunDbDep, rank: RankQ = None, device: DeviceQ = None, sta
     ax, _ = _device(db, rank, device)
     lo, hi = ms.window(ax, ms.x_of(db, ax, start_ns, start_idx, "start"), ms.x_of(db, ax, end_ns, end_idx, "end"))
     i0, i1 = ms.interval_entries(db, ax, lo, hi)
+    if start_idx is not None:
+        i0 = max(0, min(start_idx, ax.entries))
+    if end_idx is not None:
+        i1 = max(0, min(end_idx, ax.entries))
     out = mst.leaks(db, ax, i0, i1, limit)
     out.update(axis=ax.kind, lo=ax.rel(lo), hi=ax.rel(hi), origin_ns=str(ax.origin) if ax.kind == "ns" else None)
     return out

@@ -9,8 +9,9 @@ else the entry's index in its trace (``index``), as memory_viz draws it. Answers
 Curves: the active (allocated or waiting for a free), allocated and reserved bytes after each entry are
 ``base + rel`` (``mem_devices`` / ``mem_events``); a window of at most ``RAW_ENTRIES`` entries is bucketed from the
 entries themselves (min, max and last per bucket), a wider one from ``mem_curve_lod`` (the same per 1,024 or 65,536
-entries) at the finest level whose buckets are narrower than a pixel's share of the window, so a bucket's min and max
-equal those of the naive ``SELECT … FROM mem_events`` over its entries on the index axis (a test checks it).
+entries) at the coarsest level whose buckets are at most ``1/LOD_NARROW`` of an answer's bucket; a level-of-detail
+bucket that straddles two answer buckets is read from its entries, so every bucket equals the naive
+``SELECT … FROM mem_events`` over its entries (a test checks it, on both axes).
 
 The stacked allocations: the ``limit`` largest blocks live in the window, stacked as memory_viz stacks them (older
 below, so a block slides down when one below it is freed), each as its bottom's steps; the rest of active memory is
@@ -29,6 +30,7 @@ DEFAULT_BUCKETS = 1_200
 MAX_BUCKETS = 8_000
 RAW_ENTRIES = 1 << 21
 LOD_LEVELS = (16, 10)  # coarsest first (ingest.memsnap.load.LOD_LEVELS)
+LOD_NARROW = 32  # a level is read when its buckets are at most 1/32 of an answer's bucket (few straddle two)
 DEFAULT_DRAWN = 300
 MAX_DRAWN = 1_000
 MAX_VERTICES = 300_000
@@ -41,6 +43,7 @@ FROM mem_snapshots s LEFT JOIN ranks r USING (rank) ORDER BY s.rank
 """
 DEVICE_SQL = "SELECT * FROM mem_devices WHERE rank = ? AND device = ?"
 DEVICES_SQL = "SELECT * FROM mem_devices WHERE rank = ? ORDER BY device"
+FIRST_TIME_SQL = "SELECT min(first_ts_ns) FILTER (WHERE has_time) FROM mem_devices WHERE rank = ?"
 LAST_AT_OR_BEFORE_SQL = "SELECT max(idx) FROM mem_events WHERE rank = ? AND device = ? AND ts_ns <= ?"
 FIRST_AT_OR_AFTER_SQL = "SELECT min(idx) FROM mem_events WHERE rank = ? AND device = ? AND ts_ns >= ?"
 EVENT_AT_SQL = """
@@ -53,7 +56,7 @@ SELECT ((x - ?)::HUGEINT * ? // ?)::BIGINT AS b, min(x), max(x),
        min(active_rel), max(active_rel), arg_max(active_rel, idx),
        min(allocated_rel), max(allocated_rel), arg_max(allocated_rel, idx),
        min(reserved_rel), max(reserved_rel), arg_max(reserved_rel, idx)
-FROM (SELECT {x} AS x, * FROM mem_events WHERE rank = ? AND device = ? AND idx BETWEEN ? AND ?)
+FROM (SELECT {x} AS x, * FROM mem_events WHERE rank = ? AND device = ? AND idx BETWEEN ? AND ? {extra})
 GROUP BY b ORDER BY b
 """
 LOD_CURVE_SQL = """
@@ -63,7 +66,14 @@ SELECT ((x - ?)::HUGEINT * ? // ?)::BIGINT AS b, min(x), max({x_last}),
        min(reserved_min), max(reserved_max), arg_max(reserved_last, last_idx)
 FROM (SELECT {x_first} AS x, * FROM mem_curve_lod
       WHERE rank = ? AND device = ? AND level = ? AND first_idx >= ? AND last_idx <= ?)
+WHERE b = (({x_last} - ?)::HUGEINT * ? // ?)::BIGINT
 GROUP BY b ORDER BY b
+"""
+# the level-of-detail buckets that straddle two buckets of the answer: read from the entries instead
+STRADDLING_SQL = """
+SELECT bucket FROM mem_curve_lod
+WHERE rank = ? AND device = ? AND level = ? AND first_idx >= ? AND last_idx <= ?
+  AND (({x_first} - ?)::HUGEINT * ? // ?) <> (({x_last} - ?)::HUGEINT * ? // ?)
 """
 # blocks live in [lo, hi] of x (a NULL start is before the trace, a NULL end after the dump)
 BLOCKS_IN_WINDOW_SQL = """
@@ -142,9 +152,18 @@ def pick(db, rank: int | None, device: int | None) -> tuple[int, dict]:
                                 f"{', '.join(str(d['device']) for d in devices)}")
 
 
-def axis_of(dev: dict, run_origin: int | None) -> Axis:
+def origin_of(db, rank: int, run_origin: int | None) -> int | None:
+    """The answers' time zero: the run's when it has a trace, else the snapshot's first time (of any device)."""
+    if run_origin:
+        return run_origin
+    row = db.rows(FIRST_TIME_SQL, [rank])
+    return int(row[0][0]) if row and row[0][0] is not None else None
+
+
+def axis_of(dev: dict, origin: int | None) -> Axis:
+    """``origin``: :func:`origin_of`."""
     if dev["has_time"]:
-        origin = run_origin if run_origin else int(dev["first_ts_ns"])
+        origin = origin if origin else int(dev["first_ts_ns"])
         return Axis(dev["rank"], dev["device"], "ns", dev["entries"], int(dev["first_ts_ns"]),
                     int(dev["last_ts_ns"]), origin)
     return Axis(dev["rank"], dev["device"], "index", dev["entries"], 0, max(0, dev["entries"] - 1), 0)
@@ -240,19 +259,25 @@ def curve(db, ax: Axis, dev: dict, lo: int, hi: int, buckets: int) -> dict:
         span = max(1, hi - lo)
         x = "ts_ns" if ax.kind == "ns" else "idx"
         head = [lo, buckets, span, ax.rank, ax.device]
-        level = next((lv for lv in LOD_LEVELS if n > RAW_ENTRIES and (1 << lv) * buckets * 2 <= n), None)
+        scale = [lo, buckets, span]
+        level = next((lv for lv in LOD_LEVELS if n > RAW_ENTRIES and (1 << lv) * buckets * LOD_NARROW <= n), None)
         if level is None:
-            rows = db.rows(RAW_CURVE_SQL.format(x=x), [*head, i0, i1])
+            rows = db.rows(RAW_CURVE_SQL.format(x=x, extra=""), [*head, i0, i1])
         else:
             out["source"] = f"mem_curve_lod level {level} ({1 << level} entries per bucket)"
             first_full = -(-i0 >> level) << level  # buckets inside [i0, i1]; the edges are read raw
             last_full = ((i1 + 1) >> level << level) - 1
-            rows = db.rows(LOD_CURVE_SQL.format(x_first="first_ts_ns" if ax.kind == "ns" else "first_idx",
-                                                x_last="last_ts_ns" if ax.kind == "ns" else "last_idx"),
-                           [*head, level, first_full, last_full])
+            names = {"x_first": "first_ts_ns" if ax.kind == "ns" else "first_idx",
+                     "x_last": "last_ts_ns" if ax.kind == "ns" else "last_idx"}
+            rows = db.rows(LOD_CURVE_SQL.format(**names), [*head, level, first_full, last_full, *scale])
+            straddling = [r[0] for r in db.rows(STRADDLING_SQL.format(**names), [
+                ax.rank, ax.device, level, first_full, last_full, *scale, *scale])]
+            if straddling:
+                rows += db.rows(RAW_CURVE_SQL.format(x=x, extra=f"AND list_contains(?, idx >> {int(level)})"),
+                                [*head, first_full, last_full, straddling])
             for a, b in ((i0, min(i1, first_full - 1)), (max(i0, last_full + 1), i1)):
                 if b >= a:
-                    rows += db.rows(RAW_CURVE_SQL.format(x=x), [*head, a, b])
+                    rows += db.rows(RAW_CURVE_SQL.format(x=x, extra=""), [*head, a, b])
             rows = _merge_buckets(rows)
         for r in rows:
             cols["x0"].append(ax.rel(r[1]))
@@ -269,7 +294,7 @@ def curve(db, ax: Axis, dev: dict, lo: int, hi: int, buckets: int) -> dict:
 def _merge_buckets(rows: list[tuple]) -> list[tuple]:
     """Rows of the same bucket from the level of detail and the raw edges, as one (rows sorted by bucket)."""
     merged: dict[int, list] = {}
-    for r in sorted(rows, key=lambda r: (r[0], r[1])):
+    for r in sorted(rows, key=lambda r: (r[0], r[2])):  # by bucket, then last x: the last row's last is the last
         got = merged.get(r[0])
         if got is None:
             merged[r[0]] = list(r)
@@ -278,7 +303,7 @@ def _merge_buckets(rows: list[tuple]) -> list[tuple]:
         for k in range(3):
             got[3 + 3 * k] = min(got[3 + 3 * k], r[3 + 3 * k])
             got[4 + 3 * k] = max(got[4 + 3 * k], r[4 + 3 * k])
-            got[5 + 3 * k] = r[5 + 3 * k]  # the later row's last (rows sorted by first x)
+            got[5 + 3 * k] = r[5 + 3 * k]
     return [tuple(v) for _, v in sorted(merged.items())]
 
 
@@ -385,10 +410,11 @@ def block(db, ax: Axis, block_id: int) -> dict:
 
 def overview(db, rank: int, dev: dict, run_origin: int | None, file_warnings: bool = True) -> dict:
     """The snapshots of the run, and for the chosen rank its devices (figures at the dump, peak, curve bases)."""
-    ax = axis_of(dev, run_origin)
+    origin = origin_of(db, rank, run_origin)
+    ax = axis_of(dev, origin)
     snaps = snapshots(db)
     mine = next(s for s in snaps if s["rank"] == rank)
-    devices = [device_json(d, axis_of(d, run_origin)) for d in db.dicts(DEVICES_SQL, [rank])]
+    devices = [device_json(d, axis_of(d, origin)) for d in db.dicts(DEVICES_SQL, [rank])]
     warnings = [{"file": f, "message": m} for f, m in db.rows(OTHER_FILE_WARNINGS_SQL, [rank, mine["file"]])] \
         if file_warnings else []
     return {"snapshots": snaps, "rank": rank, "device": dev["device"], "axis": ax.kind,
