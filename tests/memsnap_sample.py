@@ -16,18 +16,18 @@ CASES = {
 }
 
 
-def snapshot(name: str):
+def snapshot(name: str, **overrides):
     from ascendscope.sample_data import memsnap
 
     flavour, options = CASES[name]
-    return memsnap.simulate(flavour, **options)
+    return memsnap.simulate(flavour, **{**options, **overrides})
 
 
-def write_case(name: str, folder: Path):
+def write_case(name: str, folder: Path, **overrides):
     """The case's snapshot pickled into ``folder`` (``snapshot_<name>.pickle``); returns (path, truth)."""
     from ascendscope.sample_data import memsnap
 
-    snap = snapshot(name)
+    snap = snapshot(name, **overrides)
     path = memsnap.write(Path(folder) / f"snapshot_{name}.pickle", snap)
     return path, snap.truth
 

@@ -43,7 +43,13 @@ FROM mem_snapshots s LEFT JOIN ranks r USING (rank) ORDER BY s.rank
 """
 DEVICE_SQL = "SELECT * FROM mem_devices WHERE rank = ? AND device = ?"
 DEVICES_SQL = "SELECT * FROM mem_devices WHERE rank = ? ORDER BY device"
-FIRST_TIME_SQL = "SELECT min(first_ts_ns) FILTER (WHERE has_time) FROM mem_devices WHERE rank = ?"
+FIRST_TIME_SQL = """
+SELECT min(first_ts_ns) FILTER (WHERE has_time), max(last_ts_ns) FILTER (WHERE has_time) FROM mem_devices
+WHERE rank = ?
+"""
+RANK_SPAN_SQL = "SELECT min(start_ns), max(end_ns) FROM ranks WHERE rank = ?"
+RUN_SPAN_SQL = "SELECT min(start_ns), max(end_ns) FROM ranks"
+CLOCK_SLACK_NS = 3_600 * 10 ** 9  # a snapshot dumped within an hour of the profiled span shares its time zero
 LAST_AT_OR_BEFORE_SQL = "SELECT max(idx) FROM mem_events WHERE rank = ? AND device = ? AND ts_ns <= ?"
 FIRST_AT_OR_AFTER_SQL = "SELECT min(idx) FROM mem_events WHERE rank = ? AND device = ? AND ts_ns >= ?"
 EVENT_AT_SQL = """
@@ -153,11 +159,22 @@ def pick(db, rank: int | None, device: int | None) -> tuple[int, dict]:
 
 
 def origin_of(db, rank: int, run_origin: int | None) -> int | None:
-    """The answers' time zero: the run's when it has a trace, else the snapshot's first time (of any device)."""
-    if run_origin:
-        return run_origin
+    """The answers' time zero: the run's, when its rank was profiled while the snapshot's entries were recorded
+    (within ``CLOCK_SLACK_NS`` of its profiled span: both clocks are the epoch), else the snapshot's first time (of
+    any device)."""
     row = db.rows(FIRST_TIME_SQL, [rank])
-    return int(row[0][0]) if row and row[0][0] is not None else None
+    first, last = (row[0][0], row[0][1]) if row else (None, None)
+    if run_origin and first is not None and _near_the_run(db, rank, first, last):
+        return run_origin
+    return int(first) if first is not None else run_origin
+
+
+def _near_the_run(db, rank: int, first: int, last: int) -> bool:
+    span = db.rows(RANK_SPAN_SQL, [rank])
+    if not span or span[0][0] is None:
+        span = db.rows(RUN_SPAN_SQL)
+    lo, hi = span[0] if span else (None, None)
+    return lo is not None and first <= hi + CLOCK_SLACK_NS and last >= lo - CLOCK_SLACK_NS
 
 
 def axis_of(dev: dict, origin: int | None) -> Axis:
@@ -425,8 +442,10 @@ def overview(db, rank: int, dev: dict, run_origin: int | None, file_warnings: bo
 def _clock(ax: Axis, snap: dict, run_origin: int | None) -> str:
     if ax.kind == "index":
         return "the trace has no time_us: the time axis is the entry's index in the trace, as memory_viz draws it"
-    if snap.get("has_trace") and run_origin:
-        return ("time_us is the allocator's clock converted to epoch µs, as the profiler's times are epoch ns: "
-                "both share the run's time zero")
-    return "time_us (epoch µs), from the device's first entry"
-
+    if run_origin and ax.origin == run_origin:
+        return ("time_us is the allocator's clock converted to epoch µs and the profiler's times are epoch ns: both "
+                "share the run's time zero")
+    if run_origin:
+        return ("time_us (epoch µs) lies more than an hour from the profiled span: times are from the snapshot's "
+                "first entry")
+    return "time_us (epoch µs), from the snapshot's first entry"
