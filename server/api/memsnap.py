@@ -16,6 +16,7 @@ from fastapi import APIRouter, Query
 from ascendscope.server.api import Int64, RunDbDep
 from ascendscope.server.api.viewparams import RankQ
 from ascendscope.server.queries import memsnap as ms
+from ascendscope.server.queries import memsnap_curve as mc
 from ascendscope.server.queries import memsnap_state as mst
 
 router = APIRouter(prefix="/api/runs/{run_id}/memory/snapshot", tags=["memory snapshot"])
@@ -23,8 +24,8 @@ router = APIRouter(prefix="/api/runs/{run_id}/memory/snapshot", tags=["memory sn
 DeviceQ = Annotated[int | None, Query(ge=0, le=1 << 20, description="device index in the snapshot")]
 NsQ = Annotated[Int64 | None, Query(description="absolute epoch ns (a device whose entries have time_us)")]
 IdxQ = Annotated[Int64 | None, Query(description="an entry's index in the device's trace")]
-BucketsQ = Annotated[int, Query(ge=16, le=ms.MAX_BUCKETS, description="at most this many buckets (≈ pixels)")]
-DrawnQ = Annotated[int, Query(ge=1, le=ms.MAX_DRAWN, description="stack at most this many of the largest blocks")]
+BucketsQ = Annotated[int, Query(ge=16, le=mc.MAX_BUCKETS, description="at most this many buckets (≈ pixels)")]
+DrawnQ = Annotated[int, Query(ge=1, le=mc.MAX_DRAWN, description="stack at most this many of the largest blocks")]
 GroupsQ = Annotated[int, Query(ge=1, le=mst.MAX_GROUPS, description="at most this many stacks")]
 StackIdsQ = Annotated[list[int], Query(max_length=200, description="stack ids")]
 
@@ -53,24 +54,24 @@ def snapshot_overview(db: RunDbDep, rank: RankQ = None, device: DeviceQ = None) 
 @router.get("/curve")
 def snapshot_curve(db: RunDbDep, rank: RankQ = None, device: DeviceQ = None, start_ns: NsQ = None,
                    end_ns: NsQ = None, start_idx: IdxQ = None, end_idx: IdxQ = None,
-                   buckets: BucketsQ = ms.DEFAULT_BUCKETS) -> dict:
+                   buckets: BucketsQ = mc.DEFAULT_BUCKETS) -> dict:
     """Active (allocated or waiting for a free), allocated and reserved bytes over the window, per bucket: the
     first and last x, min, max and last value of each (exact per bucket; a wide window reads the level of
     detail)."""
     ax, dev = _device(db, rank, device)
     lo, hi = ms.window(ax, ms.x_of(db, ax, start_ns, start_idx, "start"), ms.x_of(db, ax, end_ns, end_idx, "end"))
-    return ms.curve(db, ax, dev, lo, hi, buckets)
+    return mc.curve(db, ax, dev, lo, hi, buckets)
 
 
 @router.get("/allocations")
 def snapshot_allocations(db: RunDbDep, rank: RankQ = None, device: DeviceQ = None, start_ns: NsQ = None,
                          end_ns: NsQ = None, start_idx: IdxQ = None, end_idx: IdxQ = None,
-                         limit: DrawnQ = ms.DEFAULT_DRAWN) -> dict:
+                         limit: DrawnQ = mc.DEFAULT_DRAWN) -> dict:
     """The largest blocks live in the window, stacked as memory_viz stacks them (older below): each block's
     bottom as steps ``[x, bytes]``, its requested size, life and stack; and their total, as steps."""
     ax, _ = _device(db, rank, device)
     lo, hi = ms.window(ax, ms.x_of(db, ax, start_ns, start_idx, "start"), ms.x_of(db, ax, end_ns, end_idx, "end"))
-    return ms.allocations(db, ax, lo, hi, limit)
+    return mc.allocations(db, ax, lo, hi, limit)
 
 
 @router.get("/block")

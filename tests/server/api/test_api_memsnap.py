@@ -179,6 +179,7 @@ def test_wide_curves_from_the_level_of_detail_equal_the_entries(tmp_path, monkey
     from ascendscope.sample_data import memsnap
     from ascendscope.server.queries import DuckRunner
     from ascendscope.server.queries import memsnap as ms
+    from ascendscope.server.queries import memsnap_curve as mc
 
     for time_us in (False, True):
         path = memsnap.write(tmp_path / f"long{time_us}.pickle", memsnap.simulate("npu", steps=1000, seed=6,
@@ -190,10 +191,10 @@ def test_wide_curves_from_the_level_of_detail_equal_the_entries(tmp_path, monkey
         ax = ms.axis_of(dev, ms.origin_of(db, rank, None))
         assert dev["entries"] > 40_000
         lo, hi = ax.first + 777, ax.last - 555
-        want = ms.curve(db, ax, dev, lo, hi, 16)
-        monkeypatch.setattr(ms, "RAW_ENTRIES", 64)
-        monkeypatch.setattr(ms, "LOD_NARROW", 1)  # level-of-detail buckets of 1/2 to 1/3 of a bucket: many straddle
-        got = ms.curve(db, ax, dev, lo, hi, 16)
+        want = mc.curve(db, ax, dev, lo, hi, 16)
+        monkeypatch.setattr(mc, "RAW_ENTRIES", 64)
+        monkeypatch.setattr(mc, "LOD_NARROW", 1)  # level-of-detail buckets of 1/2 to 1/3 of a bucket: many straddle
+        got = mc.curve(db, ax, dev, lo, hi, 16)
         monkeypatch.undo()
         con.close()
         assert want["source"] == "entries" and got["source"].startswith("mem_curve_lod level 10")
