@@ -34,9 +34,9 @@ class Collect(pickles.Handler):
         self.root[key] = value
 
 
-def read_bytes(data: bytes, limits=None) -> tuple[Collect, pickles.Stacks]:
+def read_bytes(data: bytes, limits=None, fast: bool = True) -> tuple[Collect, pickles.Stacks]:
     h = Collect()
-    return h, pickles.read(io.BytesIO(data), h, limits)
+    return h, pickles.read(io.BytesIO(data), h, limits, fast=fast)
 
 
 def plain(value, stacks: pickles.Stacks):
@@ -79,6 +79,29 @@ def test_reads_what_pickle_loads_in_every_protocol(protocol, flavour):
         assert [plain(e, stacks) for e in h.entries.get(device, [])] == trace
     if flavour == "cuda":
         assert h.root["allocator_settings"]["expandable_segments"] is False
+    slow, slow_stacks = read_bytes(data, fast=False)  # the opcode loop alone reads the same
+    assert [plain(e, slow_stacks) for t in slow.entries.values() for e in t] == \
+        [plain(e, stacks) for t in h.entries.values() for e in t]
+
+
+@pytest.mark.parametrize("flavour", ["cuda", "npu"])
+def test_the_fast_path_reads_what_the_opcode_loop_reads(tmp_path, flavour):
+    """sample_data.memsnap_big writes entries in the shape the fast path takes (new frames lists of frames seen
+    before, memo references, integers of every width): both ways give the same entries, stacks and memo."""
+    from ascendscope.sample_data.memsnap_big import write_big
+
+    path = tmp_path / "big.pickle"
+    write_big(path, 1 << 20, flavour=flavour)
+    data = path.read_bytes()
+    fast, fast_stacks = read_bytes(data)
+    slow, slow_stacks = read_bytes(data, fast=False)
+    assert fast_stacks.stacks == slow_stacks.stacks and fast_stacks.frames == slow_stacks.frames
+    assert fast.entries[0] and [plain(e, fast_stacks) for e in fast.entries[0]] == \
+        [plain(e, slow_stacks) for e in slow.entries[0]]
+    want = pickle.loads(data)["device_traces"][0]  # our own data: safe to unpickle
+    assert len(want) == len(fast.entries[0])
+    assert [e["addr" if e["action"] != "oom" else "device_free"] for e in want] == \
+        [e.get("addr", e.get("device_free")) for e in fast.entries[0]]
 
 
 def test_frames_and_stacks_are_deduplicated_by_content():
