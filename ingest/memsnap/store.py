@@ -22,7 +22,7 @@ ALLOC, FREE_REQ, FREE_DONE, SEG_ALLOC, SEG_FREE, SEG_MAP, SEG_UNMAP, SNAP, OOM, 
 KNOWN_KEYS = {"action", "addr", "size", "stream", "frames", "time_us", "device_free"}
 NULL = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
-FLUSH_ROWS = 1 << 18
+FLUSH_ROWS = 1 << 16
 LOD_SHIFT = 10  # the first level of mem_curve_lod: 1,024 entries per bucket …
 LOD_LEVELS = (10, 16)  # … and the next: 65,536
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")

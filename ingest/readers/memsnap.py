@@ -25,6 +25,11 @@ from .protocol import Found, Job, Staged
 
 KIND = "memory_snapshot"
 SUFFIXES = (".pickle", ".pkl")
+# DuckDB keeps the blocks it wrote cached up to its memory limit: a shard writing a big snapshot's rows (a few
+# hundred MB of columns per GB of pickle) holds them beside the reader's memo. Its own SQL needs little, so such a
+# shard gets this limit instead (docs/benchmarks.md: the whole ingest under 1.5 GB at 5 GB)
+BIG_SNAPSHOT_BYTES = 512 << 20
+BIG_SNAPSHOT_MEMORY_LIMIT = "400MB"
 SNIFF_BYTES = 1 << 16
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
@@ -90,6 +95,20 @@ class MemorySnapshotReader:
 
 
 READER = MemorySnapshotReader()
+
+
+def shard_memory_limit(sources: list, limit: str) -> str:
+    """The DuckDB memory limit of a shard of ``sources``: ``BIG_SNAPSHOT_MEMORY_LIMIT`` when one has a snapshot of
+    ``BIG_SNAPSHOT_BYTES`` or more and ``limit`` is higher, else ``limit``."""
+    big = any(KIND in s.files and s.files[KIND].stat().st_size >= BIG_SNAPSHOT_BYTES for s in sources)
+    return BIG_SNAPSHOT_MEMORY_LIMIT if big and _mb(limit) > _mb(BIG_SNAPSHOT_MEMORY_LIMIT) else limit
+
+
+def _mb(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B\s*", text, re.IGNORECASE)
+    if not m:
+        return float("inf")
+    return float(m.group(1)) * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1 << 20}[m.group(2).upper()]
 
 
 def attach(ranks: list, loose: list[Path], root: Path) -> tuple[list[tuple[Path, int]], list[tuple[Path, str]]]:

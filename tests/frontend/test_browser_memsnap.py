@@ -6,12 +6,16 @@ README's docs/images/memory_snapshot.png)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tests import corpus_figures as cf
 from tests.browser_helpers import api, poll
 from tests.memsnap_sample import ingest_like_server, write_case
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+REAL = Path(__file__).resolve().parents[1] / "corpus" / "torch_npu_2026_memsnap_expandable"
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +37,7 @@ def snap_server(tmp_path_factory):
     generate_run(beside, ranks=1, steps=2, ops_per_step=40)
     write_case("npu", beside, epoch_us=T0_NS // 1000)  # dumped while the rank was profiled: one clock
     ids["beside"] = ingest_like_server(store, "beside", beside)
+    ids["real"] = ingest_like_server(store, "real", REAL)
     with serving(create_app(Settings.from_env(environ={}, data_dir=str(data)))) as base:
         yield LiveServer(base_url=base, runs=ids)
 
@@ -57,7 +62,7 @@ def test_active_memory_timeline_and_its_keys(page, snap_server, artifacts_dir):
     assert page.locator("#snap-peak-bytes").text_content().strip() and ov["peak"]["bytes"] > 0
     drawn = int(page.locator("#snap-chart canvas").get_attribute("data-blocks"))
     assert drawn == len(api(snap_server, f"/api/runs/{snap_server.runs['cuda']}/memory/snapshot/allocations",
-                            limit=300)["blocks"])
+                            limit=500)["blocks"])
     page.locator("#mem-snapshot").screenshot(path=str(artifacts_dir / "memsnap_timeline.png"))
     box = canvas_box(page)
     page.mouse.click(box["x"] + box["width"] * 0.5, box["y"] + 8)  # focus (an empty spot: picks a time)
@@ -79,7 +84,7 @@ def test_active_memory_timeline_and_its_keys(page, snap_server, artifacts_dir):
 def test_a_block_opens_with_its_size_life_and_stack(page, snap_server):
     open_snapshot(page, snap_server, "cuda")
     run = snap_server.runs["cuda"]
-    alloc = api(snap_server, f"/api/runs/{run}/memory/snapshot/allocations", limit=300)
+    alloc = api(snap_server, f"/api/runs/{run}/memory/snapshot/allocations", limit=500)
     big = max(alloc["blocks"], key=lambda b: b["requested_size"] * (b["x1"] - b["x0"]))
     box = canvas_box(page)
     lo, hi = map(float, page.locator("#snap-chart canvas").get_attribute("data-window").split(","))
@@ -171,3 +176,17 @@ def test_beside_a_rank_both_sub_tabs(page, snap_server, artifacts_dir):
     assert page.locator("#mem-snapshot").is_visible()
     page.set_viewport_size({"width": 1600, "height": 900})
     page.screenshot(path=str(artifacts_dir / "memsnap_page.png"))
+
+
+def test_a_real_torch_npu_snapshot(page, snap_server, artifacts_dir):
+    """Ascend/msinsight's expandable-segments snapshot (no time_us: the entry index is the axis): the state at the
+    dump equals its segments' totals; the page is the README's screenshot."""
+    open_snapshot(page, snap_server, "real")
+    (reserved, allocated, active), = cf.snapshot_totals(cf.snapshot_dict(REAL)).values()
+    host = page.locator("#snap-state")
+    assert (host.get_attribute("data-reserved"), host.get_attribute("data-allocated"),
+            host.get_attribute("data-active")) == (str(reserved), str(allocated), str(active))
+    assert "entry's index" in page.locator("#snap-clock").text_content()
+    page.set_viewport_size({"width": 1600, "height": 900})
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(artifacts_dir / "memsnap_real.png"))

@@ -17,7 +17,7 @@ import { renderState } from "./memsnapstate.js";
 import { apiBase, markRanks, runId } from "./run.js";
 
 const TAB_PARAM = "memory";
-const DRAWN = 300;
+const DRAWN = 500;
 const WINDOW_DELAY_MS = 120;
 const state = { rank: currentRank(), device: null, ov: null, axis: "index", origin: null, chart: null, timer: null,
   profilerRanks: [] };
@@ -116,9 +116,13 @@ function peakLine(ov, dev) {
     ov.peak.idx === null ? " before the first entry" : ` at ${formatX(ov.peak.x, ov.axis)}`,
     ` · ${formatCount(dev.blocks)} blocks (${formatCount(dev.blocks_before_trace)} allocated before the trace began)`);
   if (ov.peak.top.length) {
+    const top = ov.peak.top.slice(0, 5);
+    const seen = new Map();
+    for (const t of top) seen.set(t.label, (seen.get(t.label) || 0) + 1);
+    // stacks that end in the same frame are told apart by their id
+    const name = (t) => (t.label ? `${t.label}${seen.get(t.label) > 1 ? ` (stack ${t.stack_id})` : ""}` : "(no stack)");
     host.append(el("div", { class: "v-note", id: "snap-peak-top" }, "Live at the peak: ",
-      ov.peak.top.slice(0, 5).map((t, i) => `${i ? " · " : ""}${t.label || "(no stack)"} ${formatBytes(t.bytes)}` +
-        (t.blocks > 1 ? ` (${t.blocks} blocks)` : ""))));
+      top.map((t, i) => `${i ? " · " : ""}${name(t)} ${formatBytes(t.bytes)}` + (t.blocks > 1 ? ` (${t.blocks} blocks)` : ""))));
   }
   if (dev.workspace_bytes) {
     host.append(el("div", { class: "v-note" }, `torch_npu workspace pools: ${formatBytes(dev.workspace_bytes)} reserved ` +
@@ -141,7 +145,7 @@ async function loadWindow() {
       latest("snap-alloc", snapApi("/allocations"), { ...params, limit: DRAWN })]);
     state.chart.setData(curve, alloc);
     $("#snap-note").textContent = `${formatCount(curve.entries)} entries in view · the ${alloc.blocks.length} largest ` +
-      "live blocks stacked, the rest in grey · reserved in orange" +
+      "live blocks stacked, the smaller ones in grey · reserved in orange" +
       (curve.source === "entries" ? "" : ` · ${curve.source}`);
   } catch (err) {
     if (!isAbort(err)) $("#snap-note").textContent = `Could not load: ${err.message}`;
