@@ -21,9 +21,9 @@ from ascendscope.server.queries.memsnap import EVENT_AT_SQL, Axis, idx_range, st
 DEFAULT_BUCKETS = 1_200
 MAX_BUCKETS = 8_000
 RAW_ENTRIES = 1 << 21
-LOD_LEVELS = (16, 10)  # coarsest first (ingest.memsnap.load.LOD_LEVELS)
+LOD_LEVELS = (16, 10)  # coarsest first (ingest.memsnap.store.LOD_LEVELS)
 LOD_NARROW = 32  # a level is read when its buckets are at most 1/32 of an answer's bucket (few straddle two)
-DEFAULT_DRAWN = 300
+DEFAULT_DRAWN = 500
 MAX_DRAWN = 1_000
 MAX_VERTICES = 300_000
 
