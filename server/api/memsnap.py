@@ -27,7 +27,7 @@ IdxQ = Annotated[Int64 | None, Query(description="an entry's index in the device
 BucketsQ = Annotated[int, Query(ge=16, le=mc.MAX_BUCKETS, description="at most this many buckets (≈ pixels)")]
 DrawnQ = Annotated[int, Query(ge=1, le=mc.MAX_DRAWN, description="stack at most this many of the largest blocks")]
 GroupsQ = Annotated[int, Query(ge=1, le=mst.MAX_GROUPS, description="at most this many stacks")]
-StackIdsQ = Annotated[list[int], Query(max_length=200, description="stack ids")]
+StackIdsQ = Annotated[list[Int64], Query(max_length=200, description="stack ids")]
 
 
 def _run_origin(db) -> int | None:
