@@ -28,6 +28,7 @@ REF = re.compile(GET, re.S)
 _BINFLOAT = struct.Struct(">d").unpack_from
 MAX_CACHED_LISTS = 1 << 16  # frames lists remembered by their bytes (a site's references repeat exactly)
 MAX_CACHED_VALUES = 1 << 18  # values remembered by their bytes (addresses, sizes, streams, actions repeat)
+SHAPE_MAX = 64  # entry shapes (key sequences) compiled
 _MISSING = object()
 
 
@@ -41,6 +42,8 @@ class FastEntries:
         self.keys: dict[bytes, str] = {}
         self.values: dict[bytes, object] = {}  # a value's bytes -> the value (integers, memo references)
         self.lists: dict[bytes, object] = {}
+        self.shapes: dict[tuple, tuple] = {}  # the keys' bytes in order -> (pattern, key names, time_us's position)
+        self.last = None  # the shape of the last entry read
 
     def _slot_value(self, raw: bytes):
         slot = raw[1] if raw[0] == 0x68 else int.from_bytes(raw[1:5], "little")
@@ -116,23 +119,69 @@ class FastEntries:
         self.keys.clear()
         self.values.clear()
         self.lists.clear()
+        self.shapes.clear()
+        self.last = None
+
+    def _shape(self, data, start: int, end: int):
+        """The compiled pattern of an entry with this entry's keys in this order (:data:`SHAPE_MAX` of them at
+        most): it matches such an entry whole and captures its values."""
+        keys = tuple(k for k, _ in PAIR.findall(data, start, end))
+        got = self.shapes.get(keys)
+        if got is None and len(self.shapes) < SHAPE_MAX:
+            names = tuple(self.keys.get(k) for k in keys)
+            if None in names:
+                return None
+            body = b"".join(re.escape(k) + b"(" + VALUE + b")" for k in keys)
+            got = self.shapes[keys] = (re.compile(rb"\}\x94\(" + body + rb"u", re.S), names,
+                                       names.index("time_us") if "time_us" in names else -1)
+        return got
+
+    def _by_shape(self, m, names, timed: int) -> tuple[dict, list]:
+        """An entry matched by a shape's pattern: its values from their bytes (the same decoding as _decode)."""
+        values = self.values
+        out = []
+        lists = []
+        for k, vraw in enumerate(m.groups()):
+            if k == timed and vraw[0] != 0x68 and vraw[0] != 0x6A:  # a time: rarely seen before, read directly
+                out.append(self._value(vraw[0], vraw))
+                continue
+            value = values.get(vraw, _MISSING)
+            if value is _MISSING:
+                op = vraw[0]
+                if op == 0x5D:
+                    if names[k] != "frames":
+                        raise _Bail
+                    value = self.r.stacks.stack([]) if len(vraw) == 2 else self._stack(vraw)
+                    lists.append(value)
+                else:
+                    value = self._value(op, vraw)
+                    if k != timed and len(values) < MAX_CACHED_VALUES:
+                        values[vraw] = value
+            out.append(value)
+        return dict(zip(names, out)), lists
 
     def run(self, data, pos: int, sink, handler) -> int:
         """Read the entries of ``sink`` that start at ``pos`` while they have the fast path's shape; returns where
-        the first other one starts (``pos`` itself when none matched)."""
+        the first other one starts (``pos`` itself when none matched). An entry is tried against the last shape
+        seen first (one match gives its values), then against the general pattern."""
         match = ENTRY.match
         keep = self.r._keep
         memo = self.r.memo
         device = sink.device
         entry = handler.entry
+        shape = self.last
         n = 0
         while True:
-            m = match(data, pos)
-            if m is None:
-                break
-            end = m.end()
+            m = shape[0].match(data, pos) if shape is not None else None
             try:
-                d, lists = self._decode(data, pos + 3, end - 1)
+                if m is not None:
+                    d, lists = self._by_shape(m, shape[1], shape[2])
+                else:
+                    m = match(data, pos)
+                    if m is None:
+                        break
+                    d, lists = self._decode(data, pos + 3, m.end() - 1)
+                    shape = self._shape(data, pos + 3, m.end() - 1)
             except _Bail:
                 break
             memo.append(-1)  # the entry's dict: streamed, never referred back to (pickles.TOMBSTONE)
@@ -140,6 +189,7 @@ class FastEntries:
                 memo.append(keep(ref))
             entry(device, d)
             n += 1
-            pos = end
+            pos = m.end()
+        self.last = shape
         sink.count += n
         return pos

@@ -42,6 +42,9 @@ from .store import (
     WORKSPACE,
     Store,
 )
+from .values import StackRef
+
+TIME_US_MAX = INT64_MAX // 1000
 
 
 def _opt(v: int) -> int | None:
@@ -95,6 +98,8 @@ class Loader(Store, pickles.Handler):
         self.annotation_count = 0
         self.other_actions: dict[str, int] = defaultdict(int)
         self.warnings: list[str] = []
+        self._last_device: int | None = None  # the device of the last entry, and its state
+        self._last: Device | None = None
 
     # ---- the reader's calls ------------------------------------------------------------------------------------
     def progress(self, done_bytes: int) -> None:
@@ -160,56 +165,39 @@ class Loader(Store, pickles.Handler):
             d = self.devices[device] = Device(device)
         return d
 
-    def entry(self, device: int, e: dict) -> None:
-        d = self.devices.get(device) or self._dev(device)
+    def entry(self, device: int, e: dict) -> None:  # the hot path: one call per trace entry
+        d = self._last if device == self._last_device else self._switch(device)
         idx = d.entries
-        d.entries += 1
-        action = e.get("action")
+        d.entries = idx + 1
+        get = e.get
+        action = get("action")
         code = CODE.get(action, OTHER) if type(action) is str else OTHER
-        if code == OTHER:
-            self.other_actions[str(action)[:40]] += 1
-        addr = e.get("addr", NULL)
+        addr = get("addr", NULL)
         if type(addr) is not int or not -INT64_MAX <= addr <= INT64_MAX:
             addr = _int(addr)
-        size = e.get("size", NULL)
+        size = get("size", NULL)
         if type(size) is not int or not -INT64_MAX <= size <= INT64_MAX:
             size = _int(size)
-        stream = e.get("stream", NULL)
+        stream = get("stream", NULL)
         if type(stream) is not int or not -INT64_MAX <= stream <= INT64_MAX:
             stream = _int(stream)
-        frames = e.get("frames")
-        stack = frames.id if type(frames) is pickles.StackRef else -1
-        t = e.get("time_us")
-        ts = t * 1000 if type(t) is int and 0 < t < INT64_MAX // 1000 else NULL
-        device_free = _int(e.get("device_free")) if code == OOM else NULL
-        synthetic = 0
+        frames = get("frames")
+        stack = frames.id if type(frames) is StackRef else -1
+        t = get("time_us")
+        ts = t * 1000 if type(t) is int and 0 < t < TIME_US_MAX else NULL
         block = NULL
-        ws = d.workspace
-        if code == WORKSPACE:
-            synthetic = 1
-            d.workspace = [addr, size, stream, 1]
-            d.workspaces.append((addr, size, stream))
-        elif ws is not None:
-            want = SEG_ALLOC if ws[3] == 1 else ALLOC
-            if code == want and addr == ws[0] and size == ws[1]:
-                synthetic = 1
-                ws[3] += 1
-                if ws[3] == 3:
-                    d.workspace = None
-            else:
-                d.anomalies["workspace_snapshot_without_its_segment_and_block"] += 1
-                d.workspace = None
-        if synthetic:
-            ts = NULL  # written at the dump, not when it happened: no time of its own
-            d.synthetic += 1
-        elif ts != NULL:
+        if d.workspace is not None or code == WORKSPACE:
+            if self._workspace(d, code, addr, size, stream):  # torch_npu's triple at the head: no history
+                self.rows.append((device, idx, code, addr, size, stream, NULL, stack, NULL, NULL, 1, d.active,
+                                  d.allocated, d.reserved))
+                d.synthetic += 1
+                return
+        if ts != NULL:
             d.timed += 1
             if d.first_ts is None:
                 d.first_ts = ts
             d.last_ts = ts
-        if synthetic:
-            pass
-        elif code == ALLOC:
+        if code == ALLOC:
             if size == NULL or addr == NULL:
                 d.anomalies["alloc_without_addr_or_size"] += 1
             else:
@@ -218,51 +206,82 @@ class Loader(Store, pickles.Handler):
                     d.anomalies["alloc_over_a_live_block"] += 1
                     old[9], old[10] = idx, ts
                     self._emit(d, old)
-                life = [self._new_block(), addr, size, stream, stack, idx, ts, NULL, NULL, NULL, NULL, -1]
-                d.open[addr] = life
-                block = life[0]
+                self.next_block += 1
+                block = self.next_block
+                d.open[addr] = [block, addr, size, stream, stack, idx, ts, NULL, NULL, NULL, NULL, -1]
                 d.active += size
                 d.allocated += size
-        elif code in (FREE_REQ, FREE_DONE, FREE):
-            life = d.open.get(addr) if addr != NULL else None
-            if life is None and addr != NULL:  # the block was allocated before the trace began
-                life = [self._new_block(), addr, size, stream, stack, NULL, NULL, NULL, NULL, NULL, NULL, -1]
-                d.open[addr] = life
-            if life is not None:
-                block = life[0]
-                if life[2] != size and size != NULL:
-                    d.anomalies["free_size_differs_from_alloc"] += 1
-                if code != FREE_DONE:
-                    if life[7] != NULL:
-                        d.anomalies["free_requested_twice"] += 1
-                    life[7], life[8] = idx, ts
-                    if stack >= 0:
-                        life[11] = stack
-                if code != FREE_REQ:
-                    life[9], life[10] = idx, ts
-                    if life[11] < 0 and stack >= 0:
-                        life[11] = stack
-                    del d.open[addr]
-                    self._emit(d, life)
-            if size != NULL:
-                if code != FREE_DONE:
-                    d.allocated -= size
-                if code != FREE_REQ:
-                    d.active -= size
+        elif FREE_REQ <= code <= FREE_DONE or code == FREE:
+            block = self._free(d, code, idx, ts, addr, size, stream, stack)
         elif SEG_ALLOC <= code <= SEG_UNMAP:
             if size != NULL and addr != NULL:
-                d.reserved += size if code in (SEG_ALLOC, SEG_MAP) else -size
+                d.reserved += size if code == SEG_ALLOC or code == SEG_MAP else -size
                 d.seg_events.append((idx, _opt(ts), code, addr, size, _opt(stream), stack))
             else:
                 d.anomalies["segment_event_without_addr_or_size"] += 1
         elif code == OOM:
             d.ooms += 1
-        self.rows.append((device, idx, code, addr, size, stream, ts, stack, block, device_free, synthetic, d.active,
-                          d.allocated, d.reserved))
+        elif code == OTHER:
+            self.other_actions[str(action)[:40]] += 1
+        self.rows.append((device, idx, code, addr, size, stream, ts, stack, block,
+                          _int(get("device_free")) if code == OOM else NULL, 0, d.active, d.allocated, d.reserved))
         if code == OTHER or (len(e) > 5 and e.keys() - KNOWN_KEYS):
             self._extra(device, idx, e, code, action)
         if len(self.rows) >= FLUSH_ROWS:
             self._flush_events()
+
+    def _switch(self, device: int) -> Device:
+        self._last_device, self._last = device, self._dev(device)
+        return self._last
+
+    def _workspace(self, d: Device, code: int, addr: int, size: int, stream: int) -> bool:
+        """Whether this entry is part of a workspace triple (``workspace_snapshot``, ``segment_alloc``, ``alloc`` of
+        one address and size)."""
+        if code == WORKSPACE:
+            d.workspace = [addr, size, stream, 1]
+            d.workspaces.append((addr, size, stream))
+            return True
+        ws = d.workspace
+        if code == (SEG_ALLOC if ws[3] == 1 else ALLOC) and addr == ws[0] and size == ws[1]:
+            ws[3] += 1
+            if ws[3] == 3:
+                d.workspace = None
+            return True
+        d.anomalies["workspace_snapshot_without_its_segment_and_block"] += 1
+        d.workspace = None
+        return False
+
+    def _free(self, d: Device, code: int, idx: int, ts: int, addr: int, size: int, stream: int, stack: int) -> int:
+        """A free request or completion: its life (one that began before the trace when none is open); returns
+        the life's block id."""
+        block = NULL
+        life = d.open.get(addr) if addr != NULL else None
+        if life is None and addr != NULL:  # the block was allocated before the trace began
+            self.next_block += 1
+            life = [self.next_block, addr, size, stream, stack, NULL, NULL, NULL, NULL, NULL, NULL, -1]
+            d.open[addr] = life
+        if life is not None:
+            block = life[0]
+            if life[2] != size and size != NULL:
+                d.anomalies["free_size_differs_from_alloc"] += 1
+            if code != FREE_DONE:
+                if life[7] != NULL:
+                    d.anomalies["free_requested_twice"] += 1
+                life[7], life[8] = idx, ts
+                if stack >= 0:
+                    life[11] = stack
+            if code != FREE_REQ:
+                life[9], life[10] = idx, ts
+                if life[11] < 0 and stack >= 0:
+                    life[11] = stack
+                del d.open[addr]
+                self._emit(d, life)
+        if size != NULL:
+            if code != FREE_DONE:
+                d.allocated -= size
+            if code != FREE_REQ:
+                d.active -= size
+        return block
 
     def _extra(self, device: int, idx: int, e: dict, code: int, action) -> None:
         if code == OTHER:
