@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
                        choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling",
-                                "bigtrace", "phases"])
+                                "bigtrace", "phases", "firstview"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     import importlib
 
