@@ -5,12 +5,16 @@
 
 Serves the bundled sample with ``ascendscope serve`` (read-only, in a data dir of its own, ingested once), then
 for each sample starts a new headless chromium (an empty cache, no connection kept), opens
-``/runs/<id>/operator`` at 1600×1000 and waits for the first pie's slices to be drawn (``#op-type-pie``).
+``/runs/<id>/operator`` at 1600×1000 and waits for the first pie's slices to be drawn (``#op-type-pie``). One
+unmeasured view per server comes first (the run's database opened: the first view of a fresh browser, not of a
+fresh server).
 Reported per link and version: the median, min and max ms from the navigation's start to the chart
 (``performance.now()`` when the page first shows it), the page's bytes on the wire and the bytes of content
-(resource timing), when the last module arrived, and the server's CPU seconds per view. The throttled link is
-Chromium's network emulation (DevTools ``Network.emulateNetworkConditions``: the given latency on every request
-and the given throughput in each direction). Versions alternate sample by sample, so both see the same load.
+(resource timing), when the last module arrived, and the CPU seconds of the server and of chromium per view (the
+browser's own work: plotly.js alone takes most of it, so on a loaded machine the wall time follows the load). The
+throttled link is Chromium's network emulation (DevTools ``Network.emulateNetworkConditions``: the given latency on
+every request and the given throughput in each direction). Versions alternate sample by sample, so both see the
+same load.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 from ascendscope.bench.served import Server
 
@@ -54,20 +60,35 @@ def emulate(page, link: dict | None) -> None:
                                                   "downloadThroughput": bytes_s, "uploadThroughput": bytes_s})
 
 
+def browser_cpu_s() -> float:
+    """CPU seconds (user + system) of every chromium process under this one (Playwright's driver starts them)."""
+    total = 0.0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" in p.name():
+                t = p.cpu_times()
+                total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 def one_view(pw, url: str, link: dict | None) -> dict:
     """One fresh chromium, one page load to the chart; what the page measured."""
     browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
     try:
         page = browser.new_context(viewport=VIEWPORT).new_page()
         emulate(page, link)
+        cpu = browser_cpu_s()
         page.goto(url, wait_until="commit")
-        page.wait_for_function(CHART, timeout=60_000, polling="raf")
+        page.wait_for_function(CHART, timeout=180_000, polling="raf")
+        cpu = browser_cpu_s() - cpu
         got = page.evaluate(TIMINGS)
     finally:
         browser.close()
     res = got["resources"]
     modules = [r for r in res if r["name"].endswith(".js") and "plotly" not in r["name"]]
-    return {"chart_ms": round(got["chart_ms"]),
+    return {"chart_ms": round(got["chart_ms"]), "browser_cpu_s": round(cpu, 3),
             "wire_kb": round((got["nav"]["wire"] + sum(r["wire"] for r in res)) / 1e3),
             "content_kb": round((got["nav"]["body"] + sum(r["body"] for r in res)) / 1e3),
             "requests": len(res) + 1,
@@ -109,12 +130,17 @@ def main(argv=None) -> int:
                 servers[version] = Server(Path(tmp) / version, checkout=checkout)
             ids = {version: ready_run(srv) for version, srv in servers.items()}
             with sync_playwright() as pw:
+                for version, srv in servers.items():  # unmeasured: the run's database opened, answers warm
+                    one_view(pw, f"{srv.base}/runs/{ids[version]}/operator", None)
                 for link in links:
                     for _ in range(args.repeat):
                         for version, srv in servers.items():
                             cpu = srv.cpu_s()
                             got = one_view(pw, f"{srv.base}/runs/{ids[version]}/operator", LINKS[link])
                             got["server_cpu_s"] = round(srv.cpu_s() - cpu, 3)
+                            got["load_avg_1m"] = round(os.getloadavg()[0], 2)
+                            print(f"{version} {link}: {got['chart_ms']} ms (browser {got['browser_cpu_s']} CPU-s, "
+                                  f"load {got['load_avg_1m']})", file=sys.stderr, flush=True)
                             samples[(version, link)].append(got)
         finally:
             for srv in servers.values():
@@ -127,7 +153,8 @@ def main(argv=None) -> int:
             "chart_ms_min": min(chart), "chart_ms_max": max(chart),
             "last_module_ms_median": round(statistics.median(g["last_module_ms"] for g in got)),
             "wire_kb": got[-1]["wire_kb"], "content_kb": got[-1]["content_kb"], "requests": got[-1]["requests"],
-            "server_cpu_s_median": round(statistics.median(g["server_cpu_s"] for g in got), 3)})
+            "server_cpu_s_median": round(statistics.median(g["server_cpu_s"] for g in got), 3),
+            "browser_cpu_s_median": round(statistics.median(g["browser_cpu_s"] for g in got), 3)})
     if args.json:
         Path(args.json).write_text(json.dumps({"report": report, "samples": {f"{v}/{lk}": s for (v, lk), s
                                                                              in samples.items()}}, indent=1))

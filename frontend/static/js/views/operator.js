@@ -259,10 +259,8 @@ async function refresh(rebuildTable = false) {
 }
 
 async function init() {
-  try {
-    const run = await apiGet(apiBase);
-    origin = run.origin_ns;
-  } catch { origin = null; }
+  // the run's origin (only the kernels' start times need it) arrives meanwhile: the charts do not wait for it
+  apiGet(apiBase).then((run) => { origin = run.origin_ns; }, () => { origin = null; });
   // the torch table waits for the overview: its empty text names the file the new rank lacks
   onRankChange(async (rank) => {
     state.rank = rank;
