@@ -76,8 +76,8 @@ def test_the_top_bars_keep_one_bar_per_group(page, live_server, scoped_runs):
     page.locator("#op-group-by").select_option("name")
     page.wait_for_function("() => document.querySelector('#op-top-title').textContent.includes('Computing Operator')")
     page.wait_for_timeout(300)
-    bar = page.evaluate("() => { const d = document.querySelector('#op-top-bar').data[0]; return [d.y, d.customdata]; }")
-    labels, custom = bar
+    labels, custom = page.evaluate("() => { const d = document.querySelector('#op-top-bar').data[0];"
+                                   " return [d.y, d.customdata]; }")
     assert len(labels) == len(set(labels)) == len(custom) >= 13
     assert all(not label.startswith(("Default/", "Gradients/")) for label in labels)
     assert all(c[2].startswith(("Default/", "Gradients/")) for c in custom)  # the full name on hover
