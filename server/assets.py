@@ -225,10 +225,10 @@ async def answer(folder: AssetDir, path: str, request: Request) -> Response:
     """One file of ``folder`` for ``path`` (``v-<version>/<rel>`` or ``<rel>``): immutable under the current
     version, revalidated otherwise; gzipped when it pays and the client takes it."""
     version, rel = split_version(path)
-    entry = await anyio.to_thread.run_sync(folder.file, rel)
+    entry, current_version = await anyio.to_thread.run_sync(lambda: (folder.file(rel), folder.version()))
     if entry is None:
         raise HTTPException(404, f"no file {path!r}")
-    current = version is not None and version == folder.version()
+    current = version is not None and version == current_version
     suffix = entry.path.suffix.lower()
     ctype = TEXT_TYPES.get(suffix) or mimetypes.guess_type(entry.path.name)[0] or "application/octet-stream"
     compressible = suffix in TEXT_TYPES and entry.key[1] >= MIN_GZIP_BYTES
