@@ -20,6 +20,21 @@ const METRIC_LABELS = { step: "Step time", computing: "Computing", exposed_comm:
 const MATRIX_LABELS = { bandwidth_gbps: "Bandwidth (GB/s)", min_bandwidth_gbps: "Slowest link (GB/s)",
   transit_time_ns: "Transit Time (ms)", transit_size_mb: "Transit Size (MB)" };
 const RED_BLUE = [[0, "#e8533a"], [0.5, "#e9dcc0"], [1, "#3f7fd8"]];
+// The heatmap colours a cell by its distance from the median, over at least ± this share of the median: a cluster
+// whose ranks stay within it reads as uniform (a 0.05 % spread is not painted deep blue to deep red)
+const MIN_SPREAD = 0.02;
+
+/** The heatmap's colour range: the median ± the largest distance from it, and at least ± MIN_SPREAD of it; the
+ * share of the median that range spans (for the note). Values in ms. */
+function colourRange(z) {
+  const vals = z.flat().filter((v) => v !== null && Number.isFinite(v)).sort((a, b) => a - b);
+  if (!vals.length) return null;
+  const mid = vals.length % 2 ? vals[(vals.length - 1) / 2] : (vals[vals.length / 2 - 1] + vals[vals.length / 2]) / 2;
+  const far = Math.max(mid - vals[0], vals[vals.length - 1] - mid);
+  if (mid <= 0) return { zmin: mid - (far || 1), zmax: mid + (far || 1), mid, spread: null };
+  const half = Math.max(far, Math.abs(mid) * MIN_SPREAD);
+  return { zmin: mid - half, zmax: mid + half, mid, spread: far / mid };
+}
 
 const state = { source: "ranks", metric: "step", step: "", group: "", op: "", show: "bandwidth_gbps" };
 let overview = null;
@@ -151,8 +166,10 @@ async function loadHeatmap(answer = null) {
   const ticks = y.filter((i) => i % every === 0);
   const x = h.steps.map((s) => (s === null ? "all" : String(s)));
   const slowRows = y.filter((i) => slow.has(h.ranks[i]));
+  const range = colourRange(z);
   await plot(node, [{
     type: "heatmap", x, y, z, colorscale: [[0, "#3f7fd8"], [0.5, "#e9dcc0"], [1, "#e8533a"]], hoverongaps: false,
+    ...(range ? { zmin: range.zmin, zmax: range.zmax, zauto: false } : {}),
     customdata: h.ranks.map((r) => h.steps.map(() => r)),
     hovertemplate: `Rank %{customdata}, step %{x}<br>${plotText(label)}: %{z:,.3f} ms<br>click: open the timeline<extra></extra>`,
     colorbar: { title: { text: `${plotText(label)} (ms)` }, thickness: 12 },
@@ -171,7 +188,11 @@ async function loadHeatmap(answer = null) {
     const p = ev.points && ev.points[0];
     if (p && p.customdata !== undefined) openRank(p.customdata);
   });
-  $("#cl-heat-note").textContent = `${h.ranks.length} rank${h.ranks.length === 1 ? "" : "s"} × ${h.steps.length} step${h.steps.length === 1 ? "" : "s"}` +
+  const spreadNote = !range || range.spread === null ? ""
+    : range.spread < MIN_SPREAD
+      ? ` · every cell within ${(range.spread * 100).toFixed(2)} % of the median (${num(range.mid, 3)} ms): under ${MIN_SPREAD * 100} %, coloured as uniform`
+      : ` · colour: distance from the median (${num(range.mid, 3)} ms), up to ±${(range.spread * 100).toFixed(1)} %`;
+  $("#cl-heat-note").textContent = `${h.ranks.length} rank${h.ranks.length === 1 ? "" : "s"} × ${h.steps.length} step${h.steps.length === 1 ? "" : "s"}` + spreadNote +
     (h.truncated ? " (the latest steps are left out: too many cells)" : "") +
     (state.source === "cluster_analysis" ? " · from cluster_step_trace_time.csv" : "");
   const colors = h.ranks.map((r) => (slow.has(r) ? "#e8533a" : "#3f7fd8"));
