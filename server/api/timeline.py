@@ -30,6 +30,7 @@ from ascendscope.server.api import (
     Int64,
     RunDb,
     RunDbDep,
+    ShiftNs,
     column_answer,
     fast_json,
 )
@@ -123,7 +124,8 @@ def search(run_id: RunId, db: RunDbDep,
 
 OffsetRanks = Annotated[list[Int64], Query(description="ranks drawn shifted (the timeline's per-rank offsets); "
                                                         "pairs with offset_ns")]
-OffsetNs = Annotated[list[Int64], Query(description="each offset_rank's shift in ns (drawn time = raw + shift)")]
+OffsetNs = Annotated[list[ShiftNs], Query(description="each offset_rank's shift in ns (drawn time = raw + shift), "
+                                                      "at most ±2^62")]
 
 
 @router.get("/range_stats")

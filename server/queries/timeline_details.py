@@ -150,6 +150,10 @@ def _range_params(db, start_ns, end_ns, track_ids: list[int], offset_rank: list[
     pool = [db.info.tracks[t] for t in tracks] if tracks else list(db.info.tracks.values())
     longest = max((t.max_dur_ns for t in pool), default=0)
     lo_shift, hi_shift = min([0, *shifts.values()]), max([0, *shifts.values()])
+    ends = max((int(t.row.get("max_end_ns") or 0) for t in pool), default=0)
+    if ends + hi_shift > INT64_MAX:  # the SQL adds the shift to a slice's start, then its duration
+        raise QueryError("invalid_parameter", f"offset_ns: a shift of {hi_shift} ns moves this run's slices past "
+                                              f"the int64 range of ns")
     return {"tracks": tracks, "start": start, "end": end, "offset_ranks": list(shifts),
             "offset_ns": list(shifts.values()),
             "lo": _int64(start - longest - hi_shift), "hi": _int64(end - lo_shift),
