@@ -36,6 +36,7 @@ from ascendscope.server.runs import (
 BUSY_EXIT = 75  # a worker's exit code when another live process holds the run's ingest lock
 STORAGE_EXIT = 74  # … when the run's folder could not be written, not even its outcome (EX_IOERR)
 MAX_REPORT_CHARS = 2000
+TRACKER_WARNINGS = "ignore:resource_tracker:UserWarning"  # a -W filter: the leaked-semaphore warning
 MAX_LISTED_WARNINGS = 8  # warnings quoted in the error of a run that loaded nothing
 MAX_LOGGED_WARNINGS = 1000  # warnings written to ingest.log
 
@@ -184,9 +185,13 @@ def _prewarm(store: RunStore, run_id: str, wlog: logging.Logger, min_slices: int
 def _own_resource_tracker() -> None:
     """Track the ingest pool's semaphores in a resource tracker of this worker's own (started on first use, its
     output in the run's log), not in the server's, which this process inherited: a worker stopped mid-ingest
-    leaves them behind, and the server's tracker would say so on the server's terminal when it exits."""
+    leaves them behind, and the server's tracker would say so on the server's terminal when it exits. Ours removes
+    them without its warning ("There appear to be N leaked semaphore objects", naming Python's install path): the
+    queue already logs why the attempt ended (the tracker takes the warning filters of the process that starts it)."""
+    import sys
     from multiprocessing import resource_tracker
 
+    sys.warnoptions.append(TRACKER_WARNINGS)
     tracker = resource_tracker._resource_tracker
     with tracker._lock:
         tracker._fd = tracker._pid = None
