@@ -8,7 +8,8 @@ Time: query parameters ``start_ns``/``end_ns`` are absolute epoch ns (integers i
 (~1.7e18) exceed 2**53, the exact range of a JSON number, so responses carry ``origin_ns`` (a decimal string) and
 every ``*_ns`` time in them is relative to it; durations are plain ns. Absolute values in responses are strings.
 
-Bounds: every list has a row cap and a ``truncated`` flag; every query has a deadline (``query_timeout_s``).
+Bounds: every list has a row cap and a ``truncated`` flag; every query has a deadline (``query_timeout_s``). A
+slice name longer than 2,000 characters is answered cut, ending with "…" (``…/slices/{id}/name`` gives it whole).
 
 Slices, counters and flows answer JSON by default, or typed arrays when ``Accept`` names
 ``application/vnd.ascendscope.columns`` (:mod:`server.columns`: the same answer, smaller and cheaper to encode and
@@ -20,6 +21,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import PlainTextResponse
 
 from ascendscope.server.api import (
     COLUMN_RESPONSES,
@@ -105,6 +107,14 @@ def slice_detail(run_id: RunId, slice_id: Int64, db: RunDbDep) -> FastJSONRespon
     """One slice: all args, the call stack and input shapes split on ``;\\r\\n``, its parent and children, its
     flows with their other ends (slice, track, ts) and, for a device task, its ``kernel_details`` row."""
     return td.slice_detail(db, slice_id)
+
+
+@router.get("/slices/{slice_id}/name", response_class=PlainTextResponse)
+def slice_name(run_id: RunId, slice_id: Int64, db: RunDbDep) -> PlainTextResponse:
+    """One slice's whole name as text, however long: every other answer cuts a name at 2,000 characters and ends
+    it with "…"."""
+    return PlainTextResponse(td.slice_name(db, slice_id), headers={
+        "Content-Disposition": f'inline; filename="slice-{slice_id}-name.txt"'})
 
 
 @router.get("/search")
