@@ -1,10 +1,12 @@
 """A zip's central directory is counted before ``zipfile`` reads it (``ingest.zipdir``): refused from the end
 record's count and size alone (zip64 too), then header by header when the record lies, so that a directory of
-millions of entries costs nothing to refuse; honest archives, zip64 ones included, still pass."""
+millions of entries costs nothing to refuse; honest archives, zip64 ones included, still pass. A tar, which has
+no directory, is counted header by header before ``tarfile`` reads it (it keeps every member it has read)."""
 
 from __future__ import annotations
 
 import io
+import tarfile
 import zipfile
 
 import pytest
@@ -88,3 +90,19 @@ def test_data_before_the_zip_shifts_the_directory_as_zipfile_reads_it(tmp_path):
     data = zip_folder(PYTORCH_TEXT / "level1")
     (tmp_path / "prefixed.zip").write_bytes(b"#!/bin/sh\nexit 0\n" + data)
     assert zipdir.check(tmp_path / "prefixed.zip", 100_000).files == len(zipfile.ZipFile(io.BytesIO(data)).infolist())
+
+
+def test_a_tar_is_counted_before_tarfile_reads_it(tmp_path, monkeypatch):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for i in range(5000):
+            tf.addfile(tarfile.TarInfo(f"job/f{i}.txt"), io.BytesIO(b""))
+    (tmp_path / "many.tar.gz").write_bytes(buf.getvalue())
+
+    def opened(*args, **kwargs):
+        raise AssertionError("tarfile read the archive")
+
+    monkeypatch.setattr(archive.tarfile, "open", opened)
+    with pytest.raises(ArchiveError, match="more than 1000 members") as err:
+        archive.unpack(tmp_path / "many.tar.gz", tmp_path / "out", archive.Limits(max_members=1000))
+    assert err.value.kind == "too_large"
