@@ -15,7 +15,10 @@ restart), re-read by :meth:`IngestQueue.start`. A worker that dies without recor
 crash) leaves no database: its temp files are removed and the run is queued again, up to ``retries`` times,
 then marked failed with the reason. A failure the pipeline reports (bad input) is not retried: it would fail
 the same way. A run that loads nothing a view can show (no slices, counters or table rows) fails too, listing
-the warnings. The reason of every failure is in the run's ingest.log.
+the warnings. The reason of every failure is in the run's ingest.log. Storage that fails under an ingest (the data
+dir made read-only or immutable) is neither a crash nor bad input: the worker, unable to write even the outcome,
+says why on a pipe and exits with ``STORAGE_EXIT``, and the run is failed with that reason as soon as its folder
+can be written again (tried every ``STORAGE_RETRY_S``), so that Retry takes it.
 
 A worker leads a process group of its own, which its pool (the fork server and the processes it forks) joins. When
 a worker has exited, the queue waits until nothing of that group runs any more (killing what is left after
