@@ -38,6 +38,7 @@ from ascendscope.server.coordinator import IngestCoordinator
 from ascendscope.server.db import Databases
 from ascendscope.server.errors import HTTP_ANSWERS, http_answer
 from ascendscope.server.fastlane import FastLane
+from ascendscope.server.headmethod import HeadAsGet
 from ascendscope.server.querypool import QueryPool
 from ascendscope.server.requestclock import RequestClock
 from ascendscope.server.runs import RunStore
@@ -140,6 +141,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     respond = _install_error_handlers(app)
     app.add_middleware(FastLane)  # innermost: viewport requests answered without the router (server.fastlane)
     app.add_middleware(Compression)  # JSON answers and pages gzipped (server.compression); not the fast lane's columns
+    app.add_middleware(HeadAsGet)  # HEAD answered as GET without the body, on every route and page
     app.add_middleware(CatchAll, respond=respond)  # added before the security middleware: it runs inside it
     app.add_middleware(SecurityMiddleware, token=settings.token, host=settings.host,
                        allowed_hosts=settings.allowed_hosts)
