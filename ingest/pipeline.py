@@ -36,6 +36,7 @@ from . import (
     SCHEMA_VERSION,
     archive,
     csvfiles,
+    experts,
     jsonfile,
     lod,
     overlap,
@@ -43,6 +44,7 @@ from . import (
     readers,
     serving,
     sqlfuncs,
+    strategy,
     trace_tables,
 )
 from .cluster import find_cluster_dir
@@ -164,7 +166,8 @@ def _mindspore_level(info: dict) -> str | None:
 
 def load_cluster_analysis(con, root: Path) -> list[dict]:
     """msprof-analyze's ``cluster_analysis_output`` under the source into ``cluster_analysis_*`` tables
-    (``ingest.cluster``), and serving output into ``serving_*`` (``ingest.serving``); their warnings go to
+    (``ingest.cluster``), serving output into ``serving_*`` (``ingest.serving``), the parallel strategy
+    (``ingest.strategy``) and expert dumps (``ingest.experts``): the run-level tables; their warnings go to
     ``warnings`` (run-wide: no rank) and are returned."""
     try:
         from .cluster import load_cluster_analysis as load
@@ -172,6 +175,8 @@ def load_cluster_analysis(con, root: Path) -> list[dict]:
         load = None
     texts = list(load(con, root) or []) if load is not None else []
     texts += serving.load_serving(con, root)  # and msServiceProfiler's output: the serving_* tables
+    texts += strategy.build(con)  # the parallel strategy over every rank's metadata (ingest/strategy.py)
+    texts += experts.load_experts(con, root)  # MindIE / vLLM-Ascend expert dumps (ingest/experts.py)
     rows = []
     for text in texts:
         file, sep, message = str(text).partition(": ")
@@ -249,6 +254,9 @@ def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
     if not disc.ranks and find_cluster_dir(root) is not None:
         # msprof-analyze's output alone: a run of no ranks whose Cluster view reads that folder
         disc.warn(None, "cluster_analysis_output", "no rank folders beside it: only the Cluster view has data")
+        return disc
+    if not disc.ranks and experts.find(root):  # expert dumps alone: a run of no ranks (its Cluster view's heat map)
+        disc.warn(None, "expert dumps", "no rank folders beside them: only the expert load has data")
         return disc
     if not disc.ranks and not serving.find(root):  # serving output alone is a run of no ranks
         detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:5])
