@@ -64,6 +64,7 @@ API_MODULES = (
     "systemview",
     "compare",
     "cluster",
+    "strategy",
     "export",
     "late_arrivals",
     "critical_path",
