@@ -374,7 +374,7 @@ def solve(metas: dict[int, dict], ranks: list[int], *, order: str | None = None,
             # a composite or unknown name, or an expert group without experts in parallel: where its members
             # sit says more (tp_exp is the tp group when ep is 1, mp the pp group when tp is 1)
             by_members = kind_of_members(g["ranks"], coords, got, world)
-            if kind == "other" or by_members in ("tp", "pp", "dp", "cp", "ep", "self"):
+            if kind == "other" or by_members in ("tp", "pp", "dp", "cp", "ep"):
                 kind = by_members
         rows.append({**g, "hashed_id": str(double_hash(g["group_key"])), "kind": kind, "size": len(g["ranks"])})
     mb, schedule = _pp_info(metas)

@@ -1,7 +1,9 @@
 // Cluster view: a ranks × steps heatmap of one metric (step time, computing, exposed communication, free) with the
 // slow ranks called out, the per-rank means, the src × dst communication matrix (binned by the server beyond 256
-// ranks) with its slowest links, and a rank picker that opens one rank's timeline. Every answer comes from the
-// run's cluster tables (/api/runs/{id}/cluster/…), so a run of 1,000 ranks paints from three small requests.
+// ranks) with its slowest links, a rank picker that opens one rank's timeline, and the parallel strategy
+// (strategy.js: the rank grid, which dimension is slow, communication per group kind, the MoE expert load). Every
+// answer comes from the run's cluster tables (/api/runs/{id}/cluster/…, …/strategy/…), so a run of 1,000 ranks paints
+// from a few small requests.
 // DOM is built with textContent only; data strings handed to plotly go through plotText.
 
 import { apiGet } from "../common/api.js";
@@ -12,6 +14,7 @@ import { ms } from "../common/time.js";
 import { runPage } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { initLateArrivals } from "./latearrivals.js";
+import { initStrategy } from "./strategy.js";
 import { apiBase as runBase, runId } from "./run.js";
 
 const apiBase = `${runBase}/cluster`;
@@ -328,8 +331,10 @@ async function start() {
     await loadOverview();
     await loadHeatmap(heat);
     document.body.dataset.clusterPaintMs = String(Math.round(performance.now()));
+    const strategy = initStrategy();  // (it shows its own errors in its section)
     await matrix;
     await initLateArrivals();
+    await strategy;
     document.body.dataset.clusterReady = "1";
   } catch (err) {
     showError(err);
