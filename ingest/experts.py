@@ -163,12 +163,12 @@ def read_hotspot(path: Path, layers: int, p: _Problems) -> list[tuple[int, int, 
     return rows
 
 
-def read_deployment(path: Path, p: _Problems) -> list[tuple[int, int, int, int]]:
-    """``(layer, rank, slot, expert)`` of a deployment file."""
+def read_deployment(path: Path, p: _Problems) -> list[tuple[int, int, int, int]] | None:
+    """``(layer, rank, slot, expert)`` of a deployment file (None: not read)."""
     data = jsonfile.load(path)
     if not isinstance(data, dict) or not isinstance(data.get("layer_list"), list):
         p.add("no layer_list: not read")
-        return []
+        return None
     rows = []
     for i, layer in enumerate(data["layer_list"]):
         lid = _count(layer.get("layer_id")) if isinstance(layer, dict) else None

@@ -197,6 +197,9 @@ def build_cluster_tables(con) -> None:
 
 # the rows msprof-analyze's cluster_analysis_output gave (the Cluster view's data even in a run of no ranks)
 CLUSTER_ANALYSIS_ROWS_SQL = "SELECT coalesce(sum(rows), 0)::BIGINT FROM cluster_analysis_files WHERE status <> 'failed'"
+# the rows of the expert dumps (the Cluster view's expert load, even in a run of no ranks)
+EXPERT_ROWS_SQL = ("SELECT coalesce(sum(rows), 0)::BIGINT FROM expert_files "
+                   "WHERE status <> 'failed' AND kind <> 'config'")
 
 
 def summarize(con) -> dict:
@@ -463,6 +466,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
         if keep_open is not None:
             summary["extra"] = keep_open(con)
             summary["cluster_analysis_rows"] = con.execute(CLUSTER_ANALYSIS_ROWS_SQL).fetchone()[0]
+            summary["expert_rows"] = con.execute(EXPERT_ROWS_SQL).fetchone()[0]
         progress.phase("writing the file")
     return summary
 

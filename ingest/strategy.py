@@ -273,6 +273,10 @@ def _stated_coordinates(groups: dict[str, dict], sizes: dict[str, int], warn: _W
     return known, own, used
 
 
+# a dp group's members differ in ep too (the expert layout splits dp), an ep group's in dp
+NOT_SHARED = {"dp": {"dp", "ep"}, "ep": {"ep", "dp"}}
+
+
 def _share(known: dict[int, dict[str, int]], used: list[tuple[str, list[int]]], warn: _Warn) -> None:
     """Members of a group of dimension D share every other coordinate: spread what one member knows to the
     others, until nothing changes."""
@@ -280,9 +284,10 @@ def _share(known: dict[int, dict[str, int]], used: list[tuple[str, list[int]]], 
         changed = False
         for dim, members in used:
             pooled: dict[str, int] = {}
+            skip = NOT_SHARED.get(dim, {dim})
             for m in members:
                 for d, v in known.get(m, {}).items():
-                    if d != dim:
+                    if d not in skip:
                         pooled.setdefault(d, v)
             for m in members:
                 have = known.setdefault(m, {})
@@ -355,6 +360,12 @@ def solve(metas: dict[int, dict], ranks: list[int], *, order: str | None = None,
     known, own, used = _stated_coordinates(groups, got, warn)
     _share(known, used, warn)
     picked, order_source = _pick_order(order, got, known, warn)
+    if picked.index("ep") + 1 == picked.index("dp"):  # ep right before dp: a rank's ep is its dp modulo ep
+        for r, have in known.items():
+            if "dp" in have and "ep" not in have:
+                have["ep"] = have["dp"] % max(1, got["ep"])
+                if "dp" in own.get(r, set()):
+                    own[r].add("ep")
     grid: dict[int, tuple[dict[str, int], str]] = {}
     big = [d for d in DIMS if got[d] > 1]
     for r in range(max(world, (max(ranks) + 1) if ranks else 0)):
@@ -428,6 +439,10 @@ def build(con, ranks_table: str = "ranks") -> list[str]:
     """The strategy tables from the rank rows of ``ranks_table`` (default order, sizes as the files say); the
     warnings, each ``"file: message"``."""
     metas, ranks, folders, problems = read_ranks(con, ranks_table)
+    if not ranks:  # a run of no ranks (msprof-analyze's or expert output alone): no strategy to speak of
+        for ddl in (STRATEGY_DDL, GRID_DDL, GROUPS_DDL):
+            con.execute(ddl)
+        return problems
     try:
         sol = solve(metas, ranks, folders=folders)
     except ValueError as exc:  # a world beyond the grid's cap: the tables stay empty, the reason is a warning
