@@ -21,9 +21,14 @@ from ascendscope.server.queries import late_arrivals as la
 
 METRICS = {"step": "step_ns", "computing": "computing_ns", "exposed_comm": "exposed_comm_ns", "free": "free_ns",
            "wait_caused": "wait_caused_ns"}
-TABLES_SQL = ("SELECT DISTINCT table_name FROM information_schema.tables WHERE table_name IN "
-              "('parallel_strategy', 'rank_grid', 'parallel_groups', 'cluster_steps', 'cluster_collectives', "
-              "'comm_ops', 'comm_bandwidth')")
+# the run's own tables and views (a sharded run's are views of the connection's main schema): the catalog functions
+# of the current database, not information_schema, which lists every attached shard's tables too (70 ms at 1,024)
+TABLES_SQL = """
+SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = current_schema()
+UNION ALL
+SELECT view_name FROM duckdb_views() WHERE database_name = current_database() AND schema_name = current_schema()
+                                     AND NOT internal
+"""
 STRATEGY_SQL = "SELECT * FROM parallel_strategy LIMIT 1"
 GRID_SQL = "SELECT rank, dp, pp, tp, cp, ep, source, in_run FROM rank_grid ORDER BY rank"
 GROUPS_SQL = "SELECT group_key, hashed_id, group_name, kind, ranks, stated_by FROM parallel_groups"
@@ -45,7 +50,9 @@ WAIT_STEPS_SQL = f"SELECT count(DISTINCT step) FROM cluster_collectives WHERE {R
 
 @dataclass
 class Grid:
-    """The grid of a run: sizes, the order used, and per rank (in rank order) its coordinates and source."""
+    """The grid of a run: sizes, the order used, and per rank (in rank order) its coordinates and source
+    (``groups``: the stated groups, read by :func:`groups` when asked for). Shared between requests (cached): never
+    mutated."""
 
     sizes: dict[str, int]
     world: int
@@ -59,12 +66,22 @@ class Grid:
     coords: dict[int, dict[str, int]]
     source: dict[int, str]
     in_run: set[int]
-    groups: list[dict]
+    groups: list[dict] | None
 
-    def key(self, rank: int, without: str) -> tuple:
-        """The coordinates of ``rank`` but ``without``: ranks sharing it form one group of that dimension."""
-        c = self.coords[rank]
-        return tuple(c[d] for d in ("dp", "pp", "tp", "cp") if d != without)
+    def __post_init__(self) -> None:
+        self._keys: dict[str, dict[int, tuple]] = {}
+
+    def keys(self, without: str) -> dict[int, tuple]:
+        """rank -> its coordinates but ``without`` (ep: its expert-parallel group's: tp, cp, pp, dp ÷ ep): the
+        ranks sharing one form one group of that dimension."""
+        if without not in self._keys:
+            if without == "ep":
+                ep = max(1, self.sizes["ep"])
+                self._keys[without] = {r: (c["tp"], c["cp"], c["pp"], c["dp"] // ep) for r, c in self.coords.items()}
+            else:
+                dims = [d for d in ("dp", "pp", "tp", "cp") if d != without]
+                self._keys[without] = {r: tuple(c[d] for d in dims) for r, c in self.coords.items()}
+        return self._keys[without]
 
     def dims(self) -> list[str]:
         return [d for d in ("pp", "tp", "cp", "ep", "dp") if self.sizes.get(d, 1) > 1]
@@ -72,6 +89,23 @@ class Grid:
 
 def tables(db) -> set[str]:
     return {r[0] for r in db.rows(TABLES_SQL)}
+
+
+def cached(db, kind: str, params: tuple, compute):
+    """``compute()``, once per run file for concurrent and later requests of the same ``kind`` and ``params``
+    (``RunDb.shared``); a plain runner (tests, scripts) computes it each time."""
+    shared = getattr(db, "shared", None)
+    if shared is None:
+        return compute()
+    return shared(kind, params, [0], lambda _: {0: compute()})[0]
+
+
+def groups(db) -> list[dict]:
+    """The groups the files state (``parallel_groups``)."""
+    if "parallel_groups" not in tables(db):
+        return []
+    return [{"group_key": k, "hashed_id": h, "group_name": n, "kind": kind, "ranks": list(r or []),
+             "stated_by": list(b or [])} for k, h, n, kind, r, b in db.rows(GROUPS_SQL)]
 
 
 def _range(step_from: int | None, step_to: int | None) -> list:
@@ -82,7 +116,12 @@ def _range(step_from: int | None, step_to: int | None) -> list:
 
 def load(db, order: str | None = None, sizes: dict | None = None) -> Grid | None:
     """The run's grid (None when the run has no strategy tables): as ingested, or solved again for a picked
-    ``order`` / ``sizes``."""
+    ``order`` / ``sizes``; cached per run file."""
+    key = (order, tuple(sorted((sizes or {}).items())))
+    return cached(db, "strategy_grid", key, lambda: _load(db, order, sizes))
+
+
+def _load(db, order: str | None, sizes: dict | None) -> Grid | None:
     if "rank_grid" not in tables(db):
         return None
     if order or sizes:
@@ -109,12 +148,10 @@ def load(db, order: str | None = None, sizes: dict | None = None) -> Grid | None
         return None
     s = head[0]
     rows = db.rows(GRID_SQL)
-    groups = [{"group_key": k, "hashed_id": h, "group_name": n, "kind": kind, "ranks": list(r or []),
-               "stated_by": list(b or [])} for k, h, n, kind, r, b in db.rows(GROUPS_SQL)]
     return Grid({d: int(s[d]) for d in rules.DIMS}, int(s["world_size"]), s["order"], s["order_source"],
                 s["sizes_source"], s["microbatches"], s["pp_schedule"], json.loads(s["warnings"] or "[]"),
                 [r[0] for r in rows], {r[0]: dict(zip(("dp", "pp", "tp", "cp", "ep"), r[1:6])) for r in rows},
-                {r[0]: r[6] for r in rows}, {r[0] for r in rows if r[7]}, groups)
+                {r[0]: r[6] for r in rows}, {r[0] for r in rows if r[7]}, None)
 
 
 def steps(db) -> list[int]:
@@ -123,7 +160,13 @@ def steps(db) -> list[int]:
 
 def rank_metrics(db, step_from: int | None = None, step_to: int | None = None, *,
                  wait: bool = True) -> dict[int, dict]:
-    """rank -> its mean per step of every metric (ns, floats) over the range, and ``steps``."""
+    """rank -> its mean per step of every metric (ns, floats) over the range, and ``steps``; cached per run
+    file."""
+    return cached(db, "strategy_metrics", (step_from, step_to, wait),
+                  lambda: _rank_metrics(db, step_from, step_to, wait))
+
+
+def _rank_metrics(db, step_from: int | None, step_to: int | None, wait: bool) -> dict[int, dict]:
     have = tables(db)
     params = _range(step_from, step_to)
     out: dict[int, dict] = {}

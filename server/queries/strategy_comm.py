@@ -21,6 +21,16 @@ MEMBERS_SQL = f"""
 SELECT group_id, list(DISTINCT rank ORDER BY rank) AS ranks
 FROM comm_ops WHERE NOT coalesce(is_total, false) AND group_id IS NOT NULL AND {RANGE} GROUP BY group_id
 """
+# the same, with the stated group each id names (its key, or the key's double hash), matched in SQL: a run of
+# 1,024 ranks states some 2,600 groups, whose member lists are not worth reading
+NAMED_SQL = f"""
+WITH m AS ({MEMBERS_SQL}), p AS (
+  SELECT group_key AS gid, kind, group_name FROM parallel_groups
+  UNION ALL SELECT hashed_id, kind, group_name FROM parallel_groups
+)
+SELECT m.group_id, m.ranks, any_value(p.kind) AS kind, any_value(p.group_name) AS group_name
+FROM m LEFT JOIN p ON p.gid = m.group_id GROUP BY ALL
+"""
 OPS_SQL = f"""
 SELECT group_id, count(*) AS ops, count(DISTINCT step_id) AS steps, sum(elapse_time_ns) AS elapse_ns,
        sum(transit_time_ns) AS transit_ns, sum(wait_time_ns) AS wait_ns
@@ -34,32 +44,27 @@ GROUP BY group_id, transport
 """
 
 
-def _kinds(g: sq.Grid | None, members: dict[str, list[int]]) -> dict[str, tuple[str, str | None]]:
-    """group id -> (kind, group name)."""
-    named: dict[str, tuple[str, str | None]] = {}
-    for grp in (g.groups if g else []):
-        for gid in (grp["group_key"], grp["hashed_id"]):
-            named[str(gid)] = (grp["kind"], grp["group_name"])
-    out = {}
-    for gid, ranks in members.items():
-        if gid in named:
-            out[gid] = named[gid]
-        elif g is not None:
-            out[gid] = (rules.kind_of_members(ranks, g.coords, g.sizes, g.world), None)
-        else:
-            out[gid] = ("unknown", None)
-    return out
-
-
 def by_kind(db, step_from: int | None = None, step_to: int | None = None) -> dict:
-    """Communication per group kind (module note)."""
+    """Communication per group kind (module note); cached per run file."""
+    return sq.cached(db, "strategy_comm", (step_from, step_to), lambda: _by_kind(db, step_from, step_to))
+
+
+def _by_kind(db, step_from: int | None, step_to: int | None) -> dict:
     have = sq.tables(db)
     if "comm_ops" not in have:
         return {"available": False, "reason": "no communication data in this run", "kinds": [], "groups": []}
     params = sq._range(step_from, step_to)
     g = sq.load(db)
-    members = {str(gid): list(ranks) for gid, ranks in db.rows(MEMBERS_SQL, params)}
-    kinds = _kinds(g, members)
+    members: dict[str, list[int]] = {}
+    kinds: dict[str, tuple[str, str | None]] = {}
+    rows = (db.rows(NAMED_SQL, params) if "parallel_groups" in have
+            else [(gid, ranks, None, None) for gid, ranks in db.rows(MEMBERS_SQL, params)])
+    for gid, ranks, kind, name in rows:
+        gid = str(gid)
+        members[gid] = list(ranks)
+        if kind is None:  # no file states it: where its ranks sit
+            kind = rules.kind_of_members(members[gid], g.coords, g.sizes, g.world) if g else "unknown"
+        kinds[gid] = (kind, name)
     per_kind: dict[str, dict] = {}
     groups = []
     for r in db.dicts(OPS_SQL, params):

@@ -60,13 +60,8 @@ def _ranks_text(ranks: list[int]) -> str:
 
 def _group_of(g: sq.Grid, rank: int, dim: str) -> list[int]:
     """The ranks of ``rank``'s group of ``dim`` (ep: its expert-parallel group: same tp, cp, pp, dp ÷ ep)."""
-    c = g.coords[rank]
-    if dim == "ep":
-        ep = max(1, g.sizes["ep"])
-        return [r for r in g.ranks if all(g.coords[r][d] == c[d] for d in ("tp", "cp", "pp"))
-                and g.coords[r]["dp"] // ep == c["dp"] // ep]
-    key = g.key(rank, dim)
-    return [r for r in g.ranks if g.key(r, dim) == key]
+    keys = g.keys(dim)
+    return [r for r in g.ranks if keys[r] == keys[rank]]
 
 
 def spreads(g: sq.Grid, values: dict[int, float]) -> dict[str, dict]:
@@ -75,10 +70,10 @@ def spreads(g: sq.Grid, values: dict[int, float]) -> dict[str, dict]:
     for dim in g.dims():
         slices: dict[int, list[float]] = {}
         groups: dict[tuple, list[int]] = {}
+        keys = g.keys(dim)
         for r, v in values.items():
             slices.setdefault(g.coords[r][dim], []).append(v)
-            key = g.key(r, dim) if dim != "ep" else (*g.key(r, "dp"), g.coords[r]["dp"] // g.sizes["ep"])
-            groups.setdefault(key, []).append(r)
+            groups.setdefault(keys[r], []).append(r)
         means = {k: statistics.fmean(v) for k, v in sorted(slices.items())}
         med = statistics.median(means.values()) if means else 0
         worst_slice = max(means, key=means.get) if means else None

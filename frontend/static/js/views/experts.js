@@ -66,7 +66,7 @@ function details(a) {
   host.append(el("h3", { class: "v-subtitle" }, dumps ? "Hottest experts" : "Replicated experts"),
     table("st-hottest", dumps ? ["Layer", "Expert", "Tokens", "Share of the layer", "On ranks"]
       : ["Layer", "Expert", "Copies"],
-    a.hottest.map((h) => (dumps ? [String(h.layer), String(h.expert), String(h.tokens),
+    a.hottest.slice(0, 10).map((h) => (dumps ? [String(h.layer), String(h.expert), String(h.tokens),
       h.share === null ? "—" : `${num(h.share * 100, 1)} %`, h.ranks.join(", ")]
       : [String(h.layer), String(h.expert), String(h.copies)]))),
     el("h3", { class: "v-subtitle" }, "Imbalance per layer (max ÷ mean over its experts)"),

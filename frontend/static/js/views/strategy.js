@@ -147,10 +147,11 @@ function drawSpreads(v) {
   const pctCell = (x) => el("td", { class: "num" }, x === null || x === undefined ? "—" : `${num(x, 2)} %`);
   for (const [dim, s] of dims) {
     body.append(el("tr", { "data-dim": dim }, el("td", {}, dim.toUpperCase()), el("td", { class: "num" }, s.size),
-      pctCell(s.between_pct), el("td", {}, s.worst_slice === null ? "—" : `${dim} ${s.worst_slice}`),
+      pctCell(s.between_pct), el("td", {}, s.worst_slice === null || !s.between_pct ? "—" : `${dim} ${s.worst_slice}`),
       pctCell(s.within_median_pct), pctCell(s.within_max_pct),
-      el("td", {}, s.worst_group.length ? el("a", { href: ranksUrl(s.worst_group) }, `{${s.worst_group.slice(0, 8).join(",")}${s.worst_group.length > 8 ? ",…" : ""}}`) : "—"),
-      el("td", {}, s.worst_group_slowest === null ? "—" : String(s.worst_group_slowest))));
+      el("td", {}, s.worst_group.length && s.within_max_pct ? el("a", { href: ranksUrl(s.worst_group) },
+        `{${s.worst_group.slice(0, 8).join(",")}${s.worst_group.length > 8 ? ",…" : ""}}`) : "—"),
+      el("td", {}, s.worst_group_slowest === null || !s.within_max_pct ? "—" : String(s.worst_group_slowest))));
   }
   table.append(body);
   host.append(el("div", { class: "v-note" }, `${METRIC_LABELS[v.metric]}, mean per step: spread = (max − min) ÷ median; ` +
@@ -165,7 +166,7 @@ function drawCommunication(c) {
     return;
   }
   const table = el("table", { class: "grid v-table", id: "st-comm-table" });
-  table.append(el("thead", {}, el("tr", {}, ...["Kind", "Group names", "Groups", "Ops", "Time per rank and step",
+  table.append(el("thead", {}, el("tr", {}, ...["Kind", "Group names", "Groups", "Ops", "Time per rank and step (ms)",
     "Wait share", "Bandwidth (GB/s)"].map((h) => el("th", {}, h)))));
   const body = el("tbody");
   for (const k of c.kinds) {
@@ -188,6 +189,8 @@ async function load({ first = false, comm = false } = {}) {
       { from_step: state.from || undefined, to_step: state.to || undefined }) : null]);
   if (!g.available) {
     clear($("#st-body")).append(el("div", { class: "v-note", id: "st-none" }, g.reason));
+    $("#st-verdicts").hidden = true;
+    $("#st-more").hidden = true;
     return;
   }
   describe(g);
