@@ -5,12 +5,13 @@ timed through the real HTTP handlers (in process) while the run still ingests an
 
 Writes a ``sample_data.strategy`` run of tp × pp × dp ranks (PP stage ``pp // 2`` 20 % slower, one slow rank in
 its TP group, known by construction; every rank's profiler_metadata.json states its groups), then ingests it
-sharded in a thread, as the server does. As soon as the first manifest is written (the small files of every rank are
-in cluster.duckdb, the shards still pending) it makes the Cluster view's own three requests (overview, heatmap,
-matrix: the view is up) and then times each strategy answer: the first request (cold: nothing of it cached) and
-``--repeat`` more; then again once the ingest is complete (cold again: a new manifest is a new run file). Prints one JSON object: the
-sizes, the ingest, per answer the cold time (wall and this process's CPU: the server's threads and DuckDB's) and
-the p50 / max of the repeats in ms (wall) and the CPU seconds of them all, the load average, and whether the verdicts named the slow stage and the slow rank.
+sharded in a thread, as the server does. As soon as the first manifest is written (the small files of every rank
+are in cluster.duckdb, the shards still pending) it makes the Cluster view's own three requests (overview,
+heatmap, matrix: the view is up) and then times each strategy answer: the first request (cold: nothing of it
+cached) and ``--repeat`` more; then again once the ingest is complete (cold again: a new manifest is a new run
+file). Prints one JSON object: the sizes, the ingest, per answer the cold time (wall, and this process's CPU: the
+server's threads and DuckDB's) and the p50 / max of the repeats in ms (wall) and the CPU seconds of them all,
+the load average, and whether the verdicts named the slow stage and the slow rank.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _timed(fn, repeat: int) -> tuple[dict, object]:
         t = time.perf_counter()
         out = fn()
         times.append((time.perf_counter() - t) * 1000)
-    return {"cold_ms": round(cold, 1), "cold_cpu_ms": round(cold_cpu, 1), "p50_ms": round(statistics.median(times), 1) if times else None,
+    return {"cold_ms": round(cold, 1), "cold_cpu_ms": round(cold_cpu, 1),
+            "p50_ms": round(statistics.median(times), 1) if times else None,
             "max_ms": round(max(times), 1) if times else None,
             "cpu_s": round(time.process_time() - c0, 2)}, out
 
