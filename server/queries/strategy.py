@@ -51,8 +51,8 @@ WAIT_STEPS_SQL = f"SELECT count(DISTINCT step) FROM cluster_collectives WHERE {R
 @dataclass
 class Grid:
     """The grid of a run: sizes, the order used, and per rank (in rank order) its coordinates and source
-    (``groups``: the stated groups, read by :func:`groups` when asked for). Shared between requests (cached): never
-    mutated."""
+    (``groups``: the stated groups when solved again; else :func:`groups` reads them). Shared between requests
+    (cached): only its lazily built :meth:`keys` change, the same way each time."""
 
     sizes: dict[str, int]
     world: int
