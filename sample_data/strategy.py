@@ -235,7 +235,8 @@ def write_strategy_run(out, *, tp: int = 2, pp: int = 4, dp: int = 2, cp: int = 
         from .strategy_moe import write_moe
 
         truth["moe"] = write_moe(out, grid, sizes, steps=steps, layers=moe_layers, per_rank=experts_per_rank,
-                                 hot_expert=hot_expert, hot_factor=hot_factor, dumps=dumps)
+                                 hot_expert=hot_expert, hot_factor=hot_factor, dumps=dumps, t0_us=T0_US,
+                                 step_us=STEP_US)
     return truth
 
 

@@ -1,7 +1,7 @@
 """The MoE part of ``sample_data.strategy`` runs: GroupedMatmul kernels per rank and MindIE-style expert dumps, with
 a known hot expert.
 
-``write_moe(out, grid, sizes, steps, layers, per_rank, hot_expert, hot_factor, dumps) -> dict``:
+``write_moe(out, grid, sizes, steps, layers, per_rank, hot_expert, hot_factor, dumps, t0_us, step_us) -> dict``:
 
 * kernels: every rank holds ``per_rank`` experts of its EP group (expert ids ``ep × per_rank + j``, ``ep`` its
   expert-parallel coordinate). Each MoE layer of each step runs on it a ``MoeDistributeDispatch``, one
@@ -44,10 +44,8 @@ def _ts(us: int) -> str:
     return f"{us}.000\t"
 
 
-def _kernels(out: Path, grid: dict, sizes: dict, steps: int, layers: int, per_rank: int, hot: int | None,
-             hot_factor: float) -> dict:
-    from .strategy import STEP_US, T0_US
-
+def _kernels(out: Path, grid: dict, steps: int, layers: int, per_rank: int, hot: int | None, hot_factor: float,
+             t0_us: int, step_us: int) -> dict:
     per: dict = {}
     for r, c in grid.items():
         mine = [c["ep"] * per_rank + j for j in range(per_rank)]
@@ -55,7 +53,7 @@ def _kernels(out: Path, grid: dict, sizes: dict, steps: int, layers: int, per_ra
         for s in range(steps):
             for layer in range(layers):
                 tokens = sum(int(expert_tokens(e, 0) * (hot_factor if e == hot else 1)) for e in mine)
-                start = T0_US + s * STEP_US + 4000 + layer * LAYER_US
+                start = t0_us + s * step_us + 4000 + layer * LAYER_US
                 shapes = f"{tokens},{HIDDEN};{per_rank},{HIDDEN},{FFN};{per_rank}"
                 rows.append([s + 1, "aclnnMoeDistributeDispatch_MoeDistributeDispatch", "MoeDistributeDispatch",
                              "AI_VECTOR_CORE", _ts(start), DISPATCH_US, 0, 24, f"{tokens},{HIDDEN}"])
@@ -120,9 +118,11 @@ def _dumps(out: Path, devices: int, layers: int, per_rank: int, hot: int | None,
 
 
 def write_moe(out: Path, grid: dict, sizes: dict, *, steps: int, layers: int, per_rank: int, hot_expert: int | None,
-              hot_factor: float, dumps: bool) -> dict:
+              hot_factor: float, dumps: bool, t0_us: int, step_us: int) -> dict:
+    """The kernels and dumps (module note) of a run laid out as ``grid``, whose steps start at ``t0_us`` every
+    ``step_us``."""
     truth = {"layers": layers, "per_rank": per_rank, "hot_expert": hot_expert, "hot_factor": hot_factor,
-             "kernels": _kernels(Path(out), grid, sizes, steps, layers, per_rank, hot_expert, hot_factor)}
+             "kernels": _kernels(Path(out), grid, steps, layers, per_rank, hot_expert, hot_factor, t0_us, step_us)}
     if dumps:
         truth["dumps"] = _dumps(Path(out), sizes["ep"], layers, per_rank, hot_expert, hot_factor)
     return truth
