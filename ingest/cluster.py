@@ -106,7 +106,7 @@ def build_cluster_tables(con) -> None:
     con.execute(CLUSTER_MATRIX_SQL)
     collectives.build(con)  # cluster_collectives: the late-arrival analysis's instances (ingest/collectives.py)
     phases.build(con)  # cluster_phases: the mstx ranges as phases (ingest/phases.py)
-    con.execute(experts.MOE_KERNELS_SQL)  # cluster_moe_kernels: the MoE layers' kernels (ingest/experts.py)
+    experts.build_moe_kernels(con)  # cluster_moe_kernels: the MoE layers' kernels (ingest/experts.py)
 
 
 # --- cluster_analysis_output -------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ Contract:
 
   Returns its warnings as ``"file: message"`` texts (ingest.cluster.load_cluster_analysis's way). A single-file
   run keeps the tables in its file, a sharded run in ``cluster.duckdb``.
-* :data:`MOE_KERNELS_SQL` builds ``cluster_moe_kernels`` (``ingest.cluster.build_cluster_tables``): per rank the
+* :func:`build_moe_kernels` builds ``cluster_moe_kernels`` (``ingest.cluster.build_cluster_tables``): per rank the
   device kernels of the MoE layers — GroupedMatmul (the experts' matmuls) and the token dispatch / combine kernels
   — with their step, ``family`` and ``call`` (the k-th of its family in the rank's step, by start), duration and
   ``tokens``: the first dimension of the kernel's first input (the tokens routed to the rank's experts).
@@ -58,11 +58,12 @@ MOE_FAMILY_SQL = r"""CASE
   WHEN regexp_matches(coalesce(type, '') || ' ' || name, 'MoeDistributeCombine|MoeFinalizeRouting|MoeTokenUnpermute',
                       'i') THEN 'combine'
 END"""
+# (kernels takes its columns from the files' headers: {columns} names the optional ones or a typed NULL)
 MOE_KERNELS_SQL = rf"""
 CREATE OR REPLACE TABLE cluster_moe_kernels AS
 WITH k AS (
-  SELECT rank, src_row, step_id, name, type, start_ns, duration_ns, input_shapes, {MOE_FAMILY_SQL} AS family
-  FROM kernels WHERE start_ns IS NOT NULL
+  SELECT rank, src_row, {{columns}}, name, start_ns, duration_ns, {MOE_FAMILY_SQL} AS family
+  FROM (SELECT rank, src_row, {{columns}}, name, start_ns, duration_ns FROM kernels) WHERE start_ns IS NOT NULL
 )
 SELECT rank, step_id AS step, family,
        (row_number() OVER (PARTITION BY rank, step_id, family ORDER BY start_ns, src_row) - 1)::INTEGER AS call,
@@ -71,6 +72,24 @@ SELECT rank, step_id AS step, family,
 FROM k WHERE family IS NOT NULL
 ORDER BY rank, step, family, call
 """
+
+
+MOE_KERNELS_EMPTY_DDL = ("CREATE OR REPLACE TABLE cluster_moe_kernels (rank INTEGER, step BIGINT, family VARCHAR, "
+                         "call INTEGER, name VARCHAR, type VARCHAR, start_ns BIGINT, dur_ns BIGINT, tokens BIGINT)")
+OPTIONAL_KERNEL_COLUMNS = {"step_id": "BIGINT", "type": "VARCHAR", "input_shapes": "VARCHAR"}
+KERNEL_COLUMNS_SQL = ("SELECT column_name FROM duckdb_columns() WHERE table_name = 'kernels' "
+                      "AND database_name = current_database() AND schema_name = current_schema()")
+
+
+def build_moe_kernels(con) -> None:
+    """``cluster_moe_kernels`` from the ``kernels`` of ``con`` (its optional columns, when a header lacks them,
+    read as NULL)."""
+    have = {c for (c,) in con.execute(KERNEL_COLUMNS_SQL).fetchall()}
+    if not {"rank", "src_row", "name", "start_ns", "duration_ns"} <= have:  # no kernel rows to speak of
+        con.execute(MOE_KERNELS_EMPTY_DDL)
+        return
+    columns = ", ".join(c if c in have else f"NULL::{t} AS {c}" for c, t in OPTIONAL_KERNEL_COLUMNS.items())
+    con.execute(MOE_KERNELS_SQL.format(columns=columns))
 
 
 def find(root: Path) -> list[Path]:

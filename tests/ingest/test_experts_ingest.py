@@ -98,8 +98,13 @@ def test_moe_kernels_of_a_rank():
         (0, 4, 1, "aclnnGroupedMatmulSwiglu_GroupedMatmulSwiglu", "GroupedMatmulSwiglu", 300, 70, "128,4096"),
         (0, 5, 2, "aclnnGroupedMatmulV4_GroupedMatmul_GroupedMatmul", "GroupedMatmul", 900, 40, ""),
     ])
-    con.execute(experts.MOE_KERNELS_SQL)
+    experts.build_moe_kernels(con)
     got = con.execute("SELECT step, family, call, dur_ns, tokens FROM cluster_moe_kernels ORDER BY ALL").fetchall()
     assert got == [
         (1, "dispatch", 0, 5, 96), (1, "grouped_matmul", 0, 50, 96), (1, "grouped_matmul", 1, 70, 128),
         (2, "grouped_matmul", 0, 40, None)]
+    # a Level0 header without Type or Input Shapes (the kernels table takes the file's columns): by name alone
+    con.execute("CREATE OR REPLACE TABLE kernels AS SELECT rank, src_row, step_id, name, start_ns, duration_ns "
+                "FROM kernels")
+    experts.build_moe_kernels(con)
+    assert con.execute("SELECT count(*), count(tokens) FROM cluster_moe_kernels").fetchone() == (4, 0)
