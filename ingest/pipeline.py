@@ -44,7 +44,7 @@ from . import (
     readers,
     serving,
     sqlfuncs,
-    strategy,
+    strategy_tables,
     trace_tables,
 )
 from .cluster import find_cluster_dir
@@ -175,7 +175,7 @@ def load_cluster_analysis(con, root: Path) -> list[dict]:
         load = None
     texts = list(load(con, root) or []) if load is not None else []
     texts += serving.load_serving(con, root)  # and msServiceProfiler's output: the serving_* tables
-    texts += strategy.build(con)  # the parallel strategy over every rank's metadata (ingest/strategy.py)
+    texts += strategy_tables.build(con)  # the parallel strategy over every rank's metadata (ingest/strategy.py)
     texts += experts.load_experts(con, root)  # MindIE / vLLM-Ascend expert dumps (ingest/experts.py)
     rows = []
     for text in texts:

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import SCHEMA_VERSION, archive, experts, pipeline, preview, readers, serving, strategy
+from . import SCHEMA_VERSION, archive, experts, pipeline, preview, readers, serving, strategy_tables
 from .executors import default_workers, make_executor
 from .layout import (
     CLUSTER_DB,
@@ -409,7 +409,7 @@ class ClusterTables:
                          for w in [*(load_cluster_analysis(self.con, self.disc.root) or []),
                                    *serving.load_serving(self.con, self.disc.root),
                                    # the strategy over every rank's metadata, once (never per shard)
-                                   *strategy.build(self.con, "small_ranks"),
+                                   *strategy_tables.build(self.con, "small_ranks"),
                                    *experts.load_experts(self.con, self.disc.root)]]
 
     def _columns(self, table: str) -> list[str]:
@@ -467,7 +467,7 @@ class ClusterTables:
             for name in [t for (t,) in self.con.execute(
                     "SELECT table_name FROM duckdb_tables() WHERE database_name = 'memory' "
                     "AND (starts_with(table_name, 'cluster_analysis_') OR starts_with(table_name, 'serving_') "
-                    "OR list_contains(?, table_name))", [[*strategy.TABLES, *experts.TABLES]]
+                    "OR list_contains(?, table_name))", [[*strategy_tables.TABLES, *experts.TABLES]]
             ).fetchall()]:
                 self.con.execute(f'CREATE TABLE out."{name}" AS SELECT * FROM "{name}"')
             self.con.execute(f"CREATE SCHEMA out.{EMPTY_SCHEMA}")

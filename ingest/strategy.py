@@ -3,8 +3,9 @@ what the ranks' ``profiler_metadata.json`` holds (``distributed_args``, ``parall
 rank order.
 
 Contract: :func:`solve` ``(metas, ranks, order=None, sizes=None) -> Solution`` is pure Python (the server calls it
-too, when a user picks another rank order or sizes); :func:`build` ``(con, ranks_table="ranks") -> list[str]``
-writes its answer for the default order as three whole-run tables and returns the warnings (``"file: message"``):
+too, when a user picks another rank order or sizes); ``ingest.strategy_tables.build(con, ranks_table="ranks") ->
+list[str]`` writes its answer for the default order as three whole-run tables and returns the warnings
+(``"file: message"``):
 
 * ``parallel_strategy``: one row — the sizes (``tp``, ``pp``, ``dp``, ``cp``, ``ep``, ``world_size``) and where they
   come from (``sizes_source``: ``distributed_args``, ``groups`` or ``none``), the rank order used for ranks whose
@@ -58,16 +59,6 @@ KIND_OF_NAME = {
     "mp": "mp", "mp_exp": "mp", "tp_pp": "mp", "tp_dp": "tp_dp", "tp_dp_cp": "tp_dp", "tp_cp": "tp_cp",
     "default_group": "world", "hccl_world_group": "world",
 }
-GRID_DDL = ("CREATE OR REPLACE TABLE rank_grid (rank INTEGER, dp INTEGER, pp INTEGER, tp INTEGER, cp INTEGER, "
-            "ep INTEGER, source VARCHAR, in_run BOOLEAN)")
-GROUPS_DDL = ("CREATE OR REPLACE TABLE parallel_groups (group_key VARCHAR, hashed_id VARCHAR, group_name VARCHAR, "
-              "kind VARCHAR, ranks INTEGER[], size INTEGER, stated_by INTEGER[])")
-STRATEGY_DDL = ("CREATE OR REPLACE TABLE parallel_strategy (world_size INTEGER, tp INTEGER, pp INTEGER, dp INTEGER, "
-                "cp INTEGER, ep INTEGER, sizes_source VARCHAR, \"order\" VARCHAR, order_source VARCHAR, "
-                "ranks_metadata INTEGER, ranks_peers INTEGER, ranks_inferred INTEGER, microbatches INTEGER, "
-                "pp_schedule VARCHAR, warnings JSON)")
-TABLES = ("parallel_strategy", "rank_grid", "parallel_groups")
-RANKS_SQL = "SELECT rank, folder, profiler_metadata FROM {table} ORDER BY rank"
 
 
 def double_hash(text: str) -> int:
@@ -159,7 +150,7 @@ def _int(v) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _label(rank: int, folders: dict[int, str]) -> str:
+def label(rank: int, folders: dict[int, str]) -> str:
     folder = folders.get(rank)
     return f"{folder}/profiler_metadata.json" if folder and folder != "." else f"rank {rank}'s profiler_metadata.json"
 
@@ -178,12 +169,12 @@ def _stated_groups(metas: dict[int, dict], folders: dict[int, str], warn: _Warn)
         if info is None:
             continue
         if not isinstance(info, dict):
-            warn.add(f"{_label(rank, folders)}: parallel_group_info is not an object, ignored")
+            warn.add(f"{label(rank, folders)}: parallel_group_info is not an object, ignored")
             continue
         for key, g in info.items():
             members = g.get("global_ranks") if isinstance(g, dict) else None
             if not isinstance(members, list) or not members or any(_int(m) is None or m < 0 for m in members):
-                warn.add(f"{_label(rank, folders)}: group {key!r} has no list of ranks, ignored")
+                warn.add(f"{label(rank, folders)}: group {key!r} has no list of ranks, ignored")
                 continue
             members = sorted(set(members))
             name = g.get("group_name") if isinstance(g.get("group_name"), str) else None
@@ -191,7 +182,7 @@ def _stated_groups(metas: dict[int, dict], folders: dict[int, str], warn: _Warn)
             if seen is None:
                 groups[key] = {"group_key": str(key), "group_name": name, "ranks": members, "stated_by": [rank]}
             elif seen["ranks"] != members or seen["group_name"] != name:
-                warn.add(f"{_label(rank, folders)}: group {key!r} lists {members} ({name}), another file "
+                warn.add(f"{label(rank, folders)}: group {key!r} lists {members} ({name}), another file "
                          f"{seen['ranks']} ({seen['group_name']}): the first kept")
             else:
                 seen["stated_by"].append(rank)
@@ -211,7 +202,7 @@ def _sizes(metas: dict[int, dict], groups: dict[str, dict], ranks: list[int], fo
         common, _ = Counter(stated.values()).most_common(1)[0]
         odd = sorted(r for r, v in stated.items() if v != common)
         if odd:
-            warn.add(f"{_label(odd[0], folders)}: distributed_args disagree with those of most ranks "
+            warn.add(f"{label(odd[0], folders)}: distributed_args disagree with those of most ranks "
                      f"({len(odd)} rank(s): {', '.join(map(str, odd[:10]))}); the most common kept")
         sizes = {d: v for d, v in zip(("tp", "pp", "dp", "cp", "ep"), common[:5]) if v}
         world, source = common[5], "distributed_args"
@@ -392,63 +383,3 @@ def solve(metas: dict[int, dict], ranks: list[int], *, order: str | None = None,
     return Solution(sizes=got, world=world, sizes_source=source, order="-".join(picked), order_source=order_source,
                     grid=grid, groups=rows, in_run=set(ranks), warnings=list(warn), microbatches=mb,
                     pp_schedule=schedule)
-
-
-def read_ranks(con, table: str = "ranks") -> tuple[dict[int, dict], list[int], dict[int, str], list[str]]:
-    """(metadata per rank, ranks, folders, problems) from a ranks table's ``profiler_metadata`` JSON."""
-    metas, ranks, folders, problems = {}, [], {}, []
-    for rank, folder, text in con.execute(RANKS_SQL.format(table=table)).fetchall():
-        if rank is None:
-            continue
-        ranks.append(int(rank))
-        folders[int(rank)] = folder
-        if not text:
-            continue
-        try:
-            meta = json.loads(text) if isinstance(text, str) else text
-        except ValueError as exc:
-            problems.append(f"{_label(int(rank), folders)}: not JSON ({exc}), ignored")
-            continue
-        if isinstance(meta, dict):
-            metas[int(rank)] = meta
-    return metas, ranks, folders, problems
-
-
-def write(con, sol: Solution) -> None:
-    """The three tables of ``sol`` into ``con``."""
-    con.execute(STRATEGY_DDL)
-    con.execute(GRID_DDL)
-    con.execute(GROUPS_DDL)
-    counts = sol.counts()
-    con.execute("INSERT INTO parallel_strategy VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [sol.world, sol.sizes["tp"], sol.sizes["pp"], sol.sizes["dp"], sol.sizes["cp"], sol.sizes["ep"],
-                 sol.sizes_source, sol.order, sol.order_source, counts["metadata"], counts["peers"],
-                 counts["inferred"], sol.microbatches, sol.pp_schedule, json.dumps(sol.warnings)])
-    ranks = sorted(sol.grid)
-    if ranks:
-        cols = [ranks] + [[sol.grid[r][0][d] for r in ranks] for d in DIMS] + [[sol.grid[r][1] for r in ranks],
-                                                                              [r in sol.in_run for r in ranks]]
-        con.execute("INSERT INTO rank_grid SELECT " + ", ".join("unnest(?)" for _ in cols), cols)
-    for g in sol.groups:
-        con.execute("INSERT INTO parallel_groups VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [g["group_key"], g["hashed_id"], g["group_name"], g["kind"], g["ranks"], g["size"],
-                     sorted(g["stated_by"])])
-
-
-def build(con, ranks_table: str = "ranks") -> list[str]:
-    """The strategy tables from the rank rows of ``ranks_table`` (default order, sizes as the files say); the
-    warnings, each ``"file: message"``."""
-    metas, ranks, folders, problems = read_ranks(con, ranks_table)
-    if not ranks:  # a run of no ranks (msprof-analyze's or expert output alone): no strategy to speak of
-        for ddl in (STRATEGY_DDL, GRID_DDL, GROUPS_DDL):
-            con.execute(ddl)
-        return problems
-    try:
-        sol = solve(metas, ranks, folders=folders)
-    except ValueError as exc:  # a world beyond the grid's cap: the tables stay empty, the reason is a warning
-        for ddl in (STRATEGY_DDL, GRID_DDL, GROUPS_DDL):
-            con.execute(ddl)
-        return [*problems, f"profiler_metadata.json: parallel strategy not built: {exc}"]
-    write(con, sol)
-    return [*problems, *(w if w.split(": ", 1)[0].endswith("profiler_metadata.json")
-                         else f"profiler_metadata.json: {w}" for w in sol.warnings)]
