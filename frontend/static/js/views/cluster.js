@@ -331,10 +331,11 @@ async function start() {
     await loadOverview();
     await loadHeatmap(heat);
     document.body.dataset.clusterPaintMs = String(Math.round(performance.now()));
-    const strategy = initStrategy();  // (it shows its own errors in its section)
     await matrix;
     await initLateArrivals();
-    await strategy;
+    // the parallel strategy after the view's own answers (their preloads hold the page's load event); it shows
+    // its own errors in its section
+    await initStrategy();
     document.body.dataset.clusterReady = "1";
   } catch (err) {
     showError(err);
