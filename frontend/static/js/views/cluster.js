@@ -14,7 +14,6 @@ import { ms } from "../common/time.js";
 import { runPage } from "../common/urls.js";
 import { baseLayout, plot } from "./charts.js";
 import { initLateArrivals } from "./latearrivals.js";
-import { initStrategy } from "./strategy.js";
 import { apiBase as runBase, runId } from "./run.js";
 
 const apiBase = `${runBase}/cluster`;
@@ -333,8 +332,9 @@ async function start() {
     document.body.dataset.clusterPaintMs = String(Math.round(performance.now()));
     await matrix;
     await initLateArrivals();
-    // the parallel strategy after the view's own answers (their preloads hold the page's load event); it shows
-    // its own errors in its section
+    // the parallel strategy after the view's own answers, its modules loaded then (off the page's first module
+    // graph, which the load event waits for); it shows its own errors in its section
+    const { initStrategy } = await import("./strategy.js");
     await initStrategy();
     document.body.dataset.clusterReady = "1";
   } catch (err) {
