@@ -12,8 +12,8 @@ timeline, and the numbers compared. The rules (docs/analysis.md, "Which dimensio
   *computing* (the work) and read the waiting (exposed communication, wait caused) as the consequence.
 * **PP stages** compare computing per microbatch (``pp_info``'s microbatches; without them per step: every stage
   runs every microbatch), each stage by the lower median of its ranks (one slow rank does not make its stage slow),
-  against the median of the middle stages (of all stages with two). Step time and idle time differ between stages
-  by design (warm-up and cool-down bubbles) and are not compared. A middle stage is flagged above
+  against the lower median of the other middle stages (else the other stages). Step time and idle time differ
+  between stages by design (warm-up and cool-down bubbles) and are not compared. A middle stage is flagged above
   :data:`STAGE_THRESHOLD`; the first and last stages hold the embedding and the output head and loss, and are
   flagged only above :data:`END_STAGE_ALLOWANCE` (below it, an excess is reported as expected).
 * **A slow rank**: computing above its stage's median by :data:`RANK_THRESHOLD` and by 3 robust standard deviations
@@ -114,9 +114,9 @@ def _stage_verdicts(g: sq.Grid, comp: dict[int, float]) -> tuple[list[dict], dic
     out, flagged, spread = [], False, 0.0
     for s in sorted(work):
         end = s in (0, pp - 1)
-        # the others: the other middle stages (the end ones hold more by design), by their lower median, so one
-        # slow stage does not raise the bar for the rest
-        others = [work[o] for o in (middle or work) if o != s] or [work[s]]
+        # the others: the other middle stages (the end ones hold more by design), else the other stages, by their
+        # lower median, so one slow stage does not raise the bar for the rest
+        others = ([work[o] for o in middle if o != s] or [work[o] for o in work if o != s]) or [work[s]]
         ref = _low_median(others)
         excess = work[s] / ref - 1 if ref else 0.0
         what = "embedding" if s == 0 else "output head and loss"

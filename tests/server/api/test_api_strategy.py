@@ -237,3 +237,17 @@ def test_the_grid_and_verdicts_answer_before_any_shard_is_ready(served):
         (run_dir / "manifest.json").write_text(manifest)
     assert during["summary"] == before["summary"] and len(grid["rank"]) == runs.truth["rank"]["world"]
     assert LATE_US > 0
+
+
+def test_a_lone_middle_stage_is_held_to_the_end_stages():
+    """PP 3: stage 1 has no other middle stage to be compared with; it is compared with the end stages."""
+    from ascendscope.server.queries import strategy as sq
+    from ascendscope.server.queries import strategy_verdicts as vq
+
+    coords = {s: {"dp": 0, "pp": s, "tp": 0, "cp": 0, "ep": 0} for s in range(3)}
+    g = sq.Grid({"tp": 1, "pp": 3, "dp": 1, "cp": 1, "ep": 1}, 3, "tp-cp-ep-dp-pp", "default", "distributed_args",
+                None, None, [], [0, 1, 2], coords, dict.fromkeys(range(3), "metadata"), {0, 1, 2}, None)
+    found, _ = vq._stage_verdicts(g, {0: 1030.0, 1: 1200.0, 2: 1060.0})
+    slow = [v for v in found if v["kind"] == "pp_stage"]
+    assert [v["stage"] for v in slow] == [1] and slow[0]["excess"] == pytest.approx(1200 / 1030 - 1, abs=1e-4)
+    assert slow[0]["per"] == "step" and "per step (every stage runs every microbatch)" in slow[0]["text"]
