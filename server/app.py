@@ -61,6 +61,7 @@ API_MODULES = (
     "systemview",
     "compare",
     "cluster",
+    "strategy",
     "export",
     "late_arrivals",
     "critical_path",

@@ -102,13 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
                                          "scaling (a sharded ingest projected onto N nodes), bigtrace (one big "
                                          "trace: whole-file and byte-range reads, first window, beside the floor), "
                                          "firstview (a fresh browser's first Operator view, loopback and a "
-                                         "throttled link) or archives (hostile and honest uploads: the web "
-                                         "process's time and RSS)",
+                                         "throttled link), archives (hostile and honest uploads: the web "
+                                         "process's time and RSS) or strategy (the rank grid and verdicts of "
+                                         "1,024 ranks as they ingest)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
                        choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling",
-                                "bigtrace", "phases", "firstview", "archives"])
+                                "bigtrace", "phases", "firstview", "archives", "strategy"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     import importlib
 

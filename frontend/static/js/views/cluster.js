@@ -1,7 +1,9 @@
 // Cluster view: a ranks × steps heatmap of one metric (step time, computing, exposed communication, free) with the
 // slow ranks called out, the per-rank means, the src × dst communication matrix (binned by the server beyond 256
-// ranks) with its slowest links, and a rank picker that opens one rank's timeline. Every answer comes from the
-// run's cluster tables (/api/runs/{id}/cluster/…), so a run of 1,000 ranks paints from three small requests.
+// ranks) with its slowest links, a rank picker that opens one rank's timeline, and the parallel strategy
+// (strategy.js: the rank grid, which dimension is slow, communication per group kind, the MoE expert load). Every
+// answer comes from the run's cluster tables (/api/runs/{id}/cluster/…, …/strategy/…), so a run of 1,000 ranks paints
+// from a few small requests.
 // DOM is built with textContent only; data strings handed to plotly go through plotText.
 
 import { apiGet } from "../common/api.js";
@@ -351,6 +353,10 @@ async function start() {
     document.body.dataset.clusterPaintMs = String(Math.round(performance.now()));
     await matrix;
     await initLateArrivals();
+    // the parallel strategy after the view's own answers, its modules loaded then (off the page's first module
+    // graph, which the load event waits for); it shows its own errors in its section
+    const { initStrategy } = await import("./strategy.js");
+    await initStrategy();
     document.body.dataset.clusterReady = "1";
   } catch (err) {
     showError(err);
