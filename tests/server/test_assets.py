@@ -12,7 +12,7 @@ import pytest
 
 from ascendscope.server import assets as assets_mod
 from ascendscope.server.assets import IMMUTABLE, MIN_GZIP_BYTES, AssetDir
-from tests.frontend.test_module_layout import resolve, specifiers
+from tests.frontend.test_module_layout import BARE, FROM, resolve
 
 GZ = {"Accept-Encoding": "gzip"}
 PLAIN = {"Accept-Encoding": "identity"}
@@ -105,7 +105,7 @@ def test_a_changed_file_changes_its_folders_version(tmp_path, monkeypatch):
 
 def test_every_module_a_page_runs_is_preloaded(client, runs):
     """The page asks for its whole module graph at once (``<link rel="modulepreload">``); found here with the module
-    layout test's own reading of the imports, not the server's."""
+    layout test's own reading of the static imports, not the server's (a dynamic ``import()`` loads on demand)."""
     from ascendscope.server.assets import STATIC_DIR
 
     for page in pages(runs):
@@ -123,7 +123,8 @@ def test_every_module_a_page_runs_is_preloaded(client, runs):
             if rel in graph:
                 continue
             graph.add(rel)
-            todo += [p for s in specifiers((STATIC_DIR / rel).read_text()) if (p := resolve(s, rel))]
+            code = (STATIC_DIR / rel).read_text()
+            todo += [p for rx in (FROM, BARE) for m in rx.finditer(code) if (p := resolve(m.group(1), rel))]
         assert {f"/static/{version}/{rel}" for rel in graph} <= preloads, page
         assert len(graph) >= 5, page
 
