@@ -1,0 +1,414 @@
+"""User-written SQL in a process of its own, bounded before it costs: ``Run.sql`` and the server's SQL console.
+
+    python -m ascendscope.sqlproc FD     # FD: its end of a socket pair; its Limits come first
+
+A query in the caller's own process can take it down: constant folding (``repeat('x', 10^9)``) runs while DuckDB
+plans, before any deadline and outside its memory accounting, and a result becomes Python objects before any cap.
+So a worker process runs it, under limits set before the first query:
+
+* an address-space limit (``RLIMIT_AS``) of DuckDB's ``memory_limit`` plus :data:`HEADROOM_BYTES` for the
+  interpreter, its libraries, thread stacks and the answer being built: an allocation past it fails (DuckDB's
+  out-of-memory error, or the process dies), never the machine. At ``memory_limit`` alone an ordinary 20 M-row
+  ``ORDER BY`` fails; with the headroom it runs, spilling to the worker's own folder;
+* a lower CPU priority (``nice`` :data:`NICE`) than the processes that answer the views;
+* a spill folder of its own, made at start under a random name (``temp_root``, else the system's temp folder),
+  its size capped, removed when the worker ends (and by its owner when it had to kill it);
+* a deadline: the worker interrupts its query when the job's time is up, and its owner kills it
+  :data:`KILL_GRACE_S` later if it has not answered (planning cannot be interrupted). A killed or crashed worker
+  is replaced.
+
+A worker answers one job at a time: ``arrow`` (``Run.sql``: the whole result as an Arrow IPC stream) or
+``console`` (the SQL console's answer, made by ``ascendscope.server.console.answer``: already cut and encoded).
+:class:`SqlProcess` is the owner a ``Run`` uses (blocking); the server's is ``server.consolepool`` (asyncio).
+Messages are pickled and framed as ``multiprocessing.connection`` frames them: ``Limits`` in, ``{"pid",
+"temp_dir"}`` out once ready; then ``("job", seq, job, timeout_s)`` or ``("stop", seq)`` in; ``(seq, "part",
+bytes)`` (an answer's payload, a piece at a time) and then ``(seq, "ok", meta, payload)`` or ``(seq, "error",
+code, message)`` out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import queue
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import duckdb
+
+from ascendscope.sqlrules import QueryTimedOut, ReadOnlyQueryError, first_line
+
+MEMORY_LIMIT = "2GB"  # DuckDB's memory_limit for a user's query (the console's, and Run.sql's by default)
+DEFAULT_TIMEOUT_S = 10.0  # Run.sql's deadline by default (the server's query_timeout_s default)
+HEADROOM_BYTES = 768 * 2**20  # address space beyond memory_limit: an idle worker maps ~0.4 GB of it already
+MAX_TEMP_SIZE = "4GB"
+NICE = 10
+KILL_GRACE_S = 0.5
+PART_BYTES = 8 * 2**20  # an Arrow answer leaves the worker in parts of this size
+START_S = 60.0
+MODULE = "ascendscope.sqlproc"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.I)
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
+          "GIB": 2**30, "TIB": 2**40}
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What a worker is held to. ``memory_limit`` None: neither DuckDB's limit nor an address-space limit."""
+
+    memory_limit: str | None = MEMORY_LIMIT
+    threads: int | None = None
+    nice: int = NICE
+    temp_root: str | None = None
+    max_temp_size: str = MAX_TEMP_SIZE
+
+    def address_space(self) -> int | None:
+        """Bytes of address space a worker may map (RLIMIT_AS), or None."""
+        return None if self.memory_limit is None else size_bytes(self.memory_limit) + HEADROOM_BYTES
+
+
+def size_bytes(text: str) -> int:
+    """``'2GB'`` → 2_000_000_000, as DuckDB reads a memory limit (``GiB`` for powers of two)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"not a size: {text!r} (write it as 2GB, 512MB, 1.5GiB)")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
+
+
+def command(fd: int) -> list[str]:
+    return [sys.executable, "-m", MODULE, str(fd)]
+
+
+def environment() -> dict[str, str]:
+    """A worker's environment: two malloc arenas (each thread's own 64 MB arena would count against RLIMIT_AS)."""
+    return dict(os.environ, MALLOC_ARENA_MAX="2")
+
+
+# ---- the owner's side (blocking: Run.sql) ---------------------------------------------------------------------
+class SqlProcess:
+    """A worker owned by one caller (a ``Run``), started at its first job and replaced after a kill or crash; its
+    jobs run one at a time (the caller's lock)."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self.temp_dir: str | None = None
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def arrow(self, path: str | os.PathLike, sql: str, params, timeout_s: float | None):
+        """The whole result of ``sql`` over the run at ``path`` as a ``pyarrow.Table``; raises
+        :class:`ReadOnlyQueryError` (:class:`QueryTimedOut` past ``timeout_s``)."""
+        import pyarrow as pa
+
+        job = {"kind": "arrow", "path": str(path), "sql": sql, "params": params}
+        _meta, payload = self.run(job, timeout_s)
+        return pa.ipc.open_stream(payload).read_all()
+
+    def run(self, job: dict, timeout_s: float | None) -> tuple[dict, bytes]:
+        with self._lock:
+            conn = self._started()  # (a start is not the query's time: the deadline counts from here)
+            self._seq += 1
+            seq = self._seq
+            left = timeout_s
+            try:
+                conn.send_bytes(pickle.dumps(("job", seq, job, left), protocol=pickle.HIGHEST_PROTOCOL))
+                end = None if left is None else time.monotonic() + left + KILL_GRACE_S
+                parts = []
+                while True:
+                    if not conn.poll(None if end is None else max(0.0, end - time.monotonic())):
+                        self.kill()
+                        raise QueryTimedOut(f"the query took longer than {timeout_s:g} s and was stopped "
+                                            "(its process was ended: it could not be interrupted)")
+                    answer = pickle.loads(conn.recv_bytes())
+                    if answer[1] != "part":
+                        break
+                    parts.append(answer[2])
+            except (EOFError, OSError) as exc:
+                code = self.kill()
+                raise ReadOnlyQueryError(ended(code, self.limits), "query_crashed") from exc
+            meta, payload = unpack(answer)
+            return meta, b"".join(parts) + payload
+
+    def _started(self) -> Connection:
+        if self._proc is not None and self._proc.poll() is None and self._conn is not None:
+            return self._conn
+        self.kill()
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self._proc = subprocess.Popen(command(theirs.fileno()), pass_fds=[theirs.fileno()], env=environment(),
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+        self._conn = Connection(ours.detach())
+        self._conn.send_bytes(pickle.dumps(self.limits, protocol=pickle.HIGHEST_PROTOCOL))
+        if not self._conn.poll(START_S):
+            self.kill()
+            raise ReadOnlyQueryError("the query's process did not start", "query_crashed")
+        try:
+            self.temp_dir = pickle.loads(self._conn.recv_bytes())["temp_dir"]
+        except (EOFError, OSError) as exc:
+            self.kill()
+            raise ReadOnlyQueryError("the query's process ended while starting", "query_crashed") from exc
+        return self._conn
+
+    def kill(self) -> int | None:
+        """End the worker now (SIGKILL) and remove its spill folder; its exit code, if it had one."""
+        code = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            code = self._proc.wait()
+            self._proc = None
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
+        return code
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._proc is not None and self._proc.poll() is None:
+                self._conn.close()  # it exits on its own when its socket closes, removing its folder
+                self._conn = None
+                try:
+                    self._proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    pass
+            self.kill()
+
+
+def unpack(answer: tuple) -> tuple[dict, bytes]:
+    """A worker's answer: (meta, payload), or its error raised."""
+    if answer[1] == "ok":
+        return answer[2], answer[3]
+    _seq, _, code, message = answer
+    if code == "query_timeout":
+        raise QueryTimedOut(message)
+    raise ReadOnlyQueryError(message, code)
+
+
+def ended(code: int | None, limits: Limits) -> str:
+    """Why a worker that ended mid-query did, in words."""
+    limit = f" ({limits.memory_limit} for DuckDB, plus headroom)" if limits.memory_limit else ""
+    how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+    return (f"the query's process ended ({how}) before it answered: most likely the query needed more memory than "
+            f"its limit{limit}; narrow it")
+
+
+# ---- the worker's side -----------------------------------------------------------------------------------------
+class Worker:
+    """The state of one worker process: its limits, spill folder, open runs and the job being run."""
+
+    def __init__(self, limits: Limits, temp_dir: Path):
+        self.limits, self.temp_dir = limits, temp_dir
+        self.runs: dict[tuple, duckdb.DuckDBPyConnection] = {}
+        self.console = None  # server.console.ConsoleDatabases, made by the first console job
+        self.interrupt = None  # the running query's interrupt
+        self.lock = threading.Lock()
+        self.stopped: set[int] = set()
+
+    def run_conn(self, path: str) -> duckdb.DuckDBPyConnection:
+        from ascendscope import readonly
+
+        target = Path(path)
+        key = (str(target), (target / "manifest.json" if target.is_dir() else target).stat().st_mtime_ns)
+        conn = self.runs.get(key)
+        if conn is None:
+            for old in self.runs.values():
+                old.close()
+            self.runs.clear()
+            conn = self.runs[key] = readonly.open_run(
+                target, None, memory_limit=self.limits.memory_limit, threads=self.limits.threads,
+                temp_dir=self.temp_dir, max_temp_size=self.limits.max_temp_size)[0]
+        return conn
+
+    def watch(self, interrupt) -> None:
+        with self.lock:
+            self.interrupt = interrupt
+
+    def stop(self) -> None:
+        with self.lock:
+            if self.interrupt is not None:
+                try:
+                    self.interrupt()
+                except duckdb.Error:
+                    pass
+
+
+def arrow_job(worker: Worker, job: dict, part) -> dict:
+    """``Run.sql``: check, run and stream the whole result as Arrow IPC, a few MB at a time through ``part``, so
+    that the worker holds one batch of it beside DuckDB's own memory."""
+    import pyarrow as pa
+
+    from ascendscope import readonly
+
+    conn = worker.run_conn(job["path"])
+    params = job.get("params")
+    bound = params if isinstance(params, dict) else list(params or ())
+    readonly.check_query(conn, job["sql"], bound)
+    cur = conn.cursor()
+    worker.watch(cur.interrupt)
+    try:
+        reader = cur.sql(job["sql"], params=bound or None).to_arrow_reader(64 * 1024)
+        rows = 0
+        sink = pa.BufferedOutputStream(pa.PythonFile(_Parts(part), mode="w"), buffer_size=PART_BYTES)
+        with pa.ipc.new_stream(sink, reader.schema) as out:
+            for batch in reader:
+                out.write_batch(batch)
+                rows += batch.num_rows
+        sink.flush()
+        return {"rows": rows}
+    finally:
+        worker.watch(None)
+        cur.close()
+
+
+class _Parts:
+    """A write-only file whose writes go to the owner as parts of the answer."""
+
+    closed = False
+
+    def __init__(self, part):
+        self.part = part
+
+    def write(self, data) -> int:
+        self.part(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def do_job(worker: Worker, job: dict, part) -> tuple[dict, bytes]:
+    """(meta, payload) of ``job``; ``part(bytes)`` sends a piece of the payload ahead of the answer."""
+    if job["kind"] == "arrow":
+        return arrow_job(worker, job, part), b""
+    if job["kind"] == "console":
+        from ascendscope.server import console
+
+        return console.answer(worker, job)
+    raise ValueError(f"no such job: {job['kind']!r}")
+
+
+def failure(exc: BaseException, timeout_s: float | None, stopped: bool) -> tuple[str, str]:
+    """(code, message) of a job that raised ``exc``; ``timeout_s``: its deadline had passed."""
+    text = first_line(exc)
+    if timeout_s is not None:
+        return "query_timeout", f"the query took longer than {timeout_s:g} s and was stopped"
+    if stopped:
+        return "query_stopped", "the query was stopped: its client went away"
+    if isinstance(exc, ReadOnlyQueryError):
+        return exc.code, str(exc)
+    if isinstance(exc, (MemoryError, duckdb.OutOfMemoryException)) or "out of memory" in text.lower():
+        return "out_of_memory", f"the query needed more memory than its limit and was stopped ({text})"
+    if isinstance(exc, (duckdb.Error, OSError)) or type(exc).__module__.startswith("pyarrow"):
+        return "query_failed", text
+    return "internal_error", f"{type(exc).__name__}: {text}"
+
+
+def serve(conn: Connection, worker: Worker) -> None:
+    """Answer each job of ``conn``, one at a time; a thread reads ``conn`` so that a stop reaches a running job."""
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read() -> None:
+        while True:
+            try:
+                message = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError):  # its owner is gone: nobody reads what runs now
+                shutil.rmtree(worker.temp_dir, ignore_errors=True)
+                os._exit(0)
+            if message[0] == "stop":
+                worker.stopped.add(message[1])
+                worker.stop()
+            else:
+                inbox.put(message)
+
+    threading.Thread(target=read, name="ascendscope-sql-inbox", daemon=True).start()
+    while True:
+        _, seq, job, timeout_s = inbox.get()
+        timer = None
+        state = {"timed_out": False}
+        if timeout_s is not None:
+            def expire(state: dict = state) -> None:
+                state["timed_out"] = True
+                worker.stop()
+
+            timer = threading.Timer(max(0.0, timeout_s), expire)
+            timer.daemon = True
+            timer.start()
+        def part(data: bytes, seq: int = seq) -> None:
+            conn.send_bytes(pickle.dumps((seq, "part", data), protocol=pickle.HIGHEST_PROTOCOL))
+
+        try:
+            meta, payload = do_job(worker, job, part)
+            meta["rss"] = rss_bytes()
+            answer = (seq, "ok", meta, payload)
+        except BaseException as exc:  # noqa: BLE001 - every failure is answered; the owner decides what follows
+            answer = (seq, "error", *failure(exc, timeout_s if state["timed_out"] else None, seq in worker.stopped))
+        finally:
+            if timer is not None:
+                timer.cancel()
+        worker.stopped.discard(seq)
+        try:
+            conn.send_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            return
+
+
+def rss_bytes() -> int:
+    try:
+        with open(f"/proc/{os.getpid()}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def confine(limits: Limits) -> Path:
+    """This process's priority, address space and spill folder, as ``limits`` say; the folder."""
+    if limits.nice:
+        try:
+            os.nice(limits.nice)
+        except OSError:
+            pass
+    space = limits.address_space()
+    if space is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (space, space))
+    root = Path(limits.temp_root) if limits.temp_root else Path(tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"w{os.getpid()}-", dir=root))
+
+
+def main(argv: list[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its owner stops it (a session of its own: no Ctrl+C)
+    conn = Connection(int(argv[0]))
+    try:
+        limits = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):
+        return
+    temp_dir = confine(limits)
+    worker = Worker(limits, temp_dir)
+    conn.send_bytes(pickle.dumps({"pid": os.getpid(), "temp_dir": str(temp_dir)}))
+    try:
+        serve(conn, worker)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
