@@ -17,8 +17,9 @@ So a worker process runs it, under limits set before the first query:
   :data:`KILL_GRACE_S` later if it has not answered (planning cannot be interrupted). A killed or crashed worker
   is replaced.
 
-A worker answers one job at a time: ``arrow`` (``Run.sql``: the whole result as an Arrow IPC stream) or
-``console`` (the SQL console's answer, made by ``ascendscope.server.console.answer``: already cut and encoded).
+A worker answers one job at a time: ``arrow`` (``Run.sql``: the whole result as an Arrow IPC stream), and in a
+console worker (``python -m ascendscope.server.consoleworker``) ``console`` (the SQL console's answer, made by
+``ascendscope.server.console.answer``: already cut and encoded).
 :class:`SqlProcess` is the owner a ``Run`` uses (blocking); the server's is ``server.consolepool`` (asyncio).
 Messages are pickled and framed as ``multiprocessing.connection`` frames them: ``Limits`` in, ``{"pid",
 "temp_dir"}`` out once ready; then ``("job", seq, job, timeout_s)`` or ``("stop", seq)`` in; ``(seq, "part",
@@ -86,8 +87,8 @@ def size_bytes(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
 
 
-def command(fd: int) -> list[str]:
-    return [sys.executable, "-m", MODULE, str(fd)]
+def command(fd: int, module: str = MODULE) -> list[str]:
+    return [sys.executable, "-m", module, str(fd)]
 
 
 def environment() -> dict[str, str]:
@@ -212,11 +213,13 @@ def ended(code: int | None, limits: Limits) -> str:
 class Worker:
     """The state of one worker process: its limits, spill folder, open runs and the job being run."""
 
-    def __init__(self, limits: Limits, temp_dir: Path):
+    def __init__(self, limits: Limits, temp_dir: Path, handlers: dict | None = None):
         self.limits, self.temp_dir = limits, temp_dir
+        self.handlers = handlers or {}  # job kind -> handler(worker, job) -> (meta, payload), beside "arrow"
         self.runs: dict[tuple, duckdb.DuckDBPyConnection] = {}
         self.console = None  # server.console.ConsoleDatabases, made by the first console job
         self.interrupt = None  # the running query's interrupt
+        self.halted = False  # the running job was stopped (its deadline, or its client gone)
         self.lock = threading.Lock()
         self.stopped: set[int] = set()
 
@@ -236,16 +239,25 @@ class Worker:
         return conn
 
     def watch(self, interrupt) -> None:
+        """``interrupt`` stops the job's query from now on (None: no query runs); a job stopped already (its
+        deadline passed while it opened the run or checked the query) is interrupted at once."""
         with self.lock:
             self.interrupt = interrupt
+            if interrupt is not None and self.halted:
+                self._interrupt()
 
     def stop(self) -> None:
+        """Stop the running job: its query now, and any query it starts later."""
         with self.lock:
-            if self.interrupt is not None:
-                try:
-                    self.interrupt()
-                except duckdb.Error:
-                    pass
+            self.halted = True
+            self._interrupt()
+
+    def _interrupt(self) -> None:
+        if self.interrupt is not None:
+            try:
+                self.interrupt()
+            except duckdb.Error:
+                pass
 
 
 def arrow_job(worker: Worker, job: dict, part) -> dict:
@@ -299,18 +311,17 @@ def do_job(worker: Worker, job: dict, part) -> tuple[dict, bytes]:
     """(meta, payload) of ``job``; ``part(bytes)`` sends a piece of the payload ahead of the answer."""
     if job["kind"] == "arrow":
         return arrow_job(worker, job, part), b""
-    if job["kind"] == "console":
-        from ascendscope.server import console
-
-        return console.answer(worker, job)
-    raise ValueError(f"no such job: {job['kind']!r}")
+    handler = worker.handlers.get(job["kind"])
+    if handler is None:
+        raise ValueError(f"no such job here: {job['kind']!r}")
+    return handler(worker, job)
 
 
 def failure(exc: BaseException, timeout_s: float | None, stopped: bool) -> tuple[str, str]:
     """(code, message) of a job that raised ``exc``; ``timeout_s``: its deadline had passed."""
     text = first_line(exc)
     if timeout_s is not None:
-        return "query_timeout", f"the query took longer than {timeout_s:g} s and was stopped"
+        return "query_timeout", f"the query took longer than {timeout_s:.3g} s and was stopped"
     if stopped:
         return "query_stopped", "the query was stopped: its client went away"
     if isinstance(exc, ReadOnlyQueryError):
@@ -342,6 +353,8 @@ def serve(conn: Connection, worker: Worker) -> None:
     threading.Thread(target=read, name="ascendscope-sql-inbox", daemon=True).start()
     while True:
         _, seq, job, timeout_s = inbox.get()
+        with worker.lock:
+            worker.halted = seq in worker.stopped
         timer = None
         state = {"timed_out": False}
         if timeout_s is not None:
@@ -394,7 +407,9 @@ def confine(limits: Limits) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"w{os.getpid()}-", dir=root))
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], handlers: dict | None = None) -> None:
+    """A worker's life: its limits read, applied, then jobs until its socket closes; ``handlers``: job kinds it
+    answers beside ``arrow`` (the console's: ``server.consoleworker``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # its owner stops it (a session of its own: no Ctrl+C)
     conn = Connection(int(argv[0]))
     try:
@@ -402,10 +417,12 @@ def main(argv: list[str]) -> None:
     except (EOFError, OSError):
         return
     temp_dir = confine(limits)
-    worker = Worker(limits, temp_dir)
-    conn.send_bytes(pickle.dumps({"pid": os.getpid(), "temp_dir": str(temp_dir)}))
+    worker = Worker(limits, temp_dir, handlers)
     try:
+        conn.send_bytes(pickle.dumps({"pid": os.getpid(), "temp_dir": str(temp_dir)}))
         serve(conn, worker)
+    except OSError:  # its owner went away (closed while this one started)
+        pass
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
