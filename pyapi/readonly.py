@@ -47,6 +47,7 @@ def lock_down(conn: duckdb.DuckDBPyConnection, *, memory_limit: str | None = Non
         conn.execute("SET temp_directory = ?", [str(temp_dir)])
     if max_temp_size:
         conn.execute("SET max_temp_directory_size = ?", [max_temp_size])
+    conn.execute("SET enable_progress_bar = false")  # (it would print to the server's terminal)
     conn.execute("SET enable_external_access = false")
     conn.execute("SET autoinstall_known_extensions = false")
     conn.execute("SET autoload_known_extensions = false")

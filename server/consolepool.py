@@ -209,6 +209,8 @@ class _LoopPool:
         if self.closed:
             return
         while self.queues:
+            for dead in [w for w in self.workers if not w.busy and w.proc.poll() is not None]:
+                self._kill(dead)  # (ended while idle: killed from outside, or the machine's OOM killer)
             worker = next((w for w in self.workers if w.alive and not w.busy), None)
             if worker is None:
                 break
