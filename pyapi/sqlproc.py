@@ -10,7 +10,7 @@ So a worker process runs it, under limits set before the first query:
   interpreter, its libraries, thread stacks and the answer being built: an allocation past it fails (DuckDB's
   out-of-memory error, or the process dies), never the machine. At ``memory_limit`` alone an ordinary 20 M-row
   ``ORDER BY`` fails; with the headroom it runs, spilling to the worker's own folder;
-* a lower CPU priority (``nice`` :data:`NICE`) than the processes that answer the views;
+* a lower CPU priority than its owner's (:data:`NICE` steps), set as soon as it is started;
 * a spill folder of its own, made at start under a random name (``temp_root``, else the system's temp folder),
   its size capped, removed when the worker ends (and by its owner when it had to kill it);
 * a deadline: the worker interrupts its query when the job's time is up, and its owner kills it
@@ -70,7 +70,7 @@ class Limits:
 
     memory_limit: str | None = MEMORY_LIMIT
     threads: int | None = None
-    nice: int = NICE
+    nice: int = NICE  # steps of CPU priority below its owner's
     temp_root: str | None = None
     max_temp_size: str = MAX_TEMP_SIZE
 
@@ -151,6 +151,7 @@ class SqlProcess:
         with theirs:
             self._proc = subprocess.Popen(command(theirs.fileno()), pass_fds=[theirs.fileno()], env=environment(),
                                           stdin=subprocess.DEVNULL, start_new_session=True)
+        lower_priority(self._proc.pid, self.limits.nice)
         self._conn = Connection(ours.detach())
         self._conn.send_bytes(pickle.dumps(self.limits, protocol=pickle.HIGHEST_PROTOCOL))
         if not self._conn.poll(START_S):
@@ -384,6 +385,16 @@ def serve(conn: Connection, worker: Worker) -> None:
             return
 
 
+def lower_priority(pid: int, nice: int) -> None:
+    """Make process ``pid`` (a worker its owner has just started, so that even its start — its imports, ~0.7
+    CPU-s — yields to the views) ``nice`` steps less favoured than this process (at most 19)."""
+    if nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+        except OSError:
+            pass
+
+
 def rss_bytes() -> int:
     try:
         with open(f"/proc/{os.getpid()}/statm") as fh:
@@ -393,12 +404,8 @@ def rss_bytes() -> int:
 
 
 def confine(limits: Limits) -> Path:
-    """This process's priority, address space and spill folder, as ``limits`` say; the folder."""
-    if limits.nice:
-        try:
-            os.nice(limits.nice)
-        except OSError:
-            pass
+    """This process's address space and spill folder, as ``limits`` say (its priority its owner set); the
+    folder."""
     space = limits.address_space()
     if space is not None:
         resource.setrlimit(resource.RLIMIT_AS, (space, space))

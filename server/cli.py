@@ -91,13 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
                                          "(N users at once, before/after), heavy (System View, Range Stats, search, "
                                          "Advice, Compare on 10 M slices), render (frame times in chromium), "
                                          "insights (late arrivals, critical path and SQL console answer times), "
-                                         "scaling (a sharded ingest projected onto N nodes) or bigtrace (one big "
-                                         "trace: whole-file and byte-range reads, first window, beside the floor)",
+                                         "scaling (a sharded ingest projected onto N nodes), bigtrace (one big "
+                                         "trace: whole-file and byte-range reads, first window, beside the floor) "
+                                         "or console-abuse (hostile SQL console load beside a prober)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
                        choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling",
-                                "bigtrace", "phases"])
+                                "bigtrace", "phases", "console-abuse"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     import importlib
 
@@ -123,7 +124,7 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "bench":
         import importlib
 
-        return importlib.import_module(f"ascendscope.bench.{args.name}").main(args.options)
+        return importlib.import_module(f"ascendscope.bench.{args.name.replace('-', '_')}").main(args.options)
     if args.command in TOOLS:
         import importlib
 

@@ -257,6 +257,7 @@ class _LoopPool:
                 proc = await self.loop.run_in_executor(None, lambda: subprocess.Popen(
                     sqlproc.command(theirs.fileno(), MODULE), pass_fds=[theirs.fileno()], env=sqlproc.environment(),
                     stdin=subprocess.DEVNULL, start_new_session=True))
+            sqlproc.lower_priority(proc.pid, self.owner.limits.nice)
             reader, writer = await asyncio.open_unix_connection(sock=ours, limit=2**16)
             _send(writer, self.owner.limits)
             ready = pickle.loads(await asyncio.wait_for(_frame(reader, 2**16), sqlproc.START_S))
