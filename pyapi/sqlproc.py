@@ -140,6 +140,9 @@ class SqlProcess:
             except (EOFError, OSError) as exc:
                 code = self.kill()
                 raise ReadOnlyQueryError(ended(code, self.limits), "query_crashed") from exc
+            except BaseException:  # (Ctrl+C in a notebook): the query must not go on, nor answer the next one
+                self.kill()
+                raise
             meta, payload = unpack(answer)
             return meta, b"".join(parts) + payload
 
