@@ -1,6 +1,6 @@
 """User-written SQL in a process of its own, bounded before it costs: ``Run.sql`` and the server's SQL console.
 
-    python -m ascendscope.sqlproc FD     # FD: its end of a socket pair; its Limits come first
+    python -m ascendscope.sqlworker FD     # a worker (FD: its end of a socket pair; its Limits come first)
 
 A query in the caller's own process can take it down: constant folding (``repeat('x', 10^9)``) runs while DuckDB
 plans, before any deadline and outside its memory accounting, and a result becomes Python objects before any cap.
@@ -14,12 +14,13 @@ So a worker process runs it, under limits set before the first query:
 * a spill folder of its own, made at start under a random name (``temp_root``, else the system's temp folder),
   its size capped, removed when the worker ends (and by its owner when it had to kill it);
 * a deadline: the worker interrupts its query when the job's time is up, and its owner kills it
-  :data:`KILL_GRACE_S` later if it has not answered (planning cannot be interrupted). A killed or crashed worker
-  is replaced.
+  :data:`KILL_GRACE_S` later if it has not answered (planning cannot be interrupted); the console's owner gives
+  the job that much less than the request has left, so that the request ends at its deadline either way. A
+  killed or crashed worker is replaced.
 
-A worker answers one job at a time: ``arrow`` (``Run.sql``: the whole result as an Arrow IPC stream), and in a
-console worker (``python -m ascendscope.server.consoleworker``) ``console`` (the SQL console's answer, made by
-``ascendscope.server.console.answer``: already cut and encoded).
+A worker (``ascendscope.sqlworker``) answers one job at a time: ``arrow`` (``Run.sql``: the whole result as an
+Arrow IPC stream), and in a console worker (``python -m ascendscope.server.consoleworker``) ``console`` (the SQL
+console's answer, made by ``ascendscope.server.console.answer``: already cut and encoded).
 :class:`SqlProcess` is the owner a ``Run`` uses (blocking); the server's is ``server.consolepool`` (asyncio).
 Messages are pickled and framed as ``multiprocessing.connection`` frames them: ``Limits`` in, ``{"pid",
 "temp_dir"}`` out once ready; then ``("job", seq, job, timeout_s)`` or ``("stop", seq)`` in; ``(seq, "part",
@@ -32,23 +33,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
-import queue
 import re
-import resource
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
-from pathlib import Path
 
-import duckdb
-
-from ascendscope.sqlrules import QueryTimedOut, ReadOnlyQueryError, first_line
+from ascendscope.sqlrules import QueryTimedOut, ReadOnlyQueryError
 
 MEMORY_LIMIT = "2GB"  # DuckDB's memory_limit for a user's query (the console's, and Run.sql's by default)
 DEFAULT_TIMEOUT_S = 10.0  # Run.sql's deadline by default (the server's query_timeout_s default)
@@ -58,7 +53,7 @@ NICE = 10
 KILL_GRACE_S = 0.5
 PART_BYTES = 8 * 2**20  # an Arrow answer leaves the worker in parts of this size
 START_S = 60.0
-MODULE = "ascendscope.sqlproc"
+MODULE = "ascendscope.sqlworker"  # what a worker runs (``python -m``)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.I)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
           "GIB": 2**30, "TIB": 2**40}
@@ -213,181 +208,6 @@ def ended(code: int | None, limits: Limits) -> str:
             f"its limit{limit}; narrow it")
 
 
-# ---- the worker's side -----------------------------------------------------------------------------------------
-class Worker:
-    """The state of one worker process: its limits, spill folder, open runs and the job being run."""
-
-    def __init__(self, limits: Limits, temp_dir: Path, handlers: dict | None = None):
-        self.limits, self.temp_dir = limits, temp_dir
-        self.handlers = handlers or {}  # job kind -> handler(worker, job) -> (meta, payload), beside "arrow"
-        self.runs: dict[tuple, duckdb.DuckDBPyConnection] = {}
-        self.console = None  # server.console.ConsoleDatabases, made by the first console job
-        self.interrupt = None  # the running query's interrupt
-        self.halted = False  # the running job was stopped (its deadline, or its client gone)
-        self.lock = threading.Lock()
-        self.stopped: set[int] = set()
-
-    def run_conn(self, path: str) -> duckdb.DuckDBPyConnection:
-        from ascendscope import readonly
-
-        target = Path(path)
-        key = (str(target), (target / "manifest.json" if target.is_dir() else target).stat().st_mtime_ns)
-        conn = self.runs.get(key)
-        if conn is None:
-            for old in self.runs.values():
-                old.close()
-            self.runs.clear()
-            conn = self.runs[key] = readonly.open_run(
-                target, None, memory_limit=self.limits.memory_limit, threads=self.limits.threads,
-                temp_dir=self.temp_dir, max_temp_size=self.limits.max_temp_size)[0]
-        return conn
-
-    def watch(self, interrupt) -> None:
-        """``interrupt`` stops the job's query from now on (None: no query runs); a job stopped already (its
-        deadline passed while it opened the run or checked the query) is interrupted at once."""
-        with self.lock:
-            self.interrupt = interrupt
-            if interrupt is not None and self.halted:
-                self._interrupt()
-
-    def stop(self) -> None:
-        """Stop the running job: its query now, and any query it starts later."""
-        with self.lock:
-            self.halted = True
-            self._interrupt()
-
-    def _interrupt(self) -> None:
-        if self.interrupt is not None:
-            try:
-                self.interrupt()
-            except duckdb.Error:
-                pass
-
-
-def arrow_job(worker: Worker, job: dict, part) -> dict:
-    """``Run.sql``: check, run and stream the whole result as Arrow IPC, a few MB at a time through ``part``, so
-    that the worker holds one batch of it beside DuckDB's own memory."""
-    import pyarrow as pa
-
-    from ascendscope import readonly
-
-    conn = worker.run_conn(job["path"])
-    params = job.get("params")
-    bound = params if isinstance(params, dict) else list(params or ())
-    readonly.check_query(conn, job["sql"], bound)
-    cur = conn.cursor()
-    worker.watch(cur.interrupt)
-    try:
-        reader = cur.sql(job["sql"], params=bound or None).to_arrow_reader(64 * 1024)
-        rows = 0
-        sink = pa.BufferedOutputStream(pa.PythonFile(_Parts(part), mode="w"), buffer_size=PART_BYTES)
-        with pa.ipc.new_stream(sink, reader.schema) as out:
-            for batch in reader:
-                out.write_batch(batch)
-                rows += batch.num_rows
-        sink.flush()
-        return {"rows": rows}
-    finally:
-        worker.watch(None)
-        cur.close()
-
-
-class _Parts:
-    """A write-only file whose writes go to the owner as parts of the answer."""
-
-    closed = False
-
-    def __init__(self, part):
-        self.part = part
-
-    def write(self, data) -> int:
-        self.part(bytes(data))
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def do_job(worker: Worker, job: dict, part) -> tuple[dict, bytes]:
-    """(meta, payload) of ``job``; ``part(bytes)`` sends a piece of the payload ahead of the answer."""
-    if job["kind"] == "arrow":
-        return arrow_job(worker, job, part), b""
-    handler = worker.handlers.get(job["kind"])
-    if handler is None:
-        raise ValueError(f"no such job here: {job['kind']!r}")
-    return handler(worker, job)
-
-
-def failure(exc: BaseException, timeout_s: float | None, stopped: bool) -> tuple[str, str]:
-    """(code, message) of a job that raised ``exc``; ``timeout_s``: its deadline had passed."""
-    text = first_line(exc)
-    if timeout_s is not None:
-        return "query_timeout", f"the query took longer than {timeout_s:.3g} s and was stopped"
-    if stopped:
-        return "query_stopped", "the query was stopped: its client went away"
-    if isinstance(exc, ReadOnlyQueryError):
-        return exc.code, str(exc)
-    if isinstance(exc, (MemoryError, duckdb.OutOfMemoryException)) or "out of memory" in text.lower():
-        return "out_of_memory", f"the query needed more memory than its limit and was stopped ({text})"
-    if isinstance(exc, (duckdb.Error, OSError)) or type(exc).__module__.startswith("pyarrow"):
-        return "query_failed", text
-    return "internal_error", f"{type(exc).__name__}: {text}"
-
-
-def serve(conn: Connection, worker: Worker) -> None:
-    """Answer each job of ``conn``, one at a time; a thread reads ``conn`` so that a stop reaches a running job."""
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
-
-    def read() -> None:
-        while True:
-            try:
-                message = pickle.loads(conn.recv_bytes())
-            except (EOFError, OSError):  # its owner is gone: nobody reads what runs now
-                shutil.rmtree(worker.temp_dir, ignore_errors=True)
-                os._exit(0)
-            if message[0] == "stop":
-                worker.stopped.add(message[1])
-                worker.stop()
-            else:
-                inbox.put(message)
-
-    threading.Thread(target=read, name="ascendscope-sql-inbox", daemon=True).start()
-    while True:
-        _, seq, job, timeout_s = inbox.get()
-        with worker.lock:
-            worker.halted = seq in worker.stopped
-        timer = None
-        state = {"timed_out": False}
-        if timeout_s is not None:
-            def expire(state: dict = state) -> None:
-                state["timed_out"] = True
-                worker.stop()
-
-            timer = threading.Timer(max(0.0, timeout_s), expire)
-            timer.daemon = True
-            timer.start()
-        def part(data: bytes, seq: int = seq) -> None:
-            conn.send_bytes(pickle.dumps((seq, "part", data), protocol=pickle.HIGHEST_PROTOCOL))
-
-        try:
-            meta, payload = do_job(worker, job, part)
-            meta["rss"] = rss_bytes()
-            answer = (seq, "ok", meta, payload)
-        except BaseException as exc:  # noqa: BLE001 - every failure is answered; the owner decides what follows
-            answer = (seq, "error", *failure(exc, timeout_s if state["timed_out"] else None, seq in worker.stopped))
-        finally:
-            if timer is not None:
-                timer.cancel()
-        worker.stopped.discard(seq)
-        try:
-            conn.send_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError:
-            return
-
-
 def lower_priority(pid: int, nice: int) -> None:
     """Make process ``pid`` (a worker its owner has just started, so that even its start — its imports, ~0.7
     CPU-s — yields to the views) ``nice`` steps less favoured than this process (at most 19)."""
@@ -396,46 +216,3 @@ def lower_priority(pid: int, nice: int) -> None:
             os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
         except OSError:
             pass
-
-
-def rss_bytes() -> int:
-    try:
-        with open(f"/proc/{os.getpid()}/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def confine(limits: Limits) -> Path:
-    """This process's address space and spill folder, as ``limits`` say (its priority its owner set); the
-    folder."""
-    space = limits.address_space()
-    if space is not None:
-        resource.setrlimit(resource.RLIMIT_AS, (space, space))
-    root = Path(limits.temp_root) if limits.temp_root else Path(tempfile.gettempdir())
-    root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"w{os.getpid()}-", dir=root))
-
-
-def main(argv: list[str], handlers: dict | None = None) -> None:
-    """A worker's life: its limits read, applied, then jobs until its socket closes; ``handlers``: job kinds it
-    answers beside ``arrow`` (the console's: ``server.consoleworker``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its owner stops it (a session of its own: no Ctrl+C)
-    conn = Connection(int(argv[0]))
-    try:
-        limits = pickle.loads(conn.recv_bytes())
-    except (EOFError, OSError):
-        return
-    temp_dir = confine(limits)
-    worker = Worker(limits, temp_dir, handlers)
-    try:
-        conn.send_bytes(pickle.dumps({"pid": os.getpid(), "temp_dir": str(temp_dir)}))
-        serve(conn, worker)
-    except OSError:  # its owner went away (closed while this one started)
-        pass
-    finally:
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

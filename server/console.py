@@ -28,7 +28,7 @@ from pathlib import Path
 import duckdb
 import orjson
 
-from ascendscope import readonly, sqlproc
+from ascendscope import readonly, sqlproc, sqlworker
 from ascendscope.ingest import layout
 from ascendscope.server.db import DamagedDatabase, is_sharded, scope
 from ascendscope.server.queries import csv_text
@@ -104,7 +104,7 @@ class ConsoleDatabases:
             c.close()
 
 
-def answer(worker: sqlproc.Worker, job: dict) -> tuple[dict, bytes]:
+def answer(worker: sqlworker.Worker, job: dict) -> tuple[dict, bytes]:
     """A console job in its worker: ``job["what"]`` ``json`` (``/query``), ``csv`` (``/query.csv``) or ``schema``
     (``/query/schema``) over the run at ``job["path"]``; (meta: the answer's media type and headers, its body)."""
     if worker.console is None:

@@ -11,14 +11,15 @@ worker with the console's jobs), never in the server process:
   runs only while it holds one of ``size`` lock files (``.console-slot-<i>.lock``): at most ``size`` console
   queries load the machine at once, whatever ``--workers``.
 * **Queue.** A request waiting for a worker awaits a future on the event loop: it holds no thread and no slot of
-  the views. The queue holds at most :data:`QUEUE_MAX` requests and is served round robin by client (the remote
-  address, and the session cookie or token where there is one), so one heavy user cannot take every turn; a
+  the views. The queue holds at most :data:`QUEUE_MAX` requests and is served round robin by client (its remote
+  address: see :func:`client_key`), so one heavy user cannot take every turn; a
   client that already has :data:`PER_CLIENT` requests waiting, or a full queue, is answered :class:`ConsoleBusy`
   (429 with ``Retry-After``).
 * **Deadline.** From the request's arrival: the wait, and the job in its worker (parsing, the checks, planning,
-  execution, conversion). The worker interrupts its query when the time is up; a worker that has not answered
-  :data:`~ascendscope.sqlproc.KILL_GRACE_S` later (DuckDB plans without looking at interrupts: constant folding
-  of ``repeat('x', 10^9)``) is killed: ``QueryTimeout``. A client that goes away takes its request out of the
+  execution, conversion). The worker interrupts its query :data:`~ascendscope.sqlproc.KILL_GRACE_S` before the
+  deadline (a fifth of the time left, if less); a worker that has not answered :data:`LATE_S` after it (DuckDB
+  plans without looking at interrupts: constant folding of ``repeat('x', 10^9)``) is killed: ``QueryTimeout``,
+  within a quarter second of the deadline either way. A client that goes away takes its request out of the
   queue, or stops its job (killed too if it does not stop).
 * **Answers** come back already cut and encoded; a frame longer than :data:`MAX_ANSWER_BYTES` is never read (the
   worker is killed): the server process never holds a console answer larger than its cap.
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import math
 import os
@@ -55,6 +55,7 @@ QUEUE_MAX = 16  # requests waiting for a console worker, all clients together
 PER_CLIENT = 2  # requests one client may have waiting
 RECYCLE_BYTES = 512 * 2**20  # a worker holding more than this after a job is replaced
 MAX_ANSWER_BYTES = sc.MAX_CSV_BYTES + 4 * 2**20  # an answer frame past this is never read
+LATE_S = 0.25  # how long past the deadline a worker told to stop may take to answer before it is killed
 SLOT_POLL_S = 0.05  # how often a waiting queue tries the cross-process slots another server process holds
 TEMP_FOLDER = ".console-tmp"
 _HEADER = struct.Struct("!i")
@@ -324,7 +325,10 @@ class _LoopPool:
                                "arrival (the server was busy)")
         worker.seq += 1
         seq = worker.seq
-        _send(worker.writer, ("job", seq, job, max(0.0, deadline - time.monotonic())))
+        # the worker stops its query a little before the deadline (a fifth of the time left at most), so that it can
+        # answer by then; if it has not answered LATE_S after it, it is killed
+        left = deadline - time.monotonic()
+        _send(worker.writer, ("job", seq, job, max(0.0, left - min(sqlproc.KILL_GRACE_S, left / 5))))
         stop = None
 
         def gone() -> None:  # the client went away: stop the job, and end the worker if it does not stop
@@ -337,7 +341,7 @@ class _LoopPool:
         try:
             answer = pickle.loads(await asyncio.wait_for(
                 _frame(worker.reader, MAX_ANSWER_BYTES),
-                timeout=max(0.0, deadline - time.monotonic()) + sqlproc.KILL_GRACE_S))
+                timeout=max(0.0, deadline - time.monotonic()) + LATE_S))
         except TimeoutError:
             self._kill(worker)
             raise QueryTimeout(f"the query ran longer than {self.owner.timeout_s:g} s (from the request's arrival) "
@@ -408,12 +412,8 @@ def _alive(pid: int) -> bool:
 
 
 def client_key(request) -> str:
-    """Who a request comes from, for the queue's fairness: its remote address, and its session cookie or bearer
-    token where it has one (hashed: never kept as it is)."""
-    host = request.client.host if request.client else "?"
-    auth = request.headers.get("authorization") or ""
-    cookies = sorted(v for k, v in request.cookies.items() if k.startswith("ascendscope_"))
-    credential = auth or (cookies[0] if cookies else "")
-    if not credential:
-        return host
-    return f"{host}|{hashlib.sha256(credential.encode('utf-8', 'replace')).hexdigest()[:16]}"
+    """Who a request comes from, for the queue's fairness: its remote address (behind a reverse proxy on this
+    machine, the address the proxy names: uvicorn reads ``X-Forwarded-For`` from trusted proxies). Not a cookie or
+    token: this dashboard's token is one secret shared by all its users, and without a token nothing vouches for
+    one, so a client could name itself anew with each request."""
+    return request.client.host if request.client else "?"

@@ -1,4 +1,4 @@
-"""A console worker process: ``ascendscope.sqlproc``'s worker answering the SQL console's jobs
+"""A console worker process: ``ascendscope.sqlworker`` answering the SQL console's jobs
 (``server.console.answer``) beside ``Run.sql``'s, started and held to its limits by ``server.consolepool``.
 
     python -m ascendscope.server.consoleworker FD
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from ascendscope import sqlproc
+from ascendscope import sqlworker
 from ascendscope.server import console
 
 MODULE = "ascendscope.server.consoleworker"
 
 if __name__ == "__main__":
-    sqlproc.main(sys.argv[1:], {"console": console.answer})
+    sqlworker.main(sys.argv[1:], {"console": console.answer})
