@@ -11,8 +11,9 @@ So a worker process runs it, under limits set before the first query:
   out-of-memory error, or the process dies), never the machine. At ``memory_limit`` alone an ordinary 20 M-row
   ``ORDER BY`` fails; with the headroom it runs, spilling to the worker's own folder;
 * a lower CPU priority than its owner's (:data:`NICE` steps), set as soon as it is started;
-* a spill folder of its own, made at start under a random name (``temp_root``, else the system's temp folder),
-  its size capped, removed when the worker ends (and by its owner when it had to kill it);
+* a spill folder of its own, made at start under a random name (in ``temp_root``, else ``ascendscope-sql`` in
+  the system's temp folder), its size capped, removed when the worker ends (and by its owner when it had to kill
+  it);
 * a deadline: the worker interrupts its query when the job's time is up, and its owner kills it
   :data:`KILL_GRACE_S` later if it has not answered (planning cannot be interrupted); the console's owner gives
   the job that much less than the request has left, so that the request ends at its deadline either way. A

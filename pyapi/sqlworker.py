@@ -214,7 +214,7 @@ def confine(limits: Limits) -> Path:
     space = limits.address_space()
     if space is not None:
         resource.setrlimit(resource.RLIMIT_AS, (space, space))
-    root = Path(limits.temp_root) if limits.temp_root else Path(tempfile.gettempdir())
+    root = Path(limits.temp_root) if limits.temp_root else Path(tempfile.gettempdir()) / "ascendscope-sql"
     root.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f"w{os.getpid()}-", dir=root))
 
