@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ascendscope.server import apidocs, assets, pages, queryprocs
 from ascendscope.server.api import ApiError, FastJSONResponse
 from ascendscope.server.compression import Compression
-from ascendscope.server.console import ConsoleDatabases
+from ascendscope.server.consolepool import ConsolePool
 from ascendscope.server.coordinator import IngestCoordinator
 from ascendscope.server.db import Databases
 from ascendscope.server.errors import HTTP_ANSWERS, http_answer
@@ -123,8 +123,9 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     app.state.settings, app.state.store, app.state.databases = settings, store, databases
     app.state.query_pool = query_pool
     app.state.query_processes = query_process_count(settings) if query_processes else 0
-    app.state.console = ConsoleDatabases(settings.max_loaded_ranks, threads=query_threads(settings),
-                                         temp_dir=store.data_dir / ".console-tmp")  # the SQL console's connections
+    app.state.console = ConsolePool(store.data_dir, size=query_pool.heavy_slots, timeout_s=settings.query_timeout_s,
+                                    max_loaded_ranks=settings.max_loaded_ranks,
+                                    threads=query_threads(settings))  # the SQL console's worker processes
     app.state.ingest_queue = ingest_queue
     if ingest_queue is not None and ingest_queue.on_ready is None:
         ingest_queue.on_ready = databases.forget

@@ -103,13 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
                                          "trace: whole-file and byte-range reads, first window, beside the floor), "
                                          "firstview (a fresh browser's first Operator view, loopback and a "
                                          "throttled link), archives (hostile and honest uploads: the web "
-                                         "process's time and RSS) or strategy (the rank grid and verdicts of "
-                                         "1,024 ranks as they ingest)",
+                                         "process's time and RSS) strategy (the rank grid and verdicts of "
+                                         "1,024 ranks as they ingest) or console-abuse (hostile SQL console "
+                                         "load beside a prober)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
                        choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling",
-                                "bigtrace", "phases", "firstview", "archives", "strategy"])
+                                "bigtrace", "phases", "firstview", "archives", "strategy", "console-abuse"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     import importlib
 
@@ -135,7 +136,7 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "bench":
         import importlib
 
-        return importlib.import_module(f"ascendscope.bench.{args.name}").main(args.options)
+        return importlib.import_module(f"ascendscope.bench.{args.name.replace('-', '_')}").main(args.options)
     if args.command in TOOLS:
         import importlib
 
