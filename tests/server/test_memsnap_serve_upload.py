@@ -75,8 +75,10 @@ def test_upload_zipped_snapshots(tmp_path):
             resp = httpx.post(f"{base}/api/runs", files={"file": (filename, data, "application/zip")}, timeout=60)
             assert resp.status_code == 202, resp.text
             ids[name] = resp.json()["id"]
-        done = {name: wait_for(lambda i=i: (r := httpx.get(f"{base}/api/runs/{i}", timeout=5).json())["status"]
-                               in ("ready", "failed") and r, timeout_s=600) for name, i in ids.items()}
+        # the list, not /api/runs/{id}: that one opens a failing run's database and may answer 409 run_damaged
+        done = {name: wait_for(lambda i=i: next((r for r in httpx.get(f"{base}/api/runs", timeout=5).json()["runs"]
+                                                 if r["id"] == i and r["status"] in ("ready", "failed")), None),
+                               timeout_s=600) for name, i in ids.items()}
         assert done["two"]["status"] == "ready", done["two"]
         check_dump_state(base, ids["two"], TWO)
         assert done["evil"]["status"] == "failed"
