@@ -33,6 +33,7 @@ from ascendscope.server.queries import sources
 router = APIRouter(prefix="/api/runs/{run_id}/memory", tags=["memory"])
 
 ORIGIN_SQL = "SELECT min(timestamp_ns) FROM memory_record"
+SNAPSHOT_RANKS_SQL = "SELECT DISTINCT rank FROM mem_snapshots ORDER BY rank"
 MaxPointsQ = Annotated[int, Query(ge=16, le=mq.MAX_MAX_POINTS, description="down-sample above this many points")]
 GroupQ = Annotated[Literal["overall", "stream", "component"],
                    Query(description="overall (allocator totals), stream (operator allocations per stream) or "
@@ -48,11 +49,12 @@ def _rank(db, rank: int | None, field: str = "records") -> tuple[int | None, lis
 def memory_overview(db: RunDbDep, rank: RankQ = None) -> dict:
     """Ranks with memory data; for one rank its components, peaks, the peak allocation and load warnings, which
     Group By choices it has data for (``groups``), and for each section without rows the file or table that would
-    have fed it (``empty_sources``)."""
+    have fed it (``empty_sources``); ``snapshot_ranks``: the ranks with a memory snapshot (``…/memory/snapshot``)."""
     rank, ranks = _rank(db, rank)
     if rank is None:
         rank, _ = _rank(db, None, "allocations")
-    out = {"ranks": ranks, "rank": rank, "origin_ns": str(origin_ns(db, ORIGIN_SQL))}
+    out = {"ranks": ranks, "rank": rank, "origin_ns": str(origin_ns(db, ORIGIN_SQL)),
+           "snapshot_ranks": [r for (r,) in db.rows(SNAPSHOT_RANKS_SQL)]}
     if rank is None:
         why = sources.explain(db, "memory")
         unavailable = {"available": False, "reason": "no rank of this run has memory data"}

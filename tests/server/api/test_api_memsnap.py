@@ -241,3 +241,9 @@ def test_errors_name_what_is_wrong(served):
     assert get(client, ids["cuda"], "", status=404, rank=7)["error"]["code"] == "no_snapshot"
     assert get(client, ids["cuda"], "", status=404, device=9)["error"]["code"] == "no_device"
     assert get(client, ids["cuda"], "/block", status=404, block_id=10 ** 12)["error"]["code"] == "no_block"
+
+
+def test_the_memory_views_overview_names_the_ranks_with_a_snapshot(served, client, runs):
+    """The page asks for a snapshot only of a rank the Memory overview names (a 404 is a console error)."""
+    assert served[0].get(f"/api/runs/{served[1]['cuda']}/memory").json()["snapshot_ranks"] == [0]
+    assert client.get(f"/api/runs/{runs.ids['level1']}/memory").json()["snapshot_ranks"] == []

@@ -20,7 +20,7 @@ const TAB_PARAM = "memory";
 const DRAWN = 500;
 const WINDOW_DELAY_MS = 120;
 const state = { rank: currentRank(), device: null, ov: null, axis: "index", origin: null, chart: null, timer: null,
-  profilerRanks: [] };
+  profilerRanks: [], snapshotRanks: [] };
 
 /** The ranks that have a memory snapshot (none until the sub-tab has loaded): memory.js marks the others. */
 export function snapshotRanks() {
@@ -51,32 +51,26 @@ function showTab(name) {
   if (name === "snapshot") state.chart?.draw();
 }
 
-async function profilerHasData() {
-  try {
-    const ov = await apiGet(`${apiBase}/memory`, {});
-    state.profilerRanks = ov.ranks.filter((r) => r.records || r.allocations).map((r) => r.rank);
-    markRanks([...state.profilerRanks, ...snapshotRanks()]);  // a rank with either has data in this view
-    return ov.ranks.some((r) => r.records || r.allocations || r.modules);
-  } catch {
-    return false;
-  }
+/** Whether the profiler's memory has data (``ov``: the Memory view's overview, null when it failed). */
+function profilerHasData(ov) {
+  if (!ov) return false;
+  state.profilerRanks = ov.ranks.filter((r) => r.records || r.allocations).map((r) => r.rank);
+  markRanks([...state.profilerRanks, ...snapshotRanks()]);  // a rank with either has data in this view
+  return ov.ranks.some((r) => r.records || r.allocations || r.modules);
 }
 
 // ---------------------------------------------------------------- loading
 
 async function load() {
+  if (state.rank !== null && !state.snapshotRanks.includes(state.rank)) {  // another rank has one: never a 404
+    clear($("#snap-filters")).append(el("span", { class: "v-note warn", id: "snap-no-rank" },
+      `Rank ${state.rank} has no memory snapshot; ranks with one: ${state.snapshotRanks.join(", ")}.`));
+    return true;
+  }
   let ov;
   try {
     ov = await apiGet(snapApi(), { rank: state.rank ?? undefined, device: state.device ?? undefined });
-  } catch (err) {
-    if (err.code === "no_snapshot" && state.rank !== null) {  // another rank has one
-      const any = await apiGet(snapApi(), {}).catch(() => null);
-      if (any) {
-        clear($("#snap-filters")).append(el("span", { class: "v-note warn", id: "snap-no-rank" },
-          `Rank ${state.rank} has no memory snapshot; ranks with one: ${any.snapshots.map((s) => s.rank).join(", ")}.`));
-        return true;
-      }
-    }
+  } catch {
     return false;
   }
   state.ov = ov;
@@ -231,12 +225,14 @@ async function init() {
     onBlock: (b) => openBlock(b),
     tip: blockTip,
   });
-  if (!(await load())) return;  // no snapshot in this run: the profiler's memory only
+  const memory = await apiGet(`${apiBase}/memory`, {}).catch(() => null);
+  state.snapshotRanks = memory?.snapshot_ranks ?? [];
+  if (!state.snapshotRanks.length || !(await load())) return;  // no snapshot in this run: the profiler's memory only
   const tabs = $("#mem-subtabs");
   tabs.hidden = false;
   for (const b of tabs.querySelectorAll("button")) b.addEventListener("click", () => showTab(b.dataset.tab));
   const wanted = urlParam(TAB_PARAM);
-  showTab(wanted === "snapshot" || !(await profilerHasData()) ? "snapshot" : "profiler");
+  showTab(wanted === "snapshot" || !profilerHasData(memory) ? "snapshot" : "profiler");
 }
 
 onRankChange((rank) => { state.rank = rank; state.device = null; if (state.ov) load(); });
