@@ -1,6 +1,7 @@
 """A slice named with 2,000,000 characters (20 times the largest answer these tests allow, so an answer that
 carried it whole would fail them), ingested as the server does, does not go whole into the views' answers: the
-timeline's slices (JSON and typed arrays), search, range statistics and their instances, and slice detail answer it cut at 2,000 characters with "…"; ``…/slices/{id}/name`` gives it whole."""
+timeline's slices (JSON and typed arrays), search, range statistics and their instances, and slice detail answer
+it cut at 2,000 characters with "…"; ``…/slices/{id}/name`` gives it whole."""
 
 from __future__ import annotations
 
