@@ -1,6 +1,6 @@
 """The ingest worker process: :func:`ingest_worker` ingests one run and records the outcome in its run.json.
 
-:class:`server.worker.IngestQueue` starts it, in a process of its own (a fork server's child where there is one) that
+:class:`server.worker.IngestQueue` starts it, in a process of its own (forked by ``server.workerhost``) that
 leads a process group of its own, which its ingest pool joins. The worker holds the run's ingest lock
 (``RunStore.hold_ingest_lock``) for its life and exits with :data:`BUSY_EXIT` when another live process holds it;
 it dies with the server that started it (:func:`_die_with_server`: see ``server.worker``'s contract). Its output
