@@ -518,6 +518,7 @@ class ClusterTables:
             bytes_read = int(con.execute("SELECT value FROM meta WHERE key = 'bytes_read'").fetchone()[0])
             tables = total("tables")
             cluster_rows = con.execute(pipeline.CLUSTER_ANALYSIS_ROWS_SQL).fetchone()[0]
+            serving_rows = con.execute(serving.ROWS_SQL).fetchone()[0]
             for t in EARLY_TABLES:  # every rank's rows are here, also those of shards that failed
                 if t in self.tables:
                     tables[t] = con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]
@@ -526,7 +527,7 @@ class ClusterTables:
         return {"ranks": ranks, "slices_per_kind": total("slices_per_kind"),
                 "flows_per_category": total("flows_per_category"),
                 "counters": sum(c["counters"] for c in counts), "tables": dict(sorted(tables.items())),
-                "cluster_analysis_rows": cluster_rows,
+                "cluster_analysis_rows": cluster_rows, "serving_rows": serving_rows,
                 "warnings": warnings, "bytes_read": bytes_read, "layout": "sharded",
                 "reused": sum(1 for e in entries if e.get("reused")),
                 "shards": [{k: e[k] for k in ("file", "ranks", "status", "seconds", "warnings", "error")}

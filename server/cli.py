@@ -195,18 +195,18 @@ def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) ->
 
 
 def _no_profiling_data(source: Path) -> str | None:
-    """Why a folder given to ``serve`` cannot make a run (it holds no rank of any format), or None. Archives and
-    files are left to the ingest, which says what is wrong with them."""
-    from ascendscope.ingest.discover import discover
+    """Why a folder given to ``serve`` cannot make a run (``ingest.runsource``: the answer of the ingest, uploads
+    and ``ascendscope.open``), or None. Archives and files are left to the ingest, which says what is wrong with
+    them."""
+    from ascendscope.ingest.runsource import NoProfilingData, find_run
 
     if not source.is_dir():
         return None
-    found = discover(source)
-    if found.ranks:
-        return None
-    seen = "; ".join(f"{f}: {m}" for _, f, m in found.warnings[:3])
-    return (f"no profiling data in {source} (expected *_ascend_pt folders with ASCEND_PROFILER_OUTPUT, PROF_* "
-            "folders or trace files)" + (f" — {seen}" if seen else ""))
+    try:
+        find_run(source)
+    except NoProfilingData as exc:
+        return str(exc)
+    return None
 
 
 def split_sources(path: Path) -> list[Path]:

@@ -181,7 +181,7 @@ def nothing_loaded(summary: dict) -> str | None:
     """The error of a run in which no view has anything to show (None if something was loaded)."""
     slices = sum((summary.get("slices_per_kind") or {}).values())
     rows = (sum((summary.get("tables") or {}).values()) + int(summary.get("counters") or 0)
-            + int(summary.get("cluster_analysis_rows") or 0))
+            + int(summary.get("cluster_analysis_rows") or 0) + int(summary.get("serving_rows") or 0))
     if slices or rows:
         return None
     warnings = summary.get("warnings") or []
