@@ -36,6 +36,7 @@ from . import (
     SCHEMA_VERSION,
     archive,
     csvfiles,
+    experts,
     jsonfile,
     lod,
     overlap,
@@ -43,6 +44,7 @@ from . import (
     readers,
     serving,
     sqlfuncs,
+    strategy_tables,
     trace_tables,
 )
 from .columns import insert_columns
@@ -156,7 +158,8 @@ def _mindspore_level(info: dict) -> str | None:
 
 def load_cluster_analysis(con, root: Path) -> list[dict]:
     """msprof-analyze's ``cluster_analysis_output`` under the source into ``cluster_analysis_*`` tables
-    (``ingest.cluster``), and serving output into ``serving_*`` (``ingest.serving``); their warnings go to
+    (``ingest.cluster``), serving output into ``serving_*`` (``ingest.serving``), the parallel strategy
+    (``ingest.strategy``) and expert dumps (``ingest.experts``): the run-level tables; their warnings go to
     ``warnings`` (run-wide: no rank) and are returned."""
     try:
         from .cluster import load_cluster_analysis as load
@@ -164,6 +167,8 @@ def load_cluster_analysis(con, root: Path) -> list[dict]:
         load = None
     texts = list(load(con, root) or []) if load is not None else []
     texts += serving.load_serving(con, root)  # and msServiceProfiler's output: the serving_* tables
+    texts += strategy_tables.build(con)  # the parallel strategy over every rank's metadata (ingest/strategy.py)
+    texts += experts.load_experts(con, root)  # MindIE / vLLM-Ascend expert dumps (ingest/experts.py)
     rows = []
     for text in texts:
         file, sep, message = str(text).partition(": ")
@@ -184,6 +189,9 @@ def build_cluster_tables(con) -> None:
 
 # the rows msprof-analyze's cluster_analysis_output gave (the Cluster view's data even in a run of no ranks)
 CLUSTER_ANALYSIS_ROWS_SQL = "SELECT coalesce(sum(rows), 0)::BIGINT FROM cluster_analysis_files WHERE status <> 'failed'"
+# the rows of the expert dumps (the Cluster view's expert load, even in a run of no ranks)
+EXPERT_ROWS_SQL = ("SELECT coalesce(sum(rows), 0)::BIGINT FROM expert_files "
+                   "WHERE status <> 'failed' AND kind <> 'config'")
 
 
 def summarize(con) -> dict:
@@ -440,6 +448,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
             summary["extra"] = keep_open(con)
             summary["cluster_analysis_rows"] = con.execute(CLUSTER_ANALYSIS_ROWS_SQL).fetchone()[0]
             summary["serving_rows"] = con.execute(serving.ROWS_SQL).fetchone()[0]
+            summary["expert_rows"] = con.execute(EXPERT_ROWS_SQL).fetchone()[0]
         progress.phase("writing the file")
     return summary
 

@@ -8,7 +8,9 @@ A folder (an archive once extracted, or the folder of a single trace file) is a 
 * msServiceProfiler's parsed output (``ingest.serving.find``: its CSVs, its ``profiler.db`` or both, with or
   without ``chrome_tracing.json``): a run of no ranks whose Serving view has the data;
 * msprof-analyze's ``cluster_analysis_output`` (``ingest.cluster.find_cluster_dir``): a run of no ranks whose
-  Cluster view has the data.
+  Cluster view has the data;
+* MindIE / vLLM-Ascend expert dumps (``ingest.experts.find``): a run of no ranks whose Cluster view has the expert
+  load.
 
 Anything else raises :class:`NoProfilingData`, naming the path, what was expected and the first problems discovery
 met. Once ingested, a run that loaded nothing a view can show fails too (``server.workerprocess.nothing_loaded``).
@@ -18,12 +20,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import serving
+from . import experts, serving
 from .cluster import find_cluster_dir
 from .discover import Discovery, discover
 
 EXPECTED = ("*_ascend_pt folders with ASCEND_PROFILER_OUTPUT, PROF_* folders, trace files, msServiceProfiler "
-            "output or cluster_analysis_output")
+            "output, cluster_analysis_output or expert dumps")
 LISTED_PROBLEMS = 5
 
 
@@ -37,7 +39,7 @@ class NoProfilingData(Exception):
 
 def find_run(root: str | Path, shown: str | None = None) -> Discovery:
     """The run at ``root`` (a folder or a trace file; an archive is extracted first): its discovery, whose ranks
-    may be none (serving or cluster output alone). ``shown``: how the error names it (default: the path)."""
+    may be none (serving, cluster or expert output alone). ``shown``: how the error names it (default: the path)."""
     root = Path(root)
     disc = discover(root)
     if disc.ranks or serving.find(root):
@@ -45,6 +47,9 @@ def find_run(root: str | Path, shown: str | None = None) -> Discovery:
     if find_cluster_dir(root) is not None:
         # msprof-analyze's output alone: a run of no ranks whose Cluster view reads that folder
         disc.warn(None, "cluster_analysis_output", "no rank folders beside it: only the Cluster view has data")
+        return disc
+    if experts.find(root):  # expert dumps alone: a run of no ranks (its Cluster view's heat map)
+        disc.warn(None, "expert dumps", "no rank folders beside them: only the expert load has data")
         return disc
     detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:LISTED_PROBLEMS])
     raise NoProfilingData(f"no profiling data in {shown or root} (expected {EXPECTED})"

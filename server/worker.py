@@ -16,7 +16,10 @@ restart), re-read by :meth:`IngestQueue.start`. A worker that dies without recor
 crash) leaves no database: its temp files are removed and the run is queued again, up to ``retries`` times,
 then marked failed with the reason. A failure the pipeline reports (bad input) is not retried: it would fail
 the same way. A run that loads nothing a view can show (no slices, counters or table rows) fails too, listing
-the warnings. The reason of every failure is in the run's ingest.log.
+the warnings. The reason of every failure is in the run's ingest.log. Storage that fails under an ingest (the data
+dir made read-only or immutable) is neither a crash nor bad input: the worker, unable to write even the outcome,
+says why on a pipe and exits with ``STORAGE_EXIT``, and the run is failed with that reason as soon as its folder
+can be written again (tried every ``STORAGE_RETRY_S``), so that Retry takes it.
 
 A worker leads a process group of its own, which its pool (the fork server and the processes it forks) joins. When
 a worker has exited, the queue waits until nothing of that group runs any more (killing what is left after
@@ -45,7 +48,7 @@ from collections.abc import Callable
 
 from ascendscope.server.runs import RunNotFound, RunStore
 from ascendscope.server.workerhost import HostedWorker
-from ascendscope.server.workerprocess import BUSY_EXIT
+from ascendscope.server.workerprocess import BUSY_EXIT, STORAGE_EXIT
 from ascendscope.server.workerprocess import nothing_loaded as nothing_loaded  # (callers import it from here too)
 
 log = logging.getLogger("ascendscope.worker")
@@ -53,6 +56,7 @@ log = logging.getLogger("ascendscope.worker")
 LOCK_POLL_S = 0.2  # how often the queue looks whether another process's worker let go of a run
 GROUP_WAIT_S = 5.0  # how long the processes of an exited worker's group may take to exit before they are killed
 GROUP_POLL_S = 0.02
+STORAGE_RETRY_S = 2.0  # how often a run whose folder could not be written is tried again, to record it failed
 
 
 class IngestQueue:
@@ -177,11 +181,11 @@ class IngestQueue:
             except Exception as exc:  # the queue must survive one bad run
                 log.exception("ingest of run %s failed", run_id)
                 try:
-                    self.store.append_log(run_id, f"could not run the ingest worker:\n{traceback.format_exc()}")
-                    self.store.set_status(run_id, "failed", error=f"could not run the ingest worker: {exc}"[:2000],
-                                          finished=time.time(), progress=None, worker_pid=None)
+                    self.store.append_log(run_id, traceback.format_exc())
                 except (RunNotFound, OSError):
                     pass
+                self.fail_when_writable(run_id, unwritable(str(exc)) if isinstance(exc, OSError)
+                                        else f"could not run the ingest worker: {exc}")
             finally:
                 if run_id is not None:
                     with self._lock:
@@ -211,12 +215,21 @@ class IngestQueue:
             proc.start()
             self._procs[run_id] = proc
         proc.join()
+        unwritten = proc.said  # what the worker could not write into the run's folder
         if proc.pid is not None:
             end_group(proc.pid)  # nothing the worker started still writes into the run's folder
         with self._lock:
             self._procs.pop(run_id, None)
             if run_id in self._cancelled:
                 return False
+        try:
+            return self._after_worker(run_id, run, proc, unwritten)
+        except OSError as exc:  # the run's folder cannot be written (storage failing): record it once it can
+            self.fail_when_writable(run_id, unwritable(unwritten or str(exc)))
+            return False
+
+    def _after_worker(self, run_id: str, run, proc, unwritten: str | None) -> bool:
+        """What the worker's exit means for the run (see :meth:`_run_one`)."""
         if proc.exitcode == BUSY_EXIT:  # another process took the run between our look and the worker's
             self.store.update(run_id, attempts=run.attempts - 1)
             return True
@@ -229,6 +242,9 @@ class IngestQueue:
                 self.on_ready(run_id)
             return False
         if run.status not in ("queued", "ingesting"):
+            return False
+        if proc.exitcode == STORAGE_EXIT:  # not a crash: retrying now would meet the same folder
+            self.fail_when_writable(run_id, unwritable(unwritten or "no detail"))
             return False
         # the worker died without recording an outcome: no database was renamed into place
         self.store.clean_partial(run_id)
@@ -250,6 +266,41 @@ class IngestQueue:
                               error=f"the ingest worker {reason} (attempt {run.attempts} of {tries}); "
                                     f"{self.store.log_hint(run_id)}")
         return False
+
+    def fail_when_writable(self, run_id: str, error: str) -> None:
+        """Mark the run failed with ``error`` — now, or, while its folder cannot be written (storage failing: made
+        read-only or immutable), as soon as it can: tried every :data:`STORAGE_RETRY_S` on a thread of its own
+        until it works or the queue stops (a restart then finds the run interrupted). Nothing is done if a live
+        process holds the run's ingest lock by then."""
+        if self._fail_now(run_id, error):
+            return
+        log.warning("run %s: its folder cannot be written; it is marked failed once it can be (%s)", run_id, error)
+        threading.Thread(target=self._fail_later, args=(run_id, error), name=f"ascendscope-unwritable-{run_id}",
+                         daemon=True).start()
+
+    def _fail_later(self, run_id: str, error: str) -> None:
+        while not self._stopping.wait(STORAGE_RETRY_S):
+            if self._fail_now(run_id, error):
+                log.info("run %s: its folder can be written again; marked failed", run_id)
+                return
+
+    def _fail_now(self, run_id: str, error: str) -> bool:
+        """True once the run is failed with ``error`` (or no longer the queue's to fail); False if its folder
+        still cannot be written."""
+        try:
+            if not self.store.clean_partial(run_id):
+                return True
+            self.store.set_status(run_id, "failed", error=error[:2000], finished=time.time(), progress=None,
+                                  worker_pid=None)
+        except RunNotFound:
+            return True
+        except OSError:
+            return False
+        try:
+            self.store.append_log(run_id, error)
+        except OSError:
+            pass
+        return True
 
     def _wait_for_lock(self, run_id: str) -> bool:
         """Wait while a live process holds the run's ingest lock; False if the queue stops or the run is
@@ -317,6 +368,11 @@ def exit_reason(exitcode: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-exitcode}"
     return f"exited with code {exitcode} without a result"
+
+
+def unwritable(detail: str) -> str:
+    """The error of a run whose folder could not be written during its ingest."""
+    return f"the ingest stopped: the run's folder could not be written ({detail}); Retry ingests it again"
 
 
 def _note(text: str) -> dict:

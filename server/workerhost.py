@@ -53,6 +53,7 @@ class HostedWorker:
         self.pid: int | None = None
         self.exitcode: int | None = None
         self.lost = False  # its host died first: the exit code is unknown
+        self.said: str | None = None  # what it sent on its report pipe (its run's folder could not be written)
         self._started = threading.Event()
         self._exited = threading.Event()
         self._error: str | None = None
@@ -152,7 +153,7 @@ class _Host:
                     worker._started.set()
                 elif kind == "exited" and key in self._running:
                     worker = self._running.pop(key)
-                    worker.exitcode = value
+                    worker.exitcode, worker.said = value
                     worker._exited.set()
         self._lost()
 
@@ -222,6 +223,7 @@ def _serve(lifeline: int) -> None:
     selector.register(requests.fileno(), selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
     own = (events.fileno(), wake_r, wake_w)
+    reports: dict[int, Connection] = {}  # a worker's pid: the read end of its report pipe
     while True:
         for key, _ in selector.select(REAP_POLL_S):
             if key.fd == wake_r:
@@ -230,10 +232,11 @@ def _serve(lifeline: int) -> None:
                 continue
             _, token, *args = requests.recv()
             try:
-                pid = _fork(args, lifeline, own)
+                pid, reports_r = _fork(args, lifeline, own + tuple(c.fileno() for c in reports.values()))
             except OSError as exc:  # (out of processes or memory)
                 events.send(("refused", token, f"could not start an ingest worker: {exc}"))
                 continue
+            reports[pid] = reports_r
             events.send(("started", token, pid))
         while True:
             try:
@@ -242,7 +245,8 @@ def _serve(lifeline: int) -> None:
                 break
             if pid == 0:
                 break
-            events.send(("exited", pid, os.waitstatus_to_exitcode(status)))
+            said = reports.pop(pid, None)
+            events.send(("exited", pid, (os.waitstatus_to_exitcode(status), _said(said))))
 
 
 def _drain(fd: int) -> bool:
@@ -252,13 +256,34 @@ def _drain(fd: int) -> bool:
         return False
 
 
-def _fork(args: list, lifeline: int, own: tuple[int, ...]) -> int:
-    """Fork one worker running ``args`` (data dir, run id, options, environment, working folder); its pid."""
-    pid = os.fork()
+def _said(said: Connection | None) -> str | None:
+    """What an exited worker sent on its report pipe, if anything; the pipe is closed."""
+    if said is None:
+        return None
+    try:
+        return said.recv_bytes().decode("utf-8", "replace") if said.poll() else None
+    except (EOFError, OSError):
+        return None
+    finally:
+        said.close()
+
+
+def _fork(args: list, lifeline: int, own: tuple[int, ...]) -> tuple[int, Connection]:
+    """Fork one worker running ``args`` (data dir, run id, options, environment, working folder): its pid and the
+    read end of its report pipe (``workerprocess.ingest_worker``'s ``report``)."""
+    said_fd, report_fd = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(said_fd)
+        os.close(report_fd)
+        raise
     if pid:
-        return pid
+        os.close(report_fd)
+        return pid, Connection(said_fd, writable=False)
     code = 1
     try:
+        os.close(said_fd)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -274,7 +299,8 @@ def _fork(args: list, lifeline: int, own: tuple[int, ...]) -> int:
             pass
         from ascendscope.server.workerprocess import ingest_worker
 
-        ingest_worker(data_dir, run_id, Connection(lifeline, writable=False), options)
+        ingest_worker(data_dir, run_id, Connection(lifeline, writable=False), options,
+                      report=Connection(report_fd, readable=False))
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -287,7 +313,7 @@ def _fork(args: list, lifeline: int, own: tuple[int, ...]) -> int:
             except (OSError, ValueError):
                 pass
         os._exit(code)
-    return 0  # (never reached)
+    return 0, None  # (never reached)
 
 
 def _output_to_log(data_dir: str, run_id: str) -> None:

@@ -33,7 +33,8 @@ def _ingest(tmp_path, shift_us: int):
     _shift_arrivals(tmp_path / "serve" / "request.csv", shift_us)
     with duckdb.connect(str(ingest_serving(tmp_path / "serve", tmp_path / "run.duckdb")), read_only=True) as con:
         ttfts = con.execute("SELECT ttft_ns FROM serving_requests ORDER BY rid").fetchall()
-        warnings = [m for (m,) in con.execute("SELECT message FROM warnings WHERE message LIKE 'impossible%'").fetchall()]
+        warnings = [m for (m,) in
+                    con.execute("SELECT message FROM warnings WHERE message LIKE 'impossible%'").fetchall()]
     return [t for (t,) in ttfts], warnings
 
 
