@@ -13,7 +13,9 @@ gets the environment and working folder of the request, not those the host start
 pickles over the host's stdin and stdout. The host ends when its stdin closes (the process that started it exited,
 however it died). Its workers hold the read end of a lifeline pipe whose write end only that process has, and kill
 themselves when it closes (``workerprocess._die_with_server``). A worker's stdout and stderr are its run's
-ingest.log from its first instruction on, so whatever kills it leaves its traceback there.
+ingest.log from its first instruction on, so whatever kills it leaves its traceback there. What a worker says on its
+report pipe (``ingest_worker``'s ``report``: why its run's folder could not be written) comes back with its exit
+code (:attr:`HostedWorker.said`).
 """
 
 from __future__ import annotations
