@@ -101,16 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
                                          "insights (late arrivals, critical path and SQL console answer times), "
                                          "scaling (a sharded ingest projected onto N nodes), bigtrace (one big "
                                          "trace: whole-file and byte-range reads, first window, beside the floor), "
-                                         "firstview (a fresh browser's first Operator view, loopback and a "
-                                         "throttled link), archives (hostile and honest uploads: the web "
-                                         "process's time and RSS) strategy (the rank grid and verdicts of "
-                                         "1,024 ranks as they ingest) or console-abuse (hostile SQL console "
-                                         "load beside a prober)",
+                                         "phases (the Phases view's answers), firstview (a fresh browser's first "
+                                         "Operator view, loopback and a throttled link), archives (hostile and "
+                                         "honest uploads: the web process's time and RSS), strategy (the rank grid "
+                                         "and verdicts of 1,024 ranks as they ingest), console-abuse (hostile SQL "
+                                         "console load beside a prober) or ready (how long a run takes to be ready "
+                                         "in the server, its export formats side by side)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
                        choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling",
-                                "bigtrace", "phases", "firstview", "archives", "strategy", "console-abuse"])
+                                "bigtrace", "phases", "firstview", "archives", "strategy", "console-abuse",
+                                "ready"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     import importlib
 
@@ -213,18 +215,18 @@ def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) ->
 
 
 def _no_profiling_data(source: Path) -> str | None:
-    """Why a folder given to ``serve`` cannot make a run (it holds no rank of any format), or None. Archives and
-    files are left to the ingest, which says what is wrong with them."""
-    from ascendscope.ingest.discover import discover
+    """Why a folder given to ``serve`` cannot make a run (``ingest.runsource``: the answer of the ingest, uploads
+    and ``ascendscope.open``), or None. Archives and files are left to the ingest, which says what is wrong with
+    them."""
+    from ascendscope.ingest.runsource import NoProfilingData, find_run
 
     if not source.is_dir():
         return None
-    found = discover(source)
-    if found.ranks:
-        return None
-    seen = "; ".join(f"{f}: {m}" for _, f, m in found.warnings[:3])
-    return (f"no profiling data in {source} (expected *_ascend_pt folders with ASCEND_PROFILER_OUTPUT, PROF_* "
-            "folders or trace files)" + (f" — {seen}" if seen else ""))
+    try:
+        find_run(source)
+    except NoProfilingData as exc:
+        return str(exc)
+    return None
 
 
 def split_sources(path: Path) -> list[Path]:
