@@ -14,4 +14,5 @@ The tables written are the contract documented in ``docs/schema.md``.
 # 6: ranks' group_folder, own_rank, session (an RL job's role folders that reuse rank ids), cluster_phases' label
 # 7: the parallel strategy (parallel_strategy, rank_grid, parallel_groups), expert dumps (expert_hotspot,
 # expert_deployment, expert_files) and cluster_moe_kernels
-SCHEMA_VERSION = 7
+# 8: the mem_* tables of a PyTorch / torch_npu memory snapshot (ingest/memsnap)
+SCHEMA_VERSION = 8

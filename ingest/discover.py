@@ -16,7 +16,8 @@ gives one rank per device (``ingest.readers.msprof`` says where its id comes fro
 ``profiler`` folder one rank per device of its ``PROF_*`` output, or per ``ascend_timeline_display_{rank}.json``
 (``ingest.readers.mindspore``). MindSpore 2.3+'s ``*_ascend_ms`` folder is a rank folder like ``*_ascend_pt``.
 What we find but cannot load (a MindSpore folder that was never analysed) is reported as a warning, never
-silently skipped.
+silently skipped. A memory snapshot pickle beside rank folders joins the rank it belongs to
+(``ingest.readers.memsnap``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import jsonfile, readers, roles
-from .readers import serving
+from .readers import memsnap, serving
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MAX_DEPTH = 5
@@ -269,10 +270,23 @@ def _mtime(src: RankSource) -> float:
         return 0.0
 
 
+def _attach_snapshots(disc: Discovery, snapshots: list[Path]) -> None:
+    """Memory snapshots found beside rank folders join their rank (``ingest.readers.memsnap.attach``); one that
+    matches none is a rank of its own, with a warning."""
+    _, unmatched = memsnap.attach(disc.ranks, snapshots, disc.root)
+    next_id = max((s.rank for s in disc.ranks), default=-1) + 1
+    for path, why in unmatched:
+        src = RankSource(folder=path.parent, files={memsnap.KIND: path}, rank=next_id, rank_source="fallback")
+        disc.ranks.append(src)
+        disc.warn(next_id, _rel(path, disc.root), why)
+        next_id += 1
+
+
 def discover(path: str | os.PathLike) -> Discovery:
     """Find the ranks under ``path`` (a folder or a single trace file; archives are extracted beforehand)."""
     root = Path(path)
     disc = Discovery(root=root if root.is_dir() else root.parent)
+    snapshots: list[Path] = []
     if root.is_file():
         if kinds := readers.find_loose(root):
             sources = [RankSource(folder=root.parent, files=kinds)]
@@ -282,7 +296,10 @@ def discover(path: str | os.PathLike) -> Discovery:
     else:
         rank_dirs, loose, own = _walk(root, disc)
         sources = [_read_rank_dir(d, disc) for d in rank_dirs] + own
+        snapshots = [f for f in loose if memsnap.KIND in readers.find_loose(f)] if rank_dirs or own else []
         for f in loose if rank_dirs or own else []:
+            if f in snapshots:
+                continue  # matched with its rank below (ingest.readers.memsnap.attach)
             if f.name == serving.TRACE_FILE and serving.is_serving_dir(f.parent):
                 disc.warn(None, _rel(f, disc.root), "not loaded as a rank beside rank folders (its requests and "
                           "batches are in the Serving tab; open its folder alone for its trace on the Timeline)")
@@ -300,6 +317,8 @@ def discover(path: str | os.PathLike) -> Discovery:
                     sources.append(src)
     sources = [s for s in sources if s.files or s.profiler_info is not None]
     disc.ranks = _assign_ranks(sources, disc)
+    if snapshots:
+        _attach_snapshots(disc, snapshots)
     for src in disc.ranks:
         if not src.files:
             disc.warn(src.rank, _rel(src.folder, disc.root), "no loadable text-export files in this rank folder")

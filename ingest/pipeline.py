@@ -49,6 +49,7 @@ from . import (
 )
 from .columns import insert_columns
 from .discover import Discovery, RankSource, discover  # noqa: F401 - pipeline.discover: bench and tests use it
+from .memsnap.schema import COUNTED as MEMSNAP_COUNTED
 from .runsource import NoProfilingData, find_run
 from .schema import CORE_DDL
 from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are this module's interface too
@@ -203,7 +204,7 @@ def summarize(con) -> dict:
         "flows_per_category": dict(q("SELECT cat, count(*) FROM flows GROUP BY cat ORDER BY cat")),
         "counters": q("SELECT count(*) FROM counters")[0][0],
         "tables": {t: q(f"SELECT count(*) FROM {t}")[0][0] for t in sorted(csvfiles.TABLES.values())
-                   + ["comm_ops", "comm_bandwidth", "comm_matrix"]},
+                   + ["comm_ops", "comm_bandwidth", "comm_matrix", *MEMSNAP_COUNTED]},
         "warnings": [{"rank": r, "file": f, "message": m}
                      for r, f, m in q("SELECT rank, file, message FROM warnings ORDER BY rank NULLS FIRST, file")],
         "bytes_read": int(q("SELECT value FROM meta WHERE key = 'bytes_read'")[0][0]),

@@ -3,8 +3,8 @@
 
 A folder (an archive once extracted, or the folder of a single trace file) is a run when it holds any of:
 
-* ranks of any format discovery finds (``ingest.discover``): rank folders, ``PROF_*`` folders, trace files or
-  profiler databases;
+* ranks of any format discovery finds (``ingest.discover``): rank folders, ``PROF_*`` folders, trace files,
+  profiler databases or memory snapshot pickles;
 * msServiceProfiler's parsed output (``ingest.serving.find``: its CSVs, its ``profiler.db`` or both, with or
   without ``chrome_tracing.json``): a run of no ranks whose Serving view has the data;
 * msprof-analyze's ``cluster_analysis_output`` (``ingest.cluster.find_cluster_dir``): a run of no ranks whose
@@ -25,7 +25,7 @@ from .cluster import find_cluster_dir
 from .discover import Discovery, discover
 
 EXPECTED = ("*_ascend_pt folders with ASCEND_PROFILER_OUTPUT, PROF_* folders, trace files, msServiceProfiler "
-            "output, cluster_analysis_output or expert dumps")
+            "output, cluster_analysis_output, expert dumps or memory snapshot pickles")
 LISTED_PROBLEMS = 5
 
 

@@ -1,8 +1,11 @@
 """DDL of the run database (the contract in docs/schema.md).
 
 Tables filled from CSVs take their columns from the files (unknown columns are kept), so only their base
-columns are declared here, for the case where no rank had the file: queries never fail on a missing table.
+columns are declared here, for the case where no rank had the file: queries never fail on a missing table. The
+memory snapshot's ``mem_*`` tables are declared in ``ingest.memsnap.schema``.
 """
+
+from .memsnap.schema import DDL_STATEMENTS as MEMSNAP_DDL
 
 CORE_DDL = [
     "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
@@ -26,6 +29,7 @@ CORE_DDL = [
         value DOUBLE)""",
     """CREATE TABLE steps (rank INTEGER, step BIGINT, name VARCHAR, slice_id BIGINT, host_start_ns BIGINT,
         host_end_ns BIGINT, device_start_ns BIGINT, device_end_ns BIGINT)""",
+    *MEMSNAP_DDL,
 ]
 
 _BASE = "rank INTEGER, src_row INTEGER"

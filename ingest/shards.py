@@ -69,6 +69,7 @@ from .layout import (
     shard_name,
 )
 from .pipeline import NoProfilingData, Progress
+from .readers import memsnap as memsnap_reader
 from .stages import _pack as pack_by_size  # (the packing plan_groups does, for ranks of any format)
 
 SHARD_MEMORY_LIMIT = "800MB"  # DuckDB's limit per task, spilling past it (a worker peaks ~1.5 GB on a 10 GB trace)
@@ -175,7 +176,8 @@ def ingest_sharded(src, out_dir, *, executor: str = "process", workers: int | No
         # node-local scratch for Ray (another node may not have our temp folder); our run folder's otherwise
         scratch = None if executor == "ray" else tempfile.gettempdir()
         calls = [{"sources": plan[i].sources, "root": str(disc.root), "out": str(out / plan[i].file),
-                  "src_path": str(src_path), "scratch": scratch, "memory_limit": memory_limit, "threads": threads,
+                  "src_path": str(src_path), "scratch": scratch,
+                  "memory_limit": memsnap_reader.shard_memory_limit(plan[i].sources, memory_limit), "threads": threads,
                   "progress_path": str(out / PROGRESS_DIR / f"{Path(plan[i].file).stem}.bytes")} for i in todo]
         if todo:
             # the tasks start now, beside the small files, at a lower CPU priority: the small files answer the

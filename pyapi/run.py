@@ -16,6 +16,8 @@ from ascendscope import frames, readonly, sqlproc, tables
 from ascendscope.locate import Located
 from ascendscope.server.queries import DuckRunner, Page
 from ascendscope.server.queries import communication as cq
+from ascendscope.server.queries import memsnap as msq
+from ascendscope.server.queries import memsnap_state as mstq
 from ascendscope.server.queries import phases as phq
 from ascendscope.server.queries import serving as svq
 from ascendscope.server.queries import summary as sq
@@ -175,6 +177,48 @@ class Run:
     def _serving(self, which: str, start_ns, end_ns, arrow: bool):
         columns, rows = svq.table_rows(self._db(), which, start_ns, end_ns)
         frame = frames.to_frame(tables.Table(columns=list(columns), rows=rows))
+        return frames.to_arrow(frame) if arrow else frame
+
+    # ---- memory snapshot ---------------------------------------------------------------------------------------
+    def memory_snapshot(self, rank: int | None = None, device: int | None = None) -> dict[str, Any]:
+        """The run's memory snapshots (``_dump_snapshot`` pickles) and, for ``rank`` (default: the first with one),
+        its devices: reserved, allocated and active bytes at the dump, the peak of active memory and what was live
+        at it by allocation stack, the time axis (``ns``: entries with ``time_us``; ``index``: the entry's index)
+        and how its clock was matched with the run's, ``device`` (default: the one with the most entries) the
+        one the peak is of; ``ooms``: each out-of-memory entry with the state then."""
+        db = self._db()
+        rank, dev = msq.pick(db, rank, device)
+        origin = msq.run_origin(db)
+        ax = msq.axis_of(dev, msq.origin_of(db, rank, origin))
+        out = msq.overview(db, rank, dev, origin)
+        peak = dev["peak_idx"] if dev["peak_idx"] is not None else -1
+        out["peak"] = {"bytes": dev["peak_active"], "idx": dev["peak_idx"], "top": mstq.top_live(db, ax, peak)}
+        out["ooms"] = mstq.ooms(db, ax)
+        return out
+
+    def leaks(self, t0: int | None = None, t1: int | None = None, *, rank: int | None = None,
+              device: int | None = None, index: bool = False, limit: int = mstq.MAX_GROUPS, arrow: bool = False
+              ) -> pd.DataFrame | pa.Table:
+        """Potential leaks in [t0, t1): the blocks allocated in it and not freed before its end, grouped by
+        allocation stack (blocks, requested bytes, the first and last entry allocating them, how many are still
+        live at the dump, the stack's frames innermost first), largest first. ``t0``/``t1`` are epoch ns, or entry
+        indices with ``index=True`` (a snapshot without ``time_us`` has only those); None: the trace's ends."""
+        db = self._db()
+        rank, dev = msq.pick(db, rank, device)
+        ax = msq.axis_of(dev, msq.origin_of(db, rank, msq.run_origin(db)))
+        if index or ax.kind == "index":
+            i0 = 0 if t0 is None else max(0, min(int(t0), ax.entries))
+            i1 = ax.entries if t1 is None else max(0, min(int(t1), ax.entries))
+        else:
+            lo, hi = msq.window(ax, t0, t1)
+            i0, i1 = msq.interval_entries(db, ax, lo, hi)
+        got = mstq.leaks(db, ax, i0, i1, limit)
+        columns = ["stack_id", "label", "blocks", "bytes", "first_idx", "last_idx", "live_at_dump", "largest_block",
+                   "frames"]
+        rows = [{**{c: g[c] for c in columns[:-1]},
+                 "frames": "\n".join(f"{f['name']} {f['filename']}:{f['line']}" for f in g["frames"])}
+                for g in got["groups"]]
+        frame = frames.to_frame(tables.Table(columns, rows))
         return frames.to_arrow(frame) if arrow else frame
 
     # ---- SQL ---------------------------------------------------------------------------------------------------

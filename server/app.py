@@ -55,6 +55,7 @@ API_MODULES = (
     "timeline",
     "operators",
     "memory",
+    "memsnap",
     "summary",
     "communication",
     "advice",

@@ -90,6 +90,64 @@ def gpu_compute_union_ns(events: list[dict]) -> int:
     return total + ((reach_end - reach_start) if reach_end is not None else 0)
 
 
+def snapshot_dict(folder: Path) -> dict:
+    """The export's memory snapshot pickle as the dict it holds, read with the standard library's ``pickle`` only
+    once ``pickletools`` has shown it asks for no global and builds no object (these are fixed, public files; the
+    product never does this with a user's bytes)."""
+    import pickle
+    import pickletools
+
+    files = sorted(folder.glob("*.pkl")) + sorted(folder.glob("*.pickle"))
+    assert len(files) == 1, files
+    data = files[0].read_bytes()
+    building = {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "PERSID",
+                "BINPERSID", "EXT1", "EXT2", "EXT4"}
+    assert not {op.name for op, _, _ in pickletools.genops(data)} & building
+    return pickle.loads(data)  # checked above: plain data only
+
+
+def snapshot_totals(snap: dict) -> dict[int, tuple[int, int, int]]:
+    """``{device: (reserved, allocated, active)}``: the segments' own totals at the dump."""
+    out: dict[int, list[int]] = {}
+    for s in snap["segments"]:
+        t = out.setdefault(s.get("device", 0), [0, 0, 0])
+        t[0] += s["total_size"]
+        t[1] += s["allocated_size"]
+        t[2] += s["active_size"]
+    return {d: tuple(v) for d, v in out.items()}
+
+
+def replay_backwards(snap: dict, device: int) -> dict:
+    """The trace of ``device`` read from its last entry to its first, from the state at the dump: a block is live
+    from its alloc to its free_completed, reserved bytes change at the segment entries. Returns the lowest
+    reserved and active (requested) bytes met, and the entries that would make a block life negative (an alloc of
+    a block not live after it, a free of one already live) or a segment's size negative."""
+    active = {b["address"]: b["requested_size"] for s in snap["segments"] if s.get("device", 0) == device
+              for b in s["blocks"] if b["state"] != "inactive"}
+    reserved = sum(s["total_size"] for s in snap["segments"] if s.get("device", 0) == device)
+    low_reserved, low_active = reserved, sum(active.values())
+    bad = []
+    for i, e in reversed(list(enumerate(snap["device_traces"][device]))):
+        a = e["action"]
+        if a == "alloc":
+            if e["addr"] not in active:
+                bad.append((i, "alloc of a block not live after it"))
+            active.pop(e["addr"], None)
+        elif a == "free_completed":
+            if e["addr"] in active:
+                bad.append((i, "free of a block live after it"))
+            active[e["addr"]] = e["size"]
+        elif a in ("segment_alloc", "segment_map"):
+            reserved -= e["size"]
+        elif a in ("segment_free", "segment_unmap"):
+            reserved += e["size"]
+        if reserved < 0:
+            bad.append((i, "reserved below zero"))
+        low_reserved = min(low_reserved, reserved)
+        low_active = min(low_active, sum(active.values()))
+    return {"low_reserved": low_reserved, "low_active": low_active, "bad": bad}
+
+
 def expert_hotspot_figures(folder: Path) -> dict[str, dict[int, list[int]]]:
     """``{phase: {layer: [tokens per slot]}}`` of the ``{phase}_0.csv`` dumps: their last ``num_moe_layers`` rows
     (the latest collection), layer 0 first."""

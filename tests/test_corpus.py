@@ -271,6 +271,29 @@ def test_serving_trace_spans_on_the_timeline(corpus, name):
         assert abs(rows[0][1] - sum(durs) * 1000) <= len(durs)  # µs with fractions, rounded to whole ns
 
 
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPORTS.items() if "memory_snapshot" in e["checks"]))
+def test_memory_snapshot_state_at_the_dump_equals_its_segments(corpus, name):
+    """Opened as the server opens it: per device the state the view shows after the last entry equals the
+    segments' own totals (reserved, allocated, active), and reading the trace back from them never makes a block
+    life or a segment's size negative (here, from the file alone, and in what was loaded)."""
+    client = corpus[0]
+    rid = _run(corpus, name)[0]
+    snap = cf.snapshot_dict(CORPUS / name)
+    totals = cf.snapshot_totals(snap)
+    overview = client.get(f"/api/runs/{rid}/memory/snapshot").json()
+    assert sorted(d["device"] for d in overview["devices"]) == sorted(totals)
+    for device, (reserved, allocated, active) in totals.items():
+        state = client.get(f"/api/runs/{rid}/memory/snapshot/state", params={"device": device}).json()
+        t = state["totals"]
+        assert (t["reserved"], t["allocated"], t["active"]) == (reserved, allocated, active)
+        assert state["idx"] == len(snap["device_traces"][device]) - 1
+        replay = cf.replay_backwards(snap, device)
+        assert replay["bad"] == [] and replay["low_reserved"] >= 0
+        dev = next(d for d in overview["devices"] if d["device"] == device)
+        assert dev["anomalies"] is None and dev["min_reserved"] == replay["low_reserved"]
+        assert dev["min_active"] >= 0 and dev["min_allocated"] >= 0
+
+
 def test_expert_hotspot_dumps(corpus):
     """MindIE's hotspot dumps alone are a run: per phase, the layer × expert heat map holds each layer's latest
     counts (experts numbered by position: no deployment beside them), and the hottest expert of each layer."""

@@ -15,17 +15,19 @@ A file kind in ``TIMELINE_KINDS`` yields a timeline: the pipeline schedules it l
 writer waits for ``Job.on_nested``). A kind may stand for a group of files read as one (msprof writes a timeline
 in per-iteration or sliced files): its path is then their folder, ``parts`` lists the files and ``label`` names
 the group. The registry's order matters: the text export first (a rank with text-export files is read from those),
-then the db export, msprof output, MindSpore's older ``profiler`` folder and plain Chrome traces.
+then the db export, msprof output, MindSpore's older ``profiler`` folder and plain Chrome traces; memory
+snapshots (``_dump_snapshot`` pickles) last.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from . import chrome, dbexport, mindspore, msprof, text
+from . import chrome, dbexport, memsnap, mindspore, msprof, text
 from .protocol import Found, FoundRank, Job, Reader, Staged
 
-READERS: tuple[Reader, ...] = (text.READER, dbexport.READER, msprof.READER, mindspore.READER, chrome.READER)
+READERS: tuple[Reader, ...] = (text.READER, dbexport.READER, msprof.READER, mindspore.READER, chrome.READER,
+                                memsnap.READER)
 KINDS: dict[str, Reader] = {kind: reader for reader in READERS for kind in reader.kinds}
 TIMELINE_KINDS: frozenset[str] = frozenset(k for reader in READERS for k in reader.timeline_kinds)
 TIMELINE_ONLY: frozenset[str] = frozenset(k for reader in READERS for k in reader.timeline_only)

@@ -93,6 +93,13 @@ TABLE_NOTES = {
     "serving_coordinator": "msServiceProfiler coordinator.csv: requests routed per instance and window",
     "serving_curves": "profiler.db's own latency curves (avg, p50, p90, p99)",
     "serving_files": "the serving files read",
+    "mem_snapshots": "memory snapshots (_dump_snapshot pickles), one per rank",
+    "mem_devices": "per snapshot device: the dump's totals, the curves' bases, the peak",
+    "mem_events": "every allocator trace entry, with the curves after it", "mem_event_extra": "entries' other keys",
+    "mem_blocks": "every block life: alloc, free requested, free completed", "mem_frames": "the distinct stacks",
+    "mem_segments": "reserved ranges, each from one entry to another",
+    "mem_curve_lod": "the curves per 2^level entries",
+    "mem_annotations": "the snapshot's external annotations",
 }
 SCHEMA_SQL = """
 SELECT table_name, column_name, data_type FROM information_schema.columns

@@ -20,6 +20,7 @@ import { baseLayout, CHART_COLORS, dataRange, plot } from "./charts.js";
 import { field, select } from "./controls.js";
 import { apiBase, markRanks, runId, showRank } from "./run.js";
 import { DataTable } from "./table.js";
+import { snapshotRanks } from "./memsnap.js";  // the "Memory snapshot" sub-tab
 
 const MEASURE_DASH = { allocated: "solid", reserved: "dash", active: "dot" };
 const COMPONENT_COLOR = { "PTA+GE": "#3f7fd8", PTA: "#2f9e8f", GE: "#e07b39", APP: "#8a5cd0", WORKSPACE: "#c2507a" };
@@ -429,7 +430,7 @@ async function refresh() {
   }
   state.origin = overview.origin_ns;
   state.hasTrace = overview.has_trace;
-  markRanks(overview.ranks.filter((r) => r.records || r.allocations).map((r) => r.rank));
+  markRanks([...overview.ranks.filter((r) => r.records || r.allocations).map((r) => r.rank), ...snapshotRanks()]);
   if (state.rank === null) { state.rank = overview.rank; showRank(overview.rank); }
   buildFilters();
   buildMarks();
