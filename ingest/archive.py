@@ -1,11 +1,13 @@
 """Extract an untrusted archive (.zip, .tar, .tar.gz / .tgz) of profiling folders into a folder, or refuse it whole.
+A single trace file (JSON, or gzipped JSON) is taken as an archive of that one file: it becomes ``trace.json``.
 
 Contract: :func:`unpack` writes only regular files and folders, only under ``dest``, and within :class:`Limits`.
 Anything else raises :class:`ArchiveError` (its ``kind`` says which rule, the API maps it to a status) after
 ``dest`` has been removed. Refused:
 
-* content that is not a zip, a tar or a gzipped tar (sniffed from the bytes, whatever the name says), an empty
-  file or an archive without files, encrypted members, compression methods zipfile cannot read, corrupt data;
+* content that is not a zip, a tar, a gzipped tar or a (gzipped) JSON text (sniffed from the bytes, whatever the
+  name says), an empty file or an archive without files, encrypted members, compression methods zipfile cannot
+  read, corrupt data;
 * member names that are absolute, carry a drive letter, ``..``, control characters, or repeat an earlier name;
 * symlinks, hardlinks, devices, fifos and sparse files;
 * more than ``max_members`` members, more than ``max_total_bytes`` written, or more than ``max_ratio`` × the
@@ -52,6 +54,7 @@ TAR_EXTENDED_TYPES = (b"x", b"g", b"L", b"K")
 TAR_TYPE_NAMES = {b"1": "a hardlink", b"2": "a symlink", b"3": "a character device", b"4": "a block device",
                   b"6": "a fifo", b"S": "a sparse file"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+TRACE_MEMBER = "trace.json"  # the name a single uploaded trace gets (the client's file name never makes a path)
 
 
 @dataclass
@@ -84,8 +87,13 @@ def strip_archive_suffix(name: str) -> str:
     return name
 
 
+def _is_json(head: bytes) -> bool:
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"[")
+
+
 def sniff(path: Path) -> str:
-    """``zip``, ``tar`` or ``tar.gz`` from the first bytes; raises :class:`ArchiveError` for anything else."""
+    """``zip``, ``tar``, ``tar.gz``, or ``json`` / ``json.gz`` (a trace file on its own) from the first bytes;
+    raises :class:`ArchiveError` for anything else."""
     with open(path, "rb") as fh:
         head = fh.read(512)
     if not head:
@@ -100,11 +108,15 @@ def sniff(path: Path) -> str:
             raise ArchiveError(f"a corrupt gzip file: {exc}") from exc
         if inner[257:262] == b"ustar":
             return "tar.gz"
-        raise ArchiveError("a gzip file that is not a tar archive (upload a .tar.gz or a .zip of the folders)",
-                           "not_archive")
+        if _is_json(inner):
+            return "json.gz"
+        raise ArchiveError("a gzip file that is neither a tar archive nor a JSON trace (upload a .tar.gz or a .zip "
+                           "of the folders, or a .json / .json.gz trace)", "not_archive")
     if head[257:262] == b"ustar":
         return "tar"
-    raise ArchiveError("not a .zip or .tar.gz archive", "not_archive")
+    if _is_json(head):
+        return "json"
+    raise ArchiveError("not a .zip or .tar.gz archive, nor a .json / .json.gz trace", "not_archive")
 
 
 def extract(path: Path, dest: Path, limits: Limits | None = None) -> Path:
@@ -180,6 +192,10 @@ def _unpack_one(path: Path, dest: Path, budget: _Budget, *, allow_nested: bool, 
     try:
         if kind == "zip":
             return _unpack_zip(path, dest, budget, allow_nested, where)
+        if kind.startswith("json"):
+            if not allow_nested:  # a nested member named as an archive that is not one
+                raise ArchiveError(f"not a .zip or .tar.gz archive{where}", "not_archive")
+            return _unpack_trace(path, dest, budget, kind == "json.gz")
         return _unpack_tar(path, dest, budget, allow_nested, where, kind == "tar.gz")
     except ArchiveError:
         raise
@@ -247,6 +263,15 @@ def _write(src, dest: Path, rel: PurePosixPath, budget: _Budget, member_cap: int
                 raise ArchiveError(f"refused: member {str(rel)!r}{where} expands to more than "
                                    f"{budget.limits.max_ratio:g}× its compressed size (a zip bomb?)", "too_large")
             out.write(chunk)
+
+
+def _unpack_trace(path: Path, dest: Path, budget: _Budget, gz: bool) -> list:
+    """A single trace file: one member, decompressed under the budget as a member of a tarball would be."""
+    rel = PurePosixPath(TRACE_MEMBER)
+    budget.member()
+    with (gzip.open(path, "rb") if gz else open(path, "rb")) as src:
+        _write(src, dest, rel, budget, None, "")
+    return [rel]
 
 
 def _unpack_zip(path: Path, dest: Path, budget: _Budget, allow_nested: bool, where: str) -> list:

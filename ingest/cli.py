@@ -108,7 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-limit", default=None,
                         help="DuckDB memory limit, e.g. 1GB: per task of a sharded ingest (default 800MB), or of the "
                              "one .duckdb file (default 1GB)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bar, and one line instead of the summary (failed shards still listed)")
 
 
 def print_summary(summary: dict, out: str, stream=sys.stdout) -> None:
@@ -135,6 +136,18 @@ def print_summary(summary: dict, out: str, stream=sys.stdout) -> None:
         w(f"  [rank {rank}] {item['file']}: {item['message']}\n")
     if len(warnings) > 30:
         w(f"  … {len(warnings) - 30} more (SELECT * FROM warnings)\n")
+
+
+def print_brief(summary: dict, out: str, stream=sys.stdout) -> None:
+    """``--quiet``'s one line (and a line per failed shard, which the caller must hear of)."""
+    slices = sum(summary["slices_per_kind"].values())
+    warnings = len(summary["warnings"])
+    stream.write(f"wrote {out} in {summary['seconds']:.2f} s: {len(summary['ranks'])} rank(s), {slices:,} slices, "
+                 f"{warnings} warning{'' if warnings == 1 else 's'}\n")
+    for item in [s for s in summary.get("shards") or [] if s["status"] != "ready"][:30]:
+        ranks = item.get("ranks") or [item["rank"]]
+        which = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}–{ranks[-1]}"
+        stream.write(f"  [{which}] not loaded: {item['error']}\n")
 
 
 def single_file(out: str) -> bool:
@@ -184,7 +197,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     _close(progress)
-    print_summary(summary, args.out)
+    (print_brief if args.quiet else print_summary)(summary, args.out)
     if summary.get("shards") and not any(s["status"] == "ready" for s in summary["shards"]):
         sys.stderr.write("error: no rank could be loaded (see the shards above)\n")
         return 2

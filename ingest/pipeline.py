@@ -47,10 +47,10 @@ from . import (
     strategy_tables,
     trace_tables,
 )
-from .cluster import find_cluster_dir
 from .columns import insert_columns
-from .discover import Discovery, RankSource, discover
+from .discover import Discovery, RankSource, discover  # noqa: F401 - pipeline.discover: bench and tests use it
 from .memsnap.schema import COUNTED as MEMSNAP_COUNTED
+from .runsource import NoProfilingData, find_run
 from .schema import CORE_DDL
 from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are this module's interface too
     GROUP_BYTES,
@@ -76,14 +76,6 @@ from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are 
     write_traces,
 )
 from .trace import Beside
-
-
-class NoProfilingData(Exception):
-    """Nothing loadable was found; ``warnings`` says what was seen instead."""
-
-    def __init__(self, message: str, warnings: list[tuple] | None = None):
-        super().__init__(message)
-        self.warnings = warnings or []
 
 
 def insert_rows(con, table: str, rows: list) -> None:
@@ -247,26 +239,15 @@ def ingest_path(src: str | os.PathLike, out: str | os.PathLike, *, progress: Pro
 
 
 def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
-    """Extract an archive (into ``extract_to``) and find its ranks; raise NoProfilingData when there are none."""
+    """Extract an archive (into ``extract_to``) and find its run (``ingest.runsource``: ranks, or serving or
+    cluster output alone); raise NoProfilingData when there is none."""
     if not src_path.exists():
         raise NoProfilingData(f"{src_path}: no such file or folder")
     root = src_path
     if archive.is_archive(src_path):
         progress.phase(f"extracting {src_path.name}")
         root = archive.extract(src_path, extract_to)
-    disc = discover(root)
-    if not disc.ranks and find_cluster_dir(root) is not None:
-        # msprof-analyze's output alone: a run of no ranks whose Cluster view reads that folder
-        disc.warn(None, "cluster_analysis_output", "no rank folders beside it: only the Cluster view has data")
-        return disc
-    if not disc.ranks and experts.find(root):  # expert dumps alone: a run of no ranks (its Cluster view's heat map)
-        disc.warn(None, "expert dumps", "no rank folders beside them: only the expert load has data")
-        return disc
-    if not disc.ranks and not serving.find(root):  # serving output alone is a run of no ranks
-        detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:5])
-        raise NoProfilingData(f"{src_path}: no profiling data found (expected *_ascend_pt folders with "
-                              f"ASCEND_PROFILER_OUTPUT)" + (f" — {detail}" if detail else ""), disc.warnings)
-    return disc
+    return find_run(root, shown=str(src_path))
 
 
 def ingest_shard(sources: list[RankSource], root: str | os.PathLike, out: str | os.PathLike, *, src_path: str,
@@ -467,6 +448,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
         if keep_open is not None:
             summary["extra"] = keep_open(con)
             summary["cluster_analysis_rows"] = con.execute(CLUSTER_ANALYSIS_ROWS_SQL).fetchone()[0]
+            summary["serving_rows"] = con.execute(serving.ROWS_SQL).fetchone()[0]
             summary["expert_rows"] = con.execute(EXPERT_ROWS_SQL).fetchone()[0]
         progress.phase("writing the file")
     return summary

@@ -50,6 +50,8 @@ DDL = {
     "serving_files": "source VARCHAR, file VARCHAR, kind VARCHAR, size_bytes BIGINT, rows BIGINT",
 }
 TABLES = tuple(DDL)
+# the rows a run's serving tables hold (what its Serving view shows): a run of serving output alone is not empty
+ROWS_SQL = "SELECT " + " + ".join(f"(SELECT count(*) FROM {t})" for t in TABLES if t != "serving_files")
 
 
 def find(root: Path) -> list[Path]:

@@ -70,6 +70,7 @@ from .layout import (
 )
 from .pipeline import NoProfilingData, Progress
 from .readers import memsnap as memsnap_reader
+from .stages import _pack as pack_by_size  # (the packing plan_groups does, for ranks of any format)
 
 SHARD_MEMORY_LIMIT = "800MB"  # DuckDB's limit per task, spilling past it (a worker peaks ~1.5 GB on a 10 GB trace)
 # what the Cluster, Summary and Communication views read, loaded for every rank before any trace
@@ -101,15 +102,17 @@ class Shard:
 
 
 def plan_shards(disc, group_bytes: int = pipeline.GROUP_BYTES, archive: Path | None = None) -> list[Shard]:
-    """The shards of a run: ``pipeline.plan_groups`` of its ranks, each named after its ranks. ``archive``: the
-    run was extracted from this file (its files' times are those of the extraction, not of the source)."""
+    """The shards of a run: its ranks packed in order up to ``group_bytes`` of input each, whatever their format,
+    each named after its ranks (a shard's task stages together the ranks it can, ``pipeline.plan_groups``, and the
+    others one by one: small db-export ranks share one task instead of paying a process each). ``archive``: the run
+    was extracted from this file (its files' times are those of the extraction, not of the source)."""
     out = []
-    for members in pipeline.plan_groups(disc.ranks, group_bytes):
+    sizes = [sum(readers.size(k, p) for k, p in s.files.items()) for s in disc.ranks]
+    for members in pack_by_size(sizes, group_bytes):
         sources = [disc.ranks[i] for i in members]
         ranks = [s.rank for s in sources]
         file = shard_name(ranks[0]) if len(ranks) == 1 else shard_name(ranks[0], ranks[-1])
-        size = sum(readers.size(k, p) for s in sources for k, p in s.files.items())
-        out.append(Shard(file=file, sources=sources, input_bytes=size,
+        out.append(Shard(file=file, sources=sources, input_bytes=sum(sizes[i] for i in members),
                          source_id=source_id(sources, disc.root, archive)))
     return out
 
@@ -524,6 +527,7 @@ class ClusterTables:
             bytes_read = int(con.execute("SELECT value FROM meta WHERE key = 'bytes_read'").fetchone()[0])
             tables = total("tables")
             cluster_rows = con.execute(pipeline.CLUSTER_ANALYSIS_ROWS_SQL).fetchone()[0]
+            serving_rows = con.execute(serving.ROWS_SQL).fetchone()[0]
             expert_rows = con.execute(pipeline.EXPERT_ROWS_SQL).fetchone()[0]
             for t in EARLY_TABLES:  # every rank's rows are here, also those of shards that failed
                 if t in self.tables:
@@ -533,7 +537,7 @@ class ClusterTables:
         return {"ranks": ranks, "slices_per_kind": total("slices_per_kind"),
                 "flows_per_category": total("flows_per_category"),
                 "counters": sum(c["counters"] for c in counts), "tables": dict(sorted(tables.items())),
-                "cluster_analysis_rows": cluster_rows, "expert_rows": expert_rows,
+                "cluster_analysis_rows": cluster_rows, "serving_rows": serving_rows, "expert_rows": expert_rows,
                 "warnings": warnings, "bytes_read": bytes_read, "layout": "sharded",
                 "reused": sum(1 for e in entries if e.get("reused")),
                 "shards": [{k: e[k] for k in ("file", "ranks", "status", "seconds", "warnings", "error")}

@@ -111,7 +111,8 @@ def _ingest(src: Path, data_dir: Path, reingest: bool, timeout_s: float | None, 
         finally:
             queue.stop()
     if run.status != "ready":
-        raise IngestFailed(f"{src}: {run.error or 'not ingested'} ({store.log_hint(run.id)})")
+        error, hint = run.error or "not ingested", store.log_hint(run.id)
+        raise IngestFailed(f"{src}: {error}" + ("" if hint in error else f" ({hint})"))
     db = store.db_path(run.id)
     return Located(db.parent if db.name == layout.CLUSTER_DB else db, run.id, run.name, data_dir)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install ascendscope into ./.venv (once) and serve it. Extra arguments go to `ascendscope serve`,
 # e.g. `bash scripts/serve.sh /path/to/profiling_dir --port 8080`. With none, the bundled sample run is shown.
-# It serves with the default of one server process per core (--workers N to change it).
+# With the defaults it starts one server process, whose query processes (one per core) answer the timeline's
+# requests; --workers N and --query-processes N change them (docs/sharing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

@@ -10,7 +10,7 @@
     ascendscope export RUN (--table NAME | --timeline) -o FILE
 
 ``serve`` turns each PATH into a run (an unchanged source that was already ingested is reused) and ingests it
-in a worker process while the server is already up (``server.serving``: ``--workers`` processes answer requests,
+in a worker process while the server is already up (``server.webworkers``: ``--workers`` processes answer requests,
 one of them runs the ingest queue); with no PATH and an empty data dir it loads the bundled
 sample. A PATH that is a folder of several runs (subfolders that each hold rank folders, or archives) opens as
 one run per subfolder. A PATH is only read: the database goes into the data dir.
@@ -101,19 +101,19 @@ def build_parser() -> argparse.ArgumentParser:
                                          "insights (late arrivals, critical path and SQL console answer times), "
                                          "scaling (a sharded ingest projected onto N nodes), bigtrace (one big "
                                          "trace: whole-file and byte-range reads, first window, beside the floor), "
-                                         "phases (the Phases view's answers on a big pipeline run and an RL job), "
-                                         "firstview (a fresh browser's first Operator view, loopback and a "
-                                         "throttled link), archives (hostile and honest uploads: the web "
-                                         "process's time and RSS), strategy (the rank grid and verdicts of "
-                                         "1,024 ranks as they ingest), console-abuse (hostile SQL console "
-                                         "load beside a prober) or memsnap (memory snapshot pickles of 100 MB "
-                                         "to 5 GB, beside pickle.load)",
+                                         "phases (the Phases view's answers), firstview (a fresh browser's first "
+                                         "Operator view, loopback and a throttled link), archives (hostile and "
+                                         "honest uploads: the web process's time and RSS), strategy (the rank grid "
+                                         "and verdicts of 1,024 ranks as they ingest), console-abuse (hostile SQL "
+                                         "console load beside a prober), ready (how long a run takes to be ready "
+                                         "in the server, its export formats side by side) or memsnap (memory "
+                                         "snapshot pickles of 100 MB to 5 GB, beside pickle.load)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
                        choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling",
                                 "bigtrace", "phases", "firstview", "archives", "strategy", "console-abuse",
-                                "memsnap"])
+                                "ready", "memsnap"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     import importlib
 
@@ -171,7 +171,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) -> int:
-    from ascendscope.server import serving
+    from ascendscope.server import webworkers
 
     if not paths and not store.list():
         sample = bundled_sample_path()
@@ -212,22 +212,22 @@ def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) ->
         if not settings.no_browser:
             webbrowser.open(url)
 
-    return 0 if serving.run(settings, args.log_level, announce) else 1
+    return 0 if webworkers.run(settings, args.log_level, announce) else 1
 
 
 def _no_profiling_data(source: Path) -> str | None:
-    """Why a folder given to ``serve`` cannot make a run (it holds no rank of any format), or None. Archives and
-    files are left to the ingest, which says what is wrong with them."""
-    from ascendscope.ingest.discover import discover
+    """Why a folder given to ``serve`` cannot make a run (``ingest.runsource``: the answer of the ingest, uploads
+    and ``ascendscope.open``), or None. Archives and files are left to the ingest, which says what is wrong with
+    them."""
+    from ascendscope.ingest.runsource import NoProfilingData, find_run
 
     if not source.is_dir():
         return None
-    found = discover(source)
-    if found.ranks:
-        return None
-    seen = "; ".join(f"{f}: {m}" for _, f, m in found.warnings[:3])
-    return (f"no profiling data in {source} (expected *_ascend_pt folders with ASCEND_PROFILER_OUTPUT, PROF_* "
-            "folders or trace files)" + (f" — {seen}" if seen else ""))
+    try:
+        find_run(source)
+    except NoProfilingData as exc:
+        return str(exc)
+    return None
 
 
 def split_sources(path: Path) -> list[Path]:

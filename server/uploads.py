@@ -2,10 +2,11 @@
 
 :func:`receive_upload` parses the ``multipart/form-data`` body as it arrives (never the whole file in memory) and
 writes the ``file`` part into a hidden staging folder inside the runs folder (``runs/.upload-*``). Then, still in
-the request, :func:`ingest.archive.unpack` extracts it under the configured limits into ``<staging>/source``, in a
-process of its own (``ingest.unpackproc``: the web process never opens the archive), and discovery must find at
-least one rank (or msServiceProfiler output). Only then does the staging folder get its run.json and its run id
-(a rename), so the run appears complete and ``queued``, and the ingest queue picks it up.
+the request, :func:`ingest.archive.unpack` extracts it (an archive, or a single trace file) under the configured
+limits into ``<staging>/source``, in a process of its own (``ingest.unpackproc``: the web process never opens the
+archive), which must hold a run (``ingest.runsource``: ranks, or serving, cluster or expert output alone). Only
+then does the staging folder get its run.json and its run id (a rename), so the run appears complete and
+``queued``, and the ingest queue picks it up.
 
 Any refusal is a :class:`server.errors.UploadRefused` (``server.errors`` maps each kind to its 4xx answer), raised
 after the staging folder is removed: a refused or interrupted upload leaves no run, no run folder and no temp
@@ -32,9 +33,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
-from ascendscope.ingest import archive, unpackproc
-from ascendscope.ingest.discover import discover
-from ascendscope.ingest.serving import find as find_serving
+from ascendscope.ingest import archive, runsource, unpackproc
 from ascendscope.server.errors import (
     ArchiveTooLarge,
     BadArchive,
@@ -224,11 +223,10 @@ def _check_and_commit(store: RunStore, staging: Path, filename: str, name: str, 
     except archive.ArchiveError as exc:
         raise ARCHIVE_REFUSALS.get(exc.kind, BadArchive)(f"{filename}: {exc}") from None
     upload.rename(staging / UPLOAD_ARCHIVE)  # kept: Retry can extract it again (trim_kept_uploads bounds them)
-    found = discover(staging / SOURCE_DIR)
-    if not found.ranks and not find_serving(staging / SOURCE_DIR):  # serving output alone: a run of no ranks
-        seen = "; ".join(f"{f}: {m}" for _, f, m in found.warnings[:3])
-        raise NoProfilingData(f"{filename}: no profiling data found (expected *_ascend_pt folders with "
-                              f"ASCEND_PROFILER_OUTPUT)" + (f" — {seen}" if seen else ""))
+    try:
+        found = runsource.find_run(staging / SOURCE_DIR, shown=filename)
+    except runsource.NoProfilingData as exc:
+        raise NoProfilingData(str(exc)) from None
     info = {"filename": filename, "bytes": nbytes, "sha256": sha256, "members": unpacked.members,
             "extracted_bytes": unpacked.bytes_written, "nested": unpacked.nested,
             "ranks_found": len(found.ranks), "check_seconds": round(time.perf_counter() - started, 3)}

@@ -1,7 +1,8 @@
 """The ingest queue: runs are ingested outside the web process, a bounded number at a time.
 
 :class:`IngestQueue` runs ``workers`` threads; each takes a queued run and starts a worker process for it
-(:func:`server.workerprocess.ingest_worker`; see :func:`worker_context`). The worker calls
+(:func:`server.workerprocess.ingest_worker`), forked by the worker host of ``server.workerhost``, a process of our
+own: never a re-import of the caller's ``__main__``, so a script without a main guard can ingest. The worker calls
 ``ingest.shards.ingest_sharded``, which writes the run's small files of every rank first, then its shards in a pool
 of processes (one per core), each written under a temporary name and published in the run's manifest once complete,
 so the web process serves the run's ready ranks while the others still load (it only ever opens complete files,
@@ -28,8 +29,8 @@ a worker has exited, the queue waits until nothing of that group runs any more (
 
 A worker dies with its server: it holds the read end of a pipe whose write end only the server has, and a
 watchdog thread kills the worker when that pipe reports end of file (the server exited, even by SIGKILL). Parent
-death signals would not do: a forkserver worker's parent is the fork server, which outlives the web process for
-as long as any worker it forked runs. The worker also holds the run's ingest lock (``RunStore.hold_ingest_lock``)
+death signals would not do: a worker's parent is the worker host, which may outlive the web process for as long as
+it runs. The worker also holds the run's ingest lock (``RunStore.hold_ingest_lock``)
 for its life, and the queue starts a worker on a run only once that lock is free, so a restarted server never
 ingests a run beside a live worker of its predecessor, nor removes that worker's files.
 """
@@ -37,23 +38,21 @@ ingests a run beside a live worker of its predecessor, nor removes that worker's
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import queue
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable
 
 from ascendscope.server.runs import RunNotFound, RunStore
-from ascendscope.server.workerprocess import BUSY_EXIT, STORAGE_EXIT, ingest_worker
+from ascendscope.server.workerhost import HostedWorker
+from ascendscope.server.workerprocess import BUSY_EXIT, STORAGE_EXIT
 from ascendscope.server.workerprocess import nothing_loaded as nothing_loaded  # (callers import it from here too)
 
 log = logging.getLogger("ascendscope.worker")
 
-# imported once by the fork server, not per worker
-WORKER_PRELOAD = ["ascendscope.server.worker", "ascendscope.ingest.pipeline", "ascendscope.ingest.shards",
-                  "ascendscope.server.prewarm"]
 LOCK_POLL_S = 0.2  # how often the queue looks whether another process's worker let go of a run
 GROUP_WAIT_S = 5.0  # how long the processes of an exited worker's group may take to exit before they are killed
 GROUP_POLL_S = 0.02
@@ -74,7 +73,7 @@ class IngestQueue:
         self.on_ready = on_ready
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
-        self._procs: dict[str, multiprocessing.process.BaseProcess] = {}
+        self._procs: dict[str, HostedWorker] = {}
         self._pending: set[str] = set()
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
@@ -171,7 +170,6 @@ class IngestQueue:
         self._queue.put(run_id)
 
     def _loop(self) -> None:
-        ctx = worker_context()
         while True:
             run_id = self._queue.get()
             again = False
@@ -179,9 +177,13 @@ class IngestQueue:
                 if run_id is None:
                     return
                 if not self._stopping.is_set():
-                    again = self._run_one(ctx, run_id)
+                    again = self._run_one(run_id)
             except Exception as exc:  # the queue must survive one bad run
                 log.exception("ingest of run %s failed", run_id)
+                try:
+                    self.store.append_log(run_id, traceback.format_exc())
+                except (RunNotFound, OSError):
+                    pass
                 self.fail_when_writable(run_id, unwritable(str(exc)) if isinstance(exc, OSError)
                                         else f"could not run the ingest worker: {exc}")
             finally:
@@ -193,7 +195,7 @@ class IngestQueue:
                         self._put(run_id)
                 self._queue.task_done()
 
-    def _run_one(self, ctx, run_id: str) -> bool:
+    def _run_one(self, run_id: str) -> bool:
         """Ingest one run in a worker process; True if it must be queued again (its worker died)."""
         try:
             if not self._wait_for_lock(run_id):
@@ -206,25 +208,14 @@ class IngestQueue:
                 self.on_ready(run_id)
             return False
         run = self.store.update(run_id, attempts=run.attempts + 1)
-        lifeline, server_end = ctx.Pipe(duplex=False)  # the worker gets the read end; only we hold the write end
-        said, report = ctx.Pipe(duplex=False)  # what the worker could not write into the run's folder
-        # not a daemon: the worker starts its own pool of processes (it still dies with the server: its lifeline)
-        proc = ctx.Process(target=ingest_worker, args=(str(self.store.data_dir), run_id, lifeline),
-                           kwargs={"options": self.ingest_options, "report": report},
-                           name=f"ascendscope-ingest-{run_id}", daemon=False)
-        try:
-            with self._lock:
-                if run_id in self._cancelled:
-                    return False
-                proc.start()
-                self._procs[run_id] = proc
-            lifeline.close()  # the worker has its own copies now
-            report.close()
-            proc.join()
-            unwritten = _said(said)
-        finally:
-            for end in (lifeline, server_end, said, report):
-                end.close()
+        proc = HostedWorker(str(self.store.data_dir), run_id, self.ingest_options)
+        with self._lock:
+            if run_id in self._cancelled:
+                return False
+            proc.start()
+            self._procs[run_id] = proc
+        proc.join()
+        unwritten = proc.said  # what the worker could not write into the run's folder
         if proc.pid is not None:
             end_group(proc.pid)  # nothing the worker started still writes into the run's folder
         with self._lock:
@@ -368,31 +359,15 @@ def end_group(pgid: int, timeout_s: float = GROUP_WAIT_S) -> bool:
     return True
 
 
-def worker_context():
-    """``forkserver`` where there is one: a clean server process that has imported the pipeline once forks each
-    worker, so a worker starts in milliseconds and shares nothing with the web process's threads. Else spawn."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(WORKER_PRELOAD)
-    return ctx
-
-
 def exit_reason(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "ended without a result (its host process died first)"
     if exitcode is not None and exitcode < 0:
         try:
             return f"was killed by {signal.Signals(-exitcode).name}"
         except ValueError:
             return f"was killed by signal {-exitcode}"
     return f"exited with code {exitcode} without a result"
-
-
-def _said(said) -> str | None:
-    """What the exited worker sent on its report pipe, if anything (a pipe closed empty polls readable too)."""
-    try:
-        return said.recv_bytes().decode("utf-8", "replace") if said.poll() else None
-    except (EOFError, OSError):
-        return None
 
 
 def unwritable(detail: str) -> str:

@@ -1,6 +1,6 @@
 """The ingest worker process: :func:`ingest_worker` ingests one run and records the outcome in its run.json.
 
-:class:`server.worker.IngestQueue` starts it, in a process of its own (a fork server's child where there is one) that
+:class:`server.worker.IngestQueue` starts it, in a process of its own (forked by ``server.workerhost``) that
 leads a process group of its own, which its ingest pool joins. The worker holds the run's ingest lock
 (``RunStore.hold_ingest_lock``) for its life and exits with :data:`BUSY_EXIT` when another live process holds it;
 it dies with the server that started it (:func:`_die_with_server`: see ``server.worker``'s contract). Its output
@@ -214,7 +214,8 @@ def nothing_loaded(summary: dict) -> str | None:
     """The error of a run in which no view has anything to show (None if something was loaded)."""
     slices = sum((summary.get("slices_per_kind") or {}).values())
     rows = (sum((summary.get("tables") or {}).values()) + int(summary.get("counters") or 0)
-            + int(summary.get("cluster_analysis_rows") or 0) + int(summary.get("expert_rows") or 0))
+            + int(summary.get("cluster_analysis_rows") or 0) + int(summary.get("serving_rows") or 0)
+            + int(summary.get("expert_rows") or 0))
     if slices or rows:
         return None
     warnings = summary.get("warnings") or []

@@ -120,7 +120,9 @@ def hostile_archives(*, max_members: int, max_extracted_bytes: int) -> list[Host
         Hostile("not-an-archive", "notes.zip", b"this is not an archive\n" * 40, 415, "not_an_archive"),
         Hostile("empty-file", "empty.zip", b"", 400, "empty_archive"),
         Hostile("empty-zip", "nothing.zip", _zip([]), 400, "empty_archive"),
-        Hostile("gzip-not-tar", "trace.tar.gz", gzip.compress(b'[{"ph": "X"}]' * 100), 415, "not_an_archive"),
+        # (a gzipped JSON trace is a single trace file, which uploads: gzipped text that is neither is refused)
+        Hostile("gzip-not-tar", "notes.tar.gz", gzip.compress(b"plain notes, not a trace\n" * 100), 415,
+                "not_an_archive"),
         Hostile("encrypted", "secret.zip", _patch_zip_flags(_zip([profile]), 0x1), 422, "encrypted_archive"),
         Hostile("zip-dotdot", "escape.zip", _zip([profile, (f"../../{OUTSIDE_NAME}", b"x")]), 422, "unsafe_archive"),
         Hostile("zip-backslash-dotdot", "escape2.zip", _zip([profile, (f"..\\..\\{OUTSIDE_NAME}", b"x")]), 422,

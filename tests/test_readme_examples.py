@@ -2,7 +2,8 @@
 
 * Every fenced block after an ``<!-- example -->`` line (README.md, docs/*.md) is run as written (Python with this
   interpreter, bash with ``ascendscope`` on the PATH) in a folder beside ``sample_data/``, with a data folder of its
-  own.
+  own. Each Python example also runs the ways a user without a notebook runs it, each on a fresh data folder (so it
+  ingests): saved as a script file (no ``if __name__ == "__main__":`` guard) and piped on stdin.
 * Every other ``bash`` block's commands are checked without running them (a benchmark takes minutes to hours, a
   server runs until stopped): each ``ascendscope`` subcommand or ``python -m`` module is asked for its ``--help`` and
   must know every option the command gives; ``scripts/*.sh`` must exist (``serve.sh`` passes its options to
@@ -73,13 +74,18 @@ def test_the_docs_have_their_examples():
     assert everywhere.count("python") >= 3 and everywhere.count("bash") >= 2
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> tuple[Path, dict]:
-    work = tmp_path_factory.mktemp("readme")
+def fresh_workdir(root: Path) -> tuple[Path, dict]:
+    work = root / "work"
+    work.mkdir()
     (work / "sample_data").symlink_to(ROOT / "sample_data")
-    env = {**os.environ, "ASCENDSCOPE_DATA_DIR": str(work / "data"),
+    env = {**os.environ, "ASCENDSCOPE_DATA_DIR": str(root / "data"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     return work, env
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> tuple[Path, dict]:
+    return fresh_workdir(tmp_path_factory.mktemp("readme"))
 
 
 @pytest.mark.parametrize("index", range(len(examples())))
@@ -88,6 +94,28 @@ def test_each_example_runs(workdir, index):
     where, kind, code = examples()[index]
     command = [sys.executable, "-c", code] if kind == "python" else ["bash", "-euo", "pipefail", "-c", code]
     out = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    check_example(where, index, kind, code, out, work)
+
+
+PYTHON_EXAMPLES = [i for i, (_, kind, _) in enumerate(examples()) if kind == "python"]
+
+
+@pytest.mark.parametrize("how", ["file", "stdin"])
+@pytest.mark.parametrize("index", PYTHON_EXAMPLES)
+def test_each_python_example_runs_as_a_script_on_a_fresh_data_dir(tmp_path, index, how):
+    """As a user saves and runs it: a file without a main guard, or piped into ``python -``; it ingests first."""
+    work, env = fresh_workdir(tmp_path)
+    where, kind, code = examples()[index]
+    script = work / "example.py"
+    script.write_text(code + "\n", encoding="utf-8")
+    command = [sys.executable, script.name] if how == "file" else [sys.executable, "-"]
+    out = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600,
+                         input=code + "\n" if how == "stdin" else None)
+    check_example(where, index, kind, code, out, work)
+    assert "ingesting" in out.stderr  # (it did not find the run already there)
+
+
+def check_example(where: str, index: int, kind: str, code: str, out: subprocess.CompletedProcess, work: Path) -> None:
     assert out.returncode == 0, f"{where} example {index} ({kind}) failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     if "run.ranks" in code:
         assert "[0, 1]" in out.stdout

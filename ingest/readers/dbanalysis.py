@@ -17,8 +17,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-import pyarrow as pa
-
+from ..columns import insert_columns
 from . import sqlitedb
 from .dbsource import ANALYSIS_TABLES
 
@@ -117,17 +116,12 @@ def _op_key(r: dict, rank: int) -> dict:
             "group_id": r["group_name"], "is_total": False}
 
 
-STEP_TRACE_TYPES = {"rank": pa.int32(), "src_row": pa.int32(), "device_id": pa.int64(), "step": pa.int64(),
-                    **{f"{c}_ns": pa.int64() for c in STEP_COLUMNS}}
+STEP_TRACE_TYPES = {"rank": "INTEGER", "src_row": "INTEGER", "device_id": "BIGINT", "step": "BIGINT",
+                    **{f"{c}_ns": "BIGINT" for c in STEP_COLUMNS}}
 
 
 def create_step_trace(cur, out: str, rows: list[dict]) -> None:
     """``{out}step_trace`` from the rows (the device_id column only when the db has it, as with the CSV)."""
     names = [n for n in STEP_TRACE_TYPES if n != "device_id" or any(r["device_id"] is not None for r in rows)]
-    table = pa.Table.from_arrays([pa.array([r[n] for r in rows], type=STEP_TRACE_TYPES[n]) for n in names],
-                                 names=names)
-    cur.register("_step_trace_rows", table)
-    try:
-        cur.execute(f"CREATE OR REPLACE TABLE {out}step_trace AS SELECT * FROM _step_trace_rows")
-    finally:
-        cur.unregister("_step_trace_rows")
+    cur.execute(f"CREATE OR REPLACE TABLE {out}step_trace ({', '.join(f'{n} {STEP_TRACE_TYPES[n]}' for n in names)})")
+    insert_columns(cur, f"{out}step_trace", [[r[n] for r in rows] for n in names])

@@ -24,9 +24,10 @@ with the sort indexes of the samples' CANN version. Flows (``bp: e``), keyed by 
     async_task_queue  Enqueue -> Dequeue sharing a connection id
     fwdbwd            a connection id shared by torch ops and no task: the earliest op -> the later ones
 
-Each lane is built in a table ``{p}lane_<name>`` (event columns plus ``tname``/``tsort`` for thread metadata,
-``conn`` and ``role`` for the flows), copied into ``{p}ev_t`` with its metadata events, and kept until the flows
-are made. Rows without a start or end time are not events: ``build`` counts them per table.
+Every lane is built into one table ``{p}lanes`` (event columns plus ``tname``/``tsort`` for thread metadata,
+``conn`` and ``role`` for the flows, ``k`` the lane's number), copied into ``{p}ev_t`` lane by lane with its
+metadata events, and kept until the flows are made (which read the lanes they need as views
+``{p}lane_<name>``). Rows without a start or end time are not events: ``build`` counts them per table.
 """
 
 from __future__ import annotations
@@ -287,19 +288,35 @@ COUNTERS = [
 LANES = [("python", "Python", PYTHON), ("gc", "Python GC", PYTHON_GC), ("cann", "CANN", CANN),
          ("hw", "Ascend Hardware", HARDWARE), ("comm", "HCCL", COMMUNICATION), ("mstx", "MsprofTx", MSTX)]
 
-META = """
+# the lanes the flows read, by their number in {p}lanes (their place in LANES)
+LANE_VIEWS = {name: k for k, (name, _, _) in enumerate(LANES) if name in ("python", "cann", "hw", "comm")}
+
+# every lane's events into {p}ev_t, lane by lane in their order, each followed by its metadata events; {info}:
+# (k, process, sort index, CPU or not) of each lane
+LANE_EVENTS = """
 INSERT INTO {p}ev_t BY NAME
-WITH procs AS (SELECT DISTINCT pid FROM {lane}),
-threads AS (SELECT pid, tid, any_value(tname) AS tname, any_value(tsort) AS tsort FROM {lane} GROUP BY pid, tid)
-SELECT 'M' AS ph, 'process_name' AS name, pid, 0 AS tid, json_object('name', '{process}') AS args FROM procs
-UNION ALL
-SELECT 'M', 'process_labels', pid, 0, json_object('labels', {label}) FROM procs
-UNION ALL
-SELECT 'M', 'process_sort_index', pid, 0, json_object('sort_index', {sort}) FROM procs
-UNION ALL
-SELECT 'M', 'thread_name', pid, tid, json_object('name', tname) FROM threads WHERE tname IS NOT NULL
-UNION ALL
-SELECT 'M', 'thread_sort_index', pid, tid, json_object('sort_index', tsort) FROM threads WHERE tsort IS NOT NULL
+WITH info(k, process, sort, cpu) AS (VALUES {info}),
+procs AS (SELECT DISTINCT k, pid FROM {lanes}),
+threads AS (SELECT k, pid, tid, any_value(tname) AS tname, any_value(tsort) AS tsort FROM {lanes} GROUP BY k, pid, tid),
+rows AS (
+    SELECT ph, name, cat, pid, tid, ts_ns, dur_ns, args, k, 0 AS part, rowid AS r FROM {lanes}
+    UNION ALL
+    SELECT 'M', 'process_name', NULL, pid, 0, NULL, NULL, json_object('name', i.process), k, 1, 0
+    FROM procs JOIN info i USING (k)
+    UNION ALL
+    SELECT 'M', 'process_labels', NULL, pid, 0, NULL, NULL,
+           json_object('labels', CASE WHEN i.cpu THEN 'CPU' ELSE 'NPU ' || (pid & 31) END), k, 1, 0
+    FROM procs JOIN info i USING (k)
+    UNION ALL
+    SELECT 'M', 'process_sort_index', NULL, pid, 0, NULL, NULL, json_object('sort_index', i.sort), k, 1, 0
+    FROM procs JOIN info i USING (k)
+    UNION ALL
+    SELECT 'M', 'thread_name', NULL, pid, tid, NULL, NULL, json_object('name', tname), k, 1, 0
+    FROM threads WHERE tname IS NOT NULL
+    UNION ALL
+    SELECT 'M', 'thread_sort_index', NULL, pid, tid, NULL, NULL, json_object('sort_index', tsort), k, 1, 0
+    FROM threads WHERE tsort IS NOT NULL)
+SELECT * EXCLUDE (k, part, r) FROM rows ORDER BY k, part, r
 """
 
 TARGETS = """

@@ -134,8 +134,9 @@ def _stage_profiler_db(job: Job, con) -> Staged:
     finally:
         for key in dbsource.TABLES:
             cur.execute(f"DROP TABLE IF EXISTS {p}d_{key}")
-        for name in [*(lane for lane, _, _ in dbevents.LANES), "overlap", "counter"]:
-            cur.execute(f"DROP TABLE IF EXISTS {p}lane_{name}")
+        for name in dbevents.LANE_VIEWS:
+            cur.execute(f"DROP VIEW IF EXISTS {p}lane_{name}")
+        cur.execute(f"DROP TABLE IF EXISTS {p}lanes")
         for name in ("comm_groups", "flow_targets", "op_links"):
             cur.execute(f"DROP TABLE IF EXISTS {p}{name}")
     return staged
@@ -198,25 +199,24 @@ def _events(job: Job) -> tuple[list[str], bool]:
                      "version writes them): read as such")
     fmt = {"p": p, "host_pid": int(host_pid), "dev": int(dev), "dims": dims, "types": types}
     cur.execute(dbevents.COMM_GROUPS.format(**fmt))
-    far = {}
-    for lane, process, sql in dbevents.LANES:
-        _lane(cur, p, lane, process, sql.format(**fmt), far)
-    own_overlap = _lane(cur, p, "overlap", "Overlap Analysis", dbevents.OVERLAP.format(**fmt), far)
-    for process, sql in dbevents.COUNTERS:
-        _lane(cur, p, "counter", process, sql.format(**fmt), far)
+    lanes = [*((process, sql) for _, process, sql in dbevents.LANES), ("Overlap Analysis", dbevents.OVERLAP),
+             *dbevents.COUNTERS]
+    kept, far = _lanes(cur, p, [(process, sql.format(**fmt)) for process, sql in lanes])
+    own_overlap = kept.get(len(dbevents.LANES), 0) > 0
     notes += [f"{n} events of the {process} lane with a time before 1970 or beyond 2^62 ns (146 years from the "
               "epoch) were skipped" for process, n in far.items()]
     for sql in (dbevents.TARGETS, dbevents.OP_LINKS, dbevents.FLOWS):
         cur.execute(sql.format(p=p))
-    parents = cur.execute(f"SELECT count(*) FROM ({dbevents.FFTS_PARENTS.format(p=p)})").fetchone()[0]
+    skipped = {**dbevents.UNUSABLE, **dbevents.UNMATCHED}
+    counts = [f"SELECT count(*) FROM ({dbevents.FFTS_PARENTS})", dbevents.LONELY_OPS, *skipped.values()]
+    parents, lonely, *rows = cur.execute("SELECT " + ", ".join(f"({sql.format(p=p).strip()})" for sql in counts)
+                                         ).fetchone()  # (one statement: each costs milliseconds)
     if parents:
         notes.append(f"{parents} FFTS+ parent tasks of TASK not drawn: their subtasks are (as in the text export)")
-    lonely = cur.execute(dbevents.LONELY_OPS.format(p=p)).fetchone()[0]
     if lonely:
         notes.append(f"{lonely} connection ids of torch ops (CONNECTION_IDS) lead to no task or other op in the db: "
                      "no flow drawn for them")
-    for table, sql in {**dbevents.UNUSABLE, **dbevents.UNMATCHED}.items():
-        n = cur.execute(sql.format(p=p)).fetchone()[0]
+    for table, n in zip(skipped, rows):
         if n:
             why = "without a TASK row (no times)" if table in dbevents.UNMATCHED else "without a start or end time"
             notes.append(f"table {table}: {n} rows {why} were skipped")
@@ -237,24 +237,32 @@ def _shape_columns(cur, p: str) -> tuple[str, str, bool]:
     return "input_shapes", "input_dtypes", False
 
 
-def _lane(cur, p: str, lane: str, process: str, select: str, far: dict[str, int]) -> bool:
-    """Build one lane's rows, then append them and their process/thread metadata to ``{p}ev_t``; whether it has
-    any. Events before 1970, or too far from the epoch for any interval to fit in int64, are dropped (counted in
-    ``far``)."""
-    table = f"{p}lane_{lane}"
-    cur.execute(f"CREATE OR REPLACE TABLE {table} ({dbevents.LANE_COLUMNS})")
-    cur.execute(f"INSERT INTO {table} {select}")
-    dropped = cur.execute(f"DELETE FROM {table} WHERE ts_ns NOT BETWEEN 0 AND {LIMIT_NS} "
-                          f"OR coalesce(dur_ns, 0) NOT BETWEEN -{LIMIT_NS} AND {LIMIT_NS}").fetchone()[0]
-    if dropped:
-        far[process] = far.get(process, 0) + dropped
-    if not cur.execute(f"SELECT count(*) FROM {table}").fetchone()[0]:
-        return False
-    cur.execute(f"INSERT INTO {p}ev_t BY NAME SELECT * EXCLUDE (tname, tsort, conn, role) FROM {table}")
-    sort, label = dbevents.PROCESSES[process]
-    cur.execute(dbevents.META.format(p=p, lane=table, process=process, sort=sort,
-                                     label="'CPU'" if label == "CPU" else "'NPU ' || (pid & 31)"))
-    return True
+def _lanes(cur, p: str, lanes: list[tuple[str, str]]) -> tuple[dict[int, int], dict[str, int]]:
+    """Build every lane's rows (``lanes``: process, SQL) in ``{p}lanes`` (its number in ``k``), then append them
+    to ``{p}ev_t`` lane by lane, each followed by its process and thread metadata; the lanes the flows read are
+    views ``{p}lane_<name>``. Events before 1970, or too far from the epoch for any interval to fit in int64, are
+    dropped. Returns the rows kept per lane number and the rows dropped per process. (One table and one statement
+    for all lanes: a statement costs milliseconds whatever its size, and a rank's db had ~80 of them.)"""
+    table = f"{p}lanes"
+    cur.execute(f"CREATE OR REPLACE TABLE {table} ({dbevents.LANE_COLUMNS}, k INTEGER)")
+    for k, (_, select) in enumerate(lanes):
+        cur.execute(f"INSERT INTO {table} SELECT *, {k} FROM ({select})")
+    out = (f"coalesce(ts_ns NOT BETWEEN 0 AND {LIMIT_NS} OR coalesce(dur_ns, 0) NOT BETWEEN -{LIMIT_NS} AND "
+           f"{LIMIT_NS}, false)")
+    counts = cur.execute(f"SELECT k, count(*) FILTER (WHERE NOT {out}), count(*) FILTER (WHERE {out}) FROM {table} "
+                         "GROUP BY k").fetchall()
+    far: dict[str, int] = {}
+    for k, _, dropped in counts:
+        if dropped:
+            far[lanes[k][0]] = far.get(lanes[k][0], 0) + dropped
+    if far:
+        cur.execute(f"DELETE FROM {table} WHERE {out}")
+    info = ", ".join(f"({k}, '{process}', {dbevents.PROCESSES[process][0]}, "
+                     f"{str(dbevents.PROCESSES[process][1] == 'CPU').lower()})" for k, (process, _) in enumerate(lanes))
+    cur.execute(dbevents.LANE_EVENTS.format(p=p, lanes=table, info=info))
+    for name, k in dbevents.LANE_VIEWS.items():
+        cur.execute(f"CREATE OR REPLACE VIEW {p}lane_{name} AS SELECT * EXCLUDE (k) FROM {table} WHERE k = {k}")
+    return {k: n for k, n, _ in counts}, far
 
 
 def _derive_overlap(job: Job) -> int:

@@ -349,16 +349,23 @@ def read_main(folder: Path, source: str) -> tuple[Serving, set[str]]:
 def derive(data: Serving) -> None:
     """What a request's row does not say: TTFT from its first prefill batch when the file has no first-token
     column, the prefill and decode spans, TPOT, the end, and whether it was preempted (prefilled again after it
-    had decoded: its KV cache was dropped and recomputed)."""
+    had decoded: its KV cache was dropped and recomputed). A request in a batch that started before it arrived is
+    impossible (the files' clocks disagree): warned about, and a TTFT that would come out negative is not derived."""
     ends: dict[int, int] = {}
+    starts: dict[int, int] = {}
     for b in data.batches:
         if b["end_ns"] is not None:
             ends[b["batch_id"]] = max(ends.get(b["batch_id"], b["end_ns"]), b["end_ns"])
+        if b["start_ns"] is not None:
+            starts[b["batch_id"]] = min(starts.get(b["batch_id"], b["start_ns"]), b["start_ns"])
     first_prefill: dict[str, int] = {}
+    first_batch: dict[str, int] = {}
     decoded: set[str] = set()
     preempted: set[str] = set()
     for link in sorted(data.batch_requests, key=lambda x: x["batch_id"]):
         rid = link["rid"]
+        if link["batch_id"] in starts:
+            first_batch[rid] = min(first_batch.get(rid, starts[link["batch_id"]]), starts[link["batch_id"]])
         if link["phase"] == "prefill":
             if rid in decoded:
                 preempted.add(rid)
@@ -366,11 +373,20 @@ def derive(data: Serving) -> None:
                 first_prefill[rid] = ends[link["batch_id"]]
         elif link["phase"] == "decode":
             decoded.add(rid)
+    early: list[int] = []  # how long before its arrival each impossible request's first batch started
+    not_derived = negative_in_file = 0
     for r in data.requests:
         r["preempted"] = r["rid"] in preempted
         r["ttft_source"] = "file" if r["ttft_ns"] is not None else None
+        if r["ttft_ns"] is not None and r["ttft_ns"] < 0:
+            negative_in_file += 1
+        if r["arrival_ns"] is not None and r["rid"] in first_batch and first_batch[r["rid"]] < r["arrival_ns"]:
+            early.append(r["arrival_ns"] - first_batch[r["rid"]])
         if r["ttft_ns"] is None and r["arrival_ns"] is not None and r["rid"] in first_prefill:
-            r["ttft_ns"], r["ttft_source"] = first_prefill[r["rid"]] - r["arrival_ns"], "batches"
+            if first_prefill[r["rid"]] >= r["arrival_ns"]:
+                r["ttft_ns"], r["ttft_source"] = first_prefill[r["rid"]] - r["arrival_ns"], "batches"
+            else:
+                not_derived += 1
         r["end_ns"] = r["arrival_ns"] + r["e2e_ns"] if None not in (r["arrival_ns"], r["e2e_ns"]) else None
         # the queue wait of a preempted request counts its wait after the preemption too: no prefill span from it
         r["prefill_ns"] = r["ttft_ns"] - r["queue_ns"] if None not in (r["ttft_ns"], r["queue_ns"]) \
@@ -378,3 +394,19 @@ def derive(data: Serving) -> None:
         r["decode_ns"] = r["e2e_ns"] - r["ttft_ns"] if None not in (r["e2e_ns"], r["ttft_ns"]) else None
         n = r["output_tokens"]
         r["tpot_ns"] = r["decode_ns"] // (n - 1) if r["decode_ns"] is not None and n and n > 1 else None
+    _warn_impossible(data, early, not_derived, negative_in_file)
+
+
+def _warn_impossible(data: Serving, early: list[int], not_derived: int, negative_in_file: int) -> None:
+    """The warnings of requests whose times cannot be (see ``derive``), on the file that says so."""
+    files = {kind: file for file, kind, _, _ in data.files}
+    if early:
+        data.warnings.append((files.get("serving_batch", data.source), (
+            f"impossible times: {len(early)} request(s) are in a batch that started before they arrived (up to "
+            f"{max(early) / 1e6:,.3f} ms before; do the request and batch files share one clock?)"
+            + (f"; no TTFT is derived for the {not_derived} whose first prefill batch ended before they arrived"
+               if not_derived else ""))))
+    if negative_in_file:
+        data.warnings.append((files.get("serving_request", data.source), (
+            f"impossible times: {negative_in_file} request(s) have a negative first-token latency (kept as the "
+            "file gives it)")))

@@ -1,10 +1,12 @@
 """Copy tables of an SQLite file into DuckDB staging tables, by column name, in batches.
 
 DuckDB's own SQLite scanner is an extension that would be downloaded at run time, so SQLite is read with
-Python's ``sqlite3`` (read-only, immutable: nothing is written beside the file) and each batch reaches DuckDB as an
-Arrow table. Columns are read by name: a spec lists, per staged column, its type and the source names it may have
-(schemas differ across versions); a missing column is staged as NULL, a missing table as an empty table, and a
-value of the wrong type as NULL — each counted, so the caller can say so.
+Python's ``sqlite3`` (read-only, immutable: nothing is written beside the file) and each batch reaches DuckDB as
+an Arrow table built from its buffers (``ingest.columns.arrow_array``: pyarrow's builders of Python values would
+import pandas, ~0.5 CPU-s of every process that reads a db export). Columns are read by name: a spec lists, per staged
+column, its type and the source names it may have (schemas differ across versions); a missing column is staged as
+NULL, a missing table as an empty table, and a value of the wrong type as NULL — each counted, so the caller can
+say so.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from ..columns import arrow_array
+
 BATCH_ROWS = 65536
 SQLITE_MAGIC = b"SQLite format 3\x00"
-
-_ARROW = {"BIGINT": pa.int64(), "DOUBLE": pa.float64(), "VARCHAR": pa.string()}
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ def copy(con: sqlite3.Connection, present: dict[str, str], table: str, cur, dest
     try:
         rows = con.execute(f"SELECT {', '.join(exprs)} FROM {_ident(real)}")
         while batch := rows.fetchmany(BATCH_ROWS):
-            arrays = [_array(c, values, result) for c, values in zip(spec, zip(*batch))]
+            arrays = [arrow_array(_column(c, values, result), c.type) for c, values in zip(spec, zip(*batch))]
             cur.register("_sqlite_batch", pa.Table.from_arrays(arrays, names=[c.name for c in spec]))
             try:
                 cur.execute(f"INSERT INTO {dest} SELECT * FROM _sqlite_batch")
@@ -122,12 +124,14 @@ def copy(con: sqlite3.Connection, present: dict[str, str], table: str, cur, dest
     return result
 
 
-def _array(col: Col, values: tuple, result: Copied) -> pa.Array:
-    typ = _ARROW[col.type]
-    try:
-        return pa.array(values, type=typ)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        pass
+def _column(col: Col, values: tuple, result: Copied) -> list:
+    """The values as the column's Python type (None for NULL), ready to bind as a list of that type."""
+    if col.type == "BIGINT" and all(v is None or type(v) is int for v in values):  # (SQLite's integers fit int64)
+        return list(values)
+    if col.type == "DOUBLE" and all(v is None or type(v) in (float, int) for v in values):
+        return [v if v is None or type(v) is float else float(v) for v in values]
+    if col.type == "VARCHAR" and all(v is None or type(v) is str for v in values):
+        return list(values)
     # a column of mixed storage classes (SQLite types per value): convert one by one, NULL where impossible
     convert = {"BIGINT": _to_int, "DOUBLE": _to_float, "VARCHAR": str}[col.type]
     out = []
@@ -138,7 +142,7 @@ def _array(col: Col, values: tuple, result: Copied) -> pa.Array:
             out.append(None)
         if v is not None and out[-1] is None:
             result.bad[col.name] = result.bad.get(col.name, 0) + 1
-    return pa.array(out, type=typ)
+    return out
 
 
 def _to_int(v) -> int | None:

@@ -13,7 +13,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ascendscope.server.api import Int64, RunDbDep
+from ascendscope.server.api.answers import Int64
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.api.viewparams import RankQ
 from ascendscope.server.queries import memsnap as ms
 from ascendscope.server.queries import memsnap_curve as mc

@@ -34,6 +34,15 @@ def test_ingest_prints_progress_and_summary(tmp_path):
     con.close()
 
 
+@pytest.mark.parametrize("out", ["run.duckdb", "run"])
+def test_ingest_quiet_says_one_line(tmp_path, out):
+    proc = _run("ingest", str(PYTORCH_TEXT / "level0"), "--out", str(tmp_path / out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith(f"wrote {tmp_path / out} in ") and ": 2 rank(s), " in line and " slices, " in line
+
+
 def test_ingest_bad_path_exits_2_without_traceback(tmp_path):
     proc = _run("ingest", str(tmp_path / "nope"), "--out", str(tmp_path / "x.duckdb"))
     assert proc.returncode == 2

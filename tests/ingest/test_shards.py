@@ -406,7 +406,7 @@ def _cli(*args):
 
 
 def test_cli_writes_a_run_folder_or_one_file(generated, tmp_path):
-    proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2", "--quiet")
+    proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2")
     assert proc.returncode == 0, proc.stderr
     assert "shards: 1 ready, 0 failed" in proc.stdout and "ranks: 0, 1, 2" in proc.stdout
     assert [e["status"] for e in read_manifest(tmp_path / "run")["shards"]] == ["ready"]
@@ -418,7 +418,7 @@ def test_cli_writes_a_run_folder_or_one_file(generated, tmp_path):
 def test_cli_writes_a_run_folder_of_a_db_export_without_text_files(tmp_path):
     """A run of db exports only (no CSV beside them, so the small files' pass writes nothing before its tables):
     the folder the server writes, through the CLI (exited 2 with a missing scratch file before)."""
-    proc = _cli(_need(SAMPLE_RUNS["db_level1"]), "--out", tmp_path / "run", "--quiet")
+    proc = _cli(_need(SAMPLE_RUNS["db_level1"]), "--out", tmp_path / "run")
     assert proc.returncode == 0, proc.stderr
     assert " ready, 0 failed" in proc.stdout and "ranks: 0, 1\n" in proc.stdout
 
@@ -433,7 +433,7 @@ def test_cli_refuses_contradictory_arguments(generated, tmp_path, args):
 
 def test_cli_exits_2_when_no_rank_loads(generated, tmp_path):
     (tmp_path / "run" / "shards" / "ranks_00000-00002.duckdb" / "x").mkdir(parents=True)
-    proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2", "--quiet")
+    proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2")
     assert proc.returncode == 2 and "no rank could be loaded" in proc.stderr
     assert "shards: 0 ready, 1 failed" in proc.stdout and "[ranks 0–2] not loaded: " in proc.stdout
 

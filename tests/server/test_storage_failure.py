@@ -76,6 +76,8 @@ def test_a_run_whose_storage_fails_mid_ingest_fails_and_can_be_retried(tmp_path,
         failed = wait(lambda: (r := httpx.get(f"{base}/api/runs/{run_id}", headers=remote).json())["status"]
                       == "failed" and r, timeout_s=30)
         assert "the run's folder could not be written" in failed["error"], failed["error"]
+        # the worker's own reason (an OSError's text), sent on its report pipe through the worker host
+        assert "no detail" not in failed["error"] and "Errno" in failed["error"], failed["error"]
         assert str(store.data_dir) not in failed["error"]
         log = httpx.get(f"{base}/api/runs/{run_id}/log").json()["text"]
         assert "could not be written" in log

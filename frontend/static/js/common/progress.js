@@ -1,5 +1,5 @@
 // How a run's ingest progress reads on screen: a <progress> bar (indeterminate while queued or before the first
-// number) and one line — "reading rank 0: trace_view.json · 45% · 48.2 MB of 107 MB · 11.3 MB/s · ETA 5 s".
+// number) and one line — "reading rank 0: trace_view.json · 45% · 48.2 MB of 107 MB read · 11.3 MB/s · ETA 5 s".
 
 import { el } from "./dom.js";
 import { formatBytes } from "./format.js";
@@ -12,7 +12,7 @@ export function progressText(p) {
   const parts = [p.text || p.phase || ""];
   if (p.percent) parts.push(`${Math.floor(p.percent)}%`);
   if (p.phase === "reading" && p.total_bytes) {
-    parts.push(p.done_bytes ? `${formatBytes(p.done_bytes)} of ${formatBytes(p.total_bytes)}`
+    parts.push(p.done_bytes ? `${formatBytes(p.done_bytes)} of ${formatBytes(p.total_bytes)} read`
       : `${formatBytes(p.total_bytes)} to read`);
   }
   if (p.mb_per_s) parts.push(`${p.mb_per_s.toFixed(1)} MB/s`);

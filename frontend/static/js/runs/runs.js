@@ -189,21 +189,32 @@ function actionsCell(tr, run) {
   return actions;
 }
 
+function runRow(run) {
+  const tr = el("tr", { dataset: { runId: run.id, status: run.status } });
+  cell(tr, nameCell(run));
+  cell(tr, run.rank_count ?? run.ranks_state?.total ?? "–", "num");
+  cell(tr, statusCell(run));
+  cell(tr, formatBytes(run.size), "num");
+  cell(tr, new Date(run.created * 1000).toLocaleString());
+  const src = cell(tr, run.origin === "upload" ? `uploaded ${run.source}` : run.source, "run-source");
+  src.title = run.source;
+  if (!readOnly) cell(tr, actionsCell(tr, run));
+  return tr;
+}
+
 function render(runs) {
   body.replaceChildren();
   hint.hidden = runs.length > 0;
   for (const run of runs) {
-    const tr = el("tr", { dataset: { runId: run.id, status: run.status } });
-    cell(tr, nameCell(run));
-    cell(tr, run.rank_count ?? run.ranks_state?.total ?? "–", "num");
-    cell(tr, statusCell(run));
-    cell(tr, formatBytes(run.size), "num");
-    cell(tr, new Date(run.created * 1000).toLocaleString());
-    const src = cell(tr, run.origin === "upload" ? `uploaded ${run.source}` : run.source, "run-source");
-    src.title = run.source;
-    if (!readOnly) cell(tr, actionsCell(tr, run));
-    body.appendChild(tr);
+    body.appendChild(runRow(run));
+    showOnCard(run);
   }
+}
+
+/** A record an upload card fetched: its row shows the same (unless the row is being renamed). */
+function showOnRow(run) {
+  const tr = body.querySelector(`tr[data-run-id="${CSS.escape(run.id)}"]`);
+  if (tr && editing !== run.id) tr.replaceWith(runRow(run));
 }
 
 async function refresh() {
@@ -221,5 +232,5 @@ async function refresh() {
   }
 }
 
-initUploads({ maxBytes: page.max_upload_bytes, onChange: refresh });
+const showOnCard = initUploads({ maxBytes: page.max_upload_bytes, onChange: refresh, onRun: showOnRow });
 refresh();

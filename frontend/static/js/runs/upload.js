@@ -1,6 +1,9 @@
 // Uploading zipped runs: a drop zone (the whole page accepts a drop) and a file picker. Each file gets a card that
 // follows it through the upload (XHR upload progress, MB/s), the server's check of the archive, the queue and the
 // ingest (polling GET /api/runs/{id}: phase, %, MB/s, ETA), then links to the run or shows the server's refusal.
+// A card and the run's row in the table show the same record: each record either of them fetches goes to both
+// (onRun, and show() for the table's), so they never show two different progresses. Every size says what it is:
+// the file sent, the bytes read by the ingest, the run on disk.
 // Bytes the server already has as a run (200, duplicate) follow that run instead, and the card says so. A file
 // uploaded on its own opens its run's timeline when the run is ready, unless other uploads are still under way.
 
@@ -21,7 +24,7 @@ class UploadCard {
     this.root = el("div", { class: "upload-card" });
     const head = el("div", { class: "upload-head" });
     this.title = el("span", { class: "upload-name" }, file.name);
-    this.size = el("span", { class: "muted" }, formatBytes(file.size));
+    this.size = el("span", { class: "muted upload-size" }, `${formatBytes(file.size)} file`);
     this.state = el("span", { class: "status" });
     this.close = el("button", { class: "btn icon-btn upload-close", type: "button", title: "Dismiss", hidden: true,
       onclick: () => this.root.remove() }, "×");
@@ -47,7 +50,8 @@ class UploadCard {
     const rate = seconds > 0 ? loaded / seconds : 0;
     const eta = rate > 0 ? (total - loaded) / rate : null;
     this.bar.value = (100 * loaded) / Math.max(1, total);
-    const parts = [`${Math.floor((100 * loaded) / Math.max(1, total))}%`, `${formatBytes(loaded)} of ${formatBytes(total)}`];
+    const parts = [`${Math.floor((100 * loaded) / Math.max(1, total))}%`,
+      `${formatBytes(loaded)} of ${formatBytes(total)} sent`];
     if (rate) parts.push(`${(rate / 1e6).toFixed(1)} MB/s`);
     if (eta !== null && loaded < total) parts.push(`ETA ${formatSeconds(eta)}`);
     this.set("uploading", "uploading", parts.join(" · "));
@@ -91,12 +95,13 @@ function hasFiles(event) {
   return event.dataTransfer && [...event.dataTransfer.types].includes("Files");
 }
 
-/** Wire the drop zone and the picker; onChange() is called whenever the runs list should be reloaded. */
-export function initUploads({ maxBytes, onChange }) {
+/** Wire the drop zone and the picker; onChange() is called whenever the runs list should be reloaded, onRun(run)
+ * with every run record a card fetched. Returns show(run): a record the table fetched, for the run's card. */
+export function initUploads({ maxBytes, onChange, onRun = () => {} }) {
   const zone = document.getElementById("dropzone");
   const input = document.getElementById("upload-input");
   const list = document.getElementById("uploads");
-  if (!zone || !input || !list) return; // read-only dashboard
+  if (!zone || !input || !list) return () => {}; // read-only dashboard
   document.getElementById("upload-limit").textContent = `Up to ${formatBytes(maxBytes)} per file. ` +
     "The archive is checked before anything is kept; ingestion then runs in the background.";
 
@@ -124,6 +129,7 @@ export function initUploads({ maxBytes, onChange }) {
         continue;
       }
       card.run(run);
+      onRun(run);
       if (run.status === "ready" || run.status === "failed") {
         onChange();
         if (run.status === "ready") openIfAlone(card, run);
@@ -199,4 +205,11 @@ export function initUploads({ maxBytes, onChange }) {
     zone.classList.remove("dragging");
     uploadAll([...e.dataTransfer.files]);
   });
+  return (run) => {
+    for (const card of cards) {
+      if (card.root.dataset.runId === run.id && ACTIVE.has(card.root.dataset.state) && ACTIVE.has(run.status)) {
+        card.run(run); // (its own poll says when the run is done, and opens it)
+      }
+    }
+  };
 }
