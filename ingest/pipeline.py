@@ -414,7 +414,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
         stages = []
         for gi, members in enumerate(groups if groups is not None else plan_groups(ranks)):
             stage = Stage(idx=gi, prefix=f"stage._g{gi}_", members=[results[i] for i in members],
-                          many=len(members) > 1)
+                          many=len(members) > 1, track_limit=_track_limit(bases, [results[i] for i in members]))
             for res in stage.members:  # one rank: no union of ranks to build, so its CSV tables are made in place
                 res.prefix, res.csv_prefix = stage.prefix, "main." if len(results) == 1 else stage.prefix
             if preview is not None and len(members) == 1:  # a lone rank: its first time window, ahead of it
@@ -442,6 +442,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
                                              if any(k in TIMELINE_KINDS for k in res.src.files))]
             retry = {}
             for stage in again:
+                stage.track_limit = _track_limit(bases, stage.members)
                 res = stage.members[0]
                 res.prefix = stage.prefix
                 kind = next(k for k in res.src.files if k in TIMELINE_KINDS)
@@ -457,6 +458,13 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
             summary["cluster_analysis_rows"] = con.execute(CLUSTER_ANALYSIS_ROWS_SQL).fetchone()[0]
         progress.phase("writing the file")
     return summary
+
+
+def _track_limit(bases, members: list[RankResult]) -> int | None:
+    """The most tracks a rank of these may have: what its fixed id range holds (None: ids follow on, no limit)."""
+    if bases is None:
+        return None
+    return min(bases(res.src.rank).track_span for res in members) - 1
 
 
 @contextmanager

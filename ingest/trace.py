@@ -13,6 +13,7 @@ time; its docstring states each definition). The rest is set-wise SQL.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -51,12 +52,40 @@ from .trace_write import (  # noqa: F401 - (as above)
 )
 
 PAIR_BATCH_ENDS = 1_000_000  # flow ends paired at a time (whole (cat, id) keys): numpy memory stays bounded
+_LIMITS = threading.local()  # the limits of the stage being staged on this thread (``track_limit``)
+
+
+class IdRangeError(ValueError):
+    """A rank has more tracks or slices than its shard's id range holds."""
+
+
+@contextmanager
+def track_limit(limit: int | None):
+    """Every trace staged on this thread inside the block refuses a rank of more than ``limit`` tracks (lanes) as
+    soon as its tracks are derived, before its slices are made: a shard gives a rank a fixed range of track ids
+    (``stages.rank_id_bases``). None: no limit (a single-file run numbers the tracks on)."""
+    before = getattr(_LIMITS, "tracks", None)
+    _LIMITS.tracks = limit
+    try:
+        yield
+    finally:
+        _LIMITS.tracks = before
 
 
 class TraceLoad(TraceRead):
     """Loads one trace (of rank ``rank``) into ``{prefix}`` staging tables; ``warnings`` collects what was not loaded
     as-is. ``derive`` derives every rank staged under the prefix (``ingest.tracegroup`` reads several traces into
     one stage); what it finds about another rank than ``rank`` goes to ``notes[rank]``."""
+
+    def check_tracks(self) -> None:
+        """Refuse the stage when a rank has more tracks than the limit of its stage (``track_limit``)."""
+        limit = getattr(_LIMITS, "tracks", None)
+        if limit is None:
+            return
+        over = self.cur.execute(f"SELECT max(n) FROM (SELECT count(*) AS n FROM {self.p}tracks GROUP BY rank)"
+                                ).fetchone()[0]
+        if over is not None and over > limit:
+            raise IdRangeError(too_many_tracks(over, limit))
 
     def fill_rank(self) -> None:
         """Events another reader staged without a rank are this trace's."""
@@ -78,6 +107,7 @@ class TraceLoad(TraceRead):
 
         self.fill_rank()
         s(TRACKS)
+        self.check_tracks()
         # the counters need only the events and the tracks: derived on a second cursor while the slices are
         # nested here (numpy on one core), so the other core is not idle
         counters = Beside(self.cur, lambda cur: cur.execute(COUNTERS.format(p=self.p)), "trace-beside")
@@ -297,6 +327,10 @@ class Beside:
         self.thread.join()
         if self.error is not None:
             raise self.error
+
+
+def too_many_tracks(n: int, limit: int) -> str:
+    return f"{n} tracks (lanes), more than the {limit} a shard's track ids hold"
 
 
 def fill_rank(cur, prefix: str, rank: int) -> None:
