@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import nesting
+from . import nesting, traceflows
 from .columns import arrow_table
 from .trace_read import (  # noqa: F401 - the reading side's names are this module's interface too
     EV_VIEW,
@@ -29,13 +29,8 @@ from .trace_read import (  # noqa: F401 - the reading side's names are this modu
 )
 from .trace_sql import (  # noqa: F401 - (as above)
     COUNTERS,
-    FLOW_ENDS,
-    FLOW_STATS,
-    FLOWS,
-    KEY_BATCHES,
     KIND_ORDER,
-    NEST_TABLES,
-    PAIRS,
+    NEST_TABLE,
     PART_STARTS,
     RAW_SLICES,
     STEPS,
@@ -50,6 +45,7 @@ from .trace_write import (  # noqa: F401 - (as above)
     write_rest,
     write_slices,
 )
+from .traceflows import FLOW_ENDS  # noqa: F401 - (as above)
 
 PAIR_BATCH_ENDS = 1_000_000  # flow ends paired at a time (whole (cat, id) keys): numpy memory stays bounded
 _LIMITS = threading.local()  # the limits of the stage being staged on this thread (``track_limit``)
@@ -129,9 +125,11 @@ class TraceLoad(TraceRead):
                                    string_agg(DISTINCT ph, ', ') FILTER (WHERE ph NOT IN ('X','B','E','i','I','C','s',
                                                                                            'f','M')),
                                    min(seq) FILTER (WHERE bad_ts), count(*) FILTER (WHERE bad_dur),
-                                   min(seq) FILTER (WHERE bad_dur)
+                                   min(seq) FILTER (WHERE bad_dur),
+                                   count(*) FILTER (WHERE ph IN ('s', 'f') AND NOT bad_ts AND NOT bad_dur)
                             FROM k GROUP BY rank ORDER BY rank""").fetchall()
-            for rank, bad_ts, other, phases, first_bad_ts, bad_dur, first_bad_dur in skipped:
+            parts = traceflows.parts_for(sum(row[-1] for row in skipped), PAIR_BATCH_ENDS)
+            for rank, bad_ts, other, phases, first_bad_ts, bad_dur, first_bad_dur, _ends in skipped:
                 negative, first_negative = self.negative.get(rank, (0, None))
                 if negative:
                     self.note(rank, f"{negative} events with a negative ts (before 1970) were skipped"
@@ -153,16 +151,15 @@ class TraceLoad(TraceRead):
             sliced = None if self.on_sliced is None else Beside(
                 self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-preview")
             try:
-                self._nest(advance)
+                with_slices = self._nest(advance, parts)
             finally:
                 if sliced is not None:
                     sliced.join()  # (its errors are its own: a preview that fails is only not published)
             advance()
             self.on_nested()
-            for sql in FLOWS:
-                self.sql(sql)
+            flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices)
             advance()
-            for rank, cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in s(FLOW_STATS).fetchall():
+            for rank, cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in flow_stats:
                 parts = []
                 if lonely_s:
                     parts.append(f"{lonely_s} flow starts without a finish")
@@ -186,24 +183,25 @@ class TraceLoad(TraceRead):
                            "ORDER BY rank").fetchall():
             self.note(rank, f"{bad} counter values that are not numbers were stored as NULL")
         s(STEPS)
-        for t in ("fe", "pairs"):  # the rest stays for write()
+        for t in traceflows.TABLES:  # the rest stays for write()
             s(f"DROP TABLE IF EXISTS {self.p}{t}")
         return self.stats()
 
-    def _nest(self, advance=lambda within: None) -> None:
-        """Order, depth and parent of every slice ({p}nest), and the flows with the slices their ends bind to
-        ({p}pairs), computed by ``ingest.nesting``: slices one batch of whole tracks at a time (with the flow ends
-        on those tracks), flow ends one batch of whole (cat, id) keys at a time, so memory stays bounded however
-        big the trace. Flows are numbered rank by rank, in pair_flows' order within a rank."""
+    def _nest(self, advance=lambda within: None, parts: int = 1) -> np.ndarray:
+        """Order, depth and parent of every slice ({p}nest), computed by ``ingest.nesting`` one batch of whole
+        tracks at a time (a big track a part at a time), so memory stays bounded however big the trace; and the
+        slice each flow end binds to, with the ends of those tracks (``ingest.traceflows``: the ends staged in
+        ``parts`` parts of whole keys). Returns the local tracks that have slices, sorted."""
         p = self.p
-        self.sql(FLOW_ENDS)
-        self.sql(NEST_TABLES)
+        self.sql(traceflows.FLOW_ENDS, parts=int(parts))
+        self.sql(traceflows.BOUND_TABLE)
+        self.sql(NEST_TABLE)
         counts = self.cur.execute(f"SELECT local_track, count(*) FROM {p}x GROUP BY local_track "
                                   "ORDER BY local_track").fetchall()
         first_id = 1
         total = sum(n for _, n in counts) or 1
         for lo, hi, n in _batches(counts, nesting.BATCH_SLICES):
-            advance(0.8 * (first_id - 1) / total)  # (the slices: most of the step; the flows the rest)
+            advance((first_id - 1) / total)
             if lo == hi and n > nesting.BATCH_SLICES:
                 self._nest_parts(lo, first_id)
                 first_id += n
@@ -217,26 +215,9 @@ class TraceLoad(TraceRead):
             self._append(f"{p}nest", {"local_id": nested.local_id, "seq": nested.seq,
                                       "local_track": nested.track, "ts_ns": nested.ts, "dur_ns": nested.dur,
                                       "depth": nested.depth, "parent_local": nested.parent})
-            ends = self.cur.execute(f"SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing AS enclosing "
-                                    f"FROM {p}fe WHERE local_track BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
-            if len(ends["seq"]):
-                bound = nesting.bind(nested, ends["local_track"], ends["ts_ns"], ends["enclosing"])
-                self._append(f"{p}bound", {"seq": np.asarray(ends["seq"]), "local_id": bound})
+            traceflows.bind_rows(self.cur, p, nested, "local_track BETWEEN ? AND ?", [lo, hi])
             first_id += n
-        # (the batches are found in SQL: a trace can hold millions of keys, too many to fetch as Python tuples)
-        key_batches = self.cur.execute(KEY_BATCHES.format(p=p, limit=int(PAIR_BATCH_ENDS))).fetchall()
-        for i, (lo, hi) in enumerate(key_batches):
-            advance(0.8 + 0.2 * i / len(key_batches))
-            ends = self.cur.execute(f"SELECT seq, ts_ns, ph = 's' AS is_start, fkey FROM {p}fe "
-                                    "WHERE fkey BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
-            src, dst = nesting.pair_flows(ends["fkey"], ends["is_start"], ends["ts_ns"], ends["seq"])
-            if len(src):
-                seq = np.asarray(ends["seq"])
-                self._append(f"{p}matched", {"src_seq": seq[src], "dst_seq": seq[dst]})
-        for sql in PAIRS:
-            self.sql(sql)
-        for t in ("bound", "matched", "ends_b", "half"):
-            self.cur.execute(f"DROP TABLE IF EXISTS {p}{t}")
+        return np.array([t for t, n in counts if n], dtype=np.int64)
 
     def _nest_parts(self, track: int, first_id: int) -> None:
         """Nest one track too big for a batch a part at a time (``nesting.nest_part``), each part the slices
@@ -267,12 +248,8 @@ class TraceLoad(TraceRead):
                 end_where, end_args = end_where + " AND ts_ns >= ?", end_args + [lo]
             if hi is not None:
                 end_where, end_args = end_where + " AND ts_ns < ?", end_args + [hi]
-            ends = self.cur.execute(f"SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing AS enclosing "
-                                    f"FROM {p}fe WHERE {end_where}", end_args).fetchnumpy()
-            if len(ends["seq"]):
-                bound = nesting.bind(nested, ends["local_track"], ends["ts_ns"], ends["enclosing"],
-                                     ancestors=ancestors, next_id=first_id + n if hi is not None else 0)
-                self._append(f"{p}bound", {"seq": np.asarray(ends["seq"]), "local_id": bound})
+            traceflows.bind_rows(self.cur, p, nested, end_where, end_args, ancestors=ancestors,
+                                 next_id=first_id + n if hi is not None else 0)
             first_id += n
 
     def _append(self, table: str, columns: dict) -> None:

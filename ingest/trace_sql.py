@@ -86,55 +86,6 @@ SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_
 FROM all_slices a JOIN {p}tracks t ON t.rank = a.rank AND t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
 """
 
-# flow ends; ``fkey`` numbers the distinct (rank, cat, id) of the ends, for ingest.nesting.pair_flows
-FLOW_ENDS = """
-CREATE OR REPLACE TABLE {p}fe AS
-WITH e AS (
-    SELECT e.seq, e.ph, coalesce(e.cat, '') AS cat, e.name, coalesce(e.flow_key, '') AS flow_key, t.local_track,
-           e.ts_ns, coalesce(e.bp, '') = 'e' AS bind_enclosing, e.rank
-    FROM {p}ev e JOIN {p}tracks t ON t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid AND t.counter_name IS NULL
-    WHERE e.ph IN ('s', 'f') AND e.ts_ns IS NOT NULL),
-keys AS (SELECT rank, cat, flow_key, row_number() OVER () AS fkey FROM (SELECT DISTINCT rank, cat, flow_key FROM e))
-SELECT e.*, keys.fkey FROM e JOIN keys USING (rank, cat, flow_key)
-"""
-
-# the pairs (from ingest.nesting.pair_flows, with their bound slices) and the ends' names
-FLOWS = ["""
-CREATE OR REPLACE TABLE {p}half AS
-SELECT p.*, src.cat, src.name AS src_name, src.flow_key, src.rank FROM {p}pairs p JOIN {p}fe src ON src.seq = p.src_seq
-""", """
-CREATE OR REPLACE TABLE {p}flows AS
-SELECT h.local_flow, h.cat, coalesce(h.src_name, dst.name) AS name, h.flow_key,
-       h.src_track, h.src_ts_ns, nullif(h.src_local, 0) AS src_local,
-       h.dst_track, h.dst_ts_ns, nullif(h.dst_local, 0) AS dst_local, h.rank
-FROM {p}half h JOIN {p}fe dst ON dst.seq = h.dst_seq
-ORDER BY h.local_flow
-""", "DROP TABLE {p}half"]  # (one join per statement, as PAIRS: it runs beside the slices' write, in one limit)
-
-# per rank and flow category: ends whose (cat, id) has no end of the other kind, and flows whose ends bound to no
-# slice
-FLOW_STATS = """
-WITH per_key AS (
-    SELECT any_value(rank) AS rank, any_value(cat) AS cat, count(*) FILTER (WHERE ph = 's') AS starts,
-           count(*) FILTER (WHERE ph = 'f') AS fins
-    FROM {p}fe GROUP BY fkey),
-lonely AS (
-    SELECT rank, cat, sum(CASE WHEN fins = 0 THEN starts ELSE 0 END) AS lonely_starts,
-           sum(CASE WHEN starts = 0 THEN fins ELSE 0 END) AS lonely_finishes
-    FROM per_key GROUP BY rank, cat),
-lanes AS (SELECT DISTINCT local_track FROM {p}nest),
-unbound AS (
-    SELECT rank, cat, count(*) FILTER (WHERE src_local IS NULL) AS unbound_src,
-           count(*) FILTER (WHERE dst_local IS NULL) AS unbound_dst,
-           -- of the unbound starts, those on a lane with no slices at all (e.g. CANN API slices pruned at Level0)
-           count(*) FILTER (WHERE src_local IS NULL AND src_track NOT IN (SELECT local_track FROM lanes))
-               AS unbound_src_empty
-    FROM {p}flows GROUP BY rank, cat)
-SELECT rank, cat, lonely_starts, lonely_finishes, coalesce(unbound_src, 0), coalesce(unbound_dst, 0),
-       coalesce(unbound_src_empty, 0)
-FROM lonely LEFT JOIN unbound USING (rank, cat) ORDER BY rank, cat
-"""
-
 COUNTERS = """
 CREATE OR REPLACE TABLE {p}counters AS
 WITH kv AS (
@@ -173,28 +124,10 @@ SELECT st.rank, st.step, st.name, st.local_id, st.host_start_ns, st.host_end_ns,
 FROM st LEFT JOIN dev USING (local_id) ORDER BY st.rank, st.host_start_ns
 """
 
-NEST_TABLES = """
+NEST_TABLE = """
 CREATE OR REPLACE TABLE {p}nest (local_id BIGINT, seq BIGINT, local_track BIGINT, ts_ns BIGINT, dur_ns BIGINT,
-                                 depth INTEGER, parent_local BIGINT);
-CREATE OR REPLACE TABLE {p}bound (seq BIGINT, local_id BIGINT);
-CREATE OR REPLACE TABLE {p}matched (src_seq BIGINT, dst_seq BIGINT);
+                                 depth INTEGER, parent_local BIGINT)
 """
-# the flows, numbered rank by rank in pair_flows' order (start ts, start seq, finish seq), with the slices their
-# ends bound to (0: none)
-PAIRS = ["""
-CREATE OR REPLACE TABLE {p}ends_b AS
-SELECT f.seq, f.rank, f.local_track, f.ts_ns, coalesce(b.local_id, 0) AS local_id
-FROM {p}fe f LEFT JOIN {p}bound b USING (seq)
-""", """
-CREATE OR REPLACE TABLE {p}half AS
-SELECT m.src_seq, m.dst_seq, s.rank, s.local_track AS src_track, s.ts_ns AS src_ts_ns, s.local_id AS src_local
-FROM {p}matched m JOIN {p}ends_b s ON s.seq = m.src_seq
-""", """
-CREATE OR REPLACE TABLE {p}pairs AS
-SELECT row_number() OVER (ORDER BY h.rank, h.src_ts_ns, h.src_seq, h.dst_seq) AS local_flow, h.src_seq, h.dst_seq,
-       h.src_track, h.src_ts_ns, h.src_local, d.local_track AS dst_track, d.ts_ns AS dst_ts_ns, d.local_id AS dst_local
-FROM {p}half h JOIN {p}ends_b d ON d.seq = h.dst_seq
-"""]  # (one join per statement: four hash tables built at once needed more than a 1 GB limit on a 10 GB trace)
 # the first start of each part of a track nested a part at a time: about PART_SLICES slices each, never splitting
 # the slices of one start
 PART_STARTS = """
@@ -204,15 +137,5 @@ SELECT DISTINCT first FROM (
     GROUP BY r // {part})
 ORDER BY first
 """
-# contiguous ranges of flow keys (fkey numbers them 1..) of about PAIR_BATCH_ENDS ends each: a key's batch is the
-# number of ends before it over the limit, so a batch holds at most the limit plus its last key's ends
-KEY_BATCHES = """
-WITH per_key AS (SELECT fkey, count(*) AS n FROM {p}fe GROUP BY fkey),
-before AS (SELECT fkey, sum(n) OVER (ORDER BY fkey ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - n AS b
-           FROM per_key)
-SELECT min(fkey), max(fkey) FROM before GROUP BY b // {limit} ORDER BY 1
-"""
-
-
 def kinds_literal() -> str:
     return "[" + ", ".join(f"'{k}'" for k in KIND_ORDER) + "]"

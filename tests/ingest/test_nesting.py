@@ -165,11 +165,13 @@ def _staged(path: Path, tmp_path: Path):
     sqlfuncs.install(con)
     tl = trace.TraceLoad(con, "t_", path, tmp_path, path.name)
     tl.read()
-    for q in (trace.TRACKS, trace.RAW_SLICES, trace.FLOW_ENDS):
+    for q in (trace.TRACKS, trace.RAW_SLICES):
         tl.sql(q)
+    tl.sql(trace.FLOW_ENDS, parts=1)
     slices = con.execute("SELECT seq, local_track, ts_ns, dur_ns FROM t_x").fetchall()
-    ends = con.execute("SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing FROM t_fe").fetchall()
-    flow_ends = con.execute("SELECT seq, fkey, ts_ns, ph = 's' FROM t_fe").fetchall()
+    ends = con.execute("SELECT seq, local_track, ts_ns, enclosing FROM t_fe").fetchall()
+    flow_ends = con.execute("SELECT seq, dense_rank() OVER (ORDER BY rank, cat, flow_key), ts_ns, is_start "
+                            "FROM t_fe").fetchall()
     return slices, ends, flow_ends
 
 
