@@ -24,3 +24,24 @@ def insert_columns(con, table: str, columns: list[list]) -> None:
     if not columns or not len(columns[0]):
         return
     con.execute(f"INSERT INTO {table} SELECT " + ", ".join("unnest(?)" for _ in columns), columns)
+
+
+def numpy_of(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A numeric or boolean Arrow column without nulls as a numpy array, from its buffers (pyarrow's own
+    ``to_numpy`` imports pandas)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    dtype = column.type.to_pandas_dtype() if not pa.types.is_boolean(column.type) else np.bool_
+    parts = []
+    for chunk in chunks:
+        if chunk.null_count:
+            raise ValueError("a column with nulls")
+        data = chunk.buffers()[1]
+        if pa.types.is_boolean(chunk.type):
+            bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+            parts.append(bits[chunk.offset:chunk.offset + len(chunk)].astype(bool))
+        else:
+            parts.append(np.frombuffer(data, dtype=dtype, count=len(chunk),
+                                       offset=chunk.offset * np.dtype(dtype).itemsize))
+    if not parts:
+        return np.zeros(0, dtype=dtype)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)

@@ -36,21 +36,39 @@ SELECT local_track, count(*) AS n, max(depth) AS max_depth, max(dur_ns) AS max_d
 FROM {p}nest GROUP BY local_track
 """
 
+# (already in their final order in the stage: a scan appends them so, with each rank's offsets inlined, no join)
 WRITE_REST = ["""
 INSERT INTO flows
-SELECT f.local_flow + o.flow_delta, o.rank_id, f.cat, f.name, f.flow_key, f.src_track + o.track_delta, f.src_ts_ns,
-       f.src_local + o.slice_delta, f.dst_track + o.track_delta, f.dst_ts_ns, f.dst_local + o.slice_delta
-FROM {p}flows f JOIN {p}offsets o USING (rank) ORDER BY f.local_flow
+SELECT f.local_flow + {flow_delta}, {rank_id}, f.cat, f.name, f.flow_key, f.src_track + {track_delta}, f.src_ts_ns,
+       f.src_local + {slice_delta}, f.dst_track + {track_delta}, f.dst_ts_ns, f.dst_local + {slice_delta}
+FROM {p}flows f
 """, """
 INSERT INTO counters
-SELECT c.local_track + o.track_delta, o.rank_id, c.name, c.series, c.ts_ns, c.value
-FROM {p}counters c JOIN {p}offsets o USING (rank) ORDER BY c.local_track, c.series, c.ts_ns
+SELECT c.local_track + {track_delta}, {rank_id}, c.name, c.series, c.ts_ns, c.value
+FROM {p}counters c
 """, """
 INSERT INTO steps
-SELECT o.rank_id, s.step, s.name, s.local_id + o.slice_delta, s.host_start_ns, s.host_end_ns, s.device_start_ns,
+SELECT {rank_id}, s.step, s.name, s.local_id + {slice_delta}, s.host_start_ns, s.host_end_ns, s.device_start_ns,
        s.device_end_ns
-FROM {p}steps s JOIN {p}offsets o USING (rank) ORDER BY s.rank, s.host_start_ns
+FROM {p}steps s
 """]
+
+
+def offset_terms(cur, prefix: str, offsets: str = "offsets", column: str = "rank") -> dict[str, str]:
+    """The offsets of the stage's ranks (``{prefix}offsets``) as SQL terms of ``column`` (the row's rank): a
+    constant for a stage of one rank, else a CASE over its ranks."""
+    rows = cur.execute(f"SELECT rank, rank_id, track_delta, slice_delta, flow_delta FROM {prefix}{offsets} "
+                       "ORDER BY rank").fetchall()
+    terms = {}
+    for i, name in enumerate(("rank_id", "track_delta", "slice_delta", "flow_delta"), start=1):
+        values = {int(r[0]): int(r[i]) for r in rows}
+        if len(set(values.values())) <= 1:
+            terms[name] = f"({next(iter(values.values()), 0)})"
+        else:
+            terms[name] = ("(CASE " + column + " " + " ".join(f"WHEN {r} THEN {v}" for r, v in values.items())
+                           + " END)")
+    return terms
+
 
 # per rank: tracks, slices and flows staged, and where its numbers start (for the offsets)
 STAGED_COUNTS = """
@@ -101,8 +119,9 @@ def write_slices(cur, prefix: str, derived_pid: int, into: str = "", until_ns: i
 
 def write_rest(cur, prefix: str) -> None:
     """Append the derived ranks' flows, counters and steps (ids from ``{prefix}offsets``)."""
+    terms = offset_terms(cur, prefix)
     for sql in WRITE_REST:
-        cur.execute(sql.format(p=prefix))
+        cur.execute(sql.format(p=prefix, **terms))
 
 
 def unwrite(cur, ranks: list[int]) -> None:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import nesting
-from .columns import arrow_table
+from .columns import arrow_table, numpy_of
 
 FLOW_ENDS = """
 CREATE OR REPLACE TABLE {p}fe AS
@@ -84,7 +84,7 @@ def pair_parts(cur, p: str, parts: int, tracks_with_slices: np.ndarray) -> list[
         if ends.num_rows == 0:
             continue
         bound = cur.execute(PART_BOUND.format(p=p), [part]).fetchnumpy()
-        local = _aligned(ends.column("pos").to_numpy(), bound["pos"], bound["local_id"])
+        local = _aligned(numpy_of(ends.column("pos")), bound["pos"], bound["local_id"])
         rows = _pair(ends, local, tracks_with_slices, stats)
         if rows is not None:
             append(cur, f"{p}flows_u", rows)
@@ -102,13 +102,13 @@ def _aligned(pos: np.ndarray, bound_pos: np.ndarray, bound_id: np.ndarray) -> np
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     """Dictionary codes (int64) of a string column, and the dictionary."""
-    encoded = pc.dictionary_encode(column).combine_chunks()
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    return numpy_of(encoded.indices).astype(np.int64), encoded.dictionary
 
 
 def _pair(ends: pa.Table, local: np.ndarray, tracks_with_slices: np.ndarray, stats: dict) -> pa.Table | None:
     """One part: the flows' rows (FLOW_COLUMNS) of its ends, and its counts added to ``stats``."""
-    num = {c: ends.column(c).to_numpy() for c in ("seq", "is_start", "local_track", "ts_ns", "rank")}
+    num = {c: numpy_of(ends.column(c)) for c in ("seq", "is_start", "local_track", "ts_ns", "rank")}
     is_start = num["is_start"].astype(bool)
     rank = num["rank"].astype(np.int64)
     cat, cats = _codes(ends.column("cat"))
