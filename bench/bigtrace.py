@@ -11,8 +11,8 @@ time (user + system, every thread), its peak RSS and the trace's events. The mod
   whole file by one reader, or cut into byte ranges read on every DuckDB thread (``ingest.tracesplit``);
 * ``ingest-whole`` / ``ingest-ranges``: the rank's whole single-file ingest (``ingest_path``) either way;
 * ``sharded``: the ingest the server runs (``ingest_sharded``), with the times at which the manifest first
-  announces the rank's first time window (``first_window_s``, ``ingest.preview``: the first pixel; with what
-  writing it cost the task, ``preview_cost_s``) and says the whole rank is ready (``rank_ready_s``).
+  announces the rank's overview (``overview_s``, ``ingest.overview``: every lane on screen; with what writing it
+  cost the task, ``overview_cost_s``) and says the whole rank is ready (``rank_ready_s``).
 
 The table gives each mode's best wall and every round's, CPU seconds, MB/s of the trace by wall, CPU µs per
 trace event and peak RSS; the rounds alternate the modes, so each pair shares the machine's load.
@@ -79,7 +79,7 @@ def child(mode: str, src: Path, out: Path) -> dict:
 
 
 def _sharded(src: Path, out: Path, t0: float) -> dict:
-    """``ingest_sharded`` with a watcher of its manifest: when the first time window was announced."""
+    """``ingest_sharded`` with a watcher of its manifest: when the overview was announced."""
     import threading
 
     from ascendscope.ingest.shards import ingest_sharded
@@ -93,10 +93,10 @@ def _sharded(src: Path, out: Path, t0: float) -> dict:
                 manifest = json.loads((out / "run" / "manifest.json").read_text())
             except (OSError, ValueError):
                 continue
-            if "first_window_s" not in seen and any(e.get("preview") for e in manifest["shards"]):
-                seen["first_window_s"] = round(time.perf_counter() - t0, 3)
-                for note in (out / "run" / ".progress").glob("*.preview.json"):
-                    seen["preview_cost_s"] = json.loads(note.read_text()).get("seconds")
+            if "overview_s" not in seen and any(e.get("overview") for e in manifest["shards"]):
+                seen["overview_s"] = round(time.perf_counter() - t0, 3)
+                for note in (out / "run" / ".progress").glob("*.overview.json"):
+                    seen["overview_cost_s"] = json.loads(note.read_text()).get("seconds")
             if "rank_ready_s" not in seen and all(e["status"] == "ready" for e in manifest["shards"]):
                 seen["rank_ready_s"] = round(time.perf_counter() - t0, 3)
 
@@ -140,7 +140,7 @@ def table(results: list[dict], events: int) -> str:
         lines.append(f"| {mode} | {best['wall_s']:.2f} s ({walls}) | "
                      f"{best['cpu_s']:.2f} | {mb / best['wall_s']:.0f} | {1e6 * best['cpu_s'] / events:.2f} | "
                      f"{max(r['peak_rss_mb'] for r in rows):,.0f} MB | "
-                     + (f"{best['first_window_s']} s |" if best.get("first_window_s") is not None else "– |"))
+                     + (f"{best['overview_s']} s |" if best.get("overview_s") is not None else "– |"))
     return "\n".join(lines)
 
 

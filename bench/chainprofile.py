@@ -2,11 +2,11 @@
 
     python -m ascendscope.bench.chainprofile RANK_FOLDER OUT_DIR
 
-Runs the shard task of the one rank (``pipeline.ingest_shard``, as the server's pool runs it, with its preview) in
+Runs the shard task of the one rank (``pipeline.ingest_shard``, as the server's pool runs it, with its overview) in
 this process, with the ingest's steps wrapped: each wrapped function, and each SQL statement the trace's reader and
 derivations run (``TraceRead.sql``, by its first words), adds its wall time and the process's CPU time to a row.
 The process's CPU counts every thread: a step that runs beside another (the CSVs beside the trace, the counters
-and the preview beside the nesting) is charged the other's CPU of the same seconds too, so the CPU column is an
+and the overview beside the nesting) is charged the other's CPU of the same seconds too, so the CPU column is an
 upper bound per row; the wall column is exact. Rows nest (a function's row holds its statements' rows).
 """
 
@@ -24,7 +24,8 @@ STEPS = {
     "ingest.trace:TraceLoad": ("derive", "_nest", "_nest_parts"),
     "ingest.nesting": ("nest", "nest_part", "bind", "pair_flows"),
     "ingest.tracesplit": ("split_ranges",),
-    "ingest.preview": ("write",),
+    "ingest.overview": ("write",),
+    "ingest.traceflows": ("pair_parts", "bind_rows"),
     "ingest.lod": ("build",),
     "ingest.trace": ("write_slices", "write_rest"),
     "ingest.pipeline": ("_assemble", "assemble_files"),

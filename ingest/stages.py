@@ -97,7 +97,7 @@ class Stage:
     nested: threading.Event = field(default_factory=threading.Event)  # set once slices are final (or on failure)
     nest_ok: bool = False
     failed: bool = False  # the group's traces failed together: each is loaded again alone
-    on_sliced: Callable | None = None  # (cursor, prefix): its trace's slices are made (ingest.preview)
+    on_sliced: Callable | None = None  # (cursor, prefix): its trace's slices are made (ingest.overview)
     track_limit: int | None = None  # a rank of more tracks is refused (trace.track_limit): its ids have a fixed range
 
     @property

@@ -147,14 +147,14 @@ class TraceLoad(TraceRead):
                                     f"{self._where_seq(rank, first_bad_dur)}")
                 if other:
                     self.note(rank, f"{other} events of phases not shown yet ({phases or 'none'}) were skipped")
-            # (its first time window, nested on its own beside the whole rank's nesting: ingest.preview)
+            # (its overview, computed beside the whole rank's nesting: ingest.overview)
             sliced = None if self.on_sliced is None else Beside(
-                self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-preview")
+                self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview")
             try:
                 with_slices = self._nest(advance, parts)
             finally:
                 if sliced is not None:
-                    sliced.join()  # (its errors are its own: a preview that fails is only not published)
+                    sliced.join()  # (its errors are its own: an overview that fails is only not published)
             advance()
             self.on_nested()
             flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices)
@@ -206,11 +206,12 @@ class TraceLoad(TraceRead):
                 self._nest_parts(lo, first_id)
                 first_id += n
                 continue
+            # ({p}x is stored in the nesting's order, so a scan of a range of tracks reads them in it)
             rows = self.cur.execute(f"SELECT seq, local_track, ts_ns, dur_ns FROM {p}x "
-                                    "WHERE local_track BETWEEN ? AND ? ORDER BY local_track, ts_ns, dur_ns DESC, seq",
-                                    [lo, hi]).fetchnumpy()
+                                    "WHERE local_track BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
             nested = nesting.nest(rows["seq"], rows["local_track"], rows["ts_ns"], rows["dur_ns"], first_id,
-                                  presorted=True)
+                                  presorted=nesting.in_order(rows["local_track"], rows["ts_ns"], rows["dur_ns"],
+                                                             rows["seq"]))
             del rows
             self._append(f"{p}nest", {"local_id": nested.local_id, "seq": nested.seq,
                                       "local_track": nested.track, "ts_ns": nested.ts, "dur_ns": nested.dur,
@@ -232,8 +233,11 @@ class TraceLoad(TraceRead):
             where, args = "local_track = ? AND ts_ns >= ?", [track, lo]
             if hi is not None:
                 where, args = where + " AND ts_ns < ?", args + [hi]
-            rows = self.cur.execute(f"SELECT seq, local_track, ts_ns, dur_ns FROM {p}x WHERE {where} "
-                                    "ORDER BY ts_ns, dur_ns DESC, seq", args).fetchnumpy()
+            rows = self.cur.execute(f"SELECT seq, local_track, ts_ns, dur_ns FROM {p}x WHERE {where}",
+                                    args).fetchnumpy()
+            if not nesting.in_order(rows["local_track"], rows["ts_ns"], rows["dur_ns"], rows["seq"]):
+                order = np.lexsort((rows["seq"], -np.asarray(rows["dur_ns"]), rows["ts_ns"]))
+                rows = {k: np.asarray(v)[order] for k, v in rows.items()}
             ancestors = carry.ancestors()
             nested = nesting.nest_part(rows["seq"], rows["local_track"], rows["ts_ns"], rows["dur_ns"], first_id,
                                        carry)

@@ -59,7 +59,9 @@ ordered AS (
 SELECT row_number() OVER (ORDER BY rank, rank_track) AS local_track, * FROM ordered
 """
 
-# narrow: the wide columns (name, cat, args) are joined back once, in STAGED_SLICES; B/E pairs carry their own
+# narrow: the wide columns (name, cat, args) are joined back once, in STAGED_SLICES; B/E pairs carry their own.
+# Stored in the nesting's order (track, start, longer first, file order), so a range of tracks (or of one track's
+# starts) is read by a scan that its zone maps prune, in that order
 RAW_SLICES = """
 CREATE OR REPLACE TABLE {p}x AS
 WITH be AS (
@@ -84,6 +86,7 @@ all_slices AS (
 SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns, a.ph,
        a.dur_ns < 0 AS negative_dur, a.unclosed, a.name_o, a.cat_o, a.args_o, a.rank
 FROM all_slices a JOIN {p}tracks t ON t.rank = a.rank AND t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
+ORDER BY t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) DESC, a.seq
 """
 
 COUNTERS = """

@@ -8,25 +8,23 @@ from __future__ import annotations
 # ``write_offsets``): ``rank_id`` is the rank the rows are stored under, ``*_delta`` are added to the stage's
 # ``local_track`` / ``local_id`` / ``local_flow``.
 OFFSETS = "{p}offsets"
-INT64_MAX = (1 << 63) - 1
 
 # the ranks' final rows, appended to the run's tables with their id offsets; the wide columns of a slice
 # (name, cat, args) come straight from the events (from its B event, or its E event, for a B/E pair)
 WRITE_SLICES = ["""
-INSERT INTO {into}tracks
+INSERT INTO tracks
 SELECT t.local_track + o.track_delta, o.rank_id, t.pid, t.tid, t.process_name, t.thread_name, t.kind, t.label,
        t.process_sort_index, t.thread_sort_index, t.rank_track, t.counter_name,
        coalesce(s.n, 0), s.max_depth, s.max_dur, s.min_ts, s.max_end, t.pid = {derived_pid}
-FROM {p}tracks t JOIN {p}{offsets} o USING (rank) LEFT JOIN ({stats}) s USING (local_track)
+FROM {p}tracks t JOIN {p}offsets o USING (rank) LEFT JOIN ({stats}) s USING (local_track)
 ORDER BY t.local_track
 """, """
-INSERT INTO {into}slices
+INSERT INTO slices
 SELECT n.local_id + o.slice_delta, n.local_track + o.track_delta, o.rank_id, n.ts_ns, n.dur_ns, n.depth,
        nullif(n.parent_local, 0) + o.slice_delta, coalesce(b.name_o, e.name), coalesce(b.cat_o, e.cat), e.ph,
        coalesce(b.args_o, e.args)
-FROM {p}{nest} n JOIN {p}ev e USING (seq) JOIN {p}{offsets} o ON o.rank = e.rank
+FROM {p}nest n JOIN {p}ev e USING (seq) JOIN {p}offsets o ON o.rank = e.rank
 LEFT JOIN (SELECT seq, name_o, cat_o, args_o FROM {p}x WHERE ph = 'B') b USING (seq)
-WHERE n.ts_ns < ?
 ORDER BY n.local_id
 """]
 # a track's figures in the tracks table, from its nested slices
@@ -104,17 +102,11 @@ def write_offsets(cur, prefix: str, rows: list[tuple[int, int, int, int, int]]) 
                     + ", ".join("(?, ?, ?, ?, ?)" for _ in rows) + ")", [v for row in rows for v in row])
 
 
-def write_slices(cur, prefix: str, derived_pid: int, into: str = "", until_ns: int | None = None, nest: str = "nest",
-                 offsets: str = "offsets", stats: str = TRACK_STATS) -> None:
-    """Append the nested ranks' tracks and slices to the run's tables (ids from ``{prefix}offsets``); ``into``:
-    to the tables of that attached database (``"name."``) instead; ``until_ns``: only the slices starting
-    before it. ``nest``, ``offsets``, ``stats``: the nested slices, the offsets and the tracks' figures from other
-    tables of the stage (``ingest.preview`` nests a first time window of its own)."""
+def write_slices(cur, prefix: str, derived_pid: int) -> None:
+    """Append the nested ranks' tracks and slices to the run's tables (ids from ``{prefix}offsets``)."""
     tracks, slices = WRITE_SLICES
-    cur.execute(tracks.format(p=prefix, derived_pid=derived_pid, into=into, offsets=offsets,
-                              stats=stats.format(p=prefix)))
-    cur.execute(slices.format(p=prefix, into=into, nest=nest, offsets=offsets),
-                [INT64_MAX if until_ns is None else int(until_ns)])
+    cur.execute(tracks.format(p=prefix, derived_pid=derived_pid, stats=TRACK_STATS.format(p=prefix)))
+    cur.execute(slices.format(p=prefix))
 
 
 def write_rest(cur, prefix: str) -> None:

@@ -86,18 +86,40 @@ def pair_parts(cur, p: str, parts: int, tracks_with_slices: np.ndarray) -> list[
         bound = cur.execute(PART_BOUND.format(p=p), [part]).fetchnumpy()
         local = _aligned(numpy_of(ends.column("pos")), bound["pos"], bound["local_id"])
         rows = _pair(ends, local, tracks_with_slices, stats)
-        if rows is not None:
-            append(cur, f"{p}flows_u", rows)
-    cur.execute(NUMBER_FLOWS.format(p=p))
+        if rows is None:
+            continue
+        if parts == 1:  # the only part: numbered here, written once
+            _write_numbered(cur, p, rows)
+            break
+        append(cur, f"{p}flows_u", rows)
+    else:
+        cur.execute(NUMBER_FLOWS.format(p=p))
     return [(rank, cat, *counts) for (rank, cat), counts in sorted(stats.items())]
 
 
+def _write_numbered(cur, p: str, rows: pa.Table) -> None:
+    """``{p}flows`` from the flows of a single part, numbered as NUMBER_FLOWS numbers them."""
+    col = {c: numpy_of(rows.column(c)) for c in ("rank", "src_ts_ns", "src_seq", "dst_seq")}
+    order = np.lexsort((col["dst_seq"], col["src_seq"], col["src_ts_ns"], col["rank"]))
+    rows = rows.take(_indices(order))
+    numbered = rows.add_column(0, "local_flow", _ints(np.arange(1, rows.num_rows + 1, dtype=np.int64)))
+    cur.register("_flow_rows", numbered)
+    try:
+        cur.execute(f"CREATE OR REPLACE TABLE {p}flows AS SELECT local_flow, cat, name, flow_key, src_track, "
+                    "src_ts_ns, src_local, dst_track, dst_ts_ns, dst_local, rank FROM _flow_rows")
+    finally:
+        cur.unregister("_flow_rows")
+
+
 def _aligned(pos: np.ndarray, bound_pos: np.ndarray, bound_id: np.ndarray) -> np.ndarray:
-    """The slice each end (by ``pos``, ascending) is bound to, from the bound rows (every end has one)."""
-    order = np.argsort(bound_pos, kind="stable")
-    if len(order) != len(pos) or not np.array_equal(np.asarray(bound_pos)[order], pos):
-        raise RuntimeError("flow ends and their bound slices do not match")  # (a bug, not an input)
-    return np.asarray(bound_id, dtype=np.int64)[order]
+    """The slice each end (by ``pos``, ascending) is bound to, from the bound rows; 0 for an end on a lane
+    without slices (no batch binds it)."""
+    local = np.zeros(len(pos), dtype=np.int64)
+    at = np.searchsorted(pos, bound_pos)
+    if len(at) and (at.max() >= len(pos) or not np.array_equal(pos[at], bound_pos)):
+        raise RuntimeError("a bound flow end is not among the ends")  # (a bug, not an input)
+    local[at] = bound_id
+    return local
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
