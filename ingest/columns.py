@@ -45,3 +45,17 @@ def numpy_of(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if not parts:
         return np.zeros(0, dtype=dtype)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def call(name: str, *args):
+    """An Arrow compute function by name, e.g. ``call("take", values, indices)``: through ``pyarrow._compute``,
+    whose import is cheap (``pyarrow.compute`` builds a Python wrapper and its docs for each of ~300 functions:
+    ~0.1 s of every process that imports it)."""
+    from pyarrow._compute import call_function
+
+    return call_function(name, list(args))
+
+
+def indices(rows: np.ndarray) -> pa.Array:
+    """Row numbers as an Arrow array, for ``call("take", ...)``."""
+    return arrow_table({"i": np.asarray(rows, dtype=np.int64)}).column("i").chunk(0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .columns import arrow_table, numpy_of
+from .columns import arrow_table, call, indices, numpy_of
 
 LEVEL_COLUMNS = ("track_id", "depth", "bucket", "slice_count", "slice_id", "ts_ns", "dur_ns", "name", "min_ts_ns",
                  "max_end_ns", "total_dur_ns")
@@ -67,7 +67,7 @@ def _table(batch: pa.Table, track, depth, bucket, count, rep, col, lo, hi, total
                            "bucket": bucket.astype(np.int64), "slice_count": count.astype(np.int64),
                            "slice_id": col["slice_id"][rep].astype(np.int64),
                            "ts_ns": col["ts_ns"][rep].astype(np.int64), "dur_ns": col["dur_ns"][rep].astype(np.int64)})
-    names = batch.column("name").take(arrow_table({"i": rep.astype(np.int64)}).column("i"))
+    names = call("take", batch.column("name"), indices(rep))
     rest = arrow_table({"min_ts_ns": lo.astype(np.int64), "max_end_ns": hi.astype(np.int64),
                         "total_dur_ns": total.astype(np.int64)})
     return pa.Table.from_arrays([*numbers.columns, names, *rest.columns], names=list(LEVEL_COLUMNS))

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import nesting
-from .columns import arrow_table, numpy_of
+from .columns import arrow_table, call, indices, numpy_of
 
 FLOW_ENDS = """
 CREATE OR REPLACE TABLE {p}fe AS
@@ -101,7 +100,7 @@ def _write_numbered(cur, p: str, rows: pa.Table) -> None:
     """``{p}flows`` from the flows of a single part, numbered as NUMBER_FLOWS numbers them."""
     col = {c: numpy_of(rows.column(c)) for c in ("rank", "src_ts_ns", "src_seq", "dst_seq")}
     order = np.lexsort((col["dst_seq"], col["src_seq"], col["src_ts_ns"], col["rank"]))
-    rows = rows.take(_indices(order))
+    rows = call("take", rows, indices(order))
     numbered = rows.add_column(0, "local_flow", _ints(np.arange(1, rows.num_rows + 1, dtype=np.int64)))
     cur.register("_flow_rows", numbered)
     try:
@@ -124,7 +123,7 @@ def _aligned(pos: np.ndarray, bound_pos: np.ndarray, bound_id: np.ndarray) -> np
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     """Dictionary codes (int64) of a string column, and the dictionary."""
-    encoded = pc.dictionary_encode(column.combine_chunks())
+    encoded = call("dictionary_encode", column.combine_chunks())
     return numpy_of(encoded.indices).astype(np.int64), encoded.dictionary
 
 
@@ -162,13 +161,13 @@ def _pair(ends: pa.Table, local: np.ndarray, tracks_with_slices: np.ndarray, sta
     count(group_of[src], unbound, 2)
     count(group_of[src], dst_local == 0, 3)
     count(group_of[src], unbound & ~_member(src_track, tracks_with_slices), 4)
-    take_src, take_dst = _indices(src), _indices(dst)
+    take_src, take_dst = indices(src), indices(dst)
     names = ends.column("name")
     return pa.table({
         "rank": _ints(rank[src], np.int32), "src_ts_ns": _ints(num["ts_ns"][src]), "src_seq": _ints(num["seq"][src]),
-        "dst_seq": _ints(num["seq"][dst]), "cat": ends.column("cat").take(take_src),
-        "name": pc.coalesce(names.take(take_src), names.take(take_dst)),
-        "flow_key": ends.column("flow_key").take(take_src), "src_track": _ints(src_track),
+        "dst_seq": _ints(num["seq"][dst]), "cat": call("take", ends.column("cat"), take_src),
+        "name": call("coalesce", call("take", names, take_src), call("take", names, take_dst)),
+        "flow_key": call("take", ends.column("flow_key"), take_src), "src_track": _ints(src_track),
         "src_local": _nullable(src_local), "dst_track": _ints(num["local_track"][dst]),
         "dst_ts_ns": _ints(num["ts_ns"][dst]), "dst_local": _nullable(dst_local)})
 
@@ -176,10 +175,6 @@ def _pair(ends: pa.Table, local: np.ndarray, tracks_with_slices: np.ndarray, sta
 def _member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     at = np.minimum(np.searchsorted(sorted_set, values), max(len(sorted_set) - 1, 0))
     return (sorted_set[at] == values) if len(sorted_set) else np.zeros(len(values), dtype=bool)
-
-
-def _indices(rows: np.ndarray) -> pa.Array:
-    return arrow_table({"i": np.asarray(rows, dtype=np.int64)}).column("i")
 
 
 def _ints(values: np.ndarray, dtype=np.int64) -> pa.ChunkedArray:
