@@ -126,10 +126,11 @@ class TraceLoad(TraceRead):
                                                                                            'f','M')),
                                    min(seq) FILTER (WHERE bad_ts), count(*) FILTER (WHERE bad_dur),
                                    min(seq) FILTER (WHERE bad_dur),
-                                   count(*) FILTER (WHERE ph IN ('s', 'f') AND NOT bad_ts AND NOT bad_dur)
+                                   count(*) FILTER (WHERE ph IN ('s', 'f') AND NOT bad_ts AND NOT bad_dur), count(*)
                             FROM k GROUP BY rank ORDER BY rank""").fetchall()
-            parts = traceflows.parts_for(sum(row[-1] for row in skipped), PAIR_BATCH_ENDS)
-            for rank, bad_ts, other, phases, first_bad_ts, bad_dur, first_bad_dur, _ends in skipped:
+            parts = traceflows.parts_for(sum(row[-2] for row in skipped), PAIR_BATCH_ENDS)
+            self.events = {int(row[0]): int(row[-1]) for row in skipped}
+            for rank, bad_ts, other, phases, first_bad_ts, bad_dur, first_bad_dur, _ends, _n in skipped:
                 negative, first_negative = self.negative.get(rank, (0, None))
                 if negative:
                     self.note(rank, f"{negative} events with a negative ts (before 1970) were skipped"
@@ -147,6 +148,11 @@ class TraceLoad(TraceRead):
                                     f"{self._where_seq(rank, first_bad_dur)}")
                 if other:
                     self.note(rank, f"{other} events of phases not shown yet ({phases or 'none'}) were skipped")
+            self.sql(traceflows.FLOW_ENDS, parts=int(parts))
+            counters.result()  # (the last statement to read the events)
+            if self.DROP_EVENTS:  # nothing reads them from here on: their memory goes to the nesting
+                self.cur.execute(f"DROP VIEW IF EXISTS {self.p}ev")
+                self.cur.execute(f"DROP TABLE IF EXISTS {self.p}ev_t")
             # (its overview, computed beside the whole rank's nesting: ingest.overview)
             sliced = None if self.on_sliced is None else Beside(
                 self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview")
@@ -177,7 +183,6 @@ class TraceLoad(TraceRead):
         except BaseException:
             counters.join()  # (its own error, if any, is moot now)
             raise
-        counters.result()
         advance()
         for rank, bad in s(f"SELECT rank, count(*) FROM {self.p}counters WHERE value IS NULL GROUP BY rank "
                            "ORDER BY rank").fetchall():
@@ -190,10 +195,9 @@ class TraceLoad(TraceRead):
     def _nest(self, advance=lambda within: None, parts: int = 1) -> np.ndarray:
         """Order, depth and parent of every slice ({p}nest), computed by ``ingest.nesting`` one batch of whole
         tracks at a time (a big track a part at a time), so memory stays bounded however big the trace; and the
-        slice each flow end binds to, with the ends of those tracks (``ingest.traceflows``: the ends staged in
-        ``parts`` parts of whole keys). Returns the local tracks that have slices, sorted."""
+        slice each flow end ({p}fe, ``ingest.traceflows``) binds to, with the ends of those tracks. Returns the
+        local tracks that have slices, sorted."""
         p = self.p
-        self.sql(traceflows.FLOW_ENDS, parts=int(parts))
         self.sql(traceflows.BOUND_TABLE)
         self.sql(NEST_TABLE)
         counts = self.cur.execute(f"SELECT local_track, count(*) FROM {p}x GROUP BY local_track "
@@ -275,7 +279,9 @@ class TraceLoad(TraceRead):
         """rank -> its slices, flows, counters and events."""
         p = self.p
         out: dict[int, dict] = {}
-        for table, key in ((f"{p}ev", "events"), (f"{p}flows", "flows"), (f"{p}counters", "counters")):
+        for rank, n in self.events.items():  # (counted by derive: the events may be gone)
+            out.setdefault(rank, {"slices": 0, "flows": 0, "counters": 0, "events": 0})["events"] = n
+        for table, key in ((f"{p}flows", "flows"), (f"{p}counters", "counters")):
             for rank, n in self.cur.execute(f"SELECT rank, count(*) FROM {table} GROUP BY rank").fetchall():
                 out.setdefault(int(rank), {"slices": 0, "flows": 0, "counters": 0, "events": 0})[key] = int(n)
         for rank, n in self.cur.execute(f"SELECT t.rank, count(*) FROM {p}nest n JOIN {p}tracks t "

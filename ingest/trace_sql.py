@@ -59,9 +59,10 @@ ordered AS (
 SELECT row_number() OVER (ORDER BY rank, rank_track) AS local_track, * FROM ordered
 """
 
-# narrow: the wide columns (name, cat, args) are joined back once, in STAGED_SLICES; B/E pairs carry their own.
-# Stored in the nesting's order (track, start, longer first, file order), so a range of tracks (or of one track's
-# starts) is read by a scan that its zone maps prune, in that order
+# Every slice with its wide columns (name, cat, args: a B/E pair's from its B event, or its E event), stored in the
+# nesting's order (track, start, longer first, file order): a range of tracks (or of one track's starts) is read by a
+# scan that its zone maps prune, in that order, and the nesting's rows, appended in the same order, are written
+# beside them (trace_write.WRITE_SLICES: a positional join, no sort of the wide rows)
 RAW_SLICES = """
 CREATE OR REPLACE TABLE {p}x AS
 WITH be AS (
@@ -73,18 +74,18 @@ lv AS (SELECT *, CASE WHEN ph = 'B' THEN level_after ELSE level_after + 1 END AS
 num AS (SELECT *, row_number() OVER (PARTITION BY rank, pid, tid, lvl, ph ORDER BY ts_ns, seq) AS k FROM lv),
 pairs AS (
     SELECT b.seq, b.rank, b.pid, b.tid, b.ts_ns, e.ts_ns - b.ts_ns AS dur_ns, 'B' AS ph, e.seq IS NULL AS unclosed,
-           coalesce(b.name, e.name) AS name_o, coalesce(b.cat, e.cat) AS cat_o, coalesce(b.args, e.args) AS args_o
+           coalesce(b.name, e.name) AS name, coalesce(b.cat, e.cat) AS cat, coalesce(b.args, e.args) AS args
     FROM num b LEFT JOIN num e ON e.ph = 'E' AND e.rank = b.rank AND e.pid = b.pid AND e.tid = b.tid
                                 AND e.lvl = b.lvl AND e.k = b.k
     WHERE b.ph = 'B'),
 all_slices AS (
     SELECT seq, rank, pid, tid, ts_ns, CASE WHEN ph = 'X' THEN dur_ns ELSE 0 END AS dur_ns, ph, false AS unclosed,
-           NULL::VARCHAR AS name_o, NULL::VARCHAR AS cat_o, NULL::JSON AS args_o
+           name, cat, args
     FROM {p}ev WHERE ph IN ('X', 'i', 'I') AND ts_ns IS NOT NULL
     UNION ALL
     SELECT * FROM pairs)
 SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns, a.ph,
-       a.dur_ns < 0 AS negative_dur, a.unclosed, a.name_o, a.cat_o, a.args_o, a.rank
+       a.dur_ns < 0 AS negative_dur, a.unclosed, a.name, a.cat, a.args, a.rank
 FROM all_slices a JOIN {p}tracks t ON t.rank = a.rank AND t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
 ORDER BY t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) DESC, a.seq
 """
@@ -105,10 +106,7 @@ ORDER BY t.local_track, series, kv.ts_ns
 STEP_NAME = "(name LIKE 'ProfilerStep#%' OR name LIKE 'Python::PythonObserved::ProfilerStep#%')"
 STEPS = """
 CREATE OR REPLACE TABLE {p}steps AS
-WITH named AS (
-    SELECT seq, name FROM {p}ev WHERE """ + STEP_NAME + """ AND ph IN ('X', 'i', 'I')
-    UNION ALL
-    SELECT seq, name_o FROM {p}x WHERE ph = 'B' AND """ + STEP_NAME.replace("name", "name_o") + """),
+WITH named AS (SELECT seq, name FROM {p}x WHERE """ + STEP_NAME + """),
 st AS (
     SELECT t.rank, n.local_id, named.name, TRY_CAST(regexp_extract(named.name, '#(-?[0-9]+)$', 1) AS BIGINT) AS step,
            n.ts_ns AS host_start_ns, n.ts_ns + n.dur_ns AS host_end_ns

@@ -9,8 +9,8 @@ from __future__ import annotations
 # ``local_track`` / ``local_id`` / ``local_flow``.
 OFFSETS = "{p}offsets"
 
-# the ranks' final rows, appended to the run's tables with their id offsets; the wide columns of a slice
-# (name, cat, args) come straight from the events (from its B event, or its E event, for a B/E pair)
+# the ranks' final rows, appended to the run's tables with their id offsets: the slices as nested, row by row
+# beside the slices made (``{p}x``: the same order, with their wide columns), so no join or sort of the wide rows
 WRITE_SLICES = ["""
 INSERT INTO tracks
 SELECT t.local_track + o.track_delta, o.rank_id, t.pid, t.tid, t.process_name, t.thread_name, t.kind, t.label,
@@ -20,12 +20,11 @@ FROM {p}tracks t JOIN {p}offsets o USING (rank) LEFT JOIN ({stats}) s USING (loc
 ORDER BY t.local_track
 """, """
 INSERT INTO slices
-SELECT n.local_id + o.slice_delta, n.local_track + o.track_delta, o.rank_id, n.ts_ns, n.dur_ns, n.depth,
-       nullif(n.parent_local, 0) + o.slice_delta, coalesce(b.name_o, e.name), coalesce(b.cat_o, e.cat), e.ph,
-       coalesce(b.args_o, e.args)
-FROM {p}nest n JOIN {p}ev e USING (seq) JOIN {p}offsets o ON o.rank = e.rank
-LEFT JOIN (SELECT seq, name_o, cat_o, args_o FROM {p}x WHERE ph = 'B') b USING (seq)
-ORDER BY n.local_id
+SELECT n.local_id + {slice_delta}, n.local_track + {track_delta}, {rank_id}, n.ts_ns, n.dur_ns, n.depth,
+       nullif(n.parent_local, 0) + {slice_delta},
+       CASE WHEN n.seq = x.seq THEN x.name ELSE error('the nested slices are out of step with the slices made') END,
+       x.cat, x.ph, x.args
+FROM {p}nest n POSITIONAL JOIN {p}x x
 """]
 # a track's figures in the tracks table, from its nested slices
 TRACK_STATS = """
@@ -106,7 +105,7 @@ def write_slices(cur, prefix: str, derived_pid: int) -> None:
     """Append the nested ranks' tracks and slices to the run's tables (ids from ``{prefix}offsets``)."""
     tracks, slices = WRITE_SLICES
     cur.execute(tracks.format(p=prefix, derived_pid=derived_pid, stats=TRACK_STATS.format(p=prefix)))
-    cur.execute(slices.format(p=prefix))
+    cur.execute(slices.format(p=prefix, **offset_terms(cur, prefix, column="x.rank")))
 
 
 def write_rest(cur, prefix: str) -> None:
