@@ -40,7 +40,7 @@ from .trace_sql import PART_STARTS
 
 OVERVIEW_MIN_SLICES = 1_000_000  # a rank with fewer slices is published whole soon enough
 BUCKETS = 4096  # a lane's buckets over the rank's time, at most: a pixel column of a wide screen, zoomed out
-BATCH_SLICES = 2_000_000  # slices of whole tracks read at a time (a bigger track: a part at a time)
+BATCH_SLICES = 1_000_000  # slices of whole tracks read at a time (a bigger track: a part at a time)
 NAME = "busy"
 ALIAS = "overview_db"
 
