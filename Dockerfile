@@ -2,6 +2,8 @@
 #   docker build -t ascendscope .
 #   docker run -p 8000:8000 -v ascendscope-data:/data ascendscope                       # upload runs in the browser
 #   docker run -p 8000:8000 -v /path/to/profiles:/import:ro ascendscope serve --read-only /import   # share a set
+#   docker run -p 8000:8000 -v /path/to/certs:/certs:ro -e ASCENDSCOPE_TLS_CERT=/certs/server.pem \
+#       -e ASCENDSCOPE_TLS_KEY=/certs/server.key [-e ASCENDSCOPE_TLS_CLIENT_CA=/certs/ca.pem] ascendscope   # HTTPS
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -34,8 +36,9 @@ ENV ASCENDSCOPE_HOST=0.0.0.0 \
     PYTHONUNBUFFERED=1
 VOLUME /data
 EXPOSE 8000
-# /api/health answers without the access token
+# /api/health answers without the access token, over HTTP or HTTPS (ASCENDSCOPE_TLS_CERT); under mutual TLS, which
+# the check cannot pass without a client certificate, it checks that the server takes up a TLS handshake
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('ASCENDSCOPE_PORT', '8000') + '/api/health', timeout=4)"]
+    CMD ["python", "-m", "ascendscope.server.healthcheck"]
 ENTRYPOINT ["ascendscope"]
 CMD ["serve"]

@@ -52,11 +52,11 @@ def shim_for(checkout: Path) -> Path:
 
 
 class Server:
-    """``ascendscope serve`` (read-only) over ``data_dir`` on a free port; ``checkout``: serve that checkout's code
-    instead of this one; ``workers``: None leaves the server's default."""
+    """``ascendscope serve`` (read-only, unless told otherwise) over ``data_dir`` on a free port; ``checkout``: serve
+    that checkout's code instead of this one; ``workers``: None leaves the server's default."""
 
     def __init__(self, data_dir: Path, *, checkout: Path | None = None, workers: int | None = None,
-                 extra_env: dict | None = None):
+                 extra_env: dict | None = None, read_only: bool = True):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("ASCENDSCOPE_")}
@@ -64,7 +64,9 @@ class Server:
         if checkout is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(shim_for(checkout)), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         cmd = [sys.executable, "-m", "ascendscope.server.cli", "serve", "--data-dir", str(data_dir), "--host",
-               "127.0.0.1", "--port", str(self.port), "--no-browser", "--read-only", "--log-level", "warning"]
+               "127.0.0.1", "--port", str(self.port), "--no-browser", "--log-level", "warning"]
+        if read_only:
+            cmd.append("--read-only")
         if workers is not None:
             cmd += ["--workers", str(workers)]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -12,4 +12,6 @@ The tables written are the contract documented in ``docs/schema.md``.
 # 4: the run-level serving_* tables (msServiceProfiler's output, ingest/serving.py)
 # 5: cluster_collectives' window_kernels (each window's kernels by name, for the late rank's excess kernel)
 # 6: ranks' group_folder, own_rank, session (an RL job's role folders that reuse rank ids), cluster_phases' label
-SCHEMA_VERSION = 6
+# 7: the parallel strategy (parallel_strategy, rank_grid, parallel_groups), expert dumps (expert_hotspot,
+# expert_deployment, expert_files) and cluster_moe_kernels
+SCHEMA_VERSION = 7

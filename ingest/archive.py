@@ -10,8 +10,10 @@ Anything else raises :class:`ArchiveError` (its ``kind`` says which rule, the AP
 * symlinks, hardlinks, devices, fifos and sparse files;
 * more than ``max_members`` members, more than ``max_total_bytes`` written, or more than ``max_ratio`` × the
   archive's own size written (zip bombs). Bytes are counted as they are written, so a header that lies about a
-  size gets nowhere. A tar is first scanned header by header (bounded memory) because ``tarfile`` reads an
-  extended header (pax, GNU long name) into memory whole, whatever size it declares.
+  size gets nowhere. Both kinds are counted before they are read: a zip from its end-of-central-directory record,
+  then its directory's headers, before ``zipfile`` builds an entry for each (``ingest.zipdir``); a tar header by
+  header (bounded memory), because ``tarfile`` keeps every member it has read and reads an extended header (pax,
+  GNU long name) into memory whole, whatever size it declares.
 * Nested archives: a member named ``*.zip``/``*.tar``/``*.tar.gz``/``*.tgz`` is extracted once, into a folder of
   its name without the suffix, under the same budget, and then deleted. An archive inside that one is refused:
   extraction never goes deeper than one level.
@@ -31,6 +33,12 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ascendscope.ingest import zipdir
+from ascendscope.ingest.archive_errors import ArchiveError
+
+__all__ = ["ARCHIVE_SUFFIXES", "ArchiveError", "Limits", "Unpacked", "extract", "has_archive_suffix", "is_archive",
+           "sniff", "strip_archive_suffix", "unpack"]
+
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 CHUNK_BYTES = 1 << 20
 RATIO_SLACK_BYTES = 1 << 20  # tiny archives may legitimately expand past the ratio (headers, empty files)
@@ -44,15 +52,6 @@ TAR_EXTENDED_TYPES = (b"x", b"g", b"L", b"K")
 TAR_TYPE_NAMES = {b"1": "a hardlink", b"2": "a symlink", b"3": "a character device", b"4": "a block device",
                   b"6": "a fifo", b"S": "a sparse file"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-class ArchiveError(Exception):
-    """The archive was refused; the message says why. ``kind``: not_archive, empty, corrupt, encrypted, unsafe,
-    nested, too_large or no_space."""
-
-    def __init__(self, message: str, kind: str = "corrupt"):
-        super().__init__(message)
-        self.kind = kind
 
 
 @dataclass
@@ -252,11 +251,11 @@ def _write(src, dest: Path, rel: PurePosixPath, budget: _Budget, member_cap: int
 
 def _unpack_zip(path: Path, dest: Path, budget: _Budget, allow_nested: bool, where: str) -> list:
     written: list[PurePosixPath] = []
+    # counted from the end record and the directory's headers before zipfile builds an entry for each
+    listed = zipdir.check(path, budget.limits.max_members, used=budget.members, where=where)
+    budget.check(budget.written + listed.declared_bytes)  # honest headers fail fast
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
-        if len(infos) + budget.members > budget.limits.max_members:
-            raise ArchiveError(f"refused: more than {budget.limits.max_members} members", "too_large")
-        budget.check(budget.written + sum(i.file_size for i in infos))  # honest headers fail fast
         plan = []
         for info in infos:
             if info.flag_bits & 0x41 or info.compress_type == 99:

@@ -16,7 +16,9 @@ Contract:
     their type), bandwidth = size / time;
   - ``cluster_collectives``: one row per collective op instance per rank with what the rank did before it
     (``ingest/collectives.py``);
-  - ``cluster_phases``: one row per mstx range per rank, with its role and iteration (``ingest/phases.py``).
+  - ``cluster_phases``: one row per mstx range per rank, with its role and iteration (``ingest/phases.py``);
+  - ``cluster_moe_kernels``: the MoE layers' device kernels per rank (GroupedMatmul, token dispatch / combine),
+    each with its call number in the step and its tokens (``ingest/experts.py``).
 
   Every row is computed from one rank's own rows, so the tables of several shards concatenated equal the tables
   built over the whole run. Readers deduplicate matrix links carried by several rank files (the source rank's
@@ -38,7 +40,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from . import collectives, jsonfile, phases
+from . import collectives, experts, jsonfile, phases
 from .breakdown import ConnRunner, breakdown
 from .columns import insert_columns
 from .commfiles import _SLOT, _ms_to_ns, _num, _split_key, _step_id
@@ -104,6 +106,7 @@ def build_cluster_tables(con) -> None:
     con.execute(CLUSTER_MATRIX_SQL)
     collectives.build(con)  # cluster_collectives: the late-arrival analysis's instances (ingest/collectives.py)
     phases.build(con)  # cluster_phases: the mstx ranges as phases (ingest/phases.py)
+    experts.build_moe_kernels(con)  # cluster_moe_kernels: the MoE layers' kernels (ingest/experts.py)
 
 
 # --- cluster_analysis_output -------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from . import (
     SCHEMA_VERSION,
     archive,
     csvfiles,
+    experts,
     jsonfile,
     lod,
     overlap,
@@ -43,6 +44,7 @@ from . import (
     readers,
     serving,
     sqlfuncs,
+    strategy_tables,
     trace_tables,
 )
 from .cluster import find_cluster_dir
@@ -164,7 +166,8 @@ def _mindspore_level(info: dict) -> str | None:
 
 def load_cluster_analysis(con, root: Path) -> list[dict]:
     """msprof-analyze's ``cluster_analysis_output`` under the source into ``cluster_analysis_*`` tables
-    (``ingest.cluster``), and serving output into ``serving_*`` (``ingest.serving``); their warnings go to
+    (``ingest.cluster``), serving output into ``serving_*`` (``ingest.serving``), the parallel strategy
+    (``ingest.strategy``) and expert dumps (``ingest.experts``): the run-level tables; their warnings go to
     ``warnings`` (run-wide: no rank) and are returned."""
     try:
         from .cluster import load_cluster_analysis as load
@@ -172,6 +175,8 @@ def load_cluster_analysis(con, root: Path) -> list[dict]:
         load = None
     texts = list(load(con, root) or []) if load is not None else []
     texts += serving.load_serving(con, root)  # and msServiceProfiler's output: the serving_* tables
+    texts += strategy_tables.build(con)  # the parallel strategy over every rank's metadata (ingest/strategy.py)
+    texts += experts.load_experts(con, root)  # MindIE / vLLM-Ascend expert dumps (ingest/experts.py)
     rows = []
     for text in texts:
         file, sep, message = str(text).partition(": ")
@@ -192,6 +197,9 @@ def build_cluster_tables(con) -> None:
 
 # the rows msprof-analyze's cluster_analysis_output gave (the Cluster view's data even in a run of no ranks)
 CLUSTER_ANALYSIS_ROWS_SQL = "SELECT coalesce(sum(rows), 0)::BIGINT FROM cluster_analysis_files WHERE status <> 'failed'"
+# the rows of the expert dumps (the Cluster view's expert load, even in a run of no ranks)
+EXPERT_ROWS_SQL = ("SELECT coalesce(sum(rows), 0)::BIGINT FROM expert_files "
+                   "WHERE status <> 'failed' AND kind <> 'config'")
 
 
 def summarize(con) -> dict:
@@ -249,6 +257,9 @@ def prepare(src_path: Path, extract_to: Path, progress: Progress) -> Discovery:
     if not disc.ranks and find_cluster_dir(root) is not None:
         # msprof-analyze's output alone: a run of no ranks whose Cluster view reads that folder
         disc.warn(None, "cluster_analysis_output", "no rank folders beside it: only the Cluster view has data")
+        return disc
+    if not disc.ranks and experts.find(root):  # expert dumps alone: a run of no ranks (its Cluster view's heat map)
+        disc.warn(None, "expert dumps", "no rank folders beside them: only the expert load has data")
         return disc
     if not disc.ranks and not serving.find(root):  # serving output alone is a run of no ranks
         detail = "; ".join(f"{f}: {m}" for _, f, m in disc.warnings[:5])
@@ -456,6 +467,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
         if keep_open is not None:
             summary["extra"] = keep_open(con)
             summary["cluster_analysis_rows"] = con.execute(CLUSTER_ANALYSIS_ROWS_SQL).fetchone()[0]
+            summary["expert_rows"] = con.execute(EXPERT_ROWS_SQL).fetchone()[0]
         progress.phase("writing the file")
     return summary
 

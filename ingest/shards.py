@@ -52,7 +52,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import SCHEMA_VERSION, archive, overview, pipeline, readers, serving
+from . import SCHEMA_VERSION, archive, experts, overview, pipeline, readers, serving, strategy_tables
 from .executors import default_workers, make_executor
 from .layout import (
     CLUSTER_DB,
@@ -407,7 +407,10 @@ class ClusterTables:
         self.analysis = [(None, *(str(w).partition(": ")[::2] if ": " in str(w) else ("cluster_analysis_output",
                                                                                          str(w))))
                          for w in [*(load_cluster_analysis(self.con, self.disc.root) or []),
-                                   *serving.load_serving(self.con, self.disc.root)]]
+                                   *serving.load_serving(self.con, self.disc.root),
+                                   # the strategy over every rank's metadata, once (never per shard)
+                                   *strategy_tables.build(self.con, "small_ranks"),
+                                   *experts.load_experts(self.con, self.disc.root)]]
 
     def _columns(self, table: str) -> list[str]:
         return [c for (c,) in self.con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ?",
@@ -463,7 +466,8 @@ class ClusterTables:
                 self.con.execute(f'CREATE TABLE out."{table}" AS {sql}', params)
             for name in [t for (t,) in self.con.execute(
                     "SELECT table_name FROM duckdb_tables() WHERE database_name = 'memory' "
-                    "AND (starts_with(table_name, 'cluster_analysis_') OR starts_with(table_name, 'serving_'))"
+                    "AND (starts_with(table_name, 'cluster_analysis_') OR starts_with(table_name, 'serving_') "
+                    "OR list_contains(?, table_name))", [[*strategy_tables.TABLES, *experts.TABLES]]
             ).fetchall()]:
                 self.con.execute(f'CREATE TABLE out."{name}" AS SELECT * FROM "{name}"')
             self.con.execute(f"CREATE SCHEMA out.{EMPTY_SCHEMA}")
@@ -518,6 +522,7 @@ class ClusterTables:
             bytes_read = int(con.execute("SELECT value FROM meta WHERE key = 'bytes_read'").fetchone()[0])
             tables = total("tables")
             cluster_rows = con.execute(pipeline.CLUSTER_ANALYSIS_ROWS_SQL).fetchone()[0]
+            expert_rows = con.execute(pipeline.EXPERT_ROWS_SQL).fetchone()[0]
             for t in EARLY_TABLES:  # every rank's rows are here, also those of shards that failed
                 if t in self.tables:
                     tables[t] = con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]
@@ -526,7 +531,7 @@ class ClusterTables:
         return {"ranks": ranks, "slices_per_kind": total("slices_per_kind"),
                 "flows_per_category": total("flows_per_category"),
                 "counters": sum(c["counters"] for c in counts), "tables": dict(sorted(tables.items())),
-                "cluster_analysis_rows": cluster_rows,
+                "cluster_analysis_rows": cluster_rows, "expert_rows": expert_rows,
                 "warnings": warnings, "bytes_read": bytes_read, "layout": "sharded",
                 "reused": sum(1 for e in entries if e.get("reused")),
                 "shards": [{k: e[k] for k in ("file", "ranks", "status", "seconds", "warnings", "error")}

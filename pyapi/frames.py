@@ -94,3 +94,36 @@ def to_bytes(frame: pd.DataFrame, fmt: str, path: str | os.PathLike | None = Non
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     return sink.getvalue().to_pybytes()
+
+
+def exact_integers(table):
+    """A query's Arrow result with its whole-number decimals — DuckDB's ``sum`` of integers is a HUGEINT, exported
+    as ``decimal128(38, 0)``, as is any ``DECIMAL(p, 0)`` — as int64 where every value fits (a float would lose
+    epoch ns past 2**53); a column beyond int64 is kept as it is."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, field in enumerate(table.schema):
+        if pa.types.is_decimal(field.type) and field.type.scale == 0:
+            try:
+                column = pc.cast(table.column(i), pa.int64(), safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+            table = table.set_column(i, pa.field(field.name, pa.int64(), field.nullable), column)
+    return table
+
+
+def sql_frame(table) -> pd.DataFrame:
+    """The DataFrame of a query's Arrow result as DuckDB itself converts one (``fetchdf``: nullable ``Int64`` for
+    integers with NULLs, timestamps, lists…), whole numbers kept whole: :func:`exact_integers`, and a whole-number
+    column beyond int64 as Python ints."""
+    import duckdb
+    import pyarrow as pa
+
+    table = exact_integers(table)
+    frame = duckdb.connect().from_arrow(table).df()
+    for i, field in enumerate(table.schema):
+        if pa.types.is_decimal(field.type) and field.type.scale == 0:
+            frame.isetitem(i, pd.Series([None if v is None else int(v) for v in table.column(i).to_pylist()],
+                                        dtype=object))
+    return frame

@@ -5,15 +5,10 @@ SQL console of the server), so that a query can read the documented tables (docs
   a sharded run: ``ingest.layout.connect``), and then ``enable_external_access`` is switched off and
   the configuration locked: no ``read_csv('/etc/passwd')``, no ``COPY … TO``, no ``ATTACH``, no ``INSTALL``/``LOAD``,
   and no ``SET`` that could turn it back on.
-* A query is exactly one statement, of a reading kind (``SELECT`` — which covers ``WITH``, ``FROM t``, ``VALUES``,
-  ``DESCRIBE``, ``SHOW``, ``SUMMARIZE`` — or ``EXPLAIN``): :func:`check_query` refuses anything else by DuckDB's own
-  parse of it, before it runs, so ``CREATE``/``INSERT``/``PRAGMA``/``SET`` never reach the database (an in-memory
-  connection would otherwise accept a ``CREATE TABLE``).
-* It also calls none of :data:`BLOCKED_FUNCTIONS` (found in DuckDB's parse tree), and DuckDB's plan of it scans
-  none of them (a catalog view such as ``duckdb_databases``, ``pragma_database_list``, ``pg_settings`` or
-  ``information_schema.…`` is planned as the table function behind it): functions that run SQL from a string, or
-  show the server's paths and settings, which the locks above do not cover. The refusal goes by what the query
-  reads, not by how it spells it (case, quotes, schema, comments, an ``EXPLAIN`` prefix).
+* A query must pass the rules of ``ascendscope.sqlrules`` (:func:`check_query`): exactly one reading statement,
+  no function that runs SQL from a string or shows the server's paths and settings, no table function that reads
+  a file (DuckDB lets a locked connection read its spill folder and its attached files) or names one, judged by
+  DuckDB's own parse and plan of the query, whatever its spelling or depth.
 * :func:`run_query` binds parameters, can interrupt a query past a deadline, and fetches the result.
 
 The server's SQL console (``server/console.py``, ``server/queries/sql_console.py``) goes through these same
@@ -24,7 +19,6 @@ Only DuckDB: no web stack, no pandas.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable
@@ -33,35 +27,11 @@ from pathlib import Path
 import duckdb
 
 from ascendscope.ingest import layout
+from ascendscope.sqlrules import QueryTimedOut, ReadOnlyQueryError, check_query, first_line
 
-READING_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
-MAX_QUERY_CHARS = 100_000
+__all__ = ["QueryTimedOut", "ReadOnlyQueryError", "check_query", "connect", "lock_down", "open_run", "run_query"]
+
 FETCH_BATCH = 512
-# table functions and functions the locks leave open: SQL run from a string (its text is not checked here), the
-# attached files' paths, settings (temp_directory…), environment variables
-BLOCKED_FUNCTIONS = frozenset({
-    "query", "query_table", "json_execute_serialized_sql", "current_setting", "getenv", "duckdb_databases",
-    "duckdb_settings", "duckdb_temporary_files", "duckdb_extensions", "duckdb_secrets", "duckdb_memory",
-    "duckdb_logs", "duckdb_log_contexts", "pragma_database_list", "pragma_database_size", "pragma_storage_info",
-    "pragma_metadata_info", "pragma_user_agent", "pragma_platform", "which_secret",
-})
-
-
-class ReadOnlyQueryError(ValueError):
-    """A query the read-only rules refuse, or one DuckDB could not run; the message says why and ``code`` names the
-    rule (empty_query, query_too_long, syntax_error, one_statement, read_only, function_refused, query_failed,
-    query_timeout)."""
-
-    def __init__(self, message: str, code: str = "query_failed"):
-        super().__init__(message)
-        self.code = code
-
-
-class QueryTimedOut(ReadOnlyQueryError):
-    """The query ran past its deadline and was interrupted."""
-
-    def __init__(self, message: str):
-        super().__init__(message, "query_timeout")
 
 
 def lock_down(conn: duckdb.DuckDBPyConnection, *, memory_limit: str | None = None, threads: int | None = None,
@@ -77,6 +47,7 @@ def lock_down(conn: duckdb.DuckDBPyConnection, *, memory_limit: str | None = Non
         conn.execute("SET temp_directory = ?", [str(temp_dir)])
     if max_temp_size:
         conn.execute("SET max_temp_directory_size = ?", [max_temp_size])
+    conn.execute("SET enable_progress_bar = false")  # (it would print to the server's terminal)
     conn.execute("SET enable_external_access = false")
     conn.execute("SET autoinstall_known_extensions = false")
     conn.execute("SET autoload_known_extensions = false")
@@ -124,130 +95,6 @@ def open_run(path: str | os.PathLike, ranks: list[int] | None = None, *, memory_
     return conn, None
 
 
-def check_query(conn: duckdb.DuckDBPyConnection, sql: str, params: list | dict | None = None) -> None:
-    """Raise :class:`ReadOnlyQueryError` unless ``sql`` is one reading statement that calls no blocked function and
-    whose plan scans none. ``conn`` only parses and plans (a locked connection, or a cursor of one); ``params`` are
-    the query's bound parameters (the plan needs them)."""
-    if not isinstance(sql, str) or not sql.strip():
-        raise ReadOnlyQueryError("the query is empty", "empty_query")
-    if len(sql) > MAX_QUERY_CHARS:
-        raise ReadOnlyQueryError(f"the query is longer than {MAX_QUERY_CHARS:,} characters", "query_too_long")
-    try:
-        statements = conn.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise ReadOnlyQueryError(_first_line(exc), "syntax_error") from None
-    if len(statements) != 1:
-        raise ReadOnlyQueryError(f"one statement at a time, please (this query has {len(statements)})",
-                                 "one_statement")
-    kind = statements[0].type
-    if kind not in READING_STATEMENTS:
-        raise ReadOnlyQueryError(f"only reading queries run here (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN; "
-                                 f"no ATTACH, COPY, INSTALL, LOAD or SET); this one is {kind.name}", "read_only")
-    # by name first: a blocked scalar function may not survive planning (folded to its value, or failing)
-    blocked = sorted(called_functions(conn, sql) & BLOCKED_FUNCTIONS) or sorted(
-        scanned_functions(conn, sql, params) & BLOCKED_FUNCTIONS)
-    if blocked:
-        raise ReadOnlyQueryError(f"{', '.join(blocked)}: not available here (runs SQL from a string, or shows the "
-                                 "server's files and settings)", "function_refused")
-
-
-def called_functions(conn: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
-    """The (lower-case) names of the functions a reading statement calls: from DuckDB's parse tree of the query (of
-    what an ``EXPLAIN`` explains), or, where DuckDB cannot serialise it (``DESCRIBE``, ``SHOW``…), every name in
-    its text, quoted or not: more than it calls, never less."""
-    inner = _explained(sql)
-    cur = conn.cursor()
-    try:
-        tree = json.loads(cur.execute("SELECT json_serialize_sql(?::VARCHAR)", [inner]).fetchone()[0])
-    except duckdb.Error:
-        tree = {"error": True}
-    finally:
-        cur.close()
-    if tree.get("error"):
-        return _names(sql)
-    out: set[str] = set()
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            name = node.get("function_name")
-            if isinstance(name, str):
-                out.add(name.lower())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return out
-
-
-def scanned_functions(conn: duckdb.DuckDBPyConnection, sql: str, params: list | dict | None = None) -> set[str]:
-    """The (lower-case) table functions DuckDB's plan of ``sql`` (of what an ``EXPLAIN`` explains) scans: what a
-    query reads, whatever it is spelled as — a catalog view (``duckdb_databases``, ``pg_settings``,
-    ``information_schema.…``) is planned as the table function behind it. A query DuckDB cannot plan raises
-    :class:`ReadOnlyQueryError`: it would not run either."""
-    cur = conn.cursor()
-    try:
-        plan = cur.execute(f"EXPLAIN (FORMAT JSON) {_explained(sql)}", params or None).fetchall()
-    except duckdb.Error as exc:
-        raise ReadOnlyQueryError(_first_line(exc)) from None
-    finally:
-        cur.close()
-    out: set[str] = set()
-    stack: list = [json.loads(text) for _kind, text in plan]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            extra = node.get("extra_info")
-            if isinstance(extra, dict) and isinstance(extra.get("Function"), str):
-                out.add(extra["Function"].lower())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return out
-
-
-def _tokens(sql: str) -> list[tuple[str, str]]:
-    """(kind, text) of each token of ``sql`` by DuckDB's own tokenizer, comments dropped."""
-    marks = duckdb.tokenize(sql)
-    out = []
-    for i, (pos, kind) in enumerate(marks):
-        end = marks[i + 1][0] if i + 1 < len(marks) else len(sql)
-        if kind != duckdb.token_type.comment:
-            out.append((kind, sql[pos:end].strip()))
-    return out
-
-
-def _names(sql: str) -> set[str]:
-    """Every identifier and keyword of ``sql``, unquoted and lower-case."""
-    return {text.strip('"').lower() for kind, text in _tokens(sql)
-            if kind in (duckdb.token_type.identifier, duckdb.token_type.keyword)}
-
-
-def _explained(sql: str) -> str:
-    """``sql`` without its ``EXPLAIN [ANALYZE] [(options)]`` prefixes (found by tokens, so a comment or no space
-    between them changes nothing): the query it explains."""
-    rest = sql.strip()
-    while True:
-        marks = [(pos, kind) for pos, kind in duckdb.tokenize(rest) if kind != duckdb.token_type.comment]
-        if not marks or rest[marks[0][0]:marks[0][0] + 7].lower() != "explain" or len(marks) < 2:
-            return rest
-        i = 1
-        word = rest[marks[i][0]:marks[i][0] + 7].lower()
-        if word in ("analyze", "analyse") and len(marks) > 2:
-            i += 1
-        if rest[marks[i][0]] == "(":
-            depth = 0
-            while i < len(marks):
-                ch = rest[marks[i][0]]
-                depth += ch == "("
-                depth -= ch == ")"
-                i += 1
-                if depth == 0 or i == len(marks):
-                    break
-        if i >= len(marks):
-            return rest
-        rest = rest[marks[i][0]:]
-
-
 def run_query(conn: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | dict | None = None, *,
               timeout_s: float | None = None, fetch: str = "df", max_rows: int | None = None,
               keep: Callable[[list[tuple]], bool] | None = None,
@@ -291,14 +138,10 @@ def run_query(conn: duckdb.DuckDBPyConnection, sql: str, params: list | tuple | 
     except duckdb.InterruptException:
         raise QueryTimedOut(f"the query took longer than {timeout_s:g} s and was stopped") from None
     except duckdb.Error as exc:
-        raise ReadOnlyQueryError(_first_line(exc)) from None
+        raise ReadOnlyQueryError(first_line(exc)) from None
     finally:
         if timer is not None:
             timer.cancel()
         if unwatch is not None:
             unwatch()
         cur.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ascendscope import frames, readonly, tables
+from ascendscope import frames, readonly, sqlproc, tables
 from ascendscope.locate import Located
 from ascendscope.server.queries import DuckRunner, Page
 from ascendscope.server.queries import communication as cq
@@ -37,6 +37,7 @@ class Run:
         self._conn = readonly.connect(located.database)
         check_schema(self._conn)  # an older ascendscope's file would be misread: open(..., reingest=True)
         self._ranks: list[int] | None = None
+        self._sql: sqlproc.SqlProcess | None = None
 
     # ---- basics ------------------------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -49,6 +50,9 @@ class Run:
         self.close()
 
     def close(self) -> None:
+        if self._sql is not None:
+            self._sql.close()
+            self._sql = None
         self._conn.close()
 
     def _db(self) -> DuckRunner:
@@ -175,11 +179,31 @@ class Run:
 
     # ---- SQL ---------------------------------------------------------------------------------------------------
     def sql(self, query: str, params: list | tuple | dict | None = None, *, arrow: bool = False,
-            timeout_s: float | None = None) -> pd.DataFrame | pa.Table:
+            timeout_s: float | None = sqlproc.DEFAULT_TIMEOUT_S,
+            memory_limit: str | None = sqlproc.MEMORY_LIMIT) -> pd.DataFrame | pa.Table:
         """Your own reading query over the run's tables (docs/schema.md), with ``?`` or ``$name`` parameters.
         One statement of SELECT / WITH / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN; no file access; anything else
-        raises :class:`ascendscope.ReadOnlyQueryError`."""
-        return readonly.run_query(self._conn, query, params, timeout_s=timeout_s, fetch="arrow" if arrow else "df")
+        raises :class:`ascendscope.ReadOnlyQueryError` (its ``code`` names the rule).
+
+        Bounded as the dashboard's SQL console is: it runs in a process of its own (``ascendscope.sqlproc``),
+        stopped after ``timeout_s`` (:class:`~ascendscope.readonly.QueryTimedOut`), with DuckDB's ``memory_limit``
+        and an address-space limit a little above it (``out_of_memory``, or ``query_crashed`` when the process had
+        to end). ``None`` lifts either; with both lifted the query runs in this process, as fast as DuckDB goes.
+        Sums of integers (HUGEINT) and whole-number decimals come back as integers."""
+        if timeout_s is None and memory_limit is None:
+            table = readonly.run_query(self._conn, query, params, fetch="arrow")
+        else:
+            table = self._worker(memory_limit).arrow(self.database, query, params, timeout_s)
+        table = frames.exact_integers(table)
+        return table if arrow else frames.sql_frame(table)
+
+    def _worker(self, memory_limit: str | None) -> sqlproc.SqlProcess:
+        """The process that runs :meth:`sql` (one per run, started by its first query), held to ``memory_limit``."""
+        if self._sql is None or self._sql.limits.memory_limit != memory_limit:
+            if self._sql is not None:
+                self._sql.close()
+            self._sql = sqlproc.SqlProcess(sqlproc.Limits(memory_limit=memory_limit))
+        return self._sql
 
     # ---- export ------------------------------------------------------------------------------------------------
     def export(self, name: str, path: str | os.PathLike, format: str | None = None, **filters) -> Path:

@@ -1,8 +1,10 @@
 """The FastAPI application: JSON routers, HTML pages, static files and the one error shape.
 
 Adding a JSON resource is one line: put its module name (``server/api/<name>.py`` exposing ``router``) in
-:data:`API_MODULES`. Pages are in ``server.pages``; static files are served from ``frontend/static`` at
-``/static`` and plotly.js from the installed ``plotly`` package at ``/vendor/plotly.min.js``.
+:data:`API_MODULES`. Pages are in ``server.pages``, the API reference (``/docs``, ``/redoc``) in
+``server.apidocs``; static files (``frontend/static`` at ``/static``, plotly.js from the installed ``plotly``
+package at ``/vendor``, Swagger UI and ReDoc at ``/docs-assets``) are served by ``server.assets`` at versioned,
+immutable URLs, precompressed; JSON answers and pages are gzipped by ``server.compression``.
 
 Every error, from any route, leaves as ``{"error": {"code": …, "message": …, "status": …}}`` (HTML pages get
 a small HTML page instead). An unexpected exception is logged with an error id and answers a generic 500 that
@@ -16,32 +18,27 @@ the access token when one is set).
 
 from __future__ import annotations
 
-import base64
 import errno
-import hashlib
 import importlib
 import logging
-import re
 import secrets
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, Response
-from fastapi.staticfiles import StaticFiles
+from fastapi.responses import HTMLResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ascendscope import frontend
-from ascendscope.server import pages, queryprocs
+from ascendscope.server import apidocs, assets, pages, queryprocs
 from ascendscope.server.api import ApiError, FastJSONResponse
-from ascendscope.server.console import ConsoleDatabases
+from ascendscope.server.compression import Compression
+from ascendscope.server.consolepool import ConsolePool
 from ascendscope.server.coordinator import IngestCoordinator
 from ascendscope.server.db import Databases
 from ascendscope.server.errors import HTTP_ANSWERS, http_answer
 from ascendscope.server.fastlane import FastLane
+from ascendscope.server.headmethod import HeadAsGet
 from ascendscope.server.querypool import QueryPool
 from ascendscope.server.requestclock import RequestClock
 from ascendscope.server.runs import RunStore
@@ -64,6 +61,7 @@ API_MODULES = (
     "systemview",
     "compare",
     "cluster",
+    "strategy",
     "export",
     "late_arrivals",
     "critical_path",
@@ -72,7 +70,6 @@ API_MODULES = (
     "serving",
 )
 
-STATIC_DIR = Path(frontend.__file__).resolve().parent / "static"
 FAVICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
                'fill="#4c8dff"/><rect x="3" y="4" width="7" height="2" fill="#fff"/><rect x="5" y="7" width="8" '
                'height="2" fill="#fff"/><rect x="3" y="10" width="5" height="2" fill="#fff"/></svg>')
@@ -80,11 +77,6 @@ HTTP_CODES = {400: "bad_request", 401: "token_required", 403: "forbidden", 404: 
               405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
               422: "invalid_parameter", 500: "internal_error", 507: "insufficient_storage"}
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-# Swagger UI comes from a CDN with one inline start-up script: /docs alone gets a policy that allows exactly those
-SWAGGER_CDN = "https://cdn.jsdelivr.net"
-DOCS_CSP = ("default-src 'self'; script-src 'self' {cdn} {hashes}; style-src 'self' {cdn} 'unsafe-inline'; "
-            "img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; object-src 'none'; "
-            "base-uri 'none'; frame-ancestors 'self'")
 
 
 def query_threads(settings: Settings) -> int:
@@ -93,12 +85,6 @@ def query_threads(settings: Settings) -> int:
     if settings.query_threads > 0:
         return settings.query_threads
     return max(1, cores() // worker_count(settings))
-
-
-def plotly_js_path() -> Path:
-    import plotly  # only needed to locate the bundled file
-
-    return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 
 def create_app(settings: Settings | None = None, *, store: RunStore | None = None,
@@ -120,6 +106,7 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
         if own_ingest and ingest_queue is not None:
             ingest_queue.start()
         queryprocs.pool_for(settings, app.state.query_processes)  # (started now, in the background: not by a user)
+        assets.warm(app.state.assets)
         try:
             yield
         finally:
@@ -136,8 +123,9 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     app.state.settings, app.state.store, app.state.databases = settings, store, databases
     app.state.query_pool = query_pool
     app.state.query_processes = query_process_count(settings) if query_processes else 0
-    app.state.console = ConsoleDatabases(settings.max_loaded_ranks, threads=query_threads(settings),
-                                         temp_dir=store.data_dir / ".console-tmp")  # the SQL console's connections
+    app.state.console = ConsolePool(store.data_dir, size=query_pool.heavy_slots, timeout_s=settings.query_timeout_s,
+                                    max_loaded_ranks=settings.max_loaded_ranks,
+                                    threads=query_threads(settings))  # the SQL console's worker processes
     app.state.ingest_queue = ingest_queue
     if ingest_queue is not None and ingest_queue.on_ready is None:
         ingest_queue.on_ready = databases.forget
@@ -145,37 +133,22 @@ def create_app(settings: Settings | None = None, *, store: RunStore | None = Non
     for name in API_MODULES:
         app.include_router(importlib.import_module(f"ascendscope.server.api.{name}").router)
     app.include_router(pages.router)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-
-    @app.get("/vendor/plotly.min.js", include_in_schema=False)
-    def plotly_js() -> FileResponse:
-        return FileResponse(plotly_js_path(), media_type="text/javascript",
-                            headers={"Cache-Control": "public, max-age=86400"})
+    app.include_router(apidocs.router)
+    assets.install(app)  # /static, /vendor (plotly.js), /docs-assets: versioned, precompressed
 
     @app.get("/favicon.ico", include_in_schema=False)
     def favicon() -> Response:
         return Response(FAVICON_SVG, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
 
-    @app.get("/docs", include_in_schema=False)
-    def docs() -> HTMLResponse:
-        return _docs_page(app)
-
     respond = _install_error_handlers(app)
     app.add_middleware(FastLane)  # innermost: viewport requests answered without the router (server.fastlane)
+    app.add_middleware(Compression)  # JSON answers and pages gzipped (server.compression); not the fast lane's columns
+    app.add_middleware(HeadAsGet)  # HEAD answered as GET without the body, on every route and page
     app.add_middleware(CatchAll, respond=respond)  # added before the security middleware: it runs inside it
     app.add_middleware(SecurityMiddleware, token=settings.token, host=settings.host,
                        allowed_hosts=settings.allowed_hosts)
     app.add_middleware(RequestClock)  # outermost: a request's deadline counts from its arrival
     return app
-
-
-def _docs_page(app: FastAPI) -> HTMLResponse:
-    # relative to /docs, so that it stays under a proxy's prefix
-    page = get_swagger_ui_html(openapi_url=app.openapi_url.lstrip("/"), title=f"{app.title} API")
-    html = page.body.decode()
-    inline = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
-    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in inline)
-    return HTMLResponse(html, headers={"Content-Security-Policy": DOCS_CSP.format(cdn=SWAGGER_CDN, hashes=hashes)})
 
 
 def _install_error_handlers(app: FastAPI):

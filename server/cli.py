@@ -2,6 +2,7 @@
 
     ascendscope serve [PATH ...] [--host 127.0.0.1] [--port 8000] [--workers N] [--data-dir DIR] [--no-browser]
                       [--read-only] [--token TOKEN] [--allowed-hosts NAMES]
+                      [--tls-cert PEM [--tls-key PEM] [--tls-client-ca PEM]]
     ascendscope ingest PATH --out FILE.duckdb
     ascendscope report RUN --format html|md|json -o FILE
     ascendscope compare A B [--fail-if "step_time>+5%" ...]
@@ -29,6 +30,7 @@ import webbrowser
 from pathlib import Path
 from urllib.parse import quote
 
+from ascendscope.server import tls
 from ascendscope.server.settings import Settings, query_process_count, settings_help, worker_count
 
 SOURCE_SCAN_DEPTH = 5  # how deep a subfolder of a multi-run folder is searched for rank folders
@@ -79,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="without a token, the dashboard answers only to localhost, its own address and these "
                             "host names (comma-separated; * for any), against DNS rebinding; listening on 0.0.0.0 "
                             "or :: it also answers to any IP address (default $ASCENDSCOPE_ALLOWED_HOSTS)")
+    serve.add_argument("--tls-cert", default=None, metavar="PEM",
+                       help="serve HTTPS with this certificate (and chain); its key in --tls-key or the same file "
+                            "(default $ASCENDSCOPE_TLS_CERT)")
+    serve.add_argument("--tls-key", default=None, metavar="PEM", help="the private key of --tls-cert")
+    serve.add_argument("--tls-client-ca", default=None, metavar="PEM",
+                       help="require a client certificate signed by one of these CAs (mutual TLS)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
     ingest = sub.add_parser("ingest", help="ingest one path into a DuckDB file")
@@ -91,13 +99,18 @@ def build_parser() -> argparse.ArgumentParser:
                                          "(N users at once, before/after), heavy (System View, Range Stats, search, "
                                          "Advice, Compare on 10 M slices), render (frame times in chromium), "
                                          "insights (late arrivals, critical path and SQL console answer times), "
-                                         "scaling (a sharded ingest projected onto N nodes) or bigtrace (one big "
-                                         "trace: whole-file and byte-range reads, first window, beside the floor)",
+                                         "scaling (a sharded ingest projected onto N nodes), bigtrace (one big "
+                                         "trace: whole-file and byte-range reads, first window, beside the floor), "
+                                         "firstview (a fresh browser's first Operator view, loopback and a "
+                                         "throttled link), archives (hostile and honest uploads: the web "
+                                         "process's time and RSS) strategy (the rank grid and verdicts of "
+                                         "1,024 ranks as they ingest) or console-abuse (hostile SQL console "
+                                         "load beside a prober)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
                        choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling",
-                                "bigtrace", "phases"])
+                                "bigtrace", "phases", "firstview", "archives", "strategy", "console-abuse"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     import importlib
 
@@ -123,7 +136,7 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "bench":
         import importlib
 
-        return importlib.import_module(f"ascendscope.bench.{args.name}").main(args.options)
+        return importlib.import_module(f"ascendscope.bench.{args.name.replace('-', '_')}").main(args.options)
     if args.command in TOOLS:
         import importlib
 
@@ -138,7 +151,9 @@ def serve(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env(data_dir=args.data_dir, host=args.host, port=args.port, workers=args.workers,
                                      query_processes=args.query_processes, no_browser=args.no_browser,
-                                     read_only=args.read_only, token=args.token, allowed_hosts=args.allowed_hosts)
+                                     read_only=args.read_only, token=args.token, allowed_hosts=args.allowed_hosts,
+                                     tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca)
+        tls.check(settings)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -177,10 +192,13 @@ def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) ->
     if not settings.token and not settings.read_only and not _is_loopback(settings.host):
         print(f"warning: serving on {settings.host} without --token: anyone who can reach this port can upload and "
               f"delete runs (add --token TOKEN or --read-only)", file=sys.stderr)
+    if not settings.tls_cert and not _is_loopback(settings.host):
+        print(f"warning: serving on {settings.host} over plain HTTP: the token, the session cookie and the data cross "
+              f"the network in clear (add --tls-cert and --tls-key, or serve behind a TLS proxy)", file=sys.stderr)
     target = f"/runs/{opened[0]}/timeline" if len(opened) == 1 else "/"
 
     def announce(port: int) -> None:
-        url = f"http://{_display_host(settings.host)}:{port}{target}"
+        url = f"{tls.scheme(settings)}://{_display_host(settings.host)}:{port}{target}"
         if settings.token:
             url += f"?token={quote(settings.token, safe='')}"
         mode = " (read-only)" if settings.read_only else ""

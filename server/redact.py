@@ -7,11 +7,17 @@ server's disk. Behind a reverse proxy on the same host every request arrives fro
 request carrying forwarding headers counts as remote.
 
 An uploaded run's source is the client's own file name, shown as ``uploaded NAME`` wherever a path would be.
+Where Python and ascendscope are installed, and the home dir of the user serving — what a traceback or a warning
+in an ingest log names — are shown as ``<python>``, ``<site-packages>``, ``<ascendscope>`` and ``<home>``.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import re
+import site
+import sys
 from dataclasses import replace
 from pathlib import Path, PurePath
 
@@ -46,7 +52,8 @@ def public_run(request, run, data_dir: Path):
 
 
 def scrub(text: str | None, request, run, data_dir: Path) -> str | None:
-    """``text`` with the run's source path and the data dir replaced, for a client that is not local."""
+    """``text`` with the run's source path, the data dir and the install paths replaced, for a client that is not
+    local."""
     if not text or is_local(request):
         return text
     swaps = {str(data_dir): DATA_DIR_SHOWN, str(Path(data_dir).resolve()): DATA_DIR_SHOWN}
@@ -54,4 +61,25 @@ def scrub(text: str | None, request, run, data_dir: Path) -> str | None:
         swaps[run.source] = source_label(request, run)
     for old in sorted(swaps, key=len, reverse=True):  # longest first: the source may lie inside the data dir
         text = text.replace(old, swaps[old])
-    return text
+    return install_paths().sub(lambda m: INSTALL_SHOWN[m.group(0)], text)
+
+
+INSTALL_SHOWN: dict[str, str] = {}
+
+
+@functools.cache
+def install_paths() -> re.Pattern:
+    """A pattern of this server's install paths (as given and resolved), longest first, each a whole path
+    component; :data:`INSTALL_SHOWN` maps each to what a remote client sees instead."""
+    from ascendscope import ingest
+
+    named = [(p, "<site-packages>") for p in [*site.getsitepackages(), site.getusersitepackages()]]
+    named += [(Path(ingest.__file__).parent.parent, "<ascendscope>")]  # the package (or the editable checkout)
+    named += [(p, "<python>") for p in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}]
+    named += [(Path.home(), "<home>")]
+    for path, shown in named:
+        for form in {str(path), str(Path(path).resolve())}:
+            if len(form) > 1:  # never "/" itself
+                INSTALL_SHOWN.setdefault(form, shown)
+    paths = sorted(INSTALL_SHOWN, key=len, reverse=True)
+    return re.compile("|".join(f"{re.escape(p)}(?![\\w.-])" for p in paths))

@@ -299,7 +299,7 @@ class RunStore(IngestFiles):
     def restore_upload(self, run: Run, limits) -> None:
         """Extract an upload's kept archive again (under ``limits``, as the upload was) when its files are gone.
         Raises ``ingest.archive.ArchiveError``."""
-        from ascendscope.ingest import archive
+        from ascendscope.ingest import unpackproc
 
         folder = self.run_dir(run.id)
         if run.origin != "upload" or (folder / SOURCE_DIR).is_dir() or not (folder / UPLOAD_ARCHIVE).is_file():
@@ -307,7 +307,7 @@ class RunStore(IngestFiles):
         partial = folder / f"{SOURCE_DIR}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         try:
-            archive.unpack(folder / UPLOAD_ARCHIVE, partial, limits)
+            unpackproc.unpack(folder / UPLOAD_ARCHIVE, partial, limits)  # (never in the web process)
             os.rename(partial, folder / SOURCE_DIR)
         finally:
             shutil.rmtree(partial, ignore_errors=True)

@@ -6,7 +6,7 @@
   connections from this origin only (no inline script, no eval; framed only by pages of this same origin, as a
   notebook behind the same Jupyter proxy frames a view for ``Run.show``), ``nosniff``, ``no-referrer`` and
   ``X-Frame-Options: SAMEORIGIN``. A route that needs another policy sets its own CSP header, which is kept: the
-  chart pages allow inline *styles* for plotly.js (:data:`CSP_WITH_PLOTLY`), the API docs page its CDN;
+  chart pages and the API reference allow inline *styles* (:data:`CSP_WITH_PLOTLY`);
 * without a token, refuses (400 ``host_not_allowed``) a request whose ``Host`` is not a name this server answers
   to: DNS rebinding points an attacker's host name at 127.0.0.1, after which a page from that name reads the
   dashboard as "same origin". Answered: localhost, loopback addresses, the address the connection was made to,

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ascendscope.server import tls
 from ascendscope.server.settings import SETTINGS, Settings, worker_count
 
 APP_FACTORY = "ascendscope.server.serving:app_from_env"
@@ -61,7 +62,7 @@ def run(settings: Settings, log_level: str, on_listening: Callable[[int], None])
     workers = worker_count(settings)
     os.environ.update(settings_env(settings))  # what each worker process reads (they inherit the environment)
     config = uvicorn.Config(APP_FACTORY, factory=True, host=settings.host, port=settings.port, workers=workers,
-                            log_level=log_level, access_log=log_level == "debug")
+                            log_level=log_level, access_log=log_level == "debug", **tls.uvicorn_options(settings))
     if workers == 1:
         server = _server_class()(config)
 
@@ -82,7 +83,8 @@ def run(settings: Settings, log_level: str, on_listening: Callable[[int], None])
     port = sock.getsockname()[1]
     supervisor = _supervisor_class()(config, sockets=[sock])
     stop_watch = threading.Event()
-    threading.Thread(target=_announce_when_ready, args=(_local(settings.host), port, on_listening, stop_watch),
+    threading.Thread(target=_announce_when_ready,
+                     args=(_local(settings.host), port, settings, on_listening, stop_watch),
                      name="ascendscope-announce", daemon=True).start()
     try:
         supervisor.run()
@@ -148,21 +150,14 @@ def _local(host: str) -> str:
     return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
 
 
-def _announce_when_ready(host: str, port: int, on_listening: Callable[[int], None], stop: threading.Event) -> None:
-    """Waits until a worker answers ``/api/health`` on the shared socket (it needs no token), then announces."""
-    import http.client
-
+def _announce_when_ready(host: str, port: int, settings: Settings, on_listening: Callable[[int], None],
+                         stop: threading.Event) -> None:
+    """Waits until a worker answers on the shared socket (``/api/health`` needs no token; ``server.tls.probe``),
+    then announces."""
     while not stop.is_set():
-        conn = http.client.HTTPConnection(host, port, timeout=2)
-        try:
-            conn.request("GET", "/api/health")
-            if conn.getresponse().status == 200:
-                on_listening(port)
-                return
-        except OSError:
-            pass
-        finally:
-            conn.close()
+        if tls.probe(host, port, settings):
+            on_listening(port)
+            return
         stop.wait(READY_POLL_S)
 
 

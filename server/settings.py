@@ -68,6 +68,11 @@ SETTINGS: tuple[Setting, ...] = (
             "require this token on every request (Authorization: Bearer, or ?token= once per browser)"),
     Setting("allowed_hosts", OPTIONAL_STR, None, "host names the dashboard answers to besides localhost and its own "
                                                  "address (comma-separated; * for any); checked only without a token"),
+    Setting("tls_cert", OPTIONAL_STR, None, "serve HTTPS only, with this PEM certificate (and its chain); its key "
+                                            "in ASCENDSCOPE_TLS_KEY, or in the same file"),
+    Setting("tls_key", OPTIONAL_STR, None, "the PEM private key of the TLS certificate"),
+    Setting("tls_client_ca", OPTIONAL_STR, None, "with a TLS certificate: refuse every client without a certificate "
+                                                 "signed by a CA of this PEM file (mutual TLS)"),
     Setting("ingest_workers", int, 1, "runs ingested at the same time, one worker process each"),
     Setting("ingest_retries", int, 1,
             "times a run whose worker died (killed, crashed) is ingested again before it fails"),

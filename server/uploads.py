@@ -2,9 +2,10 @@
 
 :func:`receive_upload` parses the ``multipart/form-data`` body as it arrives (never the whole file in memory) and
 writes the ``file`` part into a hidden staging folder inside the runs folder (``runs/.upload-*``). Then, still in
-the request, :func:`ingest.archive.unpack` extracts it under the configured limits into ``<staging>/source`` and
-discovery must find at least one rank (or msServiceProfiler output). Only then does the staging folder get its
-run.json and its run id (a rename), so the run appears complete and ``queued``, and the ingest queue picks it up.
+the request, :func:`ingest.archive.unpack` extracts it under the configured limits into ``<staging>/source``, in a
+process of its own (``ingest.unpackproc``: the web process never opens the archive), and discovery must find at
+least one rank (or msServiceProfiler output). Only then does the staging folder get its run.json and its run id
+(a rename), so the run appears complete and ``queued``, and the ingest queue picks it up.
 
 Any refusal is a :class:`server.errors.UploadRefused` (``server.errors`` maps each kind to its 4xx answer), raised
 after the staging folder is removed: a refused or interrupted upload leaves no run, no run folder and no temp
@@ -31,7 +32,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
-from ascendscope.ingest import archive
+from ascendscope.ingest import archive, unpackproc
 from ascendscope.ingest.discover import discover
 from ascendscope.ingest.serving import find as find_serving
 from ascendscope.server.errors import (
@@ -219,7 +220,7 @@ def _check_and_commit(store: RunStore, staging: Path, filename: str, name: str, 
     upload = staging / UPLOAD_FILE
     started = time.perf_counter()
     try:
-        unpacked = archive.unpack(upload, staging / SOURCE_DIR, limits)
+        unpacked = unpackproc.unpack(upload, staging / SOURCE_DIR, limits)  # in a process of its own
     except archive.ArchiveError as exc:
         raise ARCHIVE_REFUSALS.get(exc.kind, BadArchive)(f"{filename}: {exc}") from None
     upload.rename(staging / UPLOAD_ARCHIVE)  # kept: Retry can extract it again (trim_kept_uploads bounds them)

@@ -15,7 +15,10 @@ restart), re-read by :meth:`IngestQueue.start`. A worker that dies without recor
 crash) leaves no database: its temp files are removed and the run is queued again, up to ``retries`` times,
 then marked failed with the reason. A failure the pipeline reports (bad input) is not retried: it would fail
 the same way. A run that loads nothing a view can show (no slices, counters or table rows) fails too, listing
-the warnings. The reason of every failure is in the run's ingest.log.
+the warnings. The reason of every failure is in the run's ingest.log. Storage that fails under an ingest (the data
+dir made read-only or immutable) is neither a crash nor bad input: the worker, unable to write even the outcome,
+says why on a pipe and exits with ``STORAGE_EXIT``, and the run is failed with that reason as soon as its folder
+can be written again (tried every ``STORAGE_RETRY_S``), so that Retry takes it.
 
 A worker leads a process group of its own, which its pool (the fork server and the processes it forks) joins. When
 a worker has exited, the queue waits until nothing of that group runs any more (killing what is left after
@@ -43,7 +46,7 @@ import time
 from collections.abc import Callable
 
 from ascendscope.server.runs import RunNotFound, RunStore
-from ascendscope.server.workerprocess import BUSY_EXIT, ingest_worker
+from ascendscope.server.workerprocess import BUSY_EXIT, STORAGE_EXIT, ingest_worker
 from ascendscope.server.workerprocess import nothing_loaded as nothing_loaded  # (callers import it from here too)
 
 log = logging.getLogger("ascendscope.worker")
@@ -54,6 +57,7 @@ WORKER_PRELOAD = ["ascendscope.server.worker", "ascendscope.ingest.pipeline", "a
 LOCK_POLL_S = 0.2  # how often the queue looks whether another process's worker let go of a run
 GROUP_WAIT_S = 5.0  # how long the processes of an exited worker's group may take to exit before they are killed
 GROUP_POLL_S = 0.02
+STORAGE_RETRY_S = 2.0  # how often a run whose folder could not be written is tried again, to record it failed
 
 
 class IngestQueue:
@@ -178,11 +182,8 @@ class IngestQueue:
                     again = self._run_one(ctx, run_id)
             except Exception as exc:  # the queue must survive one bad run
                 log.exception("ingest of run %s failed", run_id)
-                try:
-                    self.store.set_status(run_id, "failed", error=f"could not run the ingest worker: {exc}"[:2000],
-                                          finished=time.time(), progress=None, worker_pid=None)
-                except (RunNotFound, OSError):
-                    pass
+                self.fail_when_writable(run_id, unwritable(str(exc)) if isinstance(exc, OSError)
+                                        else f"could not run the ingest worker: {exc}")
             finally:
                 if run_id is not None:
                     with self._lock:
@@ -206,27 +207,38 @@ class IngestQueue:
             return False
         run = self.store.update(run_id, attempts=run.attempts + 1)
         lifeline, server_end = ctx.Pipe(duplex=False)  # the worker gets the read end; only we hold the write end
+        said, report = ctx.Pipe(duplex=False)  # what the worker could not write into the run's folder
         # not a daemon: the worker starts its own pool of processes (it still dies with the server: its lifeline)
         proc = ctx.Process(target=ingest_worker, args=(str(self.store.data_dir), run_id, lifeline),
-                           kwargs={"options": self.ingest_options}, name=f"ascendscope-ingest-{run_id}",
-                           daemon=False)
+                           kwargs={"options": self.ingest_options, "report": report},
+                           name=f"ascendscope-ingest-{run_id}", daemon=False)
         try:
             with self._lock:
                 if run_id in self._cancelled:
                     return False
                 proc.start()
                 self._procs[run_id] = proc
-            lifeline.close()  # the worker has its own copy now
+            lifeline.close()  # the worker has its own copies now
+            report.close()
             proc.join()
+            unwritten = _said(said)
         finally:
-            lifeline.close()
-            server_end.close()
+            for end in (lifeline, server_end, said, report):
+                end.close()
         if proc.pid is not None:
             end_group(proc.pid)  # nothing the worker started still writes into the run's folder
         with self._lock:
             self._procs.pop(run_id, None)
             if run_id in self._cancelled:
                 return False
+        try:
+            return self._after_worker(run_id, run, proc, unwritten)
+        except OSError as exc:  # the run's folder cannot be written (storage failing): record it once it can
+            self.fail_when_writable(run_id, unwritable(unwritten or str(exc)))
+            return False
+
+    def _after_worker(self, run_id: str, run, proc, unwritten: str | None) -> bool:
+        """What the worker's exit means for the run (see :meth:`_run_one`)."""
         if proc.exitcode == BUSY_EXIT:  # another process took the run between our look and the worker's
             self.store.update(run_id, attempts=run.attempts - 1)
             return True
@@ -239,6 +251,9 @@ class IngestQueue:
                 self.on_ready(run_id)
             return False
         if run.status not in ("queued", "ingesting"):
+            return False
+        if proc.exitcode == STORAGE_EXIT:  # not a crash: retrying now would meet the same folder
+            self.fail_when_writable(run_id, unwritable(unwritten or "no detail"))
             return False
         # the worker died without recording an outcome: no database was renamed into place
         self.store.clean_partial(run_id)
@@ -260,6 +275,41 @@ class IngestQueue:
                               error=f"the ingest worker {reason} (attempt {run.attempts} of {tries}); "
                                     f"{self.store.log_hint(run_id)}")
         return False
+
+    def fail_when_writable(self, run_id: str, error: str) -> None:
+        """Mark the run failed with ``error`` — now, or, while its folder cannot be written (storage failing: made
+        read-only or immutable), as soon as it can: tried every :data:`STORAGE_RETRY_S` on a thread of its own
+        until it works or the queue stops (a restart then finds the run interrupted). Nothing is done if a live
+        process holds the run's ingest lock by then."""
+        if self._fail_now(run_id, error):
+            return
+        log.warning("run %s: its folder cannot be written; it is marked failed once it can be (%s)", run_id, error)
+        threading.Thread(target=self._fail_later, args=(run_id, error), name=f"ascendscope-unwritable-{run_id}",
+                         daemon=True).start()
+
+    def _fail_later(self, run_id: str, error: str) -> None:
+        while not self._stopping.wait(STORAGE_RETRY_S):
+            if self._fail_now(run_id, error):
+                log.info("run %s: its folder can be written again; marked failed", run_id)
+                return
+
+    def _fail_now(self, run_id: str, error: str) -> bool:
+        """True once the run is failed with ``error`` (or no longer the queue's to fail); False if its folder
+        still cannot be written."""
+        try:
+            if not self.store.clean_partial(run_id):
+                return True
+            self.store.set_status(run_id, "failed", error=error[:2000], finished=time.time(), progress=None,
+                                  worker_pid=None)
+        except RunNotFound:
+            return True
+        except OSError:
+            return False
+        try:
+            self.store.append_log(run_id, error)
+        except OSError:
+            pass
+        return True
 
     def _wait_for_lock(self, run_id: str) -> bool:
         """Wait while a live process holds the run's ingest lock; False if the queue stops or the run is
@@ -335,6 +385,19 @@ def exit_reason(exitcode: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-exitcode}"
     return f"exited with code {exitcode} without a result"
+
+
+def _said(said) -> str | None:
+    """What the exited worker sent on its report pipe, if anything (a pipe closed empty polls readable too)."""
+    try:
+        return said.recv_bytes().decode("utf-8", "replace") if said.poll() else None
+    except (EOFError, OSError):
+        return None
+
+
+def unwritable(detail: str) -> str:
+    """The error of a run whose folder could not be written during its ingest."""
+    return f"the ingest stopped: the run's folder could not be written ({detail}); Retry ingests it again"
 
 
 def _note(text: str) -> dict:

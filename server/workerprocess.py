@@ -34,16 +34,26 @@ from ascendscope.server.runs import (
 )
 
 BUSY_EXIT = 75  # a worker's exit code when another live process holds the run's ingest lock
+STORAGE_EXIT = 74  # … when the run's folder could not be written, not even its outcome (EX_IOERR)
+MAX_REPORT_CHARS = 2000
+TRACKER_WARNINGS = "ignore:resource_tracker:UserWarning"  # a -W filter: the leaked-semaphore warning
 MAX_LISTED_WARNINGS = 8  # warnings quoted in the error of a run that loaded nothing
 MAX_LOGGED_WARNINGS = 1000  # warnings written to ingest.log
 
 
-def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | None = None) -> None:
+class Unrecorded(Exception):
+    """The ingest ended but its outcome could not be written into the run's folder (the message says both)."""
+
+
+def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | None = None, report=None) -> None:
     """Worker process body: ingest one run, reporting progress and the outcome in its run.json.
 
     ``lifeline`` is the read end of a pipe the server holds open; the worker kills itself when it closes.
     ``options``: extra keyword arguments of ``ingest_sharded``, but ``prewarm_min_slices``: the fewest slices a
-    run has for its index files to be written ahead once it is ready (``server.prewarm.MIN_SLICES``)."""
+    run has for its index files to be written ahead once it is ready (``server.prewarm.MIN_SLICES``).
+    ``report``: the write end of a pipe to the queue. When the run's folder cannot be written (storage failing:
+    read-only, immutable), not even to record the outcome, the worker says why on it and exits with
+    :data:`STORAGE_EXIT`; the queue records it once the folder can be written again."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl+C is the server's to act on)
     try:
         os.setpgid(0, 0)  # a group of our own, which the processes we start join (see the module docstring)
@@ -53,7 +63,18 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | Non
     min_slices = options.pop("prewarm_min_slices", None)
     if lifeline is not None:
         _die_with_server(lifeline)
-    store = RunStore(data_dir)
+    try:
+        _ingest(RunStore(data_dir), run_id, options, min_slices)
+    except (Unrecorded, OSError) as exc:
+        if report is not None:
+            try:
+                report.send_bytes(str(exc)[:MAX_REPORT_CHARS].encode("utf-8", "replace"))
+            except OSError:
+                pass
+        raise SystemExit(STORAGE_EXIT) from None
+
+
+def _ingest(store: RunStore, run_id: str, options: dict, min_slices: int | None) -> None:
     try:
         lock = store.hold_ingest_lock(run_id)
         if lock is None:
@@ -99,8 +120,8 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | Non
         if run.origin == "upload":  # the client knows its file by name, not by our folder
             message = message.replace(str(source), run.source)
         shutil.rmtree(work, ignore_errors=True)
-        store.set_status(run_id, "failed", error=message[:2000], finished=time.time(), progress=None,
-                         worker_pid=None)
+        _record(store, run_id, "failed", message, error=message[:2000], finished=time.time(), progress=None,
+                worker_pid=None)
         return
     progress.close()
     shutil.rmtree(work, ignore_errors=True)
@@ -118,18 +139,26 @@ def ingest_worker(data_dir: str, run_id: str, lifeline=None, options: dict | Non
     if empty is not None:  # every view would be blank: not a ready run
         store.remove_database(run_id)
         wlog.error("%s", empty)
-        store.set_status(run_id, "failed", error=empty, finished=time.time(), progress=None,
-                         summary=_brief_summary(summary), worker_pid=None)
+        _record(store, run_id, "failed", empty, error=empty, finished=time.time(), progress=None,
+                summary=_brief_summary(summary), worker_pid=None)
         return
     brief = _brief_summary(summary)
     wlog.info("ready: %d rank(s), %d warning(s), %.1f s", len(summary.get("ranks") or []),
               brief["warning_count"], summary.get("seconds") or 0)
-    store.set_status(run_id, "ready", finished=time.time(), progress=None, summary=brief,
-                     rank_count=len(summary.get("ranks") or []), worker_pid=None)
+    _record(store, run_id, "ready", "the ingest finished", finished=time.time(), progress=None, summary=brief,
+            rank_count=len(summary.get("ranks") or []), worker_pid=None)
     if run.origin == "upload":  # the database holds everything the views read
         shutil.rmtree(run_dir / SOURCE_DIR, ignore_errors=True)
         store.update(run_id, size=folder_bytes(run_dir))
     _prewarm(store, run_id, wlog, min_slices)
+
+
+def _record(store: RunStore, run_id: str, status: str, what: str, **fields) -> None:
+    """The outcome in run.json; :class:`Unrecorded`, saying ``what`` happened, when the folder cannot be written."""
+    try:
+        store.set_status(run_id, status, **fields)
+    except OSError as exc:
+        raise Unrecorded(f"{what}; its outcome could not be written: {exc}") from exc
 
 
 def _prewarm(store: RunStore, run_id: str, wlog: logging.Logger, min_slices: int | None) -> None:
@@ -156,9 +185,13 @@ def _prewarm(store: RunStore, run_id: str, wlog: logging.Logger, min_slices: int
 def _own_resource_tracker() -> None:
     """Track the ingest pool's semaphores in a resource tracker of this worker's own (started on first use, its
     output in the run's log), not in the server's, which this process inherited: a worker stopped mid-ingest
-    leaves them behind, and the server's tracker would say so on the server's terminal when it exits."""
+    leaves them behind, and the server's tracker would say so on the server's terminal when it exits. Ours removes
+    them without its warning ("There appear to be N leaked semaphore objects", naming Python's install path): the
+    queue already logs why the attempt ended (the tracker takes the warning filters of the process that starts it)."""
+    import sys
     from multiprocessing import resource_tracker
 
+    sys.warnoptions.append(TRACKER_WARNINGS)
     tracker = resource_tracker._resource_tracker
     with tracker._lock:
         tracker._fd = tracker._pid = None
@@ -181,7 +214,7 @@ def nothing_loaded(summary: dict) -> str | None:
     """The error of a run in which no view has anything to show (None if something was loaded)."""
     slices = sum((summary.get("slices_per_kind") or {}).values())
     rows = (sum((summary.get("tables") or {}).values()) + int(summary.get("counters") or 0)
-            + int(summary.get("cluster_analysis_rows") or 0))
+            + int(summary.get("cluster_analysis_rows") or 0) + int(summary.get("expert_rows") or 0))
     if slices or rows:
         return None
     warnings = summary.get("warnings") or []

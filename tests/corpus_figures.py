@@ -88,3 +88,27 @@ def gpu_compute_union_ns(events: list[dict]) -> int:
         else:
             reach_end = max(reach_end, e)
     return total + ((reach_end - reach_start) if reach_end is not None else 0)
+
+
+def expert_hotspot_figures(folder: Path) -> dict[str, dict[int, list[int]]]:
+    """``{phase: {layer: [tokens per slot]}}`` of the ``{phase}_0.csv`` dumps: their last ``num_moe_layers`` rows
+    (the latest collection), layer 0 first."""
+    keep = json.loads((folder / "model_gen_config.json").read_text(encoding="utf-8"))["num_moe_layers"]
+    out = {}
+    for path in sorted(folder.glob("*_0.csv")):
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = [[int(v) for v in row] for row in csv.reader(fh) if row]
+        out[path.name.split("_")[0]] = dict(enumerate(rows[-keep:]))
+    return out
+
+
+def expert_deployment_figures(path: Path) -> dict[int, dict[int, int]]:
+    """``{layer: {expert: copies}}`` of a ``*_global_deployment.json``."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out: dict[int, dict[int, int]] = {}
+    for layer in data["layer_list"]:
+        copies = out.setdefault(layer["layer_id"], {})
+        for dev in layer["device_list"]:
+            for e in dev["device_expert"]:
+                copies[e] = copies.get(e, 0) + 1
+    return out

@@ -269,3 +269,29 @@ def test_serving_trace_spans_on_the_timeline(corpus, name):
         rows = corpus[0].get(f"/api/runs/{rid}/query", params={"sql": sql}).json()["rows"]
         assert rows[0][0] == len(durs) > 0
         assert abs(rows[0][1] - sum(durs) * 1000) <= len(durs)  # µs with fractions, rounded to whole ns
+
+
+def test_expert_hotspot_dumps(corpus):
+    """MindIE's hotspot dumps alone are a run: per phase, the layer × expert heat map holds each layer's latest
+    counts (experts numbered by position: no deployment beside them), and the hottest expert of each layer."""
+    name = "msinsight_expert_hotspot_2025"
+    stated = cf.expert_hotspot_figures(CORPUS / name)
+    client, rid = corpus[0], _run(corpus, name)[0]
+    for phase, layers in stated.items():
+        got = client.get(f"/api/runs/{rid}/strategy/experts", params={"phase": phase}).json()
+        assert got["source"] == "dumps" and got["expert_from"] == "position" and sorted(got["phases"]) == sorted(stated)
+        assert got["layers"] == sorted(layers) and got["experts"] == list(range(len(layers[0])))
+        assert got["z"] == [layers[layer] for layer in got["layers"]]
+        assert [p["hottest_expert"] for p in got["per_layer"]] == [
+            max(range(len(row)), key=lambda e: (row[e], -e)) for row in (layers[layer] for layer in got["layers"])]
+
+
+def test_expert_deployment(corpus):
+    name = "msinsight_expert_deployment_2025"
+    stated = cf.expert_deployment_figures(CORPUS / name / "prefill_global_deployment.json")
+    got = corpus[0].get(f"/api/runs/{_run(corpus, name)[0]}/strategy/experts").json()
+    assert got["source"] == "deployment" and got["phase"] == "prefill" and got["layers"] == sorted(stated)
+    for i, layer in enumerate(got["layers"]):
+        assert {e: c for e, c in zip(got["experts"], got["z"][i]) if c} == stated[layer]
+    most = max(c for layer in stated.values() for c in layer.values())
+    assert got["hottest"][0]["copies"] == most

@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import shutil
+import ssl
 import subprocess
 import sys
 import tomllib
@@ -19,6 +20,7 @@ import pytest
 
 from tests.conftest import PYTORCH_TEXT, free_port, needs_samples
 from tests.server.test_cli_serve import stop, wait_for
+from tests.tlscerts import make_pki, needs_openssl
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -85,7 +87,7 @@ def test_image_shape():
     (user,) = [a for o, a in stage if o == "USER"]
     assert user.split(":")[0] not in ("0", "root")
     assert ("VOLUME", "/data") in stage and ("EXPOSE", "8000") in stage
-    assert any(o == "HEALTHCHECK" and "/api/health" in a for o, a in stage)
+    assert any(o == "HEALTHCHECK" and "ascendscope.server.healthcheck" in a for o, a in stage)
     env = env_of(stage)
     assert env["ASCENDSCOPE_HOST"] == "0.0.0.0" and env["ASCENDSCOPE_DATA_DIR"] == "/data"
     assert env["ASCENDSCOPE_NO_BROWSER"] == "1"
@@ -116,12 +118,15 @@ def run_image(tmp_path: Path, args: list[str] | None = None, **env) -> tuple[sub
     return proc, f"http://127.0.0.1:{port}"
 
 
-def healthcheck_passes(base: str) -> bool:
+def healthcheck_passes(base: str, **env) -> bool:
+    """The image's HEALTHCHECK command against the server at ``base``, with the image's environment (and ``env``,
+    as ``docker run -e`` gives it to the container's every process)."""
     (args,) = [a for o, a in final_stage() if o == "HEALTHCHECK"]
     argv = json.loads(args.split("CMD", 1)[1])
     argv[0] = sys.executable if argv[0] == "python" else argv[0]
     port = base.rsplit(":", 1)[1]
-    return subprocess.run(argv, env={**os.environ, "ASCENDSCOPE_PORT": port}, timeout=30).returncode == 0
+    full_env = {**os.environ, **env_of(final_stage()), "ASCENDSCOPE_PORT": port, **env}
+    return subprocess.run(argv, env=full_env, timeout=30).returncode == 0
 
 
 def test_the_image_command_serves_and_is_healthy(tmp_path):
@@ -133,6 +138,26 @@ def test_the_image_command_serves_and_is_healthy(tmp_path):
     finally:
         output = stop(proc)
     assert "ascendscope is serving" in output and (tmp_path / "data" / "runs").is_dir()
+
+
+@needs_openssl
+def test_the_image_serves_mutual_tls_and_is_healthy(tmp_path):
+    """The README's HTTPS command: the certificates mounted and named by -e; the health check passes though it has
+    no client certificate, and a client with one is answered."""
+    pki = make_pki(tmp_path / "certs")
+    tls = {"ASCENDSCOPE_TLS_CERT": str(pki.server_cert), "ASCENDSCOPE_TLS_KEY": str(pki.server_key),
+           "ASCENDSCOPE_TLS_CLIENT_CA": str(pki.ca)}
+    proc, base = run_image(tmp_path, **tls)
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    context.load_cert_chain(str(pki.client_cert), str(pki.client_key))
+    url = base.replace("http://", "https://") + "/api/health"
+    try:
+        assert wait_for(lambda: httpx.get(url, verify=context, timeout=2).json()["status"] == "ok", 30)
+        assert healthcheck_passes(base, **tls)
+        assert not healthcheck_passes(base)  # (plain HTTP to a TLS port: the check does fail when it should)
+    finally:
+        output = stop(proc)
+    assert "ascendscope is serving" in output and "at https://127.0.0.1:" in output
 
 
 @needs_samples

@@ -55,6 +55,9 @@ log = logging.getLogger("ascendscope.api")
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+RANK_MAX = 2 ** 31 - 1  # ranks are INTEGER in the database
+SHIFT_MAX_NS = 1 << 62  # a timeline shift beyond ±146 years: as far as the ingest lets a time go (TS_LIMIT)
+ShiftNs = Annotated[int, Field(ge=-SHIFT_MAX_NS, le=SHIFT_MAX_NS)]
 
 
 class ApiError(Exception):

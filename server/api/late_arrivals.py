@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ascendscope.server.api import ApiError, Int64, RunDbDep, fast_json
+from ascendscope.server.api import RANK_MAX, ApiError, Int64, RunDbDep, fast_json
 from ascendscope.server.api.viewparams import (
     DEFAULT_LIMIT,
     LimitQ,
@@ -91,9 +91,9 @@ def late_totals(db: RunDbDep, step: StepQ = None,
 def late_chains(db: RunDbDep, start_ns: Int64, end_ns: Int64, waiters: WaitersQ = None) -> dict:
     """The wait chains to draw on the timeline in ``[start_ns, end_ns]`` (absolute ns): per instance, the last
     rank's op and the ops of ``waiters`` with their wait."""
-    try:
-        ranks = [int(r) for r in (waiters or "").split(",") if r.strip()]
-    except ValueError:
-        raise ApiError(422, "invalid_parameter", "waiters must be comma-separated rank numbers",
-                       parameter="waiters") from None
+    given = [r.strip() for r in (waiters or "").split(",") if r.strip()]
+    if not all(r.isascii() and r.isdigit() and int(r) <= RANK_MAX for r in given):
+        raise ApiError(422, "invalid_parameter", f"waiters must be comma-separated rank numbers (0 to {RANK_MAX})",
+                       parameter="waiters")
+    ranks = [int(r) for r in given]
     return la.chains(db, start_ns, end_ns, ranks)

@@ -82,12 +82,13 @@ def memory_curves(db: RunDbDep, rank: RankQ = None, start_ns: AbsNsQ = None, end
 
 @router.get("/modules")
 def memory_modules(db: RunDbDep, rank: RankQ = None, max_points: MaxPointsQ = mq.DEFAULT_MAX_POINTS) -> dict:
-    """Reserved memory per CANN module (npu_module_mem.csv); modules that never reserve memory are left out."""
+    """Reserved memory per CANN module (npu_module_mem.csv, or the db export's NPU_MODULE_MEM: ``source`` names the
+    rank's); modules that never reserve memory are left out."""
     rank, _ = _rank(db, rank, "modules")
     origin = origin_ns(db, ORIGIN_SQL)
     if rank is None:
         return {"rank": None, "origin_ns": str(origin), "series": [], "modules": 0, "truncated": False,
-                "source_points": 0, "points": 0, "downsampled": False}
+                "source_points": 0, "points": 0, "downsampled": False, "source": None}
     return mq.modules(db, rank, origin, max_points)
 
 

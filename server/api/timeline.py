@@ -8,7 +8,8 @@ Time: query parameters ``start_ns``/``end_ns`` are absolute epoch ns (integers i
 (~1.7e18) exceed 2**53, the exact range of a JSON number, so responses carry ``origin_ns`` (a decimal string) and
 every ``*_ns`` time in them is relative to it; durations are plain ns. Absolute values in responses are strings.
 
-Bounds: every list has a row cap and a ``truncated`` flag; every query has a deadline (``query_timeout_s``).
+Bounds: every list has a row cap and a ``truncated`` flag; every query has a deadline (``query_timeout_s``). A
+slice name longer than 2,000 characters is answered cut, ending with "…" (``…/slices/{id}/name`` gives it whole).
 
 Slices, counters and flows answer JSON by default, or typed arrays when ``Accept`` names
 ``application/vnd.ascendscope.columns`` (:mod:`server.columns`: the same answer, smaller and cheaper to encode and
@@ -20,6 +21,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import PlainTextResponse
 
 from ascendscope.server.api import (
     COLUMN_RESPONSES,
@@ -30,6 +32,7 @@ from ascendscope.server.api import (
     Int64,
     RunDb,
     RunDbDep,
+    ShiftNs,
     column_answer,
     fast_json,
 )
@@ -106,6 +109,14 @@ def slice_detail(run_id: RunId, slice_id: Int64, db: RunDbDep) -> FastJSONRespon
     return td.slice_detail(db, slice_id)
 
 
+@router.get("/slices/{slice_id}/name", response_class=PlainTextResponse)
+def slice_name(run_id: RunId, slice_id: Int64, db: RunDbDep) -> PlainTextResponse:
+    """One slice's whole name as text, however long: every other answer cuts a name at 2,000 characters and ends
+    it with "…"."""
+    return PlainTextResponse(td.slice_name(db, slice_id), headers={
+        "Content-Disposition": f'inline; filename="slice-{slice_id}-name.txt"'})
+
+
 @router.get("/search")
 @fast_json
 def search(run_id: RunId, db: RunDbDep,
@@ -123,7 +134,8 @@ def search(run_id: RunId, db: RunDbDep,
 
 OffsetRanks = Annotated[list[Int64], Query(description="ranks drawn shifted (the timeline's per-rank offsets); "
                                                         "pairs with offset_ns")]
-OffsetNs = Annotated[list[Int64], Query(description="each offset_rank's shift in ns (drawn time = raw + shift)")]
+OffsetNs = Annotated[list[ShiftNs], Query(description="each offset_rank's shift in ns (drawn time = raw + shift), "
+                                                      "at most ±2^62")]
 
 
 @router.get("/range_stats")

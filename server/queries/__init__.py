@@ -18,6 +18,10 @@ from typing import Protocol
 from ascendscope.ingest.breakdown import ConnRunner
 
 MAX_PAGE_ROWS = 500
+# a slice name in a view's answer, as the SQL console cuts a cell: a longer one is cut and ends with "…" (the whole
+# name: GET …/timeline/slices/{id}/name)
+MAX_NAME_CHARS = 2_000
+CUT_MARK = "…"
 DEFAULT_PAGE_ROWS = 50
 MAX_CSV_ROWS = 100_000
 SORT_ORDERS = {"asc": "ASC", "desc": "DESC"}
@@ -62,6 +66,24 @@ def table_columns(db: Runner, table: str) -> set[str]:
 def col_or_null(columns: set[str], name: str, sql_type: str = "VARCHAR") -> str:
     """``name`` when the table has it, else a typed NULL under that name. ``name`` comes from our own constants."""
     return name if name in columns else f"NULL::{sql_type} AS {name}"
+
+
+def shown_name(name: str | None) -> str | None:
+    """A name as a view answers it: cut at :data:`MAX_NAME_CHARS` characters, with :data:`CUT_MARK`."""
+    if name is None or len(name) <= MAX_NAME_CHARS:
+        return name
+    return name[:MAX_NAME_CHARS] + CUT_MARK
+
+
+def shown_name_sql(column: str) -> str:
+    """:func:`shown_name` in SQL, for the column ``column`` (one of our own constants)."""
+    return (f"CASE WHEN length({column}) > {MAX_NAME_CHARS} THEN left({column}, {MAX_NAME_CHARS}) || '{CUT_MARK}' "
+            f"ELSE {column} END")
+
+
+def cut_prefix(name: str) -> str | None:
+    """The kept part of a name :func:`shown_name` cut (None for a name it left whole): what a client sends back."""
+    return name[:-1] if len(name) == MAX_NAME_CHARS + 1 and name.endswith(CUT_MARK) else None
 
 
 def ns_str(value) -> str | None:

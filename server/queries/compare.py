@@ -45,7 +45,7 @@ BREAKDOWN_FIELDS = (
     ("computing_not_overlapped_ns", "Computing (not overlapped)"),
     ("free_ns", "Free"),
     ("preparing_ns", "Preparing"),
-    ("e2e_ns", "Step time (computing + exposed communication + free)"),
+    ("e2e_ns", "Step time (step trace: computing + exposed communication + free)"),
     ("stage_ns", "Stage"),
     ("bubble_ns", "Bubble"),
 )

@@ -377,7 +377,9 @@ def modules(db, rank: int, origin_ns: int, max_points: int = DEFAULT_MAX_POINTS)
     source = sum(int(c["points"]) for c in shown)
     return {"rank": rank, "origin_ns": ns_str(origin_ns), "series": series, "modules": len(comps),
             "truncated": len(comps) > len(shown), "source_points": source, "points": points,
-            "downsampled": points < source}
+            "downsampled": points < source,
+            # where the rank's rows came from, in its format (npu_module_mem.csv, or the db export's NPU_MODULE_MEM)
+            "source": sources.source_names(db, "npu_module_mem").get(rank) if comps else None}
 
 
 def _allocation_where(rank: int, q: str | None, start_ns: int | None, end_ns: int | None,

@@ -1,41 +1,36 @@
-"""The SQL console: one read-only statement over a run's documented tables, time-limited and row-capped.
+"""The SQL console: one read-only statement over a run's documented tables, row-, byte- and cell-capped.
 
-The rules are ``ascendscope.readonly``'s, the ones ``Run.sql`` follows: :func:`run` hands the query to
-``readonly.run_query`` on a cursor of the console's locked connection (``server/console.py``), which refuses
-anything but exactly one reading statement (``SELECT``, ``WITH … SELECT``, ``VALUES``, ``FROM …``, ``DESCRIBE`` /
-``SHOW`` / ``SUMMARIZE``, ``EXPLAIN``) by DuckDB's own parse of it (ATTACH, COPY, INSTALL, LOAD, SET, PRAGMA, CALL,
-EXPORT, CREATE, UPDATE… are other statement types), and any call of a blocked function (SQL run from a string,
-server paths and settings); a file name or URL in a query fails on the locked connection. Each refusal becomes a
-``QueryError`` (400) with the rule's code; a query past its deadline is interrupted (``QueryTimeout``, 504).
-:func:`run` answers at most ``max_rows`` rows, and only as many as fit in ``MAX_JSON_BYTES`` of JSON
-(``MAX_CSV_BYTES`` for the CSV export); a list, map or struct value keeps at most ``MAX_CELL_ITEMS`` items and a
-string ``MAX_CELL_CHARS`` characters (``truncated`` / ``truncated_by`` say when the answer was cut).
+The rules are ``ascendscope.readonly``'s, the ones ``Run.sql`` follows (``ascendscope.sqlrules``): exactly one
+reading statement (``SELECT``, ``WITH … SELECT``, ``VALUES``, ``FROM …``, ``DESCRIBE`` / ``SHOW`` / ``SUMMARIZE``,
+``EXPLAIN``) by DuckDB's own parse of it, no function that runs SQL from a string or shows the server's paths and
+settings, no table function that reads files, whatever the folder. Each refusal is a ``ReadOnlyQueryError`` whose
+``code`` the API answers with (400).
 
-Values leave JSON-ready: integers beyond 2**53 (epoch ns) as decimal strings, other non-JSON types as text.
+:func:`run` runs in a console worker process (``ascendscope.sqlproc``, ``server.consolepool``: the deadline, the
+memory limit and the kill are theirs) and streams the result from DuckDB as Arrow batches, each cut where it lies
+(``sql_cells``: strings to ``MAX_CELL_CHARS`` characters, lists, maps and structs to ``MAX_CELL_ITEMS`` items, at
+every depth) before any value becomes a Python object; rows stop at ``max_rows`` and at ``max_bytes`` of JSON
+(``MAX_JSON_BYTES``, ``MAX_CSV_BYTES`` for the CSV export). ``truncated`` / ``truncated_by`` (``rows`` or
+``bytes``) say rows were left out, ``cells_cut`` how many values were shortened.
 """
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import itertools
-import json
 import re
 import time
-import uuid
+
+import orjson
 
 from ascendscope import readonly
-from ascendscope.server.db import QueryTimeout
-from ascendscope.server.queries import QueryError
-from ascendscope.server.requestclock import ClientGone
+from ascendscope.server.queries.sql_cells import MAX_CELL_CHARS, MAX_CELL_ITEMS, Cells, cell, cut, fitting, rows_of
+
+__all__ = ["MAX_CELL_CHARS", "MAX_CELL_ITEMS", "cell", "examples", "run", "schema"]
 
 MAX_SQL_CHARS = 20_000
 MAX_ROWS = 5_000
-MAX_CELL_CHARS = 2_000
-MAX_CELL_ITEMS = 1_000  # of a list, map or struct value; past it a "…" item says the rest was left out
 MAX_JSON_BYTES = 8_000_000  # of the rows of one answer, as JSON: past it the answer stops, truncated
 MAX_CSV_BYTES = 32_000_000
-EXACT_INT = 2 ** 53
+BATCH_ROWS = 256  # rows DuckDB hands over at a time, as Arrow
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # docs/schema.md, "Example queries": the same text (a test keeps the two equal), one click away in the console
@@ -75,6 +70,13 @@ TABLE_NOTES = {
     "cluster_comm_matrix": "per rank file and link (whole run)",
     "cluster_collectives": "per collective instance and rank: arrival and window (whole run)",
     "cluster_phases": "per mstx range and rank: role, iteration, phase, message (whole run)",
+    "cluster_moe_kernels": "per rank: GroupedMatmul, MoE dispatch and combine kernels, call and tokens (whole run)",
+    "parallel_strategy": "the parallel sizes and the rank order (whole run)",
+    "rank_grid": "per rank of the world: dp, pp, tp, cp, ep and what placed it (whole run)",
+    "parallel_groups": "the HCCL groups profiler_metadata.json states, their kind and ranks (whole run)",
+    "expert_hotspot": "MindIE expert hotspot dumps: tokens per layer, rank and slot",
+    "expert_deployment": "MindIE expert deployment: the expert in each slot per layer and rank",
+    "expert_files": "the expert dump files read",
     "cluster_analysis_files": "cluster_analysis_output files",
     "cluster_analysis_step_trace": "cluster_step_trace_time.csv",
     "cluster_analysis_comm_matrix": "cluster_communication_matrix.json",
@@ -98,88 +100,49 @@ WHERE table_schema = 'main' AND table_catalog = current_catalog() ORDER BY table
 """
 
 
-def cell(v):
-    """A value as JSON takes it (see the module note)."""
-    if v is None or isinstance(v, (bool, str)):
-        return v if not isinstance(v, str) or len(v) <= MAX_CELL_CHARS else v[:MAX_CELL_CHARS] + "…"
-    if isinstance(v, int):
-        return v if -EXACT_INT <= v <= EXACT_INT else str(v)
-    if isinstance(v, float):
-        return v if v == v and v not in (float("inf"), float("-inf")) else None
-    if isinstance(v, decimal.Decimal):
-        return str(v)
-    if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
-        return v.isoformat()
-    if isinstance(v, datetime.timedelta):
-        return str(v)
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        return bytes(v).hex()
-    if isinstance(v, uuid.UUID):
-        return str(v)
-    if isinstance(v, (list, tuple)):
-        return [cell(x) for x in v[:MAX_CELL_ITEMS]] + (["…"] if len(v) > MAX_CELL_ITEMS else [])
-    if isinstance(v, dict):
-        out = {str(k): cell(x) for k, x in itertools.islice(v.items(), MAX_CELL_ITEMS)}
-        if len(v) > MAX_CELL_ITEMS:
-            out["…"] = f"{len(v) - MAX_CELL_ITEMS} more"
-        return out
-    return str(v)
-
-
-def run(conn, sql: str, *, timeout_s: float, max_rows: int = MAX_ROWS, max_bytes: int = MAX_JSON_BYTES,
-        deadline: float | None = None, cancel=None) -> dict:
+def run(conn, sql: str, *, max_rows: int = MAX_ROWS, max_bytes: int = MAX_JSON_BYTES, watch=None) -> dict:
     """Run one statement on a cursor of the console connection ``conn``: ``{columns, types, rows, row_count,
-    truncated, truncated_by, row_cap, byte_cap, elapsed_ms}``. At most ``max_rows`` rows, and rows only while their
-    JSON stays within ``max_bytes`` (``truncated_by``: ``"rows"`` or ``"bytes"``); rows are converted as they are
-    fetched, a batch at a time, so no more than one batch past the cap is ever held. Raises ``QueryError`` for a
-    query the rules refuse or DuckDB rejects, ``QueryTimeout`` (504) for one that ran out of time: ``timeout_s``, or
-    the request's ``deadline`` (``time.monotonic()``, from its arrival) if sooner, which the fetch and conversion
-    of rows count against too. ``cancel`` (``server.requestclock.CancelToken``): the client went away, the query is
-    interrupted and ``ClientGone`` raised."""
-    if deadline is not None:
-        timeout_s = min(timeout_s, deadline - time.monotonic())
-        if timeout_s <= 0:
-            raise QueryTimeout("no time left for the query within the request's time limit (the server was busy)")
-    deadline = time.monotonic() + timeout_s
-    cur = conn.cursor()  # one per request: check and run on it, never on the shared connection
+    truncated, truncated_by, row_cap, byte_cap, cells_cut, elapsed_ms}``. At most ``max_rows`` rows, and rows only
+    while their JSON stays within ``max_bytes`` (``truncated_by``: ``"rows"`` or ``"bytes"``); each Arrow batch is
+    cut (``sql_cells.cut``) and only its rows that fit the bytes left are converted, so no more than a row past the
+    cap is ever held as Python objects. ``watch(interrupt)`` is handed the query's interrupt (and None when it
+    ends), for its worker's deadline and its client's going away. Raises ``ReadOnlyQueryError`` for a query the
+    rules refuse; DuckDB's and Arrow's own errors as they are."""
     t0 = time.perf_counter()
+    readonly.check_query(conn, sql)
+    cur = conn.cursor()  # one per query: check and run on it, never on the shared connection
+    if watch is not None:
+        watch(cur.interrupt)
     out: list[list] = []
-    state = {"bytes": 0, "by": None, "stopped": False}
-
-    def keep(batch: list[tuple]) -> bool:
-        if time.monotonic() > deadline or (cancel is not None and cancel.cancelled):
-            state["stopped"] = True
-            return False
-        for r in batch:
-            if len(out) == max_rows:
-                state["by"] = "rows"
-                return False
-            row = [cell(v) for v in r]
-            size = len(json.dumps(row, ensure_ascii=False, default=str)) + 1
-            if state["bytes"] + size > max_bytes:
-                state["by"] = "bytes"
-                return False
-            state["bytes"] += size
-            out.append(row)
-        return True
-
+    used, by = 0, None
+    cells = Cells()
     try:
-        names, types, _ = readonly.run_query(cur, sql, timeout_s=timeout_s, fetch="typed", max_rows=max_rows + 1,
-                                             keep=keep, watch=None if cancel is None else cancel.watch)
-    except readonly.QueryTimedOut:
-        state["stopped"] = True
-    except readonly.ReadOnlyQueryError as exc:
-        if cancel is not None and cancel.cancelled:
-            raise ClientGone("the client went away before the answer was ready") from None
-        raise QueryError(exc.code, str(exc)) from None
+        rel = cur.sql(sql)
+        names, types = list(rel.columns), [str(t) for t in rel.types]
+        for batch in rel.to_arrow_reader(BATCH_ROWS):
+            batch = cut(batch.slice(0, max_rows + 1 - len(out)))  # (one row past the cap says there were more)
+            take = fitting(batch, max_bytes - used)
+            for r in rows_of(batch.slice(0, take)):
+                if len(out) == max_rows:
+                    by = "rows"
+                    break
+                row = [cells.value(v) for v in r]
+                size = len(orjson.dumps(row)) + 1
+                if used + size > max_bytes:
+                    by = "bytes"
+                    break
+                used += size
+                out.append(row)
+            if by is None and take < batch.num_rows:  # the rest is past the byte cap by its Arrow size alone
+                by = "bytes"
+            if by is not None:
+                break
     finally:
+        if watch is not None:
+            watch(None)
         cur.close()
-    if state["stopped"]:
-        if cancel is not None and cancel.cancelled:
-            raise ClientGone("the client went away before the answer was ready")
-        raise QueryTimeout(f"the query ran longer than {timeout_s:g} s and was stopped")
-    return {"columns": names, "types": types, "rows": out, "row_count": len(out), "truncated": state["by"] is not None,
-            "truncated_by": state["by"], "row_cap": max_rows, "byte_cap": max_bytes,
+    return {"columns": names, "types": types, "rows": out, "row_count": len(out), "truncated": by is not None,
+            "truncated_by": by, "row_cap": max_rows, "byte_cap": max_bytes, "cells_cut": cells.cut,
             "elapsed_ms": round((time.perf_counter() - t0) * 1000, 1)}
 
 

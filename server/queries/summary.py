@@ -112,7 +112,8 @@ def findings(rows: list[dict]) -> list[dict]:
                  "free_ns": "Free"}
         out.append({"kind": "slowest_rank", "severity": "warning" if rel > SLOW_RANK_FINDING_RATIO else "info",
                     "step": step, "ranks": [slow["rank"]], "value": gap,
-                    "text": f"{label}rank {slow['rank']} is the slowest ({_ms(slow['e2e_ns'])}, "
+                    "text": f"{label}rank {slow['rank']} is the slowest (step time {_ms(slow['e2e_ns'])} by the "
+                            f"step trace, "
                             f"{_ms(gap)} or {_pct(rel)} more than rank {fast['rank']}). "
                             f"The largest difference between ranks is in {names[worst_cat]} "
                             f"({_ms(spread[worst_cat])})."})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ascendscope.server.queries import NotFound, QueryError, ns_str, sources, track_index
+from ascendscope.server.queries import NotFound, QueryError, ns_str, shown_name, sources, track_index
 from ascendscope.server.queries.timeline_sql import (
     COUNTER_COUNT_SQL,
     COUNTER_EDGES_SQL,
@@ -168,12 +168,12 @@ def factorized(answers: dict[int, tuple]) -> dict[int, tuple[dict, dict, tuple]]
 
 def intern_names(parts: list[tuple[np.ndarray, list]], entries: list[dict]) -> list[str]:
     """One names table for the response from each entry's (codes, distinct names); each entry gets ``name_id``
-    (indexes into it)."""
+    (indexes into it). A name longer than ``MAX_NAME_CHARS`` is answered cut (``shown_name``)."""
     index: dict = {}
     for entry, (codes, uniques) in zip(entries, parts):
         remap = np.fromiter((index.setdefault(u, len(index)) for u in uniques), dtype=np.int64, count=len(uniques))
         entry["name_id"] = remap[codes] if len(codes) else codes
-    return list(index)
+    return [shown_name(name) if isinstance(name, str) else name for name in index]
 
 
 SHARD_NAMES_SQL = "SELECT database_name FROM duckdb_databases() WHERE NOT internal"

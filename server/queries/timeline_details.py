@@ -12,7 +12,7 @@ import json
 
 from ascendscope.ingest import jsonfile
 from ascendscope.ingest.trace import MAX_ARGS_DEPTH
-from ascendscope.server.queries import NotFound, QueryError, ns_str
+from ascendscope.server.queries import NotFound, QueryError, cut_prefix, ns_str, shown_name
 from ascendscope.server.queries.timeline import track, window
 from ascendscope.server.queries.timeline_sql import (
     ALIGN_MATCH_SQL,
@@ -20,6 +20,7 @@ from ascendscope.server.queries.timeline_sql import (
     ALIGN_OCCURRENCE_SQL,
     CHILDREN_SQL,
     KERNEL_SQL,
+    RANGE_INSTANCES_CUT_SQL,
     RANGE_INSTANCES_SQL,
     RANGE_STATS_SQL,
     RANGE_TOTALS_SQL,
@@ -28,6 +29,7 @@ from ascendscope.server.queries.timeline_sql import (
     SEARCH_COUNT_SQL,
     SLICE_BRIEF_SQL,
     SLICE_FLOWS_SQL,
+    SLICE_NAME_SQL,
     SLICE_SQL,
 )
 
@@ -46,7 +48,8 @@ def slice_detail(db, slice_id: int) -> dict:
     args = _json_obj(s["args"])
     result = {
         "origin_ns": ns_str(origin),
-        "slice_id": s["slice_id"], "track_id": s["track_id"], "rank": s["rank"], "name": s["name"],
+        "slice_id": s["slice_id"], "track_id": s["track_id"], "rank": s["rank"], "name": shown_name(s["name"]),
+        "name_chars": len(s["name"] or ""), "name_truncated": shown_name(s["name"]) != s["name"],
         "cat": s["cat"], "ph": s["ph"], "depth": s["depth"], "parent_id": s["parent_id"],
         "ts_ns": s["ts_ns"] - origin, "dur_ns": s["dur_ns"],
         "start_abs_ns": ns_str(s["ts_ns"]), "end_abs_ns": ns_str(s["ts_ns"] + s["dur_ns"]),
@@ -60,7 +63,7 @@ def slice_detail(db, slice_id: int) -> dict:
     if s["parent_id"] is not None:
         p = db.dicts(SLICE_SQL, {"id": s["parent_id"]})
         if p:
-            parent = {"slice_id": p[0]["slice_id"], "name": p[0]["name"], "ts_ns": p[0]["ts_ns"] - origin,
+            parent = {"slice_id": p[0]["slice_id"], "name": shown_name(p[0]["name"]), "ts_ns": p[0]["ts_ns"] - origin,
                       "dur_ns": p[0]["dur_ns"], "depth": p[0]["depth"]}
     result["parent"] = parent
     # children: same track, starting inside this slice
@@ -77,6 +80,14 @@ def slice_detail(db, slice_id: int) -> dict:
         if k:
             result["kernel"] = {key: (ns_str(v) if key == "start_ns" else v) for key, v in k[0].items()}
     return result
+
+
+def slice_name(db, slice_id: int) -> str:
+    """A slice's whole name, however long (a view's answers cut it at ``MAX_NAME_CHARS``)."""
+    rows = db.rows(SLICE_NAME_SQL, {"id": slice_id})
+    if not rows:
+        raise NotFound("slice_not_found", f"no slice with id {slice_id}")
+    return rows[0][0] or ""
 
 
 def _slice_flows(db, slice_id: int) -> list[dict]:
@@ -150,6 +161,10 @@ def _range_params(db, start_ns, end_ns, track_ids: list[int], offset_rank: list[
     pool = [db.info.tracks[t] for t in tracks] if tracks else list(db.info.tracks.values())
     longest = max((t.max_dur_ns for t in pool), default=0)
     lo_shift, hi_shift = min([0, *shifts.values()]), max([0, *shifts.values()])
+    ends = max((int(t.row.get("max_end_ns") or 0) for t in pool), default=0)
+    if ends + hi_shift > INT64_MAX:  # the SQL adds the shift to a slice's start, then its duration
+        raise QueryError("invalid_parameter", f"offset_ns: a shift of {hi_shift} ns moves this run's slices past "
+                                              f"the int64 range of ns")
     return {"tracks": tracks, "start": start, "end": end, "offset_ranks": list(shifts),
             "offset_ns": list(shifts.values()),
             "lo": _int64(start - longest - hi_shift), "hi": _int64(end - lo_shift),
@@ -183,10 +198,13 @@ def range_stats(db, start_ns, end_ns, track_ids: list[int], offset_rank: list[in
 def range_instances(db, name: str, start_ns, end_ns, track_ids: list[int], offset_rank: list[int],
                     offset_ns: list[int], offset: int, limit: int) -> dict:
     """The slices named ``name`` among those :func:`range_stats` counts, in time order: ``ts_ns`` (drawn, relative
-    to ``origin_ns``), duration, depth and self time; ``total`` of them, one page at a time."""
+    to ``origin_ns``), duration, depth and self time; ``total`` of them, one page at a time. A name as range_stats
+    answered it cut stands for every longer name that starts with its kept part."""
     params = _range_params(db, start_ns, end_ns, track_ids, offset_rank, offset_ns)
-    cols = db.columns(RANGE_INSTANCES_SQL, params | {"name": name, "origin": db.info.origin_ns, "limit": limit,
-                                                     "offset": offset})
+    prefix = cut_prefix(name)
+    cols = db.columns(RANGE_INSTANCES_SQL if prefix is None else RANGE_INSTANCES_CUT_SQL,
+                      params | {"name": name if prefix is None else prefix, "origin": db.info.origin_ns,
+                                "limit": limit, "offset": offset})
     totals = cols.pop("total")
     total = int(totals[0]) if totals else 0
     return {"origin_ns": ns_str(db.info.origin_ns), "name": name, "total": total, "offset": offset,
@@ -212,8 +230,9 @@ def align(db, slice_id: int, rank: int) -> dict:
         raise NotFound("no_match", f"rank {rank} has no {kind} slice named {s['name'][:200]!r}")
     m, origin = match[0], db.info.origin_ns
     return {"origin_ns": ns_str(origin), "slice_id": s["slice_id"], "rank": s["rank"], "occurrence": k, "how": how,
-            "match": {"slice_id": m["slice_id"], "track_id": m["track_id"], "rank": m["rank"], "name": m["name"],
-                      "ts_ns": m["ts_ns"] - origin, "dur_ns": m["dur_ns"], "depth": m["depth"]},
+            "match": {"slice_id": m["slice_id"], "track_id": m["track_id"], "rank": m["rank"],
+                      "name": shown_name(m["name"]), "ts_ns": m["ts_ns"] - origin, "dur_ns": m["dur_ns"],
+                      "depth": m["depth"]},
             "shift_ns": int(m["ts_ns"]) - int(s["ts_ns"])}
 
 

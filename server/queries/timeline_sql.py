@@ -3,11 +3,18 @@ bound ($name) parameters; user input never enters the text. The viewport queries
 ``{slice_lod}`` or ``{counters}``: the run's table, or one shard's (``timeline.tables``), filled in from the
 database's own catalog.
 
+A list of slices names each by ``{shown}``-style expressions (``server.queries.shown_name_sql``): a name longer than
+``MAX_NAME_CHARS`` leaves the database cut, so a hostile 20 MB name costs no more than a short one.
+
 Conventions: ``$origin`` is the run origin (times leave relative to it); ``$start``/``$end`` the window in absolute
 epoch ns. The overlap test ``ts < end AND (ts + dur > start OR ts >= start)`` keeps instants (dur 0) inside the
 window; the bound ``ts_ns >= start - max_dur_of_track`` adds nothing logically but lets the zone maps of the
 ts-ordered ``slices`` table prune (PERF_NOTES.md).
 """
+
+from ascendscope.server.queries import MAX_NAME_CHARS, shown_name_sql
+
+SHOWN_NAME = shown_name_sql("name")
 
 # Dense or sparse, for several tracks at once, from the level-of-detail table: slices starting in the window, summed
 # over the buckets of a level coarse enough to be small (a count by start: slices reaching in from the left are not
@@ -107,19 +114,20 @@ SLICE_SQL = """
 SELECT slice_id, track_id, rank, ts_ns, dur_ns, depth, parent_id, name, cat, ph, args
 FROM slices WHERE slice_id = $id
 """
-SLICE_BRIEF_SQL = """
-SELECT slice_id, track_id, ts_ns - $origin AS ts_ns, dur_ns, depth, name
+SLICE_BRIEF_SQL = f"""
+SELECT slice_id, track_id, ts_ns - $origin AS ts_ns, dur_ns, depth, {SHOWN_NAME} AS name
 FROM slices WHERE list_contains($ids, slice_id)
 """
-CHILDREN_SQL = """
-SELECT slice_id, ts_ns - $origin AS ts_ns, dur_ns, name, count(*) OVER () AS total
+SLICE_NAME_SQL = "SELECT name FROM slices WHERE slice_id = $id"
+CHILDREN_SQL = f"""
+SELECT slice_id, ts_ns - $origin AS ts_ns, dur_ns, {SHOWN_NAME} AS name, count(*) OVER () AS total
 FROM slices
 WHERE track_id = $track AND ts_ns >= $start AND ts_ns <= $end AND parent_id = $id
 ORDER BY ts_ns, slice_id
 LIMIT $limit
 """
-SLICE_FLOWS_SQL = """
-SELECT flow_id, coalesce(cat, '') AS cat, name, src_slice_id = $id AS outgoing,
+SLICE_FLOWS_SQL = f"""
+SELECT flow_id, coalesce(cat, '') AS cat, {SHOWN_NAME} AS name, src_slice_id = $id AS outgoing,
        src_track_id, src_ts_ns - $origin AS src_ts_ns, src_slice_id,
        dst_track_id, dst_ts_ns - $origin AS dst_ts_ns, dst_slice_id
 FROM flows WHERE src_slice_id = $id OR dst_slice_id = $id
@@ -129,14 +137,14 @@ KERNEL_SQL = """
 SELECT * EXCLUDE (rank) FROM kernels WHERE rank = $rank AND start_ns = $ts ORDER BY src_row LIMIT 1
 """
 SEARCH_COUNT_SQL = "SELECT count(*) FROM slices WHERE contains(lower(name), $q)"
-SEARCH_AFTER_SQL = """
-SELECT slice_id, track_id, rank, ts_ns - $origin AS ts_ns, dur_ns, depth, name
+SEARCH_AFTER_SQL = f"""
+SELECT slice_id, track_id, rank, ts_ns - $origin AS ts_ns, dur_ns, depth, {SHOWN_NAME} AS name
 FROM slices
 WHERE contains(lower(name), $q) AND (ts_ns > $ts OR (ts_ns = $ts AND slice_id > $id))
 ORDER BY ts_ns, slice_id LIMIT $limit
 """
-SEARCH_BEFORE_SQL = """
-SELECT slice_id, track_id, rank, ts_ns - $origin AS ts_ns, dur_ns, depth, name
+SEARCH_BEFORE_SQL = f"""
+SELECT slice_id, track_id, rank, ts_ns - $origin AS ts_ns, dur_ns, depth, {SHOWN_NAME} AS name
 FROM slices
 WHERE contains(lower(name), $q) AND (ts_ns < $ts OR (ts_ns = $ts AND slice_id < $id))
 ORDER BY ts_ns DESC, slice_id DESC LIMIT $limit
@@ -162,14 +170,17 @@ r AS (
   SELECT s.*, CAST(greatest(s.dur_ns - coalesce(kids.covered, 0), 0) AS BIGINT) AS self_ns
   FROM s LEFT JOIN kids ON kids.parent_id = s.slice_id
 )"""
-RANGE_STATS_SQL = RANGE_SCOPE_CTE + """
-SELECT name, count(*) AS count, CAST(sum(dur_ns) AS BIGINT) AS total_ns, avg(dur_ns) AS avg_ns,
-       min(dur_ns) AS min_ns, max(dur_ns) AS max_ns, CAST(sum(self_ns) AS BIGINT) AS self_ns,
-       CAST(sum(sum(self_ns)) OVER () AS BIGINT) AS all_self_ns
-FROM r
-GROUP BY name
-ORDER BY total_ns DESC, name
-LIMIT $limit
+RANGE_STATS_SQL = RANGE_SCOPE_CTE + f""",
+per_name AS (
+  SELECT name, count(*) AS count, CAST(sum(dur_ns) AS BIGINT) AS total_ns, avg(dur_ns) AS avg_ns,
+         min(dur_ns) AS min_ns, max(dur_ns) AS max_ns, CAST(sum(self_ns) AS BIGINT) AS self_ns,
+         CAST(sum(sum(self_ns)) OVER () AS BIGINT) AS all_self_ns
+  FROM r
+  GROUP BY name
+  ORDER BY total_ns DESC, name
+  LIMIT $limit
+)
+SELECT * REPLACE ({SHOWN_NAME} AS name) FROM per_name ORDER BY total_ns DESC, name
 """
 RANGE_TOTALS_SQL = """
 WITH o AS (SELECT unnest($offset_ranks) AS rank, unnest($offset_ns) AS off)
@@ -186,6 +197,9 @@ FROM r WHERE name = $name
 ORDER BY shown_ns, slice_id
 LIMIT $limit OFFSET $offset
 """
+# … of a name range_stats answered cut: every name longer than the cut that starts with its kept part
+RANGE_INSTANCES_CUT_SQL = RANGE_INSTANCES_SQL.replace(
+    "WHERE name = $name", f"WHERE starts_with(name, $name) AND length(name) > {MAX_NAME_CHARS}")
 # "align on this slice": the slice's occurrence among the same-named slices of its rank's lanes of its kind, and
 # the slice at that occurrence (or, when there are fewer, the nearest in time) on another rank
 ALIGN_OCCURRENCE_SQL = """

@@ -221,6 +221,13 @@ def test_sql_console(page, live_server, wait_runs, artifacts_dir):
     link.click()
     page.wait_for_function(TIMELINE_READY, timeout=20_000)
     page.wait_for_function("(id) => window.__timeline.selected === id", arg=slice_id, timeout=15_000)
+    # long values come back shortened by the console's worker, and the page says so
+    page.goto(f"{live_server.base_url}/runs/{run}/query")
+    page.wait_for_function("() => document.body.dataset.queryReady === '1'")
+    page.locator("#q-sql").fill("SELECT repeat('x', 5000) AS s, range(3000) AS l")
+    page.locator("#q-run").click()
+    page.wait_for_function("() => document.getElementById('query-view').dataset.state === 'done'")
+    assert "2 long values shortened" in page.locator("#q-status").inner_text()
 
 
 def test_sql_console_shows_a_refusal(browser, live_server, wait_runs):

@@ -24,6 +24,7 @@ BARE = re.compile(r"""^\s*import\s*["']([^"']+)["']""", re.M)
 DYNAMIC = re.compile(r"""\bimport\(\s*["']([^"']+)["']\s*\)""")
 VIEW = "{{ view }}"
 ROOT_VAR = "{{ root }}"  # templates name URLs from the dashboard's root (server.pages.root_of): "/" stands for it
+STATIC_VAR = "{{ static }}"  # … and static files from the versioned static folder (server.assets): "/static/" here
 
 
 def specifiers(code: str) -> list[str]:
@@ -41,6 +42,12 @@ def resolve(spec: str, importer: str | None) -> str | None:
     return None if path.startswith("..") else path
 
 
+def _from_root(src: str) -> str:
+    if src.startswith(STATIC_VAR):
+        return "/static/" + src[len(STATIC_VAR):]
+    return src.replace(ROOT_VAR, "/", 1) if src.startswith(ROOT_VAR) else src
+
+
 def template_entries(templates: dict[str, str]) -> dict[str, list[str]]:
     """Module script URLs per template; a ``{{ view }}`` URL is expanded for each template extending its own."""
     parent = {name: m.group(1) for name, html in templates.items() if (m := EXTENDS.search(html))}
@@ -56,7 +63,7 @@ def template_entries(templates: dict[str, str]) -> dict[str, list[str]]:
 
     out: dict[str, list[str]] = {}
     for name, html in templates.items():
-        for src in (s.replace(ROOT_VAR, "/", 1) if s.startswith(ROOT_VAR) else s for s in SCRIPT.findall(html)):
+        for src in (_from_root(s) for s in SCRIPT.findall(html)):
             if VIEW in src:
                 views = [other for other in templates if extends(other, name)]
                 out.setdefault(name, []).extend(src.replace(VIEW, Path(v).stem) for v in views)

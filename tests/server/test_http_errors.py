@@ -1,7 +1,9 @@
 """Errors the client caused answer 4xx, the server's own failures a generic 500, in the one error shape:
 
 * every integer parameter of every API route (found in the OpenAPI schema) refuses values beyond int64, floats
-  and words with 422 ``invalid_parameter`` naming it, never a database error;
+  and words with 422 ``invalid_parameter`` naming it, never a database error; and each one, and each text
+  parameter that carries integers, at a value that passes but overflows where it is used (an INTEGER cast, a sum
+  with a timestamp) answers 4xx, or an answer, never 500;
 * profiler metadata nested absurdly deep does not take the summary down;
 * a full disk answers 507 ``insufficient_storage``;
 * a 500 names an error id, not the exception (paths, SQL), and the keep-alive connection survives it;
@@ -111,6 +113,70 @@ def test_every_integer_parameter_refuses_what_is_not_an_int64(app, client, runs)
             resp = client.request(method_, url, params=query)
             assert resp.status_code < 500, ((method, path, param["name"], value), resp.text[:300])
     assert EXPECTED_INT_PARAMS <= seen, seen  # the walk really covered the routes
+
+
+# values that pass as integers (int64, or digits in a text parameter) but overflow where they are used: past 32
+# bits (an INTEGER cast), at the int64 ends (a sum with a timestamp), and a sum of two of them
+OVERFLOW_LATER = ("2147483648", "3000000000", "-2147483649", "9223372036854775807", "-9223372036854775808",
+                  "4611686018427387904")
+# text parameters that carry integers, with the forms they take
+INTEGER_TEXTS = {"waiters": ("{v}", "0,{v}"), "ranks": ("{v}", "0,{v}"), "after": ("{v}:1", "1:{v}"),
+                 "before": ("{v}:1", "1:{v}"), "step": ("{v}",), "step_a": ("{v}",), "step_b": ("{v}",),
+                 "key": ("{v}",), "group": ("{v}",), "preferred": ("{v}",)}
+
+
+def realistic_values(client, run: str) -> dict[str, str]:
+    """A valid, ordinary value for each parameter the routes share: the run's own window, a slice, a track."""
+    detail = client.get(f"/api/runs/{run}").json()
+    tracks = client.get(f"/api/runs/{run}/timeline/tracks").json()["tracks"]
+    track = next(t for t in tracks if t["kind"] != "counter" and t["slice_count"])
+    start, end = int(detail["start_ns"]), int(detail["end_ns"])
+    window = client.get(f"/api/runs/{run}/timeline/slices", params={"track_id": track["track_id"]}).json()
+    return {"a": run, "b": run, "run_id": run, "start_ns": str(start), "end_ns": str(end), "at_ns": str(start),
+            "track_id": str(track["track_id"]), "slice_id": str(window["tracks"][0]["slice_id"][0]), "rank": "0",
+            "offset_rank": "0", "offset_ns": "0", "offset": "0", "limit": "10", "seq": "0", "waiters": "1",
+            "ranks": "0,1"}
+
+
+def test_integers_that_validate_but_overflow_later_are_4xx(app, client, runs):
+    """Each integer parameter (and each text parameter that carries integers) at a value the route accepts as a
+    number but that overflows where it is used, the route's other parameters ordinary (and, for a time, the
+    window's other bounds left to their defaults): a 4xx or an answer, never a database failure."""
+    run = runs.ids["level1"]
+    ordinary = realistic_values(client, run)
+    no_window = {k: v for k, v in ordinary.items() if not k.endswith("_ns")}
+    failures, tried = [], 0
+    for method, path, target, params in every_parameter(app):
+        forms = ("{v}",) if is_integer(target) else INTEGER_TEXTS.get(target["name"], ())
+        for form, value, others in ((f, v, o) for f in forms for v in OVERFLOW_LATER
+                                    for o in ((ordinary, no_window) if target["name"].endswith("_ns") else
+                                              (ordinary,))):
+            url, query = path.replace("{run_id}", run), {}
+            for p in params:
+                given = (form.format(v=value) if p is target
+                         else others.get(p["name"], "1" if is_integer(p) else first_choice(p)))
+                if p["in"] == "path" and p["name"] != "run_id":
+                    url = url.replace(f"{{{p['name']}}}", given)
+                elif p["in"] == "query" and (p is target or p.get("required") or p["name"] in others):
+                    query[p["name"]] = given
+            resp = client.request(method.upper(), url, params=query)
+            tried += 1
+            if resp.status_code >= 500:
+                failures.append((method, path, query, resp.status_code))
+            else:
+                assert not any(w in resp.text for w in SQL_WORDS[2:]), (path, query, resp.text[:300])
+    assert tried > 500
+    if failures:
+        pytest.fail("answered 500:\n" + "\n".join(" ".join(map(str, f)) for f in failures))
+
+
+def every_parameter(app):
+    """(method, path template, a parameter, all the route's parameters) for every API route."""
+    for path, operations in app.openapi()["paths"].items():
+        for method, op in operations.items():
+            params = op.get("parameters", [])
+            for p in params:
+                yield method, path, p, params
 
 
 def test_a_search_cursor_beyond_int64_is_a_400(client, runs):

@@ -65,7 +65,7 @@ def test_a_run_is_served_for_its_ready_ranks_while_another_ingests(half_way):
     assert listed["servable"] and listed["ranks_state"]["ready"] == 2
     # its pages render the views (not the "ingesting" placeholder) with the ingest banner
     html = client.get(f"/runs/{run_id}/timeline").text
-    assert 'id="run-ingesting"' in html and 'id="timeline"' in html and "/static/js/common/ingest.js" in html
+    assert 'id="run-ingesting"' in html and 'id="timeline"' in html and "/js/common/ingest.js" in html
 
 
 def test_asking_for_a_pending_rank_moves_it_to_the_front(half_way):

@@ -430,6 +430,6 @@ def test_the_advice_page_and_tab(client, advice_runs):
     run_id = advice_runs["level1"][0]
     r = client.get(f"/runs/{run_id}/advice")
     assert r.status_code == 200
-    assert 'id="advice-view"' in r.text and "/static/js/views/advice.js" in r.text
+    assert 'id="advice-view"' in r.text and "/js/views/advice.js" in r.text
     assert "plotly" not in r.text  # no charts: the page keeps the strict style policy
     assert f'href="../../runs/{run_id}/advice"' in client.get(f"/runs/{run_id}/timeline").text

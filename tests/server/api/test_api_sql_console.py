@@ -11,10 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ascendscope import readonly
-from ascendscope.server.app import create_app, query_threads
+from ascendscope.server.app import create_app
 from ascendscope.server.queries import sql_console as sc
 from ascendscope.server.runs import RunStore
 from ascendscope.server.settings import Settings
+from tests.conftest import store_with_copy
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -50,11 +51,11 @@ REFUSED = [
     ("EXPORT", "EXPORT DATABASE '/tmp/ascendscope-export'", 400, "read_only"),
     ("two statements", "SELECT 1; SELECT 2", 400, "one_statement"),
     ("a statement hidden after a select", "SELECT 1; ATTACH '/tmp/x.duckdb' AS x", 400, "one_statement"),
-    ("read a file by function", "SELECT * FROM read_csv('/etc/hosts')", 400, "query_failed"),
-    ("read a file by name", "SELECT * FROM '/etc/hosts'", 400, "query_failed"),
-    ("read a text file", "SELECT * FROM read_text('/etc/hostname')", 400, "query_failed"),
-    ("list files", "SELECT * FROM glob('/etc/*')", 400, "query_failed"),
-    ("network", "SELECT * FROM read_parquet('https://example.com/x.parquet')", 400, "query_failed"),
+    ("read a file by function", "SELECT * FROM read_csv('/etc/hosts')", 400, "file_access"),
+    ("read a file by name", "SELECT * FROM '/etc/hosts'", 400, "file_access"),
+    ("read a text file", "SELECT * FROM read_text('/etc/hostname')", 400, "file_access"),
+    ("list files", "SELECT * FROM glob('/etc/*')", 400, "file_access"),
+    ("network", "SELECT * FROM read_parquet('https://example.com/x.parquet')", 400, "file_access"),
     ("SQL from a string", "SELECT * FROM query('SELECT 42')", 400, "function_refused"),
     ("server paths", "SELECT * FROM duckdb_databases()", 400, "function_refused"),
     ("server settings", "SELECT current_setting('temp_directory')", 400, "function_refused"),
@@ -118,33 +119,57 @@ def test_explain_runs_and_explains_no_blocked_function(client, wait_runs):
     assert r.status_code == 400 and r.json()["error"]["code"] == "function_refused"
 
 
-def test_the_console_connection_stays_locked(client, wait_runs):
-    """Past the query rules, the console's connection itself refuses any change of setting (lock_configuration):
-    a SET run on it directly, as a query slipping past check_query would, fails and changes nothing."""
-    for run in ("waits", "waits_sharded"):
-        assert q(client, wait_runs.ids[run], "SELECT 1 AS one").status_code == 200
-    consoles = list(client.app.state.console._open.values())
-    assert len(consoles) >= 2
-    for console in consoles:
-        cur = console.conn.cursor()
-        try:
-            for setting in ("SET enable_external_access = true", "SET memory_limit = '64GB'",
-                            "SET lock_configuration = false", "RESET lock_configuration"):
-                with pytest.raises(duckdb.Error, match="(?i)lock"):
-                    cur.execute(setting)
-            assert cur.execute("SELECT current_setting('enable_external_access'), "
-                               "current_setting('lock_configuration')").fetchone() == (False, True)
-            # bounded as the views are: their DuckDB threads, spill in the data dir with a size limit
-            threads, temp, temp_max = cur.execute(
-                "SELECT current_setting('threads'), current_setting('temp_directory'), "
-                "current_setting('max_temp_directory_size')").fetchone()
-            assert threads == query_threads(client.app.state.settings)
-            assert Path(temp) == Path(client.app.state.store.data_dir) / ".console-tmp"
-            assert temp_max.replace(" ", "").upper().startswith(("4GB", "3.7GIB", "4.0GB", "3.7GB")), temp_max
-        finally:
-            cur.close()
-    # the views' own connection is another one: the timeline still answers
-    assert client.get(f"/api/runs/{wait_runs.ids['waits']}/timeline/tracks").status_code == 200
+def test_the_console_connection_stays_locked(runs, wait_runs, tmp_path):
+    """Past the query rules, a console connection itself refuses any change of setting (lock_configuration): a SET
+    run on it directly, as a query slipping past check_query would, fails and changes nothing."""
+    from ascendscope.server.console import ConsoleDatabases
+
+    store = RunStore(runs.data_dir)
+    consoles = ConsoleDatabases(64, threads=2, temp_dir=tmp_path / "spill")
+    try:
+        for run in ("waits", "waits_sharded"):
+            console = consoles.get(wait_runs.ids[run], store.db_path(wait_runs.ids[run]))
+            cur = console.conn.cursor()
+            try:
+                for setting in ("SET enable_external_access = true", "SET memory_limit = '64GB'",
+                                "SET lock_configuration = false", "RESET lock_configuration"):
+                    with pytest.raises(duckdb.Error, match="(?i)lock"):
+                        cur.execute(setting)
+                threads, temp, temp_max, external, locked, memory = cur.execute(
+                    "SELECT current_setting('threads'), current_setting('temp_directory'), "
+                    "current_setting('max_temp_directory_size'), current_setting('enable_external_access'), "
+                    "current_setting('lock_configuration'), current_setting('memory_limit')").fetchone()
+                assert (threads, Path(temp), external, locked) == (2, tmp_path / "spill", False, True)
+                assert temp_max.replace(" ", "").upper().startswith(("4GB", "3.7GIB", "4.0GB", "3.7GB")), temp_max
+                assert memory.replace(" ", "").upper().startswith(("1.8GIB", "1.9GB", "2.0GB", "1.8GB")), memory
+            finally:
+                cur.close()
+    finally:
+        consoles.close_all()
+
+
+def test_a_console_worker_is_held_to_its_limits(client, wait_runs):
+    """Each console query runs in a worker process of its own: an address-space limit of DuckDB's memory_limit
+    plus headroom, a lower CPU priority, a spill folder of its own in the data dir under a random name."""
+    from ascendscope import sqlproc
+
+    assert q(client, wait_runs.ids["waits"], "SELECT 1 AS one").json()["rows"] == [[1]]
+    workers = client.portal.call(live_workers, client.app.state.console)
+    assert 1 <= len(workers) <= client.app.state.query_pool.heavy_slots
+    for pid, temp_dir in workers:
+        limits = Path(f"/proc/{pid}/limits").read_text()
+        space = next(line for line in limits.splitlines() if line.startswith("Max address space"))
+        assert int(space.split()[3]) == sqlproc.Limits().address_space() == 2 * 10**9 + sqlproc.HEADROOM_BYTES
+        nice = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+        assert nice == sqlproc.NICE
+        folder = Path(temp_dir)
+        assert folder.parent == Path(client.app.state.store.data_dir) / ".console-tmp" and folder.is_dir()
+        assert re.fullmatch(rf"w{pid}-[a-z0-9_]{{8}}", folder.name), folder.name
+
+
+async def live_workers(pool) -> list[tuple[int, str]]:
+    """(pid, spill folder) of the console workers of the running loop."""
+    return [(w.proc.pid, w.temp_dir) for w in pool.workers()]
 
 
 def test_the_row_cap(client, wait_runs):
@@ -164,7 +189,7 @@ def test_the_answer_is_bounded_in_bytes_nested_values_too(client, wait_runs):
     (JSON and CSV), and the answer says it was cut."""
     run = wait_runs.ids["waits"]
     nested = q(client, run, "SELECT range(100000) AS l, {'a': range(5000)} AS s FROM range(3)").json()
-    assert nested["row_count"] == 3 and not nested["truncated"]
+    assert nested["row_count"] == 3 and not nested["truncated"] and nested["cells_cut"] == 6
     row = nested["rows"][0]
     assert len(row[0]) == sc.MAX_CELL_ITEMS + 1 and row[0][-1] == "…" and row[0][:3] == [0, 1, 2]
     assert len(row[1]["a"]) == sc.MAX_CELL_ITEMS + 1
@@ -180,71 +205,62 @@ def test_the_answer_is_bounded_in_bytes_nested_values_too(client, wait_runs):
     assert rows["truncated_by"] == "rows"
 
 
-def test_a_console_that_fails_to_open_answers_an_error_and_leaves_the_run_ready(runs, wait_runs, monkeypatch):
-    def refuse(*_a, **_k):
-        raise duckdb.IOException("IO Error: Could not set lock on file: conflicting lock")
-
-    monkeypatch.setattr(readonly, "open_run", refuse)
-    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir)))
-    run = wait_runs.ids["waits"]
+def test_a_console_that_fails_to_open_answers_an_error_and_leaves_the_run_ready(tmp_path, runs):
+    """The console's own connection failing to open (here: a file that is no database) answers 503 and marks
+    nothing: the views read the run through a connection of their own."""
+    store, run = store_with_copy(runs.dbs["generated"], tmp_path / "data")
+    good = store.db_path(run).read_bytes()
+    store.db_path(run).write_bytes(b"not a database" * 1000)
+    app = create_app(Settings.from_env(environ={}, data_dir=str(tmp_path / "data")))
     with TestClient(app) as c:
         r = q(c, run, "SELECT 1 AS one")
         assert r.status_code == 503 and r.json()["error"]["code"] == "console_unavailable", r.text
-        assert "Could not set lock" in r.json()["error"]["message"]
-        assert c.get(f"/api/runs/{run}").json()["status"] == "ready"
-        assert c.get(f"/api/runs/{run}/timeline/tracks").status_code == 200
-        monkeypatch.undo()
-        assert q(c, run, "SELECT 1 AS one").json()["rows"] == [[1]]
+        assert store.get(run).status == "ready"  # (the console marks nothing; the views judge the file)
+        store.db_path(run).write_bytes(good)
+        assert q(c, run, "SELECT count(*) AS n FROM ranks").json()["rows"] == [[2]]
 
 
-def test_a_console_query_takes_a_heavy_slot_within_the_request_deadline(runs, wait_runs, monkeypatch):
-    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir)))
-    taken = []
-    pool = app.state.query_pool
-    real = pool.slot
-
-    def slot(timeout_s, **kw):
-        taken.append((timeout_s, kw.get("heavy"), kw.get("cancel")))
-        return real(timeout_s, **kw)
-
-    monkeypatch.setattr(pool, "slot", slot)
-    with TestClient(app) as c:
-        assert q(c, wait_runs.ids["waits"], "SELECT 1 AS one").json()["rows"] == [[1]]
-    assert len(taken) == 1 and taken[0][1] is True
-    assert 0 < taken[0][0] <= app.state.settings.query_timeout_s and taken[0][2] is not None
-
-
-def test_a_console_query_stops_when_its_client_goes_or_its_deadline_passes(runs, wait_runs):
-    import threading
+def test_a_console_query_stops_when_its_client_goes(runs, wait_runs):
+    """A client that goes away takes its job out of the worker (interrupted, or the worker ended), and the next
+    query is answered."""
+    import asyncio
     import time
 
-    from ascendscope.server.db import QueryTimeout
+    from ascendscope.server.consolepool import ConsolePool
     from ascendscope.server.requestclock import CancelToken, ClientGone
 
-    conn = readonly.connect(RunStore(runs.data_dir).db_path(wait_runs.ids["waits"]))
-    slow = "SELECT sum(a.range * b.range) FROM range(300000) a, range(300000) b"
-    try:
+    store = RunStore(runs.data_dir)
+    run = wait_runs.ids["waits"]
+    pool = ConsolePool(runs.data_dir, size=1, timeout_s=60, max_loaded_ranks=64)
+    job = {"kind": "console", "what": "json", "run_id": run, "path": str(store.db_path(run)), "ranks": None,
+           "max_rows": 10, "max_bytes": 10**6,
+           "sql": "SELECT sum(a.range * b.range) AS s FROM range(300000) a, range(300000) b"}
+
+    async def scenario():
+        await pool.ready()
         token = CancelToken()
-        threading.Timer(0.3, token.cancel).start()
+        asyncio.get_running_loop().call_later(0.5, token.cancel)
         t0 = time.monotonic()
         with pytest.raises(ClientGone):
-            sc.run(conn, slow, timeout_s=60, cancel=token)
-        assert time.monotonic() - t0 < 10
-        with pytest.raises(QueryTimeout):  # a deadline already past (the wait for a slot used it up)
-            sc.run(conn, "SELECT 1", timeout_s=60, deadline=time.monotonic() - 1)
-        t0 = time.monotonic()
-        with pytest.raises(QueryTimeout):
-            sc.run(conn, slow, timeout_s=60, deadline=time.monotonic() + 0.3)
-        assert time.monotonic() - t0 < 10
-    finally:
-        conn.close()
+            await pool.run(job, client="a", deadline=time.monotonic() + 60, cancel=token)
+        stopped_s = time.monotonic() - t0
+        meta, body = await pool.run(dict(job, sql="SELECT 41 + 1 AS x"), client="a",
+                                    deadline=time.monotonic() + 60)
+        pool.close_all()
+        return stopped_s, body
+
+    stopped_s, body = asyncio.run(scenario())
+    assert stopped_s < 10 and b'"rows":[[42]]' in body
 
 
 def test_the_time_limit(runs, wait_runs):
-    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_timeout_s=0.5))
+    app = create_app(Settings.from_env(environ={}, data_dir=str(runs.data_dir), query_timeout_s=2.0))
     with TestClient(app) as c:
+        c.get(f"/api/runs/{wait_runs.ids['waits']}/query/schema")  # (the app's routes are built at a first request)
+        c.portal.call(app.state.console.ready)  # (and a worker's start is no part of a query's time here)
         r = q(c, wait_runs.ids["waits"], "SELECT sum(a.range * b.range) FROM range(200000) a, range(200000) b")
         assert r.status_code == 504 and r.json()["error"]["code"] == "query_timeout"
+        c.portal.call(app.state.console.ready)  # (a worker that did not stop in time was replaced)
         assert q(c, wait_runs.ids["waits"], "SELECT 1 AS one").json()["rows"] == [[1]]  # the console still answers
 
 

@@ -317,7 +317,7 @@ def test_pages_render(client, view_runs):
                            ("communication", "communication-view")):
             r = client.get(f"/runs/{view_runs[run]}/{view}")
             assert r.status_code == 200 and f'id="{root}"' in r.text
-            assert 'id="rank-select"' in r.text and "/vendor/plotly.min.js" in r.text
+            assert 'id="rank-select"' in r.text and "/plotly.min.js" in r.text
 
 
 def test_m4_downsampling_equals_its_naive_definition(runs, view_runs):

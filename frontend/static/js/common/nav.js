@@ -6,6 +6,7 @@
 //
 // Views import { page, currentRank, onRankChange } from "./nav.js".
 
+import "./overflow.js";
 import { apiGet } from "./api.js";
 import { el } from "./dom.js";
 import { progressText } from "./progress.js";

@@ -11,6 +11,7 @@
 import { apiGet, isAbort } from "../common/api.js";
 import { el } from "../common/dom.js";
 import { formatCount, pct } from "../common/format.js";
+import { STEP_TIMES_NOTE } from "../common/steps.js";
 import { formatDuration } from "../common/time.js";
 import { replaceParams, runApi, urlParam } from "../common/urls.js";
 import { numCell as num } from "./tables.js";
@@ -90,8 +91,9 @@ export class CritPathPage {
     const top = d.categories.slice(0, 4).map((c) => `${c.category} ${pct(c.share)}`).join(", ");
     const bar = el("div", { class: "cp-bar" }, rankSel, stepSel,
       el("label", { class: "cp-check" }, show, " show on the timeline"),
-      el("span", { class: "cp-summary", id: "cp-summary" },
-        `Step ${d.step} of rank ${d.rank}: ${formatDuration(d.step_ns)} measured; the path: ${top}`));
+      el("span", { class: "cp-summary", id: "cp-summary", title: STEP_TIMES_NOTE },
+        `Step ${d.step} of rank ${d.rank}: ${formatDuration(d.step_ns)} measured (the span of its ProfilerStep slice, `
+        + `not the step trace's step time); the path: ${top}`));
     const left = el("div", { class: "cp-col" }, el("h3", {}, "By category"), this.categoryTable(d.categories, d.step_ns),
       el("h3", {}, "Top elements on the path"), this.topTable(d.top), this.whatIfForm(d));
     const right = el("div", { class: "cp-col" }, el("h3", {}, `The path (${formatCount(d.path.length)} segments, in order)`),

@@ -117,7 +117,9 @@ export class Panel {
     const left = el("div", { class: "tl-detail" });
     left.append(
       el("h3", {}, "Slice"),
-      el("div", { class: "title", dataset: { sliceId: String(d.slice_id) } }, d.name),
+      el("div", { class: "title", dataset: { sliceId: String(d.slice_id) } }, d.name,
+        d.full_name_url ? el("a", { class: "full-name", href: d.full_name_url, target: "_blank", rel: "noopener" },
+          ` the whole name: ${formatCount(d.name_chars)} characters`) : null),
       kvTable([
         ["Start", formatExact(d.ts_ns)],
         ["Wall duration", `${formatDuration(d.dur_ns)}  (${formatCount(d.dur_ns)} ns)`],

@@ -39,6 +39,7 @@ export const selectionMethods = {
       dst_track_id: f.dst_track_id, dst_ts_ns: f.dst_ts_ns, dst_slice_id: f.dst_slice_id,
       dst_depth: f.direction === "in" ? d.depth : f.other.depth ?? null,
     }));
+    if (d.name_truncated) d.full_name_url = runApi(this.runId, `/timeline/slices/${d.slice_id}/name`);
     this.panel.showDetail(d, this.laneTitle(d.track_id));
     this.insights.sliceDetail(d, token);  // a collective's late arrival, when it has one
     if (reveal && (!hint || zoom)) this.reveal(shown, zoom, reveal === "lanes");

@@ -1,7 +1,9 @@
 // Cluster view: a ranks × steps heatmap of one metric (step time, computing, exposed communication, free) with the
 // slow ranks called out, the per-rank means, the src × dst communication matrix (binned by the server beyond 256
-// ranks) with its slowest links, and a rank picker that opens one rank's timeline. Every answer comes from the
-// run's cluster tables (/api/runs/{id}/cluster/…), so a run of 1,000 ranks paints from three small requests.
+// ranks) with its slowest links, a rank picker that opens one rank's timeline, and the parallel strategy
+// (strategy.js: the rank grid, which dimension is slow, communication per group kind, the MoE expert load). Every
+// answer comes from the run's cluster tables (/api/runs/{id}/cluster/…, …/strategy/…), so a run of 1,000 ranks paints
+// from a few small requests.
 // DOM is built with textContent only; data strings handed to plotly go through plotText.
 
 import { apiGet } from "../common/api.js";
@@ -20,6 +22,21 @@ const METRIC_LABELS = { step: "Step time", computing: "Computing", exposed_comm:
 const MATRIX_LABELS = { bandwidth_gbps: "Bandwidth (GB/s)", min_bandwidth_gbps: "Slowest link (GB/s)",
   transit_time_ns: "Transit Time (ms)", transit_size_mb: "Transit Size (MB)" };
 const RED_BLUE = [[0, "#e8533a"], [0.5, "#e9dcc0"], [1, "#3f7fd8"]];
+// The heatmap colours a cell by its distance from the median, over at least ± this share of the median: a cluster
+// whose ranks stay within it reads as uniform (a 0.05 % spread is not painted deep blue to deep red)
+const MIN_SPREAD = 0.02;
+
+/** The heatmap's colour range: the median ± the largest distance from it, and at least ± MIN_SPREAD of it; the
+ * share of the median that range spans (for the note). Values in ms. */
+function colourRange(z) {
+  const vals = z.flat().filter((v) => v !== null && Number.isFinite(v)).sort((a, b) => a - b);
+  if (!vals.length) return null;
+  const mid = vals.length % 2 ? vals[(vals.length - 1) / 2] : (vals[vals.length / 2 - 1] + vals[vals.length / 2]) / 2;
+  const far = Math.max(mid - vals[0], vals[vals.length - 1] - mid);
+  if (mid <= 0) return { zmin: mid - (far || 1), zmax: mid + (far || 1), mid, spread: null };
+  const half = Math.max(far, Math.abs(mid) * MIN_SPREAD);
+  return { zmin: mid - half, zmax: mid + half, mid, spread: far / mid };
+}
 
 const state = { source: "ranks", metric: "step", step: "", group: "", op: "", show: "bandwidth_gbps" };
 let overview = null;
@@ -151,8 +168,10 @@ async function loadHeatmap(answer = null) {
   const ticks = y.filter((i) => i % every === 0);
   const x = h.steps.map((s) => (s === null ? "all" : String(s)));
   const slowRows = y.filter((i) => slow.has(h.ranks[i]));
+  const range = colourRange(z);
   await plot(node, [{
     type: "heatmap", x, y, z, colorscale: [[0, "#3f7fd8"], [0.5, "#e9dcc0"], [1, "#e8533a"]], hoverongaps: false,
+    ...(range ? { zmin: range.zmin, zmax: range.zmax, zauto: false } : {}),
     customdata: h.ranks.map((r) => h.steps.map(() => r)),
     hovertemplate: `Rank %{customdata}, step %{x}<br>${plotText(label)}: %{z:,.3f} ms<br>click: open the timeline<extra></extra>`,
     colorbar: { title: { text: `${plotText(label)} (ms)` }, thickness: 12 },
@@ -171,7 +190,11 @@ async function loadHeatmap(answer = null) {
     const p = ev.points && ev.points[0];
     if (p && p.customdata !== undefined) openRank(p.customdata);
   });
-  $("#cl-heat-note").textContent = `${h.ranks.length} rank${h.ranks.length === 1 ? "" : "s"} × ${h.steps.length} step${h.steps.length === 1 ? "" : "s"}` +
+  const spreadNote = !range || range.spread === null ? ""
+    : range.spread < MIN_SPREAD
+      ? ` · every cell within ${(range.spread * 100).toFixed(2)} % of the median (${num(range.mid, 3)} ms): under ${MIN_SPREAD * 100} %, coloured as uniform`
+      : ` · colour: distance from the median (${num(range.mid, 3)} ms), up to ±${(range.spread * 100).toFixed(1)} %`;
+  $("#cl-heat-note").textContent = `${h.ranks.length} rank${h.ranks.length === 1 ? "" : "s"} × ${h.steps.length} step${h.steps.length === 1 ? "" : "s"}` + spreadNote +
     (h.truncated ? " (the latest steps are left out: too many cells)" : "") +
     (state.source === "cluster_analysis" ? " · from cluster_step_trace_time.csv" : "");
   const colors = h.ranks.map((r) => (slow.has(r) ? "#e8533a" : "#3f7fd8"));
@@ -330,6 +353,10 @@ async function start() {
     document.body.dataset.clusterPaintMs = String(Math.round(performance.now()));
     await matrix;
     await initLateArrivals();
+    // the parallel strategy after the view's own answers, its modules loaded then (off the page's first module
+    // graph, which the load event waits for); it shows its own errors in its section
+    const { initStrategy } = await import("./strategy.js");
+    await initStrategy();
     document.body.dataset.clusterReady = "1";
   } catch (err) {
     showError(err);

@@ -10,6 +10,7 @@
 import { isAbort } from "../common/api.js";
 import { colorFor } from "../common/colors.js";
 import { el } from "../common/dom.js";
+import { STEP_TIMES_NOTE } from "../common/steps.js";
 import { formatDuration, formatShift } from "../common/time.js";
 import { runPage } from "../common/urls.js";
 
@@ -199,8 +200,12 @@ export class CompareTimeline {
     this.range.textContent = `${formatShift(start)} … ${formatShift(end)} (${formatDuration(end - start)} shown)`;
     ctx.font = "11px -apple-system, Segoe UI, Noto Sans, Arial, sans-serif";
     ctx.textBaseline = "middle";
+    this.titles = [];
     for (const band of this.layout) this.drawBand(ctx, band, xOf, scale, width);
     this.drawRuler(ctx, start, end, scale, width);
+    // what the bands say, for screen readers (and the step time's definition on hover)
+    this.canvas.setAttribute("aria-label", `Step-aligned timeline: ${this.titles.join("; ")}`);
+    this.canvas.title = STEP_TIMES_NOTE;
     this.canvas.dataset.drawnA = String(this.drawn.a);
     this.canvas.dataset.drawnB = String(this.drawn.b);
   }
@@ -242,12 +247,13 @@ export class CompareTimeline {
     ctx.fillRect(0, top, width, BAND_H - 2);
     ctx.fillStyle = "#f1f3f6";
     const span = side.step_end_ns !== null && side.step_start_ns !== null
-      ? ` (${formatDuration(side.step_end_ns - side.step_start_ns)})` : "";
+      ? ` (${side.step === null ? "" : "ProfilerStep span: "}${formatDuration(side.step_end_ns - side.step_start_ns)})` : "";
     const from = { device: ", from its first device task",
       trace: ", from the trace start (no ProfilerStep in the trace)" }[side.align_on] || "";
     const where = side.step === null ? `whole rank, from its trace start${span}` : `step ${side.step}${span}${from}`;
     const title = `${band.side.toUpperCase()} · ${side.run_name} · rank ${side.rank} · ${where}`;
     ctx.fillText(title, 8, top + (BAND_H - 2) / 2);
+    this.titles.push(title);
     let drawn = 0;
     if (!band.lanes.length) {
       ctx.fillStyle = "#8e94a0";

@@ -299,7 +299,7 @@ async function loadModules() {
   const node = $("#mem-modules");
   const data = await apiGet(`${apiBase}/memory/modules`, { rank: state.rank ?? undefined, max_points: pointBudget(node, 4) });
   $("#mem-modules-note").textContent = data.series.length
-    ? `npu_module_mem.csv · ${data.series.length} of ${data.modules} modules that reserve memory` +
+    ? `${data.source || "npu_module_mem.csv"} · ${data.series.length} of ${data.modules} modules that reserve memory` +
       (data.downsampled ? ` · down-sampled: ${num(data.points, 0)} of ${num(data.source_points, 0)} points` : "")
     : sourceLine(overview?.empty_sources?.modules, "npu_module_mem.csv · no module reserves memory on this rank");
   const why = clear($("#mem-modules-why"));

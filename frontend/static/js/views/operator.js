@@ -5,6 +5,7 @@ import { apiGet } from "../common/api.js";
 import { $, clear, el } from "../common/dom.js";
 import { plotText } from "../common/escape.js";
 import { num, pct } from "../common/format.js";
+import { clip, distinct, shortNames } from "../common/names.js";
 import { currentRank, onRankChange } from "../common/nav.js";
 import { sourceLine, sourceNote } from "../common/sources.js";
 import { nsToMs, nsToUs, relNs, us } from "../common/time.js";
@@ -26,6 +27,10 @@ const KINDS = [
   { value: "computing", label: "Computing" },
   { value: "communication", label: "Communication" },
 ];
+// the type pie's slices with a legend entry (the rest join "Other"), and the characters of a legend or bar label
+const PIE_SLICES = 12;
+const LEGEND_CHARS = 32;
+const BAR_CHARS = 48;
 const KEY_LABELS = { type: "Type", name: "Name", input_shapes: "Input Shapes", accelerator_core: "Accelerator Core" };
 
 // group_by null: the server's default (by type, or by name when no kernel has a type), until the user picks one
@@ -61,14 +66,15 @@ function startLabel(absNs) {
   return `${nsToMs(relNs(absNs, origin)).toFixed(3)} ms`;
 }
 
-/** labels: [text, isOther] pairs, so that a kernel type named "Other" keeps its own colour. */
-function pie(node, labels, values, title) {
+/** slices: [{label, full, value, other}]; the legend shows the short labels, the hover the full name. */
+function pie(node, slices, title) {
   const traces = [{
-    type: "pie", labels: labels.map(([l]) => plotText(l)), values, hole: 0.35, sort: false, direction: "clockwise",
-    marker: { colors: labels.map(([, other], i) => (other ? "#5d6673" : CHART_COLORS[i % CHART_COLORS.length])),
+    type: "pie", labels: slices.map((sl) => plotText(sl.label)), values: slices.map((sl) => sl.value),
+    customdata: slices.map((sl) => plotText(sl.full)), hole: 0.35, sort: false, direction: "clockwise",
+    marker: { colors: slices.map((sl, i) => (sl.other ? "#5d6673" : CHART_COLORS[i % CHART_COLORS.length])),
       line: { color: "#1b1d22", width: 1 } },
     textinfo: "percent", textposition: "inside", insidetextorientation: "horizontal",
-    hovertemplate: "%{label}<br>%{value:,.3f} μs<br>%{percent}<extra></extra>",
+    hovertemplate: "%{customdata}<br>%{value:,.3f} μs<br>%{percent}<extra></extra>",
   }];
   return plot(node, traces, baseLayout({
     margin: { l: 10, r: 10, t: 10, b: 10 },
@@ -77,37 +83,44 @@ function pie(node, labels, values, title) {
   }));
 }
 
+/** The pie's slices: the first PIE_SLICES groups under short labels (a scoped name's own op name; the full name
+ * on hover), the rest and the overview's remainder as one "Other". */
+function pieSlices(rows, name, valueNs, otherNs) {
+  const shown = rows.slice(0, PIE_SLICES);
+  const labels = distinct(shortNames(shown.map(name)).map((l) => clip(l, LEGEND_CHARS)));
+  const slices = shown.map((r, i) => ({ label: labels[i], full: String(name(r)), value: nsToUs(valueNs(r)), other: false }));
+  const rest = rows.slice(PIE_SLICES).reduce((sum, r) => sum + valueNs(r), 0) + (otherNs || 0);
+  if (rest > 0) slices.push({ label: "Other", full: "Other (every group not shown)", value: nsToUs(rest), other: true });
+  return slices;
+}
+
 function renderCharts(ov) {
-  const types = ov.types.rows;
-  const labels = types.map((t) => [t.type, false]);
-  const values = types.map((t) => nsToUs(t.total_ns));
-  if (ov.types.other_ns > 0) { labels.push(["Other", true]); values.push(nsToUs(ov.types.other_ns)); }
-  pie($("#op-type-pie"), labels, values);
-  pie($("#op-core-pie"), ov.cores.map((c) => [c.accelerator_core, false]), ov.cores.map((c) => nsToUs(c.total_ns)));
+  pie($("#op-type-pie"), pieSlices(ov.types.rows, (t) => t.type, (t) => t.total_ns, ov.types.other_ns));
+  pie($("#op-core-pie"), pieSlices(ov.cores, (c) => c.accelerator_core, (c) => c.total_ns, 0));
   const rows = [...ov.top.rows].reverse();
   const shown = ov.top.keys.filter((k) => k !== "type" || state.group_by === "type");
-  const label = (r) => shown.map((k) => r[k] ?? "N/A").join(" · ");
-  // shortened before escaping, so that no entity is cut in half
-  const names = rows.map((r) => plotText(shorten(label(r), 60)));
+  const full = (r) => shown.map((k) => r[k] ?? "N/A").join(" · ");
+  // a scoped name reads as its op's own name (full name on hover); shortened before escaping, so that no entity is
+  // cut in half, and kept distinct (plotly would stack two equal labels on one bar)
+  const short = shortNames(rows.map((r) => String(r[shown[0]] ?? "N/A")));
+  const label = (r, i) => [short[i], ...shown.slice(1).map((k) => r[k] ?? "N/A")].join(" · ");
+  const names = distinct(rows.map((r, i) => clip(label(r, i), BAR_CHARS))).map(plotText);
   $("#op-top-title").textContent = `Top ${ov.top.rows.length} by total time — ${GROUPS.find((g) => g.value === state.group_by).label}`;
-  plot($("#op-top-bar"), [{
+  const node = $("#op-top-bar");
+  plot(node, [{
     type: "bar", orientation: "h", y: names, x: rows.map((r) => nsToUs(r.total_ns)),
     marker: { color: rows.map((r, i) => CHART_COLORS[(rows.length - 1 - i) % CHART_COLORS.length]) },
-    customdata: rows.map((r) => [r.count, pct(r.share, 2), plotText(label(r))]),
+    customdata: rows.map((r) => [r.count, pct(r.share, 2), plotText(full(r))]),
     hovertemplate: "%{customdata[2]}<br>%{x:,.3f} μs · %{customdata[0]} kernels · %{customdata[1]}<extra></extra>",
   }], baseLayout({ margin: { l: 260, r: 20, t: 10, b: 40 }, showlegend: false,
     xaxis: { title: { text: "Total Time(μs)" } }, yaxis: { automargin: true, tickfont: { size: 11 } } }));
-  $("#op-top-bar").on?.("plotly_click", (ev) => {
+  node.removeAllListeners?.("plotly_click");
+  node.on?.("plotly_click", (ev) => {
     const p = ev.points?.[0];
     if (!p) return;
     const r = rows[p.pointIndex];
     groupsTable.filterTo(String(r[ov.top.keys[0]] ?? ""));
   });
-}
-
-function shorten(s, n) {
-  s = String(s);
-  return s.length > n ? `${s.slice(0, n - 1)}…` : s;
 }
 
 function groupColumns(keys) {
@@ -259,10 +272,8 @@ async function refresh(rebuildTable = false) {
 }
 
 async function init() {
-  try {
-    const run = await apiGet(apiBase);
-    origin = run.origin_ns;
-  } catch { origin = null; }
+  // the run's origin (only the kernels' start times need it) arrives meanwhile: the charts do not wait for it
+  apiGet(apiBase).then((run) => { origin = run.origin_ns; }, () => { origin = null; });
   // the torch table waits for the overview: its empty text names the file the new rank lacks
   onRankChange(async (rank) => {
     state.rank = rank;

@@ -155,6 +155,8 @@ async function runQuery() {
     (!result.truncated ? "" : result.truncated_by === "bytes"
       ? ` (cut at ${formatCount(result.byte_cap / 1e6)} MB of answer: select fewer or narrower columns)`
       : ` (cut at ${formatCount(result.row_cap)}: export the CSV for up to 100,000)`) +
+    (result.cells_cut ? ` · ${formatCount(result.cells_cut)} long value${result.cells_cut === 1 ? "" : "s"} ` +
+      "shortened (text to 2,000 characters, lists to 1,000 items)" : "") +
     ` · ${result.elapsed_ms} ms`);
   const csv = $("#q-csv");
   csv.hidden = false;
