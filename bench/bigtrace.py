@@ -16,7 +16,9 @@ time (user + system, every thread), its peak RSS and the trace's events. The mod
   cost the task, ``overview_cost_s``) and says the whole rank is ready (``rank_ready_s``).
 
 The table gives each mode's best wall and every round's, CPU seconds, MB/s of the trace by wall, CPU µs per
-trace event and peak RSS; the rounds alternate the modes, so each pair shares the machine's load.
+trace event and peak RSS; the rounds alternate the modes, so each pair shares the machine's load. ``--before
+CHECKOUT`` (``git worktree add /tmp/before <commit>``) runs each mode but ``floor`` from that checkout too, right
+after this one's, as ``MODE@before`` (the checkout imported first, as ``bench.served`` does).
 """
 
 from __future__ import annotations
@@ -115,17 +117,26 @@ def _sharded(src: Path, out: Path, t0: float) -> dict:
             "events": int(sum((summary.get("slices_per_kind") or {}).values())), "trace_bytes": trace.stat().st_size}
 
 
-def measure(mode: str, src: Path) -> dict:
+def measure(mode: str, src: Path, checkout: Path | None = None) -> dict:
     """One child's figures; CPU and peak RSS as ``bench.measure`` samples them over its whole process tree (the
-    shard tasks run in a pool the child's fork server starts, which its own rusage does not count)."""
+    shard tasks run in a pool the child's fork server starts, which its own rusage does not count). ``checkout``:
+    that checkout's code runs the mode, reported as ``MODE@before``."""
     from .measure import run_measured
+    from .served import shim_for
 
+    env = None
+    if checkout is not None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(shim_for(checkout)), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     with tempfile.TemporaryDirectory(prefix="bigtrace-", dir=os.environ.get("TMPDIR")) as tmp:
         got = run_measured([sys.executable, "-m", "ascendscope.bench.bigtrace", "child", mode, str(src), tmp],
-                           timeout_s=3 * 3600)
+                           timeout_s=3 * 3600, env=env)
     if got["rc"] != 0:
         raise SystemExit(f"{mode} failed: {got['stderr'].strip()[-2000:]}")
     out = json.loads(got["stdout"].strip().splitlines()[-1])
+    if checkout is not None:
+        out["mode"] = f"{mode}@before"
+        out.setdefault("overview_s", out.pop("first_window_s", None))  # an older checkout's first-window preview
     out.update(cpu_s=round(max(got["cpu_s"], out["cpu_s"]), 3), peak_rss_mb=round(got["peak_rss_mb"], 1),
                tree_rss_mb=round(got["tree_rss_mb"], 1))
     return out
@@ -133,7 +144,7 @@ def measure(mode: str, src: Path) -> dict:
 
 def table(results: list[dict], events: int) -> str:
     lines = ["| mode | wall, best (rounds) | CPU s (best round) | MB/s by wall | CPU µs / event | peak RSS (largest "
-             "process) | first window |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "process) | overview |", "|---|---:|---:|---:|---:|---:|---:|"]
     for mode in dict.fromkeys(r["mode"] for r in results):
         rows = [r for r in results if r["mode"] == mode]
         best = min(rows, key=lambda r: r["wall_s"])
@@ -159,14 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floor-memory", default="1GB",
                     help="the floor's DuckDB memory limit: its events table whole in memory needs about 0.85 × the "
                          "trace (past the limit it spills to disk, which the floor should not pay)")
+    ap.add_argument("--before", type=Path, help="a checkout of the version to compare with (git worktree add): "
+                                                    "each mode but floor runs from it too, interleaved")
     args = ap.parse_args(argv)
     os.environ[FLOOR_MEMORY_ENV] = args.floor_memory
     results = []
     started = time.strftime("%H:%M", time.gmtime())
     for _ in range(args.rounds):
         for mode in args.modes:
-            results.append(measure(mode, args.src))
-            print(json.dumps(results[-1]), file=sys.stderr)
+            for checkout in (None, args.before) if args.before and mode != "floor" else (None,):
+                results.append({**measure(mode, args.src, checkout), "load": round(os.getloadavg()[0], 1)})
+                print(json.dumps(results[-1]), file=sys.stderr)
     events = next((r["events"] for r in results if r["mode"] in ("floor", "read-whole", "read-ranges")), None)
     if events is None:
         events = measure("floor", args.src)["events"]
