@@ -122,6 +122,9 @@ def test_a_big_rank_is_drawn_from_its_overview_with_every_lane(page, big_rank_ha
     drawn = {lane["track_id"] for lane in page.evaluate("() => window.__timeline.lanes()") if lane["track_id"]}
     # every lane of slices of the run (its counters come with the shard)
     assert drawn == {t["track_id"] for t in tracks["tracks"] if t["kind"] != "counter"}
+    # each of them marked as an overview's lane (nothing on it can be selected yet)
+    marked = [lane["overview"] for lane in page.evaluate("() => window.__timeline.lanes()") if lane["track_id"]]
+    assert len(marked) == len(drawn) and all(flag is True for flag in marked)
     # the ruler shades the whole rank as still coming, and names it an overview
     coming = page.evaluate("() => JSON.parse(document.getElementById('tl-ruler').dataset.stillComing)")
     origin = int(tracks["origin_ns"])
@@ -146,3 +149,4 @@ def test_a_big_rank_is_drawn_from_its_overview_with_every_lane(page, big_rank_ha
     page.reload()
     page.wait_for_function(READY, timeout=20_000)
     assert page.evaluate("() => document.getElementById('tl-ruler').dataset.stillComing") == "[]"
+    assert not any(lane["overview"] for lane in page.evaluate("() => window.__timeline.lanes()"))
