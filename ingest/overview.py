@@ -3,8 +3,8 @@ the rest of the rank is derived.
 
 A shard of one big rank is published only when all of it is written: minutes for a trace of several GB. As soon
 as the rank's slices are made (``{p}x``: after the read and the pairing of B and E events, before any nesting),
-its overview is computed beside the nesting (a thread of the shard's task, on a cursor of its own) and written to
-``<shard>.overview.duckdb``:
+its overview is computed beside the rest of its derivations (a thread of the shard's task, on a cursor of its
+own) and written to ``<shard>.overview.duckdb``:
 
 * ``tracks``: every track of the rank with its final id, names, kind and order, and its figures from its slices
   (count, longest, first start, last end) but for the depth: an overview has none (``max_depth`` 0);

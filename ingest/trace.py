@@ -107,8 +107,13 @@ class TraceLoad(TraceRead):
         # the counters need only the events and the tracks: derived on a second cursor while the slices are
         # nested here (numpy on one core), so the other core is not idle
         counters = Beside(self.cur, lambda cur: cur.execute(COUNTERS.format(p=self.p)), "trace-beside")
+        sliced = None
         try:
             s(RAW_SLICES)
+            # the rank's overview (ingest.overview) needs only the slices made and the tracks: computed beside the
+            # checks, the flow ends and the whole rank's nesting, so it is published as soon as it can be
+            sliced = None if self.on_sliced is None else Beside(
+                self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview")
             for rank, negative, unclosed in s(f"SELECT rank, count(*) FILTER (WHERE negative_dur), "
                                               f"count(*) FILTER (WHERE unclosed) FROM {self.p}x GROUP BY rank "
                                               "ORDER BY rank").fetchall():
@@ -153,14 +158,9 @@ class TraceLoad(TraceRead):
             if self.DROP_EVENTS:  # nothing reads them from here on: their memory goes to the nesting
                 self.cur.execute(f"DROP VIEW IF EXISTS {self.p}ev")
                 self.cur.execute(f"DROP TABLE IF EXISTS {self.p}ev_t")
-            # (its overview, computed beside the whole rank's nesting: ingest.overview)
-            sliced = None if self.on_sliced is None else Beside(
-                self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview")
-            try:
-                with_slices = self._nest(advance, parts)
-            finally:
-                if sliced is not None:
-                    sliced.join()  # (its errors are its own: an overview that fails is only not published)
+            with_slices = self._nest(advance, parts)
+            if sliced is not None:
+                sliced.join()  # (its errors are its own: an overview that fails is only not published)
             advance()
             self.on_nested()
             flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices)
@@ -182,6 +182,8 @@ class TraceLoad(TraceRead):
                     self.note(rank, f"flows '{cat or '(no cat)'}': " + ", ".join(parts))
         except BaseException:
             counters.join()  # (its own error, if any, is moot now)
+            if sliced is not None:
+                sliced.join()
             raise
         advance()
         for rank, bad in s(f"SELECT rank, count(*) FROM {self.p}counters WHERE value IS NULL GROUP BY rank "

@@ -111,7 +111,8 @@ class TraceRead:
     def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, path: Path, workdir: Path, display: str,
                  on_progress=None, on_nested=None, split_read: bool = False, rank: int = 0, on_sliced=None):
         """``split_read``: read a big file as byte ranges in parallel (worth it when a core would idle).
-        ``on_sliced(cursor, prefix)``: run beside the nesting once the slices are made (``ingest.overview``)."""
+        ``on_sliced(cursor, prefix)``: run beside the rest of the derivations once the slices are made
+        (``ingest.overview``)."""
         self.cur, self.p, self.path, self.workdir, self.display = cur, prefix, path, workdir, display
         self.rank = int(rank)
         self.warnings: list[str] = []
