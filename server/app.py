@@ -31,7 +31,7 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ascendscope.server import apidocs, assets, pages, queryprocs
-from ascendscope.server.api import ApiError, FastJSONResponse
+from ascendscope.server.api.answers import ApiError, FastJSONResponse
 from ascendscope.server.compression import Compression
 from ascendscope.server.consolepool import ConsolePool
 from ascendscope.server.coordinator import IngestCoordinator

@@ -10,7 +10,7 @@
     ascendscope export RUN (--table NAME | --timeline) -o FILE
 
 ``serve`` turns each PATH into a run (an unchanged source that was already ingested is reused) and ingests it
-in a worker process while the server is already up (``server.serving``: ``--workers`` processes answer requests,
+in a worker process while the server is already up (``server.webworkers``: ``--workers`` processes answer requests,
 one of them runs the ingest queue); with no PATH and an empty data dir it loads the bundled
 sample. A PATH that is a folder of several runs (subfolders that each hold rank folders, or archives) opens as
 one run per subfolder. A PATH is only read: the database goes into the data dir.
@@ -168,7 +168,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) -> int:
-    from ascendscope.server import serving
+    from ascendscope.server import webworkers
 
     if not paths and not store.list():
         sample = bundled_sample_path()
@@ -209,7 +209,7 @@ def _serve_runs(args: argparse.Namespace, settings, store, paths: list[Path]) ->
         if not settings.no_browser:
             webbrowser.open(url)
 
-    return 0 if serving.run(settings, args.log_level, announce) else 1
+    return 0 if webworkers.run(settings, args.log_level, announce) else 1
 
 
 def _no_profiling_data(source: Path) -> str | None:

@@ -33,8 +33,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ascendscope.server import queryprocs, requestclock
-from ascendscope.server.api import INT64_MAX, INT64_MIN, ApiError, FastJSONResponse, find_run, request_db
 from ascendscope.server.api import timeline as endpoints
+from ascendscope.server.api.answers import INT64_MAX, INT64_MIN, ApiError, FastJSONResponse
+from ascendscope.server.api.deps import find_run, request_db
 from ascendscope.server.errors import http_answer
 from ascendscope.server.requestclock import ClientGone
 

@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from jinja2 import TemplateNotFound
 
-from ascendscope.server.api import ApiError
+from ascendscope.server.api.answers import ApiError
 from ascendscope.server.db import DamagedDatabase
 from ascendscope.server.redact import public_run
 from ascendscope.server.runs import RunNotFound

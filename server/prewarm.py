@@ -25,7 +25,7 @@ import os
 import tempfile
 import time
 
-from ascendscope.server.api import RunDb, file_id, index_files, open_run_db, scoped_version
+from ascendscope.server.api.deps import RunDb, file_id, index_files, open_run_db, scoped_version
 from ascendscope.server.db import Databases
 from ascendscope.server.queries import timeline, track_index
 from ascendscope.server.querypool import QueryPool

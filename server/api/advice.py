@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from ascendscope.server.api import RunDbDep
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.api.viewparams import RankQ
 from ascendscope.server.queries import advice as aq
 from ascendscope.server.queries import ns_str

@@ -12,7 +12,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from ascendscope.server.api import RunDbDep, fast_json
+from ascendscope.server.api.answers import fast_json
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.queries import cluster as cq
 
 router = APIRouter(prefix="/api/runs/{run_id}/cluster", tags=["cluster"])

@@ -11,7 +11,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from ascendscope.server.api import Int64, RunDbDep
+from ascendscope.server.api.answers import Int64
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.api.viewparams import (
     DEFAULT_LIMIT,
     FilterQ,

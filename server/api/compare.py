@@ -21,17 +21,13 @@ from typing import Annotated, Literal
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 
-from ascendscope.server.api import (
-    ApiError,
-    FastJSONResponse,
-    Int64,
+from ascendscope.server.api.answers import ApiError, FastJSONResponse, Int64, fast_json, ns_str
+from ascendscope.server.api.deps import (
     RunDb,
     SettingsDep,
     StoreDep,
-    fast_json,
     file_id,
     get_databases,
-    ns_str,
     open_run_db,
     request_budget,
     run_damaged,

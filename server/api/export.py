@@ -19,7 +19,8 @@ from fastapi.responses import FileResponse, Response
 from starlette.background import BackgroundTask
 
 from ascendscope import chrometrace, frames, tables
-from ascendscope.server.api import ApiError, Int64, RunDbDep
+from ascendscope.server.api.answers import ApiError, Int64
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.db import parse_ranks
 
 router = APIRouter(prefix="/api/runs/{run_id}/export", tags=["export"])

@@ -11,7 +11,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ascendscope.server.api import RANK_MAX, ApiError, Int64, RunDbDep, fast_json
+from ascendscope.server.api.answers import RANK_MAX, ApiError, Int64, fast_json
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.api.viewparams import (
     DEFAULT_LIMIT,
     LimitQ,

@@ -8,7 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ascendscope.server.api import Int64, RunDbDep, fast_json
+from ascendscope.server.api.answers import Int64, fast_json
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.api.viewparams import OffsetQ
 from ascendscope.server.queries import Page
 from ascendscope.server.queries import phases as ph

@@ -15,16 +15,13 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from ascendscope.ingest import layout
-from ascendscope.server.api import (
-    ApiError,
-    FastJSONResponse,
+from ascendscope.server.api.answers import ApiError, FastJSONResponse, fast_json, ns_str
+from ascendscope.server.api.deps import (
     RunDep,
     SettingsDep,
     StoreDep,
     WritableDep,
-    fast_json,
     get_databases,
-    ns_str,
     open_run_db,
     run_damaged,
 )

@@ -9,7 +9,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ascendscope.server.api import RunDbDep, fast_json
+from ascendscope.server.api.answers import fast_json
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.api.viewparams import AbsNsQ
 from ascendscope.server.queries import serving as sv
 

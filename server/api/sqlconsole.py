@@ -16,7 +16,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from ascendscope.server.api import ApiError, FastJSONResponse, RunDep, StoreDep, request_budget
+from ascendscope.server.api.answers import ApiError, FastJSONResponse
+from ascendscope.server.api.deps import RunDep, StoreDep, request_budget
 from ascendscope.server.consolepool import ConsoleBusy, ConsoleFailed, ConsolePool, client_key
 from ascendscope.server.db import parse_ranks
 from ascendscope.server.queries import MAX_CSV_ROWS

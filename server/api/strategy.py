@@ -13,7 +13,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from ascendscope.server.api import RunDbDep, fast_json
+from ascendscope.server.api.answers import fast_json
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.queries import experts as eq
 from ascendscope.server.queries import strategy as sq
 from ascendscope.server.queries import strategy_comm as cq

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 
-from ascendscope.server.api import RunDbDep
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.api.viewparams import RankQ, csv_response
 from ascendscope.server.queries import Csv, csv_text, sources
 from ascendscope.server.queries import summary as sq

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from ascendscope.server.api import RunDbDep
+from ascendscope.server.api.deps import RunDbDep
 from ascendscope.server.api.viewparams import (
     DEFAULT_LIMIT,
     AbsNsQ,

@@ -23,19 +23,18 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import PlainTextResponse
 
-from ascendscope.server.api import (
+from ascendscope.server.api.answers import (
     COLUMN_RESPONSES,
     INT64_MAX,
     AcceptQ,
     ApiError,
     FastJSONResponse,
     Int64,
-    RunDb,
-    RunDbDep,
     ShiftNs,
     column_answer,
     fast_json,
 )
+from ascendscope.server.api.deps import RunDb, RunDbDep
 from ascendscope.server.queries import timeline as tq
 from ascendscope.server.queries import timeline_details as td
 

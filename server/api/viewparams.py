@@ -11,7 +11,8 @@ from typing import Annotated
 from fastapi import Query
 from fastapi.responses import Response
 
-from ascendscope.server.api import INT64_MAX, Int64, RunDb
+from ascendscope.server.api.answers import INT64_MAX, Int64
+from ascendscope.server.api.deps import RunDb
 from ascendscope.server.queries import DEFAULT_PAGE_ROWS, MAX_CSV_ROWS, MAX_PAGE_ROWS, Csv, Page
 
 RankQ = Annotated[Int64 | None, Query(description="rank; default: the first rank that has this data")]

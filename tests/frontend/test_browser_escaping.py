@@ -130,8 +130,8 @@ def test_operator_page(page, hostile):
     for node in ("op-type-pie", "op-top-bar"):
         wait_plot(page, node)
     page.locator("#op-groups-table tbody td", has_text=LINK).first.wait_for()
-    assert LINK in texts(page, "#op-type-pie .legendtext")
-    assert LINK[:40] in texts(page, "#op-top-bar .ytick text")  # a tick label (shortened to 60 characters)
+    assert LINK[:28] in texts(page, "#op-type-pie .legendtext")  # as text, clipped to the legend's 32 characters
+    assert LINK[:24] in texts(page, "#op-top-bar .ytick text")  # a tick label, as text, clipped
     hover_hostile_bar(page, "op-top-bar")
     hover = page.locator("#op-top-bar .hoverlayer .hovertext")
     hover.wait_for()

@@ -1,4 +1,4 @@
-"""A slice named with 20,000,000 characters, selected on the timeline in chromium (under the page's real policy):
+"""A slice named with 2,000,000 characters, selected on the timeline in chromium (under the page's real policy):
 Slice Detail shows the name cut at 2,000 characters and a link to the whole name, which answers it all."""
 
 from __future__ import annotations

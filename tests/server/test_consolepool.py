@@ -14,6 +14,7 @@ import pytest
 from ascendscope.server import consolepool
 from ascendscope.server.consolepool import ConsoleBusy, ConsoleFailed, ConsolePool
 from ascendscope.server.runs import RunStore
+from tests import asyncrun
 
 SLOW = "SELECT sum(a.range * b.range) AS s FROM range({n}) a, range({n}) b"
 
@@ -62,7 +63,7 @@ def test_the_queue_is_fair_per_client_and_bounded(runs, monkeypatch):
         await asyncio.gather(*waiting)
         pool.close_all()
 
-    asyncio.run(scenario())
+    asyncrun.run(scenario())
     assert done == ["a2", "b1", "a3"]
 
 
@@ -86,7 +87,7 @@ def test_a_wait_past_the_deadline_leaves_the_queue(runs):
         pool.close_all()
         return waited, here.waiting, dict(here.queues)
 
-    waited, waiting, queues = asyncio.run(scenario())
+    waited, waiting, queues = asyncrun.run(scenario())
     assert waited < 2 and waiting == 0 and not queues
 
 
@@ -98,7 +99,7 @@ def test_an_answer_larger_than_the_cap_is_never_read():
             await consolepool._frame(reader, consolepool.MAX_ANSWER_BYTES)
         return len(reader._buffer)
 
-    assert asyncio.run(scenario()) == 0
+    assert asyncrun.run(scenario()) == 0
 
 
 def test_the_headroom_lets_a_large_order_by_spill_and_answer(runs):
@@ -113,7 +114,7 @@ def test_the_headroom_lets_a_large_order_by_spill_and_answer(runs):
         pool.close_all()
         return json.loads(body)
 
-    answer = asyncio.run(scenario())
+    answer = asyncrun.run(scenario())
     hashes = [int(r[1]) for r in answer["rows"]]
     assert answer["row_count"] == 100 and answer["truncated_by"] == "rows" and hashes == sorted(hashes)
 
@@ -129,5 +130,5 @@ def test_a_worker_that_cannot_start_fails_the_waiting_requests(runs, monkeypatch
         pool.close_all()
         return failed.value.code, time.monotonic() - t0
 
-    code, took = asyncio.run(scenario())
+    code, took = asyncrun.run(scenario())
     assert code == "console_unavailable" and took < 30

@@ -112,7 +112,7 @@ def answers(client, run_id, wanted) -> list:
 
 
 def whole_reads(monkeypatch) -> list:
-    from ascendscope.server.api import RunDb
+    from ascendscope.server.api.deps import RunDb
 
     calls = []
     real = RunDb.arrays

@@ -95,7 +95,7 @@ def test_memory_answers_equal_the_sql_answers_on_a_dense_run_with_lod_and_caps(d
 
 
 def test_a_track_once_read_is_answered_without_a_query(runs, monkeypatch):
-    from ascendscope.server.api import RunDb
+    from ascendscope.server.api.deps import RunDb
 
     run_id = runs.ids["generated"]
     calls = []
@@ -301,7 +301,7 @@ def test_flow_answers_from_memory_equal_the_sql_answers_over_several_shards(four
 
 
 def test_flows_once_read_are_answered_without_a_query(runs, monkeypatch):
-    from ascendscope.server.api import RunDb
+    from ascendscope.server.api.deps import RunDb
 
     run_id = runs.ids["generated"]
     calls = []
@@ -326,7 +326,7 @@ def test_as_served_a_first_look_is_answered_by_sql_while_the_track_and_flows_are
     is done, the same windows are answered with no query at all."""
     import threading
 
-    from ascendscope.server.api import RunDb
+    from ascendscope.server.api.deps import RunDb
 
     run_id = runs.ids["generated"]
     calls = []

@@ -15,6 +15,7 @@ from ascendscope.server.app import create_app
 from ascendscope.server.queries import sql_console as sc
 from ascendscope.server.runs import RunStore
 from ascendscope.server.settings import Settings
+from tests import asyncrun
 from tests.conftest import store_with_copy
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -249,7 +250,7 @@ def test_a_console_query_stops_when_its_client_goes(runs, wait_runs):
         pool.close_all()
         return stopped_s, body
 
-    stopped_s, body = asyncio.run(scenario())
+    stopped_s, body = asyncrun.run(scenario())
     assert stopped_s < 10 and b'"rows":[[42]]' in body
 
 

@@ -3,10 +3,10 @@
 // last segment), with as many parent segments as keep two different names apart, and the full name on hover.
 
 /** The short label of each name: its last `sep`-separated segment, grown by parent segments while two different
- * names would read the same. Names without `sep` stay as they are. */
+ * names would read the same. Names without `sep`, or with white space (a scope has none), stay as they are. */
 export function shortNames(names, sep = "/") {
   const full = names.map((n) => String(n ?? ""));
-  const parts = full.map((n) => n.split(sep));
+  const parts = full.map((n) => (/\s/.test(n) || n.endsWith(sep) ? [n] : n.split(sep)));
   const depth = parts.map(() => 1);
   const label = (i) => parts[i].slice(-depth[i]).join(sep);
   for (;;) {

@@ -1,7 +1,7 @@
-"""Serving the app with one or several processes (``ascendscope serve --workers N``).
+"""The web server's processes: the app served by one or several of them (``ascendscope serve --workers N``).
 
 One process is GIL-bound near 130–140 timeline requests/s whatever the cores (docs/benchmarks.md), so the
-dashboard is served by ``workers`` processes (default: one per core) that share the listening socket (uvicorn's
+dashboard is served by ``workers`` processes that share the listening socket (uvicorn's
 supervisor binds it, starts the processes and replaces one that dies). Each process builds its own app with
 :func:`app_from_env` from the ``ASCENDSCOPE_*`` variables, the one channel every setting already has; its own
 read-only DuckDB connections and its own answer cache, both keyed on the identity of the files they come from.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from ascendscope.server import tls
 from ascendscope.server.settings import SETTINGS, Settings, worker_count
 
-APP_FACTORY = "ascendscope.server.serving:app_from_env"
+APP_FACTORY = "ascendscope.server.webworkers:app_from_env"
 READY_POLL_S = 0.1
 SUPERVISOR_ENV = "ASCENDSCOPE_SUPERVISOR_PID"  # set for worker processes: the supervisor they die with
 ORPHAN_POLL_S = 0.25
