@@ -6,16 +6,19 @@ minutes, beside the one-core ``read_json`` floor.
 Each measurement runs in a fresh child process (``child MODE RANK_FOLDER OUT``) and reports its wall time, its CPU
 time (user + system, every thread), its peak RSS and the trace's events. The modes:
 
-* ``floor``: DuckDB's ``read_json`` of the trace into the typed columns our ingest asks for, on one thread;
+* ``floor``: DuckDB's ``read_json`` of the trace into the typed columns our ingest asks for, on one thread, in
+  memory (``--floor-memory``: its limit, 1GB by default; a 10 GB trace needs about 9GB not to spill);
 * ``read-whole`` / ``read-ranges``: our trace read alone (``TraceLoad.read``: the typed read and its checks), the
   whole file by one reader, or cut into byte ranges read on every DuckDB thread (``ingest.tracesplit``);
 * ``ingest-whole`` / ``ingest-ranges``: the rank's whole single-file ingest (``ingest_path``) either way;
 * ``sharded``: the ingest the server runs (``ingest_sharded``), with the times at which the manifest first
-  announces the rank's first time window (``first_window_s``, ``ingest.preview``: the first pixel; with what
-  writing it cost the task, ``preview_cost_s``) and says the whole rank is ready (``rank_ready_s``).
+  announces the rank's overview (``overview_s``, ``ingest.overview``: every lane on screen; with what writing it
+  cost the task, ``overview_cost_s``) and says the whole rank is ready (``rank_ready_s``).
 
 The table gives each mode's best wall and every round's, CPU seconds, MB/s of the trace by wall, CPU µs per
-trace event and peak RSS; the rounds alternate the modes, so each pair shares the machine's load.
+trace event and peak RSS; the rounds alternate the modes, so each pair shares the machine's load. ``--before
+CHECKOUT`` (``git worktree add /tmp/before <commit>``) runs each mode but ``floor`` from that checkout too, right
+after this one's, as ``MODE@before`` (the checkout imported first, as ``bench.served`` does).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import time
 from pathlib import Path
 
 MODES = ("floor", "read-whole", "read-ranges", "ingest-whole", "ingest-ranges", "sharded")
+FLOOR_MEMORY_ENV = "ASCENDSCOPE_BENCH_FLOOR_MEMORY"  # the floor's DuckDB memory limit (--floor-memory)
 NO_SPLIT = 1 << 62  # SPLIT_MIN_BYTES that no file reaches: the whole-file read
 
 
@@ -53,7 +57,7 @@ def child(mode: str, src: Path, out: Path) -> dict:
     if mode == "floor":
         con = duckdb.connect()
         con.execute("SET threads = 1")
-        con.execute("SET memory_limit = '1GB'")
+        con.execute(f"SET memory_limit = '{os.environ.get(FLOOR_MEMORY_ENV, '1GB')}'")
         con.execute(f"CREATE TABLE ev AS SELECT * FROM read_json(?, format = 'array', "
                     f"columns = {EVENT_COLUMNS.format()})", [str(trace)])
         events = con.execute("SELECT count(*) FROM ev").fetchone()[0]
@@ -79,7 +83,7 @@ def child(mode: str, src: Path, out: Path) -> dict:
 
 
 def _sharded(src: Path, out: Path, t0: float) -> dict:
-    """``ingest_sharded`` with a watcher of its manifest: when the first time window was announced."""
+    """``ingest_sharded`` with a watcher of its manifest: when the overview was announced."""
     import threading
 
     from ascendscope.ingest.shards import ingest_sharded
@@ -93,10 +97,10 @@ def _sharded(src: Path, out: Path, t0: float) -> dict:
                 manifest = json.loads((out / "run" / "manifest.json").read_text())
             except (OSError, ValueError):
                 continue
-            if "first_window_s" not in seen and any(e.get("preview") for e in manifest["shards"]):
-                seen["first_window_s"] = round(time.perf_counter() - t0, 3)
-                for note in (out / "run" / ".progress").glob("*.preview.json"):
-                    seen["preview_cost_s"] = json.loads(note.read_text()).get("seconds")
+            if "overview_s" not in seen and any(e.get("overview") for e in manifest["shards"]):
+                seen["overview_s"] = round(time.perf_counter() - t0, 3)
+                for note in (out / "run" / ".progress").glob("*.overview.json"):
+                    seen["overview_cost_s"] = json.loads(note.read_text()).get("seconds")
             if "rank_ready_s" not in seen and all(e["status"] == "ready" for e in manifest["shards"]):
                 seen["rank_ready_s"] = round(time.perf_counter() - t0, 3)
 
@@ -113,17 +117,26 @@ def _sharded(src: Path, out: Path, t0: float) -> dict:
             "events": int(sum((summary.get("slices_per_kind") or {}).values())), "trace_bytes": trace.stat().st_size}
 
 
-def measure(mode: str, src: Path) -> dict:
+def measure(mode: str, src: Path, checkout: Path | None = None) -> dict:
     """One child's figures; CPU and peak RSS as ``bench.measure`` samples them over its whole process tree (the
-    shard tasks run in a pool the child's fork server starts, which its own rusage does not count)."""
+    shard tasks run in a pool the child's fork server starts, which its own rusage does not count). ``checkout``:
+    that checkout's code runs the mode, reported as ``MODE@before``."""
     from .measure import run_measured
+    from .served import shim_for
 
+    env = None
+    if checkout is not None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(shim_for(checkout)), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     with tempfile.TemporaryDirectory(prefix="bigtrace-", dir=os.environ.get("TMPDIR")) as tmp:
         got = run_measured([sys.executable, "-m", "ascendscope.bench.bigtrace", "child", mode, str(src), tmp],
-                           timeout_s=3 * 3600)
+                           timeout_s=3 * 3600, env=env)
     if got["rc"] != 0:
         raise SystemExit(f"{mode} failed: {got['stderr'].strip()[-2000:]}")
     out = json.loads(got["stdout"].strip().splitlines()[-1])
+    if checkout is not None:
+        out["mode"] = f"{mode}@before"
+        out.setdefault("overview_s", out.pop("first_window_s", None))  # an older checkout's first-window preview
     out.update(cpu_s=round(max(got["cpu_s"], out["cpu_s"]), 3), peak_rss_mb=round(got["peak_rss_mb"], 1),
                tree_rss_mb=round(got["tree_rss_mb"], 1))
     return out
@@ -131,7 +144,7 @@ def measure(mode: str, src: Path) -> dict:
 
 def table(results: list[dict], events: int) -> str:
     lines = ["| mode | wall, best (rounds) | CPU s (best round) | MB/s by wall | CPU µs / event | peak RSS (largest "
-             "process) | first window |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "process) | overview |", "|---|---:|---:|---:|---:|---:|---:|"]
     for mode in dict.fromkeys(r["mode"] for r in results):
         rows = [r for r in results if r["mode"] == mode]
         best = min(rows, key=lambda r: r["wall_s"])
@@ -140,7 +153,7 @@ def table(results: list[dict], events: int) -> str:
         lines.append(f"| {mode} | {best['wall_s']:.2f} s ({walls}) | "
                      f"{best['cpu_s']:.2f} | {mb / best['wall_s']:.0f} | {1e6 * best['cpu_s'] / events:.2f} | "
                      f"{max(r['peak_rss_mb'] for r in rows):,.0f} MB | "
-                     + (f"{best['first_window_s']} s |" if best.get("first_window_s") is not None else "– |"))
+                     + (f"{best['overview_s']} s |" if best.get("overview_s") is not None else "– |"))
     return "\n".join(lines)
 
 
@@ -154,13 +167,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     ap.add_argument("--json", type=Path, help="write every measurement here")
+    ap.add_argument("--floor-memory", default="1GB",
+                    help="the floor's DuckDB memory limit: its events table whole in memory needs about 0.85 × the "
+                         "trace (past the limit it spills to disk, which the floor should not pay)")
+    ap.add_argument("--before", type=Path, help="a checkout of the version to compare with (git worktree add): "
+                                                    "each mode but floor runs from it too, interleaved")
     args = ap.parse_args(argv)
+    os.environ[FLOOR_MEMORY_ENV] = args.floor_memory
     results = []
     started = time.strftime("%H:%M", time.gmtime())
     for _ in range(args.rounds):
         for mode in args.modes:
-            results.append(measure(mode, args.src))
-            print(json.dumps(results[-1]), file=sys.stderr)
+            for checkout in (None, args.before) if args.before and mode != "floor" else (None,):
+                results.append({**measure(mode, args.src, checkout), "load": round(os.getloadavg()[0], 1)})
+                print(json.dumps(results[-1]), file=sys.stderr)
     events = next((r["events"] for r in results if r["mode"] in ("floor", "read-whole", "read-ranges")), None)
     if events is None:
         events = measure("floor", args.src)["events"]

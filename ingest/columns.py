@@ -47,3 +47,38 @@ def arrow_array(values: list, sql_type: str) -> pa.Array:
     typ, dtype, zero = ARROW_TYPES[sql_type]
     data = np.fromiter((zero if v is None else v for v in values), dtype=dtype, count=n)
     return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(data)], null_count=nulls)
+
+
+def numpy_of(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A numeric or boolean Arrow column without nulls as a numpy array, from its buffers (pyarrow's own
+    ``to_numpy`` imports pandas)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    dtype = column.type.to_pandas_dtype() if not pa.types.is_boolean(column.type) else np.bool_
+    parts = []
+    for chunk in chunks:
+        if chunk.null_count:
+            raise ValueError("a column with nulls")
+        data = chunk.buffers()[1]
+        if pa.types.is_boolean(chunk.type):
+            bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+            parts.append(bits[chunk.offset:chunk.offset + len(chunk)].astype(bool))
+        else:
+            parts.append(np.frombuffer(data, dtype=dtype, count=len(chunk),
+                                       offset=chunk.offset * np.dtype(dtype).itemsize))
+    if not parts:
+        return np.zeros(0, dtype=dtype)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def call(name: str, *args):
+    """An Arrow compute function by name, e.g. ``call("take", values, indices)``: through ``pyarrow._compute``,
+    whose import is cheap (``pyarrow.compute`` builds a Python wrapper and its docs for each of ~300 functions:
+    ~0.1 s of every process that imports it)."""
+    from pyarrow._compute import call_function
+
+    return call_function(name, list(args))
+
+
+def indices(rows: np.ndarray) -> pa.Array:
+    """Row numbers as an Arrow array, for ``call("take", ...)``."""
+    return arrow_table({"i": np.asarray(rows, dtype=np.int64)}).column("i").chunk(0)

@@ -5,8 +5,8 @@ A run folder holds ``manifest.json`` (a folder without one is not a run; while t
 shards as pending or ready, and is rewritten as they become ready), ``cluster.duckdb`` (the run-wide tables) and
 ``shards/rank_<rank:05d>.duckdb`` or ``shards/ranks_<first:05d>-<last:05d>.duckdb`` (a single-file run database of
 one rank or of several small ones, each rank's ids in its own range: track ids from ``rank << 16``, slice and flow
-ids from ``rank << 36``). Only ``ready`` shards are read, and the ``preview`` of a pending one (the first time
-window of a big rank, ``ingest.preview``).
+ids from ``rank << 36``). Only ``ready`` shards are read, and the ``overview`` of a pending one (every lane of a
+big rank, coarse, as soon as it is parsed: ``ingest.overview``).
 """
 
 from __future__ import annotations
@@ -50,21 +50,22 @@ def read_manifest(out_dir: str | os.PathLike) -> dict:
 
 
 def ready_shards(manifest: dict) -> dict[int, str]:
-    """rank -> the file of its ready shard, or of its shard's first time window (``preview``, see
-    ``ingest.preview``) while the rest of it ingests."""
+    """rank -> the file of its ready shard, or of its shard's overview (``overview``, see ``ingest.overview``)
+    while the rest of it ingests."""
     out = {}
     for e in manifest["shards"]:
-        file = e["file"] if e["status"] == "ready" else (e.get("preview") or {}).get("file")
+        file = e["file"] if e["status"] == "ready" else (e.get("overview") or {}).get("file")
         if file:
             out.update(dict.fromkeys(e["ranks"], file))
     return out
 
 
 def partial_ranks(manifest: dict) -> dict[int, dict]:
-    """rank -> ``{"loaded_ns": [start, end), "end_ns": the rank's last end}`` for a rank read from its preview:
-    its tracks, and the slices starting in ``loaded_ns``, are there (exactly as they will be); nothing else is."""
-    return {r: {"loaded_ns": e["preview"]["loaded_ns"], "end_ns": e["preview"]["end_ns"]}
-            for e in manifest["shards"] if e["status"] == "pending" and e.get("preview") for r in e["ranks"]}
+    """rank -> ``{"overview": True, "start_ns", "end_ns"}`` (the rank's time range) for a rank read from its
+    overview: its tracks, and its lanes' busy time in coarse buckets (``slice_lod``), are there; none of its slices
+    yet."""
+    return {r: {"overview": True, "start_ns": e["overview"]["start_ns"], "end_ns": e["overview"]["end_ns"]}
+            for e in manifest["shards"] if e["status"] == "pending" and e.get("overview") for r in e["ranks"]}
 
 
 def shard_aliases(manifest: dict) -> dict[int, str]:
@@ -79,7 +80,7 @@ def shard_aliases(manifest: dict) -> dict[int, str]:
 
 def manifest_ranks(manifest: dict) -> dict[str, list[int]]:
     """The run's ranks by the state of their shard: ``ready``, ``pending`` (still ingesting; some of them may be
-    read from a preview, see :func:`partial_ranks`) and ``failed``."""
+    read from an overview, see :func:`partial_ranks`) and ``failed``."""
     out: dict[str, list[int]] = {"ready": [], "pending": [], "failed": []}
     for e in manifest["shards"]:
         out.setdefault(e["status"], []).extend(e["ranks"])

@@ -26,6 +26,9 @@ exact slices are cheap to read).
 
 from __future__ import annotations
 
+from . import lodcalc
+from .columns import numpy_of
+
 MIN_BUCKET_NS = 1024
 FACTOR = 4
 TOP_BUCKETS = 256  # stop once the whole run fits in this many buckets
@@ -51,6 +54,10 @@ FROM _lod_{prev} GROUP BY ALL
 
 COLUMNS = ("track_id, depth, bucket, slice_count::BIGINT AS slice_count, slice_id, ts_ns, dur_ns, name, min_ts_ns, "
            "max_end_ns, total_dur_ns::BIGINT AS total_dur_ns")
+LEVEL_DDL = ("track_id INTEGER, depth INTEGER, bucket BIGINT, slice_count BIGINT, slice_id BIGINT, ts_ns BIGINT, "
+             "dur_ns BIGINT, name VARCHAR, min_ts_ns BIGINT, max_end_ns BIGINT, total_dur_ns BIGINT")
+BATCH_SLICES = 1_000_000  # slices of whole tracks summarised in numpy at a time (~100 bytes each)
+BATCH_ROWS = "SELECT slice_id, track_id, depth, ts_ns, dur_ns, name FROM slices WHERE track_id BETWEEN ? AND ?"
 
 
 def base_bucket_ns(rows: list[tuple[int, int]], slices: int) -> int:
@@ -71,32 +78,45 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
 
     ``base_ns`` forces level 0's width (tests use it to exercise many levels on small data). The levels are
     those of this database's slices; ``lod_levels`` lists them for every rank that has slices here (a shard's
-    levels are its own: the server picks a level per rank)."""
+    levels are its own: the server picks a level per rank). Whole tracks are summarised in numpy a batch at a
+    time (``ingest.lodcalc``); a track bigger than a batch by the SQL above, alone."""
     span, n = con.execute("SELECT max(ts_ns + dur_ns) - min(ts_ns), count(*) FROM slices").fetchone()
-    levels: list[tuple[int, int, int]] = []
+    widths: list[int] = []
     if span is not None and n:
         rows = con.execute("SELECT count(*), max(ts_ns + dur_ns) - min(ts_ns) FROM slices "
                            "GROUP BY track_id, depth").fetchall()
-        width = base_ns or base_bucket_ns(rows, n)
-        con.execute(LEVEL0, [width])
-        level = 0
-        while True:
-            rows = con.execute(f"SELECT count(*) FROM _lod_{level}").fetchone()[0]
-            levels.append((level, width, rows))
-            if width * TOP_BUCKETS >= span:
-                break
-            con.execute(NEXT_LEVEL.format(next=level + 1, prev=level, factor=FACTOR))
-            width, level = width * FACTOR, level + 1
-    parts = [f"SELECT {lv} AS level, {w}::BIGINT AS bucket_ns, {COLUMNS} FROM _lod_{lv}" for lv, w, _ in levels]
-    if parts:
-        # stored ordered by (level, track, depth, bucket), so zone maps prune a viewport query
-        con.execute("CREATE OR REPLACE TABLE slice_lod AS SELECT * FROM (" + " UNION ALL ".join(parts) +
-                    ") ORDER BY level, track_id, depth, bucket")
-    else:
-        con.execute(f"CREATE OR REPLACE TABLE slice_lod AS SELECT 0 AS level, 0::BIGINT AS bucket_ns, {COLUMNS} "
-                    "FROM slices s, (SELECT 0::BIGINT AS bucket, 0::BIGINT AS slice_count, 0::BIGINT AS min_ts_ns, "
-                    "0::BIGINT AS max_end_ns, 0::BIGINT AS total_dur_ns) WHERE false")
-    for lv, _, _ in levels:
+        widths = [base_ns or base_bucket_ns(rows, n)]
+        while widths[-1] * TOP_BUCKETS < span:
+            widths.append(widths[-1] * FACTOR)
+    for lv in range(len(widths)):
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _lod_{lv} ({LEVEL_DDL})")
+    if widths:
+        counts = con.execute("SELECT track_id, count(*) FROM slices GROUP BY track_id ORDER BY track_id").fetchall()
+        for lo, hi, m in _batches(counts, BATCH_SLICES):
+            if m > BATCH_SLICES:
+                _sql_levels(con, lo, hi, widths)
+                continue
+            batch = con.sql(BATCH_ROWS, params=[lo, hi]).to_arrow_table()
+            ids = numpy_of(batch.column("slice_id"))
+            if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # (stored in id order: never expected)
+                batch = batch.sort_by("slice_id")
+            try:
+                made = lodcalc.levels(batch, widths, FACTOR)
+            except lodcalc.SumTooLarge:
+                _sql_levels(con, lo, hi, widths)
+                continue
+            for lv, table in enumerate(made):
+                con.register("_lod_rows", table)
+                try:
+                    con.execute(f"INSERT INTO _lod_{lv} SELECT * FROM _lod_rows")
+                finally:
+                    con.unregister("_lod_rows")
+    levels = [(lv, w, con.execute(f"SELECT count(*) FROM _lod_{lv}").fetchone()[0]) for lv, w in enumerate(widths)]
+    # stored ordered by (level, track, depth, bucket), so zone maps prune a viewport query: each level's rows are
+    # in that order already
+    con.execute(f"CREATE OR REPLACE TABLE slice_lod (level INTEGER, bucket_ns BIGINT, {LEVEL_DDL})")
+    for lv, w, _ in levels:
+        con.execute(f"INSERT INTO slice_lod SELECT {lv}, {w}::BIGINT, * FROM _lod_{lv}")
         con.execute(f"DROP TABLE _lod_{lv}")
     con.execute(LOD_LEVELS_DDL)
     if levels:
@@ -105,6 +125,34 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
                     "(SELECT DISTINCT rank FROM tracks WHERE slice_count > 0) r ORDER BY r.rank, v.level",
                     [x for level in levels for x in level])
     return levels
+
+
+def _sql_levels(con, lo: int, hi: int, widths: list[int]) -> None:
+    """The levels of the tracks ``lo``..``hi`` by SQL (LEVEL0, NEXT_LEVEL), appended in (track, depth, bucket)
+    order."""
+    for lv, width in enumerate(widths):
+        if lv == 0:
+            con.execute(LEVEL0.replace("FROM slices", "FROM slices WHERE track_id BETWEEN ? AND ?")
+                        .replace("_lod_0", "_lodq_0"), [width, lo, hi])
+        else:
+            con.execute(NEXT_LEVEL.format(next=lv, prev=lv - 1, factor=FACTOR).replace("_lod_", "_lodq_"))
+        con.execute(f"INSERT INTO _lod_{lv} SELECT {COLUMNS} FROM _lodq_{lv} ORDER BY track_id, depth, bucket")
+    for lv in range(len(widths)):
+        con.execute(f"DROP TABLE _lodq_{lv}")
+
+
+def _batches(counts: list[tuple[int, int]], limit: int):
+    """Contiguous ranges of tracks (lo, hi, slices) of at most ``limit`` slices each (or one larger track)."""
+    lo = hi = None
+    total = 0
+    for track, n in counts:
+        if lo is not None and total + n > limit:
+            yield lo, hi, total
+            lo, total = None, 0
+        lo = track if lo is None else lo
+        hi, total = track, total + n
+    if lo is not None:
+        yield lo, hi, total
 
 
 # one row per (rank, level): the widths a rank's slices are summarised at (row_count: the level's rows in this

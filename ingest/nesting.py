@@ -62,6 +62,18 @@ def _track_spans(track: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), stops.tolist()))
 
 
+def in_order(track, ts, dur, seq) -> bool:
+    """True when the rows are in the nesting's order (track, ts, dur DESC, seq)."""
+    track, ts, dur, seq = (np.asarray(a) for a in (track, ts, dur, seq))
+    if len(ts) < 2:
+        return True
+    same_track = track[1:] == track[:-1]
+    same_ts = same_track & (ts[1:] == ts[:-1])
+    same_dur = same_ts & (dur[1:] == dur[:-1])
+    return bool(((track[1:] > track[:-1]) | (same_track & (ts[1:] > ts[:-1])) | (same_ts & (dur[1:] < dur[:-1]))
+                 | (same_dur & (seq[1:] > seq[:-1]))).all())
+
+
 def nest(seq, track, ts, dur, first_id: int = 1, presorted: bool = False) -> Nested:
     """Order a batch of whole tracks and give each slice its depth and parent (local ids from ``first_id``).
 

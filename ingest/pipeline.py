@@ -40,7 +40,7 @@ from . import (
     jsonfile,
     lod,
     overlap,
-    preview,
+    overview,
     readers,
     serving,
     sqlfuncs,
@@ -268,7 +268,7 @@ def ingest_shard(sources: list[RankSource], root: str | os.PathLike, out: str | 
                                   progress=progress, workers=workers, memory_limit=memory_limit, extra_warnings=[],
                                   started=started, bases=rank_id_bases, threads=threads,
                                   groups=plan_groups(list(sources), target_bytes=total + 1),
-                                  preview=_preview(Path(out), progress_path) if len(sources) == 1 else None)
+                                  overview=_overview(Path(out), progress_path) if len(sources) == 1 else None)
     finally:
         if progress_path:
             Path(progress_path).unlink(missing_ok=True)
@@ -277,18 +277,18 @@ def ingest_shard(sources: list[RankSource], root: str | os.PathLike, out: str | 
     return summary
 
 
-def _preview(shard: Path, progress_path: str | None):
-    """What writes a lone rank's first time window beside its shard (``ingest.preview``), announced beside the
-    task's progress file; None without a progress file (nobody would publish it)."""
+def _overview(shard: Path, progress_path: str | None):
+    """What writes a lone big rank's overview beside its shard (``ingest.overview``), announced beside the task's
+    progress file; None without a progress file (nobody would publish it)."""
     if not progress_path:
         return None
-    note = preview.note_for(progress_path)
+    note = overview.note_for(progress_path)
 
     def write(cur, prefix: str) -> None:
         try:
-            preview.write(cur, prefix, overlap.DERIVED_PID, shard, note, rank_id_bases)
+            overview.write(cur, prefix, overlap.DERIVED_PID, shard, note, rank_id_bases)
         except (duckdb.Error, OSError):
-            pass  # the whole shard follows; only its first window is not shown before it
+            pass  # the whole shard follows; only its overview is not shown before it
     return write
 
 
@@ -384,7 +384,7 @@ def bound_malloc() -> None:
 def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Path, work: Path, progress: Progress,
                 workers: int, memory_limit: str, extra_warnings: list[tuple], started: float,
                 bases=None, threads: int | None = None, keep_open=None,
-                groups: list[list[int]] | None = None, preview=None) -> dict:
+                groups: list[list[int]] | None = None, overview=None) -> dict:
     """Write ``ranks`` into the DuckDB file ``out`` (through a temp name, renamed when complete). ``bases``: a
     function giving each rank its fixed id range (a shard, see :func:`rank_id_bases`); else ids follow on from
     rank to rank. ``groups``: which ranks are staged together (indices; default :func:`plan_groups`).
@@ -407,11 +407,11 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
         stages = []
         for gi, members in enumerate(groups if groups is not None else plan_groups(ranks)):
             stage = Stage(idx=gi, prefix=f"stage._g{gi}_", members=[results[i] for i in members],
-                          many=len(members) > 1)
+                          many=len(members) > 1, track_limit=_track_limit(bases, [results[i] for i in members]))
             for res in stage.members:  # one rank: no union of ranks to build, so its CSV tables are made in place
                 res.prefix, res.csv_prefix = stage.prefix, "main." if len(results) == 1 else stage.prefix
-            if preview is not None and len(members) == 1:  # a lone rank: its first time window, ahead of it
-                stage.on_sliced = preview
+            if overview is not None and len(members) == 1:  # a lone rank: its overview, ahead of it
+                stage.on_sliced = overview
             stages.append(stage)
         tasks = plan_tasks(stages)
         # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in byte ranges
@@ -435,6 +435,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
                                              if any(k in TIMELINE_KINDS for k in res.src.files))]
             retry = {}
             for stage in again:
+                stage.track_limit = _track_limit(bases, stage.members)
                 res = stage.members[0]
                 res.prefix = stage.prefix
                 kind = next(k for k in res.src.files if k in TIMELINE_KINDS)
@@ -452,6 +453,13 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
             summary["expert_rows"] = con.execute(EXPERT_ROWS_SQL).fetchone()[0]
         progress.phase("writing the file")
     return summary
+
+
+def _track_limit(bases, members: list[RankResult]) -> int | None:
+    """The most tracks a rank of these may have: what its fixed id range holds (None: ids follow on, no limit)."""
+    if bases is None:
+        return None
+    return min(bases(res.src.rank).track_span for res in members) - 1
 
 
 @contextmanager

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import SCHEMA_VERSION, archive, experts, pipeline, preview, readers, serving, strategy_tables
+from . import SCHEMA_VERSION, archive, experts, overview, pipeline, readers, serving, strategy_tables
 from .executors import default_workers, make_executor
 from .layout import (
     CLUSTER_DB,
@@ -234,7 +234,7 @@ def _wait(batch, todo: list[int], plan: list[Shard], entries: list[dict], cluste
     last_write = -math.inf  # the first shards to finish are published at once: the first rank opens sooner
     waited_from, spent = time.monotonic(), 0.0  # (spent: seconds of the rewrites so far)
     job = None
-    previews_due = False  # a task announced its first time window (ingest.preview): the manifest says so
+    overviews_due = False  # a task announced its rank's overview (ingest.overview): the manifest says so
 
     def publish(items: list[tuple[int, dict, str | None]], write: bool) -> None:
         # (only this thread touches the entries and the cluster tables while the tasks run)
@@ -257,12 +257,12 @@ def _wait(batch, todo: list[int], plan: list[Shard], entries: list[dict], cluste
                 i = todo[j]
                 shard = plan[i]
                 if error is None:
-                    finished.append((i, dict(status="ready", preview=None, bytes=(out / shard.file).stat().st_size,
+                    finished.append((i, dict(status="ready", overview=None, bytes=(out / shard.file).stat().st_size,
                                              seconds=result["seconds"], warnings=len(result["warnings"]),
                                              error=None, counts=_counts(result), finished=round(time.time(), 3)),
                                      None))
                 else:
-                    finished.append((i, dict(status="failed", preview=None, error=error, bytes=None), error))
+                    finished.append((i, dict(status="failed", overview=None, error=error, bytes=None), error))
                 progress.file_done(shard.ranks[0], _label(shard), shard.input_bytes,
                                    float((result or {}).get("seconds") or 0.0))
             batch.fill()  # the freed workers start their next shards now, whatever this loop does next
@@ -273,10 +273,10 @@ def _wait(batch, todo: list[int], plan: list[Shard], entries: list[dict], cluste
                     progress.file_start(shard.ranks[0], _label(shard), shard.input_bytes)
                 progress_file = out / PROGRESS_DIR / f"{Path(shard.file).stem}.bytes"
                 progress.file_progress(shard.ranks[0], _label(shard), pipeline.read_done_bytes(progress_file))
-                previews_due = _take_preview(entries[todo[j]], progress_file) or previews_due
-            if previews_due and job is None:  # (a rewrite running now writes the manifest from the entries too)
+                overviews_due = _take_overview(entries[todo[j]], progress_file) or overviews_due
+            if overviews_due and job is None:  # (a rewrite running now writes the manifest from the entries too)
                 _write_manifest(out, entries, src_path, "ingesting")
-                previews_due = False
+                overviews_due = False
             if job is not None and job.done():
                 job.result()  # (raises what the rewrite raised)
                 job, last_write, spent = None, time.monotonic(), spent + cluster.write_s
@@ -296,18 +296,18 @@ UPDATE out.cluster_ranks SET warning_count = (SELECT count(*) FROM out.warnings 
 """
 
 
-def _take_preview(entry: dict, progress_file: Path) -> bool:
-    """A pending shard whose task announced its first time window (``ingest.preview``) gets it in its entry:
-    ``preview`` = its file and the time range it holds, which readers attach until the shard is ready. True when
+def _take_overview(entry: dict, progress_file: Path) -> bool:
+    """A pending shard whose task announced its rank's overview (``ingest.overview``) gets it in its entry:
+    ``overview`` = its file and the rank's time range, which readers attach until the shard is ready. True when
     the entry changed."""
-    if entry.get("preview") or entry["status"] != "pending":
+    if entry.get("overview") or entry["status"] != "pending":
         return False
-    note = preview.read_note(progress_file)
+    note = overview.read_note(progress_file)
     if note is None or not (progress_file.parent.parent / SHARDS_DIR / note["file"]).is_file():
         return False
     # (the key exists from the start: a manifest rewrite on the writer's thread may be iterating over the entry)
-    entry["preview"] = {"file": f"{SHARDS_DIR}/{note['file']}", "loaded_ns": note["loaded_ns"],
-                        "end_ns": note["end_ns"]}
+    entry["overview"] = {"file": f"{SHARDS_DIR}/{note['file']}", "start_ns": note["start_ns"],
+                         "end_ns": note["end_ns"]}
     return True
 
 
@@ -362,7 +362,7 @@ def _entries(plan: list[Shard], previous: dict[str, dict], out: Path) -> list[di
                 and path.is_file() and path.stat().st_size == old.get("bytes"))
         entry = {"file": shard.file, "ranks": shard.ranks, "status": "pending", "bytes": None,
                  "input_bytes": shard.input_bytes, "source": shard.source_id, "seconds": None, "warnings": None,
-                 "error": None, "counts": None, "finished": None, "reused": False, "preview": None}
+                 "error": None, "counts": None, "finished": None, "reused": False, "overview": None}
         if kept:
             entry.update(status="ready", bytes=old["bytes"], seconds=old.get("seconds"),
                          warnings=old.get("warnings"), counts=old.get("counts"), finished=old.get("finished"),

@@ -28,6 +28,7 @@ from .discover import RankSource
 from .layout import MAX_SHARD_RANK, SLICE_ID_BITS, TRACK_ID_BITS
 from .readers import text as text_reader
 from .schema import EMPTY_TABLES
+from .trace import IdRangeError, too_many_tracks
 
 # file kinds that yield a timeline (appended by the trace writer in rank order)
 TIMELINE_KINDS = readers.TIMELINE_KINDS
@@ -52,10 +53,6 @@ def rank_id_bases(rank: int) -> IdBases:
         raise ValueError(f"rank {rank} is outside the ranks a shard's ids can hold (0..{MAX_SHARD_RANK})")
     return IdBases(track=rank << TRACK_ID_BITS, slice=rank << SLICE_ID_BITS, track_span=1 << TRACK_ID_BITS,
                    slice_span=1 << SLICE_ID_BITS)
-
-
-class IdRangeError(Exception):
-    """A rank has more tracks or slices than its shard's id range holds."""
 
 
 class Progress:
@@ -100,7 +97,8 @@ class Stage:
     nested: threading.Event = field(default_factory=threading.Event)  # set once slices are final (or on failure)
     nest_ok: bool = False
     failed: bool = False  # the group's traces failed together: each is loaded again alone
-    on_sliced: Callable | None = None  # (cursor, prefix): its trace's slices are made (ingest.preview)
+    on_sliced: Callable | None = None  # (cursor, prefix): its trace's slices are made (ingest.overview)
+    track_limit: int | None = None  # a rank of more tracks is refused (trace.track_limit): its ids have a fixed range
 
     @property
     def ranks(self) -> list[int]:
@@ -217,10 +215,12 @@ def _stage(con, stage: Stage, res: RankResult, kind: str, path: Path, root: Path
             stage.nest_ok = True
             stage.nested.set()
 
-        got = readers.stage(readers.Job(
-            cur=cur, prefix=res.prefix, csv_prefix=res.csv_prefix, rank=rank, display=display,
-            workdir=work / f"r{res.idx}", on_progress=lambda f: progress.file_progress(rank, display, int(f * size)),
-            on_nested=nested, split_read=split_read, on_sliced=stage.on_sliced), kind, path)
+        with trace.track_limit(stage.track_limit):
+            got = readers.stage(readers.Job(
+                cur=cur, prefix=res.prefix, csv_prefix=res.csv_prefix, rank=rank, display=display,
+                workdir=work / f"r{res.idx}",
+                on_progress=lambda f: progress.file_progress(rank, display, int(f * size)), on_nested=nested,
+                split_read=split_read, on_sliced=stage.on_sliced), kind, path)
         _took(res, got, entry, warnings)
     except Exception as exc:  # noqa: BLE001 - an unexpected bug must not take the other files down with it
         _failed(entry, warnings, exc)
@@ -279,8 +279,9 @@ def stage_kind(con, stage: Stage, kind: str, root: Path, work: Path, progress: P
                       on_progress=lambda f: progress.file_progress(stage.ranks[0], label, int(f * total)),
                       on_nested=nested)
     try:
-        got = text_reader.stage_many(job, kind, [(res.src.rank, res.src.files[kind], entries[res.src.rank][0]["file"])
-                                                 for res in members])
+        with trace.track_limit(stage.track_limit):
+            got = text_reader.stage_many(job, kind, [(res.src.rank, res.src.files[kind],
+                                                      entries[res.src.rank][0]["file"]) for res in members])
     except Exception as exc:  # noqa: BLE001 - the kind failed for the whole group
         if kind in TIMELINE_KINDS:
             stage.failed = True  # its ranks' traces are loaded again one by one
@@ -387,19 +388,31 @@ def write_traces(con, stages: list[Stage], trace_tasks: dict, bases: IdBases | N
                 _in_transaction(cur, trace.unwrite, ranks)
             except (duckdb.Error, IdRangeError) as exc:
                 _in_transaction(cur, trace.unwrite, ranks)
+                # its derivations may still run (the flows after the slices): they end before their tables go,
+                # and its file entries exist once they have
+                _settle(task)
+                traced = [res for res in stage.members if res.has_trace or res.trace_entry is not None]
                 if stage.many and len(traced) > 1:
                     stage.failed = True
                     continue
                 for res in traced:
                     res.has_trace = False
                     with res.lock:
-                        if res.trace_entry is not None:
+                        if res.trace_entry is not None and res.trace_entry["status"] != "failed":
                             res.trace_entry["status"] = "failed"
                             res.warnings.append((res.trace_entry["file"], f"not loaded: {error_text(exc)}"))
             finally:
                 trace.drop_stage(cur, stage.prefix)
     finally:
         cur.close()
+
+
+def _settle(task) -> None:
+    """Wait for a staging task to end, whatever its outcome (its own errors are its file's warnings)."""
+    try:
+        task.result()
+    except Exception:  # noqa: BLE001 - recorded by the task itself
+        pass
 
 
 class _GroupFailed(Exception):
@@ -432,7 +445,7 @@ def _advance(at: list[int], counts: dict, bases) -> None:
 def _check_id_range(bases: IdBases, n_tracks: int, n_slices: int, used_tracks: int, used_slices: int) -> None:
     """Ids are local ids (from 1) plus the base: a rank must fit below the next rank's base."""
     if bases.track_span is not None and used_tracks + n_tracks >= bases.track_span:
-        raise IdRangeError(f"{n_tracks} tracks, more than the {bases.track_span - 1} a shard's track ids hold")
+        raise IdRangeError(too_many_tracks(n_tracks, bases.track_span - 1 - used_tracks))
     if bases.slice_span is not None and used_slices + n_slices >= bases.slice_span:
         raise IdRangeError(f"{n_slices} slices, more than the {bases.slice_span - 1} a shard's slice ids hold")
 

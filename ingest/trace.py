@@ -13,10 +13,11 @@ time; its docstring states each definition). The rest is set-wise SQL.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 
-from . import nesting
+from . import nesting, traceflows
 from .columns import arrow_table
 from .trace_read import (  # noqa: F401 - the reading side's names are this module's interface too
     EV_VIEW,
@@ -28,13 +29,8 @@ from .trace_read import (  # noqa: F401 - the reading side's names are this modu
 )
 from .trace_sql import (  # noqa: F401 - (as above)
     COUNTERS,
-    FLOW_ENDS,
-    FLOW_STATS,
-    FLOWS,
-    KEY_BATCHES,
     KIND_ORDER,
-    NEST_TABLES,
-    PAIRS,
+    NEST_TABLE,
     PART_STARTS,
     RAW_SLICES,
     STEPS,
@@ -49,14 +45,43 @@ from .trace_write import (  # noqa: F401 - (as above)
     write_rest,
     write_slices,
 )
+from .traceflows import FLOW_ENDS  # noqa: F401 - (as above)
 
 PAIR_BATCH_ENDS = 1_000_000  # flow ends paired at a time (whole (cat, id) keys): numpy memory stays bounded
+_LIMITS = threading.local()  # the limits of the stage being staged on this thread (``track_limit``)
+
+
+class IdRangeError(ValueError):
+    """A rank has more tracks or slices than its shard's id range holds."""
+
+
+@contextmanager
+def track_limit(limit: int | None):
+    """Every trace staged on this thread inside the block refuses a rank of more than ``limit`` tracks (lanes) as
+    soon as its tracks are derived, before its slices are made: a shard gives a rank a fixed range of track ids
+    (``stages.rank_id_bases``). None: no limit (a single-file run numbers the tracks on)."""
+    before = getattr(_LIMITS, "tracks", None)
+    _LIMITS.tracks = limit
+    try:
+        yield
+    finally:
+        _LIMITS.tracks = before
 
 
 class TraceLoad(TraceRead):
     """Loads one trace (of rank ``rank``) into ``{prefix}`` staging tables; ``warnings`` collects what was not loaded
     as-is. ``derive`` derives every rank staged under the prefix (``ingest.tracegroup`` reads several traces into
     one stage); what it finds about another rank than ``rank`` goes to ``notes[rank]``."""
+
+    def check_tracks(self) -> None:
+        """Refuse the stage when a rank has more tracks than the limit of its stage (``track_limit``)."""
+        limit = getattr(_LIMITS, "tracks", None)
+        if limit is None:
+            return
+        over = self.cur.execute(f"SELECT max(n) FROM (SELECT count(*) AS n FROM {self.p}tracks GROUP BY rank)"
+                                ).fetchone()[0]
+        if over is not None and over > limit:
+            raise IdRangeError(too_many_tracks(over, limit))
 
     def fill_rank(self) -> None:
         """Events another reader staged without a rank are this trace's."""
@@ -78,11 +103,17 @@ class TraceLoad(TraceRead):
 
         self.fill_rank()
         s(TRACKS)
+        self.check_tracks()
         # the counters need only the events and the tracks: derived on a second cursor while the slices are
         # nested here (numpy on one core), so the other core is not idle
         counters = Beside(self.cur, lambda cur: cur.execute(COUNTERS.format(p=self.p)), "trace-beside")
+        sliced = None
         try:
             s(RAW_SLICES)
+            # the rank's overview (ingest.overview) needs only the slices made and the tracks: computed beside the
+            # checks, the flow ends and the whole rank's nesting, so it is published as soon as it can be
+            sliced = None if self.on_sliced is None else Beside(
+                self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview")
             for rank, negative, unclosed in s(f"SELECT rank, count(*) FILTER (WHERE negative_dur), "
                                               f"count(*) FILTER (WHERE unclosed) FROM {self.p}x GROUP BY rank "
                                               "ORDER BY rank").fetchall():
@@ -99,9 +130,12 @@ class TraceLoad(TraceRead):
                                    string_agg(DISTINCT ph, ', ') FILTER (WHERE ph NOT IN ('X','B','E','i','I','C','s',
                                                                                            'f','M')),
                                    min(seq) FILTER (WHERE bad_ts), count(*) FILTER (WHERE bad_dur),
-                                   min(seq) FILTER (WHERE bad_dur)
+                                   min(seq) FILTER (WHERE bad_dur),
+                                   count(*) FILTER (WHERE ph IN ('s', 'f') AND NOT bad_ts AND NOT bad_dur), count(*)
                             FROM k GROUP BY rank ORDER BY rank""").fetchall()
-            for rank, bad_ts, other, phases, first_bad_ts, bad_dur, first_bad_dur in skipped:
+            parts = traceflows.parts_for(sum(row[-2] for row in skipped), PAIR_BATCH_ENDS)
+            self.events = {int(row[0]): int(row[-1]) for row in skipped}
+            for rank, bad_ts, other, phases, first_bad_ts, bad_dur, first_bad_dur, _ends, _n in skipped:
                 negative, first_negative = self.negative.get(rank, (0, None))
                 if negative:
                     self.note(rank, f"{negative} events with a negative ts (before 1970) were skipped"
@@ -119,20 +153,19 @@ class TraceLoad(TraceRead):
                                     f"{self._where_seq(rank, first_bad_dur)}")
                 if other:
                     self.note(rank, f"{other} events of phases not shown yet ({phases or 'none'}) were skipped")
-            # (its first time window, nested on its own beside the whole rank's nesting: ingest.preview)
-            sliced = None if self.on_sliced is None else Beside(
-                self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-preview")
-            try:
-                self._nest(advance)
-            finally:
-                if sliced is not None:
-                    sliced.join()  # (its errors are its own: a preview that fails is only not published)
+            self.sql(traceflows.FLOW_ENDS, parts=int(parts))
+            counters.result()  # (the last statement to read the events)
+            if self.DROP_EVENTS:  # nothing reads them from here on: their memory goes to the nesting
+                self.cur.execute(f"DROP VIEW IF EXISTS {self.p}ev")
+                self.cur.execute(f"DROP TABLE IF EXISTS {self.p}ev_t")
+            with_slices = self._nest(advance, parts)
+            if sliced is not None:
+                sliced.join()  # (its errors are its own: an overview that fails is only not published)
             advance()
             self.on_nested()
-            for sql in FLOWS:
-                self.sql(sql)
+            flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices)
             advance()
-            for rank, cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in s(FLOW_STATS).fetchall():
+            for rank, cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in flow_stats:
                 parts = []
                 if lonely_s:
                     parts.append(f"{lonely_s} flow starts without a finish")
@@ -149,64 +182,49 @@ class TraceLoad(TraceRead):
                     self.note(rank, f"flows '{cat or '(no cat)'}': " + ", ".join(parts))
         except BaseException:
             counters.join()  # (its own error, if any, is moot now)
+            if sliced is not None:
+                sliced.join()
             raise
-        counters.result()
         advance()
         for rank, bad in s(f"SELECT rank, count(*) FROM {self.p}counters WHERE value IS NULL GROUP BY rank "
                            "ORDER BY rank").fetchall():
             self.note(rank, f"{bad} counter values that are not numbers were stored as NULL")
         s(STEPS)
-        for t in ("fe", "pairs"):  # the rest stays for write()
+        for t in traceflows.TABLES:  # the rest stays for write()
             s(f"DROP TABLE IF EXISTS {self.p}{t}")
         return self.stats()
 
-    def _nest(self, advance=lambda within: None) -> None:
-        """Order, depth and parent of every slice ({p}nest), and the flows with the slices their ends bind to
-        ({p}pairs), computed by ``ingest.nesting``: slices one batch of whole tracks at a time (with the flow ends
-        on those tracks), flow ends one batch of whole (cat, id) keys at a time, so memory stays bounded however
-        big the trace. Flows are numbered rank by rank, in pair_flows' order within a rank."""
+    def _nest(self, advance=lambda within: None, parts: int = 1) -> np.ndarray:
+        """Order, depth and parent of every slice ({p}nest), computed by ``ingest.nesting`` one batch of whole
+        tracks at a time (a big track a part at a time), so memory stays bounded however big the trace; and the
+        slice each flow end ({p}fe, ``ingest.traceflows``) binds to, with the ends of those tracks. Returns the
+        local tracks that have slices, sorted."""
         p = self.p
-        self.sql(FLOW_ENDS)
-        self.sql(NEST_TABLES)
+        self.sql(traceflows.BOUND_TABLE)
+        self.sql(NEST_TABLE)
         counts = self.cur.execute(f"SELECT local_track, count(*) FROM {p}x GROUP BY local_track "
                                   "ORDER BY local_track").fetchall()
         first_id = 1
         total = sum(n for _, n in counts) or 1
         for lo, hi, n in _batches(counts, nesting.BATCH_SLICES):
-            advance(0.8 * (first_id - 1) / total)  # (the slices: most of the step; the flows the rest)
+            advance((first_id - 1) / total)
             if lo == hi and n > nesting.BATCH_SLICES:
                 self._nest_parts(lo, first_id)
                 first_id += n
                 continue
+            # ({p}x is stored in the nesting's order, so a scan of a range of tracks reads them in it)
             rows = self.cur.execute(f"SELECT seq, local_track, ts_ns, dur_ns FROM {p}x "
-                                    "WHERE local_track BETWEEN ? AND ? ORDER BY local_track, ts_ns, dur_ns DESC, seq",
-                                    [lo, hi]).fetchnumpy()
+                                    "WHERE local_track BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
             nested = nesting.nest(rows["seq"], rows["local_track"], rows["ts_ns"], rows["dur_ns"], first_id,
-                                  presorted=True)
+                                  presorted=nesting.in_order(rows["local_track"], rows["ts_ns"], rows["dur_ns"],
+                                                             rows["seq"]))
             del rows
             self._append(f"{p}nest", {"local_id": nested.local_id, "seq": nested.seq,
                                       "local_track": nested.track, "ts_ns": nested.ts, "dur_ns": nested.dur,
                                       "depth": nested.depth, "parent_local": nested.parent})
-            ends = self.cur.execute(f"SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing AS enclosing "
-                                    f"FROM {p}fe WHERE local_track BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
-            if len(ends["seq"]):
-                bound = nesting.bind(nested, ends["local_track"], ends["ts_ns"], ends["enclosing"])
-                self._append(f"{p}bound", {"seq": np.asarray(ends["seq"]), "local_id": bound})
+            traceflows.bind_rows(self.cur, p, nested, "local_track BETWEEN ? AND ?", [lo, hi])
             first_id += n
-        # (the batches are found in SQL: a trace can hold millions of keys, too many to fetch as Python tuples)
-        key_batches = self.cur.execute(KEY_BATCHES.format(p=p, limit=int(PAIR_BATCH_ENDS))).fetchall()
-        for i, (lo, hi) in enumerate(key_batches):
-            advance(0.8 + 0.2 * i / len(key_batches))
-            ends = self.cur.execute(f"SELECT seq, ts_ns, ph = 's' AS is_start, fkey FROM {p}fe "
-                                    "WHERE fkey BETWEEN ? AND ?", [lo, hi]).fetchnumpy()
-            src, dst = nesting.pair_flows(ends["fkey"], ends["is_start"], ends["ts_ns"], ends["seq"])
-            if len(src):
-                seq = np.asarray(ends["seq"])
-                self._append(f"{p}matched", {"src_seq": seq[src], "dst_seq": seq[dst]})
-        for sql in PAIRS:
-            self.sql(sql)
-        for t in ("bound", "matched", "ends_b", "half"):
-            self.cur.execute(f"DROP TABLE IF EXISTS {p}{t}")
+        return np.array([t for t, n in counts if n], dtype=np.int64)
 
     def _nest_parts(self, track: int, first_id: int) -> None:
         """Nest one track too big for a batch a part at a time (``nesting.nest_part``), each part the slices
@@ -221,8 +239,11 @@ class TraceLoad(TraceRead):
             where, args = "local_track = ? AND ts_ns >= ?", [track, lo]
             if hi is not None:
                 where, args = where + " AND ts_ns < ?", args + [hi]
-            rows = self.cur.execute(f"SELECT seq, local_track, ts_ns, dur_ns FROM {p}x WHERE {where} "
-                                    "ORDER BY ts_ns, dur_ns DESC, seq", args).fetchnumpy()
+            rows = self.cur.execute(f"SELECT seq, local_track, ts_ns, dur_ns FROM {p}x WHERE {where}",
+                                    args).fetchnumpy()
+            if not nesting.in_order(rows["local_track"], rows["ts_ns"], rows["dur_ns"], rows["seq"]):
+                order = np.lexsort((rows["seq"], -np.asarray(rows["dur_ns"]), rows["ts_ns"]))
+                rows = {k: np.asarray(v)[order] for k, v in rows.items()}
             ancestors = carry.ancestors()
             nested = nesting.nest_part(rows["seq"], rows["local_track"], rows["ts_ns"], rows["dur_ns"], first_id,
                                        carry)
@@ -237,12 +258,8 @@ class TraceLoad(TraceRead):
                 end_where, end_args = end_where + " AND ts_ns >= ?", end_args + [lo]
             if hi is not None:
                 end_where, end_args = end_where + " AND ts_ns < ?", end_args + [hi]
-            ends = self.cur.execute(f"SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing AS enclosing "
-                                    f"FROM {p}fe WHERE {end_where}", end_args).fetchnumpy()
-            if len(ends["seq"]):
-                bound = nesting.bind(nested, ends["local_track"], ends["ts_ns"], ends["enclosing"],
-                                     ancestors=ancestors, next_id=first_id + n if hi is not None else 0)
-                self._append(f"{p}bound", {"seq": np.asarray(ends["seq"]), "local_id": bound})
+            traceflows.bind_rows(self.cur, p, nested, end_where, end_args, ancestors=ancestors,
+                                 next_id=first_id + n if hi is not None else 0)
             first_id += n
 
     def _append(self, table: str, columns: dict) -> None:
@@ -264,7 +281,9 @@ class TraceLoad(TraceRead):
         """rank -> its slices, flows, counters and events."""
         p = self.p
         out: dict[int, dict] = {}
-        for table, key in ((f"{p}ev", "events"), (f"{p}flows", "flows"), (f"{p}counters", "counters")):
+        for rank, n in self.events.items():  # (counted by derive: the events may be gone)
+            out.setdefault(rank, {"slices": 0, "flows": 0, "counters": 0, "events": 0})["events"] = n
+        for table, key in ((f"{p}flows", "flows"), (f"{p}counters", "counters")):
             for rank, n in self.cur.execute(f"SELECT rank, count(*) FROM {table} GROUP BY rank").fetchall():
                 out.setdefault(int(rank), {"slices": 0, "flows": 0, "counters": 0, "events": 0})[key] = int(n)
         for rank, n in self.cur.execute(f"SELECT t.rank, count(*) FROM {p}nest n JOIN {p}tracks t "
@@ -297,6 +316,10 @@ class Beside:
         self.thread.join()
         if self.error is not None:
             raise self.error
+
+
+def too_many_tracks(n: int, limit: int) -> str:
+    return f"{n} tracks (lanes), more than the {limit} a shard's track ids hold"
 
 
 def fill_rank(cur, prefix: str, rank: int) -> None:

@@ -104,11 +104,15 @@ class TraceRead:
     READ_SHARE = 0.6  # of a trace's load time, roughly, goes to reading the JSON; the rest to derivations
     UNDERSTOOD_KEYS = frozenset({"displayTimeUnit"})  # top-level keys beside traceEvents that are used
     EXTRA_KINDS = ""  # more "WHEN <condition> THEN '<kind>'" rules for lanes no Ascend process name matches
+    # derive() drops the events once it has made all it needs of them, for a reader that reads nothing of them
+    # after it (its memory goes to the nesting and the writes)
+    DROP_EVENTS = False
 
     def __init__(self, cur: duckdb.DuckDBPyConnection, prefix: str, path: Path, workdir: Path, display: str,
                  on_progress=None, on_nested=None, split_read: bool = False, rank: int = 0, on_sliced=None):
         """``split_read``: read a big file as byte ranges in parallel (worth it when a core would idle).
-        ``on_sliced(cursor, prefix)``: run beside the nesting once the slices are made (``ingest.preview``)."""
+        ``on_sliced(cursor, prefix)``: run beside the rest of the derivations once the slices are made
+        (``ingest.overview``)."""
         self.cur, self.p, self.path, self.workdir, self.display = cur, prefix, path, workdir, display
         self.rank = int(rank)
         self.warnings: list[str] = []
@@ -123,6 +127,7 @@ class TraceRead:
         self.extra: dict = {}  # the top-level keys beside traceEvents, once read()
         self.locate = None  # (rank, seq) -> " (the first at byte N)", for a stage of several traces
         self.negative: dict[int, tuple[int, int]] = {}  # rank -> events with a ts before 1970, the first's seq
+        self.events: dict[int, int] = {}  # rank -> its events, as derive() counted them
 
     def _read_with_progress(self, path: Path | list[Path], ranks: list[int] | None = None) -> None:
         try:

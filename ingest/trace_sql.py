@@ -59,7 +59,10 @@ ordered AS (
 SELECT row_number() OVER (ORDER BY rank, rank_track) AS local_track, * FROM ordered
 """
 
-# narrow: the wide columns (name, cat, args) are joined back once, in STAGED_SLICES; B/E pairs carry their own
+# Every slice with its wide columns (name, cat, args: a B/E pair's from its B event, or its E event), stored in the
+# nesting's order (track, start, longer first, file order): a range of tracks (or of one track's starts) is read by a
+# scan that its zone maps prune, in that order, and the nesting's rows, appended in the same order, are written
+# beside them (trace_write.WRITE_SLICES: a positional join, no sort of the wide rows)
 RAW_SLICES = """
 CREATE OR REPLACE TABLE {p}x AS
 WITH be AS (
@@ -71,68 +74,20 @@ lv AS (SELECT *, CASE WHEN ph = 'B' THEN level_after ELSE level_after + 1 END AS
 num AS (SELECT *, row_number() OVER (PARTITION BY rank, pid, tid, lvl, ph ORDER BY ts_ns, seq) AS k FROM lv),
 pairs AS (
     SELECT b.seq, b.rank, b.pid, b.tid, b.ts_ns, e.ts_ns - b.ts_ns AS dur_ns, 'B' AS ph, e.seq IS NULL AS unclosed,
-           coalesce(b.name, e.name) AS name_o, coalesce(b.cat, e.cat) AS cat_o, coalesce(b.args, e.args) AS args_o
+           coalesce(b.name, e.name) AS name, coalesce(b.cat, e.cat) AS cat, coalesce(b.args, e.args) AS args
     FROM num b LEFT JOIN num e ON e.ph = 'E' AND e.rank = b.rank AND e.pid = b.pid AND e.tid = b.tid
                                 AND e.lvl = b.lvl AND e.k = b.k
     WHERE b.ph = 'B'),
 all_slices AS (
     SELECT seq, rank, pid, tid, ts_ns, CASE WHEN ph = 'X' THEN dur_ns ELSE 0 END AS dur_ns, ph, false AS unclosed,
-           NULL::VARCHAR AS name_o, NULL::VARCHAR AS cat_o, NULL::JSON AS args_o
+           name, cat, args
     FROM {p}ev WHERE ph IN ('X', 'i', 'I') AND ts_ns IS NOT NULL
     UNION ALL
     SELECT * FROM pairs)
 SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns, a.ph,
-       a.dur_ns < 0 AS negative_dur, a.unclosed, a.name_o, a.cat_o, a.args_o, a.rank
+       a.dur_ns < 0 AS negative_dur, a.unclosed, a.name, a.cat, a.args, a.rank
 FROM all_slices a JOIN {p}tracks t ON t.rank = a.rank AND t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
-"""
-
-# flow ends; ``fkey`` numbers the distinct (rank, cat, id) of the ends, for ingest.nesting.pair_flows
-FLOW_ENDS = """
-CREATE OR REPLACE TABLE {p}fe AS
-WITH e AS (
-    SELECT e.seq, e.ph, coalesce(e.cat, '') AS cat, e.name, coalesce(e.flow_key, '') AS flow_key, t.local_track,
-           e.ts_ns, coalesce(e.bp, '') = 'e' AS bind_enclosing, e.rank
-    FROM {p}ev e JOIN {p}tracks t ON t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid AND t.counter_name IS NULL
-    WHERE e.ph IN ('s', 'f') AND e.ts_ns IS NOT NULL),
-keys AS (SELECT rank, cat, flow_key, row_number() OVER () AS fkey FROM (SELECT DISTINCT rank, cat, flow_key FROM e))
-SELECT e.*, keys.fkey FROM e JOIN keys USING (rank, cat, flow_key)
-"""
-
-# the pairs (from ingest.nesting.pair_flows, with their bound slices) and the ends' names
-FLOWS = ["""
-CREATE OR REPLACE TABLE {p}half AS
-SELECT p.*, src.cat, src.name AS src_name, src.flow_key, src.rank FROM {p}pairs p JOIN {p}fe src ON src.seq = p.src_seq
-""", """
-CREATE OR REPLACE TABLE {p}flows AS
-SELECT h.local_flow, h.cat, coalesce(h.src_name, dst.name) AS name, h.flow_key,
-       h.src_track, h.src_ts_ns, nullif(h.src_local, 0) AS src_local,
-       h.dst_track, h.dst_ts_ns, nullif(h.dst_local, 0) AS dst_local, h.rank
-FROM {p}half h JOIN {p}fe dst ON dst.seq = h.dst_seq
-ORDER BY h.local_flow
-""", "DROP TABLE {p}half"]  # (one join per statement, as PAIRS: it runs beside the slices' write, in one limit)
-
-# per rank and flow category: ends whose (cat, id) has no end of the other kind, and flows whose ends bound to no
-# slice
-FLOW_STATS = """
-WITH per_key AS (
-    SELECT any_value(rank) AS rank, any_value(cat) AS cat, count(*) FILTER (WHERE ph = 's') AS starts,
-           count(*) FILTER (WHERE ph = 'f') AS fins
-    FROM {p}fe GROUP BY fkey),
-lonely AS (
-    SELECT rank, cat, sum(CASE WHEN fins = 0 THEN starts ELSE 0 END) AS lonely_starts,
-           sum(CASE WHEN starts = 0 THEN fins ELSE 0 END) AS lonely_finishes
-    FROM per_key GROUP BY rank, cat),
-lanes AS (SELECT DISTINCT local_track FROM {p}nest),
-unbound AS (
-    SELECT rank, cat, count(*) FILTER (WHERE src_local IS NULL) AS unbound_src,
-           count(*) FILTER (WHERE dst_local IS NULL) AS unbound_dst,
-           -- of the unbound starts, those on a lane with no slices at all (e.g. CANN API slices pruned at Level0)
-           count(*) FILTER (WHERE src_local IS NULL AND src_track NOT IN (SELECT local_track FROM lanes))
-               AS unbound_src_empty
-    FROM {p}flows GROUP BY rank, cat)
-SELECT rank, cat, lonely_starts, lonely_finishes, coalesce(unbound_src, 0), coalesce(unbound_dst, 0),
-       coalesce(unbound_src_empty, 0)
-FROM lonely LEFT JOIN unbound USING (rank, cat) ORDER BY rank, cat
+ORDER BY t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) DESC, a.seq
 """
 
 COUNTERS = """
@@ -151,10 +106,7 @@ ORDER BY t.local_track, series, kv.ts_ns
 STEP_NAME = "(name LIKE 'ProfilerStep#%' OR name LIKE 'Python::PythonObserved::ProfilerStep#%')"
 STEPS = """
 CREATE OR REPLACE TABLE {p}steps AS
-WITH named AS (
-    SELECT seq, name FROM {p}ev WHERE """ + STEP_NAME + """ AND ph IN ('X', 'i', 'I')
-    UNION ALL
-    SELECT seq, name_o FROM {p}x WHERE ph = 'B' AND """ + STEP_NAME.replace("name", "name_o") + """),
+WITH named AS (SELECT seq, name FROM {p}x WHERE """ + STEP_NAME + """),
 st AS (
     SELECT t.rank, n.local_id, named.name, TRY_CAST(regexp_extract(named.name, '#(-?[0-9]+)$', 1) AS BIGINT) AS step,
            n.ts_ns AS host_start_ns, n.ts_ns + n.dur_ns AS host_end_ns
@@ -173,28 +125,10 @@ SELECT st.rank, st.step, st.name, st.local_id, st.host_start_ns, st.host_end_ns,
 FROM st LEFT JOIN dev USING (local_id) ORDER BY st.rank, st.host_start_ns
 """
 
-NEST_TABLES = """
+NEST_TABLE = """
 CREATE OR REPLACE TABLE {p}nest (local_id BIGINT, seq BIGINT, local_track BIGINT, ts_ns BIGINT, dur_ns BIGINT,
-                                 depth INTEGER, parent_local BIGINT);
-CREATE OR REPLACE TABLE {p}bound (seq BIGINT, local_id BIGINT);
-CREATE OR REPLACE TABLE {p}matched (src_seq BIGINT, dst_seq BIGINT);
+                                 depth INTEGER, parent_local BIGINT)
 """
-# the flows, numbered rank by rank in pair_flows' order (start ts, start seq, finish seq), with the slices their
-# ends bound to (0: none)
-PAIRS = ["""
-CREATE OR REPLACE TABLE {p}ends_b AS
-SELECT f.seq, f.rank, f.local_track, f.ts_ns, coalesce(b.local_id, 0) AS local_id
-FROM {p}fe f LEFT JOIN {p}bound b USING (seq)
-""", """
-CREATE OR REPLACE TABLE {p}half AS
-SELECT m.src_seq, m.dst_seq, s.rank, s.local_track AS src_track, s.ts_ns AS src_ts_ns, s.local_id AS src_local
-FROM {p}matched m JOIN {p}ends_b s ON s.seq = m.src_seq
-""", """
-CREATE OR REPLACE TABLE {p}pairs AS
-SELECT row_number() OVER (ORDER BY h.rank, h.src_ts_ns, h.src_seq, h.dst_seq) AS local_flow, h.src_seq, h.dst_seq,
-       h.src_track, h.src_ts_ns, h.src_local, d.local_track AS dst_track, d.ts_ns AS dst_ts_ns, d.local_id AS dst_local
-FROM {p}half h JOIN {p}ends_b d ON d.seq = h.dst_seq
-"""]  # (one join per statement: four hash tables built at once needed more than a 1 GB limit on a 10 GB trace)
 # the first start of each part of a track nested a part at a time: about PART_SLICES slices each, never splitting
 # the slices of one start
 PART_STARTS = """
@@ -204,15 +138,5 @@ SELECT DISTINCT first FROM (
     GROUP BY r // {part})
 ORDER BY first
 """
-# contiguous ranges of flow keys (fkey numbers them 1..) of about PAIR_BATCH_ENDS ends each: a key's batch is the
-# number of ends before it over the limit, so a batch holds at most the limit plus its last key's ends
-KEY_BATCHES = """
-WITH per_key AS (SELECT fkey, count(*) AS n FROM {p}fe GROUP BY fkey),
-before AS (SELECT fkey, sum(n) OVER (ORDER BY fkey ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - n AS b
-           FROM per_key)
-SELECT min(fkey), max(fkey) FROM before GROUP BY b // {limit} ORDER BY 1
-"""
-
-
 def kinds_literal() -> str:
     return "[" + ", ".join(f"'{k}'" for k in KIND_ORDER) + "]"

@@ -8,26 +8,23 @@ from __future__ import annotations
 # ``write_offsets``): ``rank_id`` is the rank the rows are stored under, ``*_delta`` are added to the stage's
 # ``local_track`` / ``local_id`` / ``local_flow``.
 OFFSETS = "{p}offsets"
-INT64_MAX = (1 << 63) - 1
 
-# the ranks' final rows, appended to the run's tables with their id offsets; the wide columns of a slice
-# (name, cat, args) come straight from the events (from its B event, or its E event, for a B/E pair)
+# the ranks' final rows, appended to the run's tables with their id offsets: the slices as nested, row by row
+# beside the slices made (``{p}x``: the same order, with their wide columns), so no join or sort of the wide rows
 WRITE_SLICES = ["""
-INSERT INTO {into}tracks
+INSERT INTO tracks
 SELECT t.local_track + o.track_delta, o.rank_id, t.pid, t.tid, t.process_name, t.thread_name, t.kind, t.label,
        t.process_sort_index, t.thread_sort_index, t.rank_track, t.counter_name,
        coalesce(s.n, 0), s.max_depth, s.max_dur, s.min_ts, s.max_end, t.pid = {derived_pid}
-FROM {p}tracks t JOIN {p}{offsets} o USING (rank) LEFT JOIN ({stats}) s USING (local_track)
+FROM {p}tracks t JOIN {p}offsets o USING (rank) LEFT JOIN ({stats}) s USING (local_track)
 ORDER BY t.local_track
 """, """
-INSERT INTO {into}slices
-SELECT n.local_id + o.slice_delta, n.local_track + o.track_delta, o.rank_id, n.ts_ns, n.dur_ns, n.depth,
-       nullif(n.parent_local, 0) + o.slice_delta, coalesce(b.name_o, e.name), coalesce(b.cat_o, e.cat), e.ph,
-       coalesce(b.args_o, e.args)
-FROM {p}{nest} n JOIN {p}ev e USING (seq) JOIN {p}{offsets} o ON o.rank = e.rank
-LEFT JOIN (SELECT seq, name_o, cat_o, args_o FROM {p}x WHERE ph = 'B') b USING (seq)
-WHERE n.ts_ns < ?
-ORDER BY n.local_id
+INSERT INTO slices
+SELECT n.local_id + {slice_delta}, n.local_track + {track_delta}, {rank_id}, n.ts_ns, n.dur_ns, n.depth,
+       nullif(n.parent_local, 0) + {slice_delta},
+       CASE WHEN n.seq = x.seq THEN x.name ELSE error('the nested slices are out of step with the slices made') END,
+       x.cat, x.ph, x.args
+FROM {p}nest n POSITIONAL JOIN {p}x x
 """]
 # a track's figures in the tracks table, from its nested slices
 TRACK_STATS = """
@@ -36,21 +33,39 @@ SELECT local_track, count(*) AS n, max(depth) AS max_depth, max(dur_ns) AS max_d
 FROM {p}nest GROUP BY local_track
 """
 
+# (already in their final order in the stage: a scan appends them so, with each rank's offsets inlined, no join)
 WRITE_REST = ["""
 INSERT INTO flows
-SELECT f.local_flow + o.flow_delta, o.rank_id, f.cat, f.name, f.flow_key, f.src_track + o.track_delta, f.src_ts_ns,
-       f.src_local + o.slice_delta, f.dst_track + o.track_delta, f.dst_ts_ns, f.dst_local + o.slice_delta
-FROM {p}flows f JOIN {p}offsets o USING (rank) ORDER BY f.local_flow
+SELECT f.local_flow + {flow_delta}, {rank_id}, f.cat, f.name, f.flow_key, f.src_track + {track_delta}, f.src_ts_ns,
+       f.src_local + {slice_delta}, f.dst_track + {track_delta}, f.dst_ts_ns, f.dst_local + {slice_delta}
+FROM {p}flows f
 """, """
 INSERT INTO counters
-SELECT c.local_track + o.track_delta, o.rank_id, c.name, c.series, c.ts_ns, c.value
-FROM {p}counters c JOIN {p}offsets o USING (rank) ORDER BY c.local_track, c.series, c.ts_ns
+SELECT c.local_track + {track_delta}, {rank_id}, c.name, c.series, c.ts_ns, c.value
+FROM {p}counters c
 """, """
 INSERT INTO steps
-SELECT o.rank_id, s.step, s.name, s.local_id + o.slice_delta, s.host_start_ns, s.host_end_ns, s.device_start_ns,
+SELECT {rank_id}, s.step, s.name, s.local_id + {slice_delta}, s.host_start_ns, s.host_end_ns, s.device_start_ns,
        s.device_end_ns
-FROM {p}steps s JOIN {p}offsets o USING (rank) ORDER BY s.rank, s.host_start_ns
+FROM {p}steps s
 """]
+
+
+def offset_terms(cur, prefix: str, offsets: str = "offsets", column: str = "rank") -> dict[str, str]:
+    """The offsets of the stage's ranks (``{prefix}offsets``) as SQL terms of ``column`` (the row's rank): a
+    constant for a stage of one rank, else a CASE over its ranks."""
+    rows = cur.execute(f"SELECT rank, rank_id, track_delta, slice_delta, flow_delta FROM {prefix}{offsets} "
+                       "ORDER BY rank").fetchall()
+    terms = {}
+    for i, name in enumerate(("rank_id", "track_delta", "slice_delta", "flow_delta"), start=1):
+        values = {int(r[0]): int(r[i]) for r in rows}
+        if len(set(values.values())) <= 1:
+            terms[name] = f"({next(iter(values.values()), 0)})"
+        else:
+            terms[name] = ("(CASE " + column + " " + " ".join(f"WHEN {r} THEN {v}" for r, v in values.items())
+                           + " END)")
+    return terms
+
 
 # per rank: tracks, slices and flows staged, and where its numbers start (for the offsets)
 STAGED_COUNTS = """
@@ -66,8 +81,7 @@ FLOW_COUNTS = ("coalesce(f.n_flows, 0), coalesce(f.flow_base, 0)",
                "LEFT JOIN (SELECT rank, count(*) AS n_flows, min(local_flow) - 1 AS flow_base FROM {p}flows "
                "GROUP BY rank) f USING (rank)")
 
-STAGE_TABLES = ("ev_t", "x", "nest", "fe", "pairs", "bound", "matched", "ends_b", "half", "tracks", "flows",
-                "counters", "steps", "offsets", "neg")
+STAGE_TABLES = ("ev_t", "x", "nest", "fe", "fb", "flows_u", "tracks", "flows", "counters", "steps", "offsets", "neg")
 
 
 def staged_counts(cur, prefix: str, flows: bool = True) -> dict[int, tuple[int, int, int, int, int, int]]:
@@ -87,23 +101,18 @@ def write_offsets(cur, prefix: str, rows: list[tuple[int, int, int, int, int]]) 
                     + ", ".join("(?, ?, ?, ?, ?)" for _ in rows) + ")", [v for row in rows for v in row])
 
 
-def write_slices(cur, prefix: str, derived_pid: int, into: str = "", until_ns: int | None = None, nest: str = "nest",
-                 offsets: str = "offsets", stats: str = TRACK_STATS) -> None:
-    """Append the nested ranks' tracks and slices to the run's tables (ids from ``{prefix}offsets``); ``into``:
-    to the tables of that attached database (``"name."``) instead; ``until_ns``: only the slices starting
-    before it. ``nest``, ``offsets``, ``stats``: the nested slices, the offsets and the tracks' figures from other
-    tables of the stage (``ingest.preview`` nests a first time window of its own)."""
+def write_slices(cur, prefix: str, derived_pid: int) -> None:
+    """Append the nested ranks' tracks and slices to the run's tables (ids from ``{prefix}offsets``)."""
     tracks, slices = WRITE_SLICES
-    cur.execute(tracks.format(p=prefix, derived_pid=derived_pid, into=into, offsets=offsets,
-                              stats=stats.format(p=prefix)))
-    cur.execute(slices.format(p=prefix, into=into, nest=nest, offsets=offsets),
-                [INT64_MAX if until_ns is None else int(until_ns)])
+    cur.execute(tracks.format(p=prefix, derived_pid=derived_pid, stats=TRACK_STATS.format(p=prefix)))
+    cur.execute(slices.format(p=prefix, **offset_terms(cur, prefix, column="x.rank")))
 
 
 def write_rest(cur, prefix: str) -> None:
     """Append the derived ranks' flows, counters and steps (ids from ``{prefix}offsets``)."""
+    terms = offset_terms(cur, prefix)
     for sql in WRITE_REST:
-        cur.execute(sql.format(p=prefix))
+        cur.execute(sql.format(p=prefix, **terms))
 
 
 def unwrite(cur, ranks: list[int]) -> None:

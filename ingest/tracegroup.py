@@ -48,6 +48,7 @@ class TraceGroup:
         self.tl = TraceLoad(cur, prefix, first[1], workdir, first[2], on_progress=self.on_progress,
                             on_nested=on_nested, rank=first[0])
         self.tl.locate = self._locate
+        self.tl.DROP_EVENTS = True  # (nothing reads them after derive())
         self.added: dict[int, int] = {}
 
     def read(self) -> None:

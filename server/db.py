@@ -103,8 +103,8 @@ class RunInfo:
     pending_ranks: list[int] = dataclasses.field(default_factory=list)  # a run still ingesting: not ready yet
     failed_ranks: list[int] = dataclasses.field(default_factory=list)  # ranks whose shard failed
     shard_aliases: dict[int, str] = dataclasses.field(default_factory=dict)  # rank -> its attached shard's name
-    # a pending rank read from its first time window (ingest.preview): rank -> {"loaded_ns": [start, end),
-    # "end_ns": the rank's last end}; its slices starting outside loaded_ns, and its other rows, are still coming
+    # a pending rank read from its overview (ingest.overview): rank -> {"overview": True, "start_ns", "end_ns"};
+    # its tracks and its lanes' busy time (slice_lod) are there, its slices and other rows still coming
     partial: dict[int, dict] = dataclasses.field(default_factory=dict)
 
     def levels(self, rank: int) -> list[tuple[int, int]]:

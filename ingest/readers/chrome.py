@@ -29,6 +29,7 @@ class ChromeTraceLoad(trace.TraceLoad):
     """A TraceLoad that knows Kineto's conventions (lane kinds by label, ts relative to a base time)."""
 
     UNDERSTOOD_KEYS = trace.TraceLoad.UNDERSTOOD_KEYS | {BASE_TIME_KEY}
+    DROP_EVENTS = True  # (nothing reads them after derive())
     EXTRA_KINDS = f"""
                 WHEN p.label LIKE 'GPU%' THEN 'hardware'
                 WHEN k.pid IN (SELECT DISTINCT pid FROM {{p}}ev

@@ -83,6 +83,7 @@ def _stage_trace(job: Job, path: Path) -> Staged:
     tl = trace.TraceLoad(job.cur, job.prefix, path, job.workdir, job.display, on_progress=job.on_progress,
                          on_nested=job.on_nested, split_read=job.split_read, rank=job.rank,
                              on_sliced=job.on_sliced)
+    tl.DROP_EVENTS = True  # (nothing below reads them)
     tl.read()
     added = overlap.derive(job.cur, job.prefix, job.rank)
     stats = tl.derive()

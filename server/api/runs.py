@@ -252,7 +252,7 @@ def _ready_details(run: Run, store: RunStore, databases, timeout_s: float) -> di
         "ranks": ranks,
         "loaded_ranks": info.loaded_ranks,  # a sharded run: the ranks loaded (None: one file)
         "pending_ranks": info.pending_ranks,  # a run still ingesting: ranks not readable yet (or in part)
-        "partial_ranks": sorted(info.partial),  # pending ranks read from their first time window
+        "partial_ranks": sorted(info.partial),  # pending ranks read from their overview (ingest.overview)
         "failed_ranks": info.failed_ranks,
         "track_kinds": kinds,
         "meta": meta,

@@ -112,11 +112,11 @@ def tracks(db) -> dict:
         "duration_ns": db.info.end_ns - db.info.start_ns,
         "ranks": sorted({t["rank"] for t in out}),
         "loaded_ranks": db.info.loaded_ranks,  # a sharded run: the ranks loaded (None: one file)
-        # ranks still ingesting, read from their first time window: the slices starting in [loaded_start_ns,
-        # loaded_end_ns) are there, the rest (and the flows and counters) are still coming, until end_ns
-        "partial_ranks": {str(r): {"loaded_start_ns": _rel(p["loaded_ns"][0], origin),
-                                   "loaded_end_ns": _rel(p["loaded_ns"][1], origin),
-                                   "end_ns": _rel(p["end_ns"], origin)}
+        # ranks still ingesting, read from their overview: every lane's busy time, coarse (the level of detail at
+        # every zoom, no depth), and none of their slices yet: nothing is loaded exactly ([loaded_start_ns,
+        # loaded_end_ns) is empty), everything is still coming until end_ns
+        "partial_ranks": {str(r): {"overview": True, "loaded_start_ns": _rel(p["start_ns"], origin),
+                                   "loaded_end_ns": _rel(p["start_ns"], origin), "end_ns": _rel(p["end_ns"], origin)}
                           for r, p in sorted(db.info.partial.items())},
         "tracks": out,
         "flow_categories": [{"cat": c, "count": n} for c, n in db.rows(FLOW_CATEGORIES_SQL)],
@@ -224,6 +224,10 @@ def rank_viewport_slices(db, tracks: list, start: int, end: int, width_px: int,
     # dense or sparse: from the track's extent when that is clear, else by counting (at most threshold + 1 rows)
     dense, sparse, unsure = [], [], []
     for t in tracks:
+        if t.rank in db.info.partial and db.info.levels(t.rank):  # an overview: its busy time at every zoom
+            lods[t.track_id] = lods[t.track_id] or db.info.levels(t.rank)[0]
+            dense.append(t)
+            continue
         guess = _estimate_rows(t, start, end)
         if lods[t.track_id] is None or guess * DENSITY_MARGIN < threshold:
             sparse.append(t)

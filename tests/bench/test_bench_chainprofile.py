@@ -33,3 +33,20 @@ def test_every_step_of_the_chain_gets_a_row(tmp_path):
     assert rows["TraceLoad._nest"][1] <= rows["TraceLoad.derive"][1] <= wall
     table = profile.table(wall, 0.0, min_s=0.0)
     assert "`TraceLoad.derive`" in table and table.count("\n") == len(rows) + 2
+
+
+def test_serial_mode_runs_each_step_alone_and_counts_per_event(tmp_path, capsys):
+    """``--serial``: what runs beside another runs after it, and each row is given in CPU µs per trace event."""
+    from ascendscope.bench import chainprofile
+    from ascendscope.ingest import pipeline as pl
+    from ascendscope.ingest import trace
+
+    src = tmp_path / "run"
+    generate_run(src, ranks=1, steps=2, ops_per_step=30, seed=5)
+    beside, derive = trace.Beside, trace.TraceLoad.derive
+    assert chainprofile.main([str(src), str(tmp_path / "out"), "--serial"]) == 0
+    assert trace.Beside is beside and pl.Beside is beside and trace.TraceLoad.derive is derive
+    out = capsys.readouterr().out
+    assert "CPU µs / event |" in out and "`TraceLoad.derive`" in out and "`CsvLoad.load`" in out
+    events = int(out.split(" events,")[0].rsplit(", ", 1)[1].replace(",", ""))
+    assert events > 100

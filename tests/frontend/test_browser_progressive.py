@@ -93,40 +93,60 @@ def test_a_pending_rank_opens_by_itself_once_loaded(page, half_way, artifacts_di
 
 @pytest.fixture()
 def big_rank_half_way(tmp_path):
-    """A one-rank run whose rank is still ingesting, served from its first time window (ingest.preview)."""
+    """A one-rank run whose rank is still ingesting, served from its overview (ingest.overview)."""
     from ascendscope.ingest.shards import ingest_sharded
     from ascendscope.sample_data.generate import generate_run
     from ascendscope.server.app import create_app
     from ascendscope.server.runs import RunStore
     from ascendscope.server.settings import Settings
-    from tests.preview_helpers import publish_preview, shard_task
+    from tests.overview_helpers import publish_overview, shard_task
 
     generate_run(tmp_path / "src", ranks=1, steps=3, ops_per_step=60, seed=11)
-    _, pv, note, progress = shard_task(tmp_path / "src", tmp_path / "task")
+    _, ov, note, progress = shard_task(tmp_path / "src", tmp_path / "task")
     store = RunStore(tmp_path / "data")
     run = store.create_run("one big rank", str(tmp_path / "src"))
     ingest_sharded(tmp_path / "src", store.run_dir(run.id), workers=1)
-    publish_preview(store.run_dir(run.id), tmp_path / "src", pv, progress)
+    publish_overview(store.run_dir(run.id), tmp_path / "src", ov, progress)
     store.set_status(run.id, "ingesting", progress={"phase": "reading", "text": "reading rank 0", "percent": 40.0})
     with serving(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as base:
         yield base, store, run.id, note
 
 
-def test_a_big_rank_is_drawn_from_its_first_window_with_the_rest_shaded(page, big_rank_half_way, artifacts_dir):
+def test_a_big_rank_is_drawn_from_its_overview_with_every_lane(page, big_rank_half_way, artifacts_dir):
     base, store, run_id, note = big_rank_half_way
     page.goto(f"{base}/runs/{run_id}/timeline?rank=0")
     page.wait_for_function(READY, timeout=20_000)
     page.wait_for_function(DRAWN, timeout=20_000)
     assert drawn_ranks(page) == {0}
+    tracks = page.request.get(f"{base}/api/runs/{run_id}/timeline/tracks").json()
+    drawn = {lane["track_id"] for lane in page.evaluate("() => window.__timeline.lanes()") if lane["track_id"]}
+    # every lane of slices of the run (its counters come with the shard)
+    assert drawn == {t["track_id"] for t in tracks["tracks"] if t["kind"] != "counter"}
+    # each of them marked as an overview's lane (nothing on it can be selected yet)
+    marked = [lane["overview"] for lane in page.evaluate("() => window.__timeline.lanes()") if lane["track_id"]]
+    assert len(marked) == len(drawn) and all(flag is True for flag in marked)
+    # the ruler shades the whole rank as still coming, and names it an overview
     coming = page.evaluate("() => JSON.parse(document.getElementById('tl-ruler').dataset.stillComing)")
-    origin = int(page.request.get(f"{base}/api/runs/{run_id}/timeline/tracks").json()["origin_ns"])
-    assert [(c["rank"], c["start"] + origin, c["end"] + origin) for c in coming] == \
-        [(0, note["loaded_ns"][1], note["end_ns"])]
-    page.locator("#run-ingesting", has_text="Rank 0 is shown from its first time window").wait_for(timeout=20_000)
-    page.screenshot(path=str(artifacts_dir / "progressive_first_window.png"))
+    origin = int(tracks["origin_ns"])
+    assert [(c["rank"], c["start"] + origin, c["end"] + origin, c["overview"]) for c in coming] == \
+        [(0, note["start_ns"], note["end_ns"], True)]
+    page.locator("#run-ingesting", has_text="Rank 0 is shown as an overview").wait_for(timeout=20_000)
+    # its lanes are one row each (no depth), and a click on their busy time selects nothing
+    busiest = max((t for t in tracks["tracks"] if t["slice_count"]), key=lambda t: t["slice_count"])
+    lane = next(lane for lane in page.evaluate("() => window.__timeline.lanes()")
+                if lane["track_id"] == busiest["track_id"])
+    assert busiest["max_depth"] == 0
+    rect = page.evaluate("() => window.__timeline.canvasRect")
+    for fraction in (0.25, 0.5, 0.75):
+        page.mouse.click(rect["left"] + rect["width"] * fraction, lane["top"] + lane["height"] / 2)
+        assert page.evaluate("() => window.__timeline.selected") is None
+    page.mouse.move(rect["left"] + rect["width"] / 2, lane["top"] + lane["height"] / 2)
+    page.locator("#tl-tooltip", has_text="Overview").wait_for(timeout=5_000)
+    page.screenshot(path=str(artifacts_dir / "progressive_overview.png"))
     # the whole shard is published: the ruler no longer shades anything once the page is reloaded
     pin(store.run_dir(run_id), [])
     store.set_status(run_id, "ready")
     page.reload()
     page.wait_for_function(READY, timeout=20_000)
     assert page.evaluate("() => document.getElementById('tl-ruler').dataset.stillComing") == "[]"
+    assert not any(lane["overview"] for lane in page.evaluate("() => window.__timeline.lanes()"))

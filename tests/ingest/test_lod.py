@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import pytest
 
@@ -50,3 +52,27 @@ def test_base_width_terminates_and_saves_rows():
     # one dense row: 1M slices over 1 s want ~2 µs buckets or coarser
     width = lod.base_bucket_ns([(1_000_000, 10**9)], 1_000_000)
     assert 10**9 // width + 1 <= 500_000 and 10**9 // (width // 4) + 1 > 500_000
+
+
+BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
+
+
+def test_numpy_batches_and_sql_for_big_tracks_store_the_same_rows_in_the_same_order(tmp_path, monkeypatch):
+    """Whole tracks are summarised in numpy a batch at a time, a track bigger than a batch in SQL alone: both
+    give the naive SQL's rows, stored in (level, track, depth, bucket) order."""
+    out = tmp_path / "b.duckdb"
+    ingest_path(BUNDLED, out)
+    con = duckdb.connect(str(out))
+    lod.build(con, base_ns=1024)
+    numpy_rows = con.execute("SELECT * FROM slice_lod").fetchall()
+    biggest = con.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM slices GROUP BY track_id)").fetchone()[0]
+    monkeypatch.setattr(lod, "BATCH_SLICES", biggest - 1)  # the biggest track (only) by SQL
+    lod.build(con, base_ns=1024)
+    assert con.execute("SELECT * FROM slice_lod").fetchall() == numpy_rows
+    assert numpy_rows == sorted(numpy_rows, key=lambda r: (r[0], r[2], r[3], r[4]))
+    for level, width in con.execute("SELECT DISTINCT level, bucket_ns FROM slice_lod ORDER BY level").fetchall():
+        naive = con.execute(f"SELECT * FROM ({NAIVE}) ORDER BY ALL", [width]).fetchall()
+        assert con.execute("""SELECT track_id, depth, bucket, slice_count, slice_id, min_ts_ns, max_end_ns,
+                                     total_dur_ns FROM slice_lod WHERE level = ? ORDER BY ALL""",
+                           [level]).fetchall() == naive
+    con.close()

@@ -165,11 +165,13 @@ def _staged(path: Path, tmp_path: Path):
     sqlfuncs.install(con)
     tl = trace.TraceLoad(con, "t_", path, tmp_path, path.name)
     tl.read()
-    for q in (trace.TRACKS, trace.RAW_SLICES, trace.FLOW_ENDS):
+    for q in (trace.TRACKS, trace.RAW_SLICES):
         tl.sql(q)
+    tl.sql(trace.FLOW_ENDS, parts=1)
     slices = con.execute("SELECT seq, local_track, ts_ns, dur_ns FROM t_x").fetchall()
-    ends = con.execute("SELECT seq, local_track, ts_ns, ph = 's' OR bind_enclosing FROM t_fe").fetchall()
-    flow_ends = con.execute("SELECT seq, fkey, ts_ns, ph = 's' FROM t_fe").fetchall()
+    ends = con.execute("SELECT seq, local_track, ts_ns, enclosing FROM t_fe").fetchall()
+    flow_ends = con.execute("SELECT seq, dense_rank() OVER (ORDER BY rank, cat, flow_key), ts_ns, is_start "
+                            "FROM t_fe").fetchall()
     return slices, ends, flow_ends
 
 
@@ -269,3 +271,21 @@ def test_batches_do_not_change_the_run(src, tmp_path, monkeypatch):
             duckdb.connect(str(tmp_path / "many.duckdb"), read_only=True) as b:
         for q in queries:
             assert a.execute(q).fetchall() == b.execute(q).fetchall(), q
+
+
+def test_rows_out_of_the_nesting_order_are_sorted_first():
+    """``in_order`` tells rows read in the nesting's order (track, ts, longer first, seq) from others, which
+    ``nest`` sorts itself: both give the same slices."""
+    rnd = random.Random(5)
+    rows = [(i, rnd.randint(1, 3), rnd.randint(0, 20), rnd.choice([0, 1, 5, 9])) for i in range(1, 300)]
+    ordered = sorted(rows, key=lambda r: (r[1], r[2], -r[3], r[0]))
+    cols = [np.array(c, dtype=np.int64) for c in zip(*ordered)]
+    assert nesting.in_order(cols[1], cols[2], cols[3], cols[0])
+    shuffled = list(ordered)
+    rnd.shuffle(shuffled)
+    scols = [np.array(c, dtype=np.int64) for c in zip(*shuffled)]
+    assert not nesting.in_order(scols[1], scols[2], scols[3], scols[0])
+    a = nesting.nest(*cols, presorted=True)
+    b = nesting.nest(*scols, presorted=False)
+    for field in ("seq", "depth", "parent", "local_id"):
+        assert getattr(a, field).tolist() == getattr(b, field).tolist()

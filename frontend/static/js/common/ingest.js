@@ -49,9 +49,9 @@ function render(run, pending, failed, readyAtLoad) {
       `${more.toLocaleString("en-US")} more loaded: refresh`));
   }
   const details = el("div", { class: "ingest-detail muted" }, progressText(run.progress));
-  if (rank !== null && (run.partial_ranks || []).includes(rank)) {  // drawn from its first time window
-    details.prepend(el("b", {}, `Rank ${rank} is shown from its first time window (the shaded time is still coming); `
-      + "this page reloads when all of it is loaded. "));
+  if (rank !== null && (run.partial_ranks || []).includes(rank)) {  // drawn from its overview
+    details.prepend(el("b", {}, `Rank ${rank} is shown as an overview: every lane's busy time, coarse, without depth `
+      + "or details; the other views show it once it is loaded, and this page reloads then. "));
   } else if (rank !== null && pending.includes(rank)) {
     details.prepend(el("b", {}, `Rank ${rank} is next in the queue; this page reloads when it is loaded. `));
   }

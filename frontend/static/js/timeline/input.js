@@ -196,7 +196,7 @@ export function attachInput(tl) {
     }
     const scene = tl.scene();
     const hit = sliceAt(scene, x, y);
-    if (hit) {
+    if (hit && !tl.inOverview(hit.track_id)) {  // (an overview's busy time has no slice to show yet)
       tl.select(hit.slice_id, { hint: hit });
       return;
     }
@@ -245,6 +245,10 @@ export function attachInput(tl) {
     let rows;
     if (folded) {
       rows = [["Lane", tl.laneTitle(folded.track.track_id)], ["Click", "show every row"]];
+    } else if (hit && tl.inOverview(hit.track_id)) {
+      rows = [["Busy from", formatExact(hit.ts_ns - tl.runStart)], ["To", formatExact(hit.ts_ns + hit.dur_ns - tl.runStart)],
+        ["Slices starting here", hit.count.toLocaleString("en-US")], ["Lane", tl.laneTitle(hit.track_id)],
+        ["Overview", "the rank is still loading: no depth or details yet"]];
     } else if (hit) {
       rows = [["Duration", formatDuration(hit.dur_ns)], ["Start", formatExact(hit.ts_ns - tl.runStart)],
         ["Lane", tl.laneTitle(hit.track_id)]];

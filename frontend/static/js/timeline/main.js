@@ -20,7 +20,8 @@ if (root) {
     get view() {
       return { start_ns: root.dataset.viewStartNs, end_ns: root.dataset.viewEndNs };
     },
-    /** Rows as drawn: title, kind, track id, top/height in page px, visible; deep tracks: depths, folded. */
+    /** Rows as drawn: title, kind, track id, top/height in page px, visible; deep tracks: depths, folded; overview:
+     * a lane of a rank shown from its overview. */
     lanes() {
       const cRect = tl.canvas.getBoundingClientRect();
       return [...tl.layout.pinned, ...tl.layout.scroll].map((row) => {
@@ -29,7 +30,8 @@ if (root) {
         return { id: row.node.id, type: row.node.type, title: row.title, kind: row.node.kind || row.node.type,
           rank: row.node.rank, track_id: row.node.track ? row.node.track.track_id : null,
           collapsed: !!row.node.collapsed, pinned: row.pinnedArea, top, height: row.h, visible,
-          depths: row.node.depths ?? null, folded: !!row.node.folded };
+          depths: row.node.depths ?? null, folded: !!row.node.folded,
+          overview: row.node.track ? tl.inOverview(row.node.track.track_id) : false };
       });
     },
     /** Arrows of the last frame, in page px: the ends (x1, y1) → (x2, y2); a clipped one (clip: the end off the

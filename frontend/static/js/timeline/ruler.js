@@ -11,8 +11,8 @@ const FLAG_W = 9;
 const FLAG_H = 8;
 
 export const rulerMethods = {
-  /** The time a partially loaded rank has still to come (its slices starting there are not read yet): hatched
-   * across the ruler, named in its top strip. */
+  /** The time a partially loaded rank has still to come (its slices starting there are not read yet; all of it
+   * for a rank shown from its overview): hatched across the ruler, named in its top strip. */
   _stillComing(s, k) {
     const { rctx: ctx, RW: W, RH: H } = this;
     for (const span of s.stillComing || []) {
@@ -35,7 +35,8 @@ export const rulerMethods = {
       ctx.fillStyle = "#e0b060";
       ctx.font = "11px -apple-system, 'Segoe UI', 'Noto Sans', Arial, sans-serif";
       ctx.textBaseline = "top";
-      ctx.fillText(`rank ${span.rank}: still loading`, xa + 4, 1.5);
+      ctx.fillText(span.overview ? `rank ${span.rank}: overview (busy time per lane), still loading`
+        : `rank ${span.rank}: still loading`, xa + 4, 1.5);
       ctx.restore();
     }
   },

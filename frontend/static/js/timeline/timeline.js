@@ -66,6 +66,12 @@ export class Timeline {
     this._rangeCtl = null;
   }
 
+  /** True for a lane of a rank shown from its overview (no slices to select yet). */
+  inOverview(trackId) {
+    const t = this.tracks.get(trackId);
+    return Boolean(t && this.overviewRanks.has(t.rank));
+  }
+
   async init() {
     const tr = await apiGet(runApi(this.runId, "/timeline/tracks"));
     // a big sharded run loaded without the rank picked (?rank=) or the linked slice's (?slice=): the page reloads
@@ -78,9 +84,12 @@ export class Timeline {
     this.viewport = new Viewport(this.baseStart, this.baseEnd);
     this.tracks = new Map(tr.tracks.map((t) => [t.track_id, t]));
     this.ranks = tr.ranks;
-    // a big rank still ingesting, shown from its first time window: the ruler shades the time still to come
+    this.overviewRanks = new Set();
+    // a big rank still ingesting, shown from its overview (every lane's busy time, coarse): the ruler shades the
+    // time still to come (all of it: nothing is loaded exactly), and its lanes can be looked at, not clicked
     this.stillComing = Object.entries(tr.partial_ranks || {}).map(([rank, p]) => (
-      { rank: Number(rank), start: p.loaded_end_ns, end: p.end_ns }));
+      { rank: Number(rank), start: p.loaded_end_ns, end: p.end_ns, overview: Boolean(p.overview) }));
+    this.overviewRanks = new Set(this.stillComing.filter((c) => c.overview).map((c) => c.rank));
     this.$("tl-ruler").dataset.stillComing = JSON.stringify(this.stillComing);
     this.offsets.load();
     this.updateBounds();

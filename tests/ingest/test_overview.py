@@ -1,0 +1,188 @@
+"""Every lane of a big rank at the end of its parse (issue #46): the overview is published before the rank's
+nesting, its tracks are the final ones but for their depth, each lane's busy time per bucket is the union of its
+final slices cut at the buckets (checked against a reading of the final shard one slice at a time), nothing of it
+can be clicked or searched, and the final shard replaces it.
+
+Generated data only; the overview's threshold is lowered so a small rank gets one.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from ascendscope.ingest import lod, overview, pipeline
+from ascendscope.ingest.layout import partial_ranks, ready_shards
+from ascendscope.ingest.pipeline import Progress
+from ascendscope.ingest.shards import ingest_sharded, read_manifest
+from ascendscope.sample_data.generate import generate_run
+from ascendscope.server.runs import RunStore
+from tests.overview_helpers import publish_overview, shard_task
+from tests.run_helpers import pin
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory) -> Path:
+    src = tmp_path_factory.mktemp("overview") / "run"
+    generate_run(src, ranks=1, steps=3, ops_per_step=60, seed=11)
+    return src
+
+
+@pytest.fixture(scope="module")
+def shard_and_overview(one_rank, tmp_path_factory):
+    """The rank's shard and its overview, as a shard task writes them: (shard, overview, note, progress file)."""
+    return shard_task(one_rank, tmp_path_factory.mktemp("task"))
+
+
+def _rows(path: Path, sql: str, params=()):
+    with duckdb.connect(str(path), read_only=True) as con:
+        return con.execute(sql, list(params)).fetchall()
+
+
+def expected_level0(slices: list[tuple[int, int, int]], width: int) -> list[tuple]:
+    """(track, bucket, slices starting in it, first busy instant, last busy end, busy ns) from the final slices
+    (track, ts, dur), one slice at a time: a lane's busy time is the union of its slices (an instant a point)."""
+    by_track: dict[int, list[tuple[int, int]]] = {}
+    for track, ts, dur in slices:
+        by_track.setdefault(track, []).append((ts, ts + dur))
+    out = []
+    for track, spans in sorted(by_track.items()):
+        merged: list[list[int]] = []
+        for s, e in sorted(spans):
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        rows: dict[int, list[int]] = {}  # bucket -> [starts, lo, hi, busy]
+        for s, _ in spans:
+            r = rows.setdefault(s // width, [0, s, s, 0])
+            r[0] += 1
+            r[1], r[2] = min(r[1], s), max(r[2], s)
+        for s, e in merged:
+            for b in range(s // width, max(e - 1, s) // width + 1):
+                lo, hi = max(s, b * width), max(min(e, (b + 1) * width), max(s, b * width))
+                r = rows.setdefault(b, [0, lo, hi, 0])
+                r[1], r[2], r[3] = min(r[1], lo), max(r[2], hi), r[3] + hi - lo
+        out += [(track, b, *r) for b, r in sorted(rows.items())]
+    return out
+
+
+def test_the_overview_holds_every_lane_and_its_busy_time(shard_and_overview, one_rank, tmp_path):
+    shard, ov, note, _ = shard_and_overview
+    assert note is not None and ov.is_file() and note["file"] == ov.name
+    final = _rows(shard, "SELECT track_id, ts_ns, dur_ns FROM slices")
+    assert note["start_ns"] == min(ts for _, ts, _ in final)
+    assert note["end_ns"] == max(ts + dur for _, ts, dur in final)
+    assert note["rank_slices"] == len(final)
+    width = note["bucket_ns"]
+    assert (note["end_ns"] - note["start_ns"]) / width <= overview.BUCKETS < (note["end_ns"] - note["start_ns"]) / (
+        width // lod.FACTOR)
+    # every track, final but for the depth: an overview has none
+    assert _rows(ov, "SELECT * EXCLUDE (max_depth) FROM tracks ORDER BY track_id") == _rows(
+        shard, "SELECT * EXCLUDE (max_depth) FROM tracks ORDER BY track_id")
+    assert {d for (d,) in _rows(ov, "SELECT DISTINCT max_depth FROM tracks WHERE slice_count > 0")} == {0}
+    assert _rows(ov, "SELECT count(*) FROM slices") == [(0,)]
+    level0 = _rows(ov, "SELECT track_id, bucket, slice_count, min_ts_ns, max_end_ns, total_dur_ns FROM slice_lod "
+                       "WHERE level = 0 ORDER BY track_id, bucket")
+    assert level0 == expected_level0(final, width)
+    assert _rows(ov, "SELECT DISTINCT name, depth FROM slice_lod") == [("busy", 0)]
+    assert _rows(ov, "SELECT count(*) FROM slice_lod WHERE ts_ns <> min_ts_ns OR dur_ns <> max_end_ns - min_ts_ns"
+                 ) == [(0,)]
+    # each coarser level sums the one below, FACTOR times wider; every level is stored in (track, bucket) order
+    levels = _rows(ov, "SELECT level, bucket_ns, row_count, rank FROM lod_levels ORDER BY level")
+    assert [lv for lv, *_ in levels] == list(range(len(levels))) and levels[0][1] == width
+    assert all(b[1] == a[1] * lod.FACTOR for a, b in zip(levels, levels[1:]))
+    stored = _rows(ov, "SELECT level, track_id, bucket FROM slice_lod")
+    assert stored == sorted(stored)
+    for lv, bucket_ns, count, rank in levels[1:]:
+        got = _rows(ov, "SELECT track_id, bucket, slice_count, min_ts_ns, max_end_ns, total_dur_ns FROM slice_lod "
+                        "WHERE level = ? ORDER BY ALL", [lv])
+        assert got == _rows(ov, f"""SELECT track_id, bucket // {bucket_ns // width}, sum(slice_count)::BIGINT,
+                                           min(min_ts_ns), max(max_end_ns), sum(total_dur_ns)::BIGINT
+                                    FROM slice_lod WHERE level = 0 GROUP BY ALL ORDER BY ALL""")
+        assert count == len(got) and rank == 0
+    # read a part of a lane at a time (a track bigger than a batch), the same rows
+    _, small, _, _ = shard_task(one_rank, tmp_path, batch=37)
+    assert _rows(small, "SELECT * FROM slice_lod ORDER BY level, track_id, bucket") == _rows(
+        ov, "SELECT * FROM slice_lod ORDER BY level, track_id, bucket")
+
+
+def test_no_overview_for_a_rank_below_the_threshold(one_rank, tmp_path):
+    disc = pipeline.prepare(one_rank, tmp_path / "x", Progress())
+    out = tmp_path / "rank_00000.duckdb"
+    progress = tmp_path / "rank_00000.bytes"
+    pipeline.ingest_shard(disc.ranks, disc.root, out, src_path=str(one_rank), progress_path=str(progress))
+    assert overview.read_note(progress) is None and not overview.path_for(out).exists()
+
+
+def test_a_pending_rank_is_served_from_its_overview(one_rank, shard_and_overview, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from ascendscope.server.app import create_app
+    from ascendscope.server.settings import Settings
+
+    _, ov, note, progress = shard_and_overview
+    store = RunStore(tmp_path / "data")
+    run = store.create_run("big", str(one_rank))
+    run_dir = store.run_dir(run.id)
+    ingest_sharded(one_rank, run_dir, workers=1)
+    publish_overview(run_dir, one_rank, ov, progress)
+    manifest = read_manifest(run_dir)
+    assert ready_shards(manifest) == {0: f"shards/{ov.name}"}
+    assert partial_ranks(manifest) == {0: {"overview": True, "start_ns": note["start_ns"], "end_ns": note["end_ns"]}}
+    store.set_status(run.id, "ingesting")
+    with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as client:
+        tracks = client.get(f"/api/runs/{run.id}/timeline/tracks").json()
+        origin = int(tracks["origin_ns"])
+        got = tracks["partial_ranks"]["0"]
+        assert got["overview"] is True and got["loaded_start_ns"] == got["loaded_end_ns"]
+        assert got["loaded_start_ns"] + origin == note["start_ns"]
+        assert got["end_ns"] + origin == note["end_ns"] <= int(tracks["end_ns"])
+        assert tracks["loaded_ranks"] == [0] and tracks["tracks"]
+        info = client.get(f"/api/runs/{run.id}").json()
+        assert info["pending_ranks"] == [0] and info["partial_ranks"] == [0]
+        track = max(tracks["tracks"], key=lambda t: t["slice_count"])
+        # zoomed in to a tenth of a bucket, the lane still shows its busy time, coarse: the overview's rows
+        mid = (note["start_ns"] + note["end_ns"]) // 2
+        for window in ({}, {"start_ns": mid, "end_ns": mid + note["bucket_ns"] // 10}):
+            part = client.get(f"/api/runs/{run.id}/timeline/slices",
+                              params={"track_id": track["track_id"], "width_px": 1000} | window).json()["tracks"][0]
+            assert part["lod"] is True and part["count"] >= 1 and set(part["depth"]) == {0}
+        # nothing of it is searched or opened: its slices are still coming
+        hits = client.get(f"/api/runs/{run.id}/timeline/search", params={"q": "busy"}).json()
+        assert hits["total"] == 0
+        assert client.get(f"/api/runs/{run.id}/timeline/slices/{part['slice_id'][0]}").status_code == 404
+        pin(run_dir, [])  # the shard is ready: the overview is no longer read
+        after = client.get(f"/api/runs/{run.id}/timeline/tracks").json()
+        assert after["partial_ranks"] == {}
+        whole = client.get(f"/api/runs/{run.id}/timeline/slices", params={"track_id": track["track_id"],
+                                                                           "width_px": 4000}).json()
+        assert whole["tracks"][0]["count"] > 0 and max(whole["tracks"][0]["depth"]) >= 0
+
+
+def test_the_overview_is_published_before_the_rank_is_nested(one_rank, tmp_path, monkeypatch):
+    """The overview is computed once the slices are made: the rank's nesting may wait for it."""
+    from ascendscope.ingest import trace
+
+    nest = trace.TraceLoad._nest
+    seen = {}
+
+    def nest_after_the_overview(self, *args, **kwargs):
+        progress = tmp_path / ".progress" / "rank_00000.bytes"
+        deadline = time.monotonic() + 60
+        while overview.read_note(progress) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen["note"] = overview.read_note(progress)
+        seen["nest_exists"] = self.cur.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [self.p.split(".")[-1] + "nest"]
+        ).fetchone()[0]
+        return nest(self, *args, **kwargs)
+
+    monkeypatch.setattr(trace.TraceLoad, "_nest", nest_after_the_overview)
+    shard, ov, note, _ = shard_task(one_rank, tmp_path)
+    assert seen["note"] == note and note is not None and ov.is_file()
+    assert seen["nest_exists"] == 0  # (the rank's own nesting had not begun)
+    assert _rows(ov, "SELECT count(*) FROM tracks") == _rows(shard, "SELECT count(*) FROM tracks")
