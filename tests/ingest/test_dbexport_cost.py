@@ -1,6 +1,6 @@
 """What made a small db export slow to open (issue #44): a process pool task per rank, and pandas imported by every
 process that read a db (pyarrow's builders of Python values import it, ~0.5 CPU-s). The time itself is measured by
-``ascendscope bench ready`` (docs/benchmarks.md); these tests hold the causes away."""
+``ascendscope bench ready`` (docs/bench-ingest.md); these tests hold the causes away."""
 
 from __future__ import annotations
 
