@@ -300,6 +300,9 @@ def _every_view_answers(client, app, store, run_id: str) -> None:
         query = {k: values[k] for k, p in params.items() if p["in"] == "query" and p.get("required") and k in values}
         resp = client.get(url, params=query)
         assert resp.status_code < 500, (url, resp.status_code, resp.text[:300])
+        if path.startswith("/api/runs/{run_id}/memory/snapshot"):  # these runs have no memory snapshot
+            assert resp.status_code in (404, 422), (url, resp.status_code, resp.text[:300])
+            continue
         seen += 1
         ok += resp.status_code == 200
     assert seen >= 50 and ok >= seen - 5, (seen, ok)  # the walk filled the parameters: nearly all answer
