@@ -105,7 +105,7 @@ def test_counter_answers_are_computed_once_and_then_cached(store_app):
 def test_advice_classifies_the_gaps_with_one_query(store_app, monkeypatch):
     """The crafted run has host-bound steps and every gap cause: the findings quote gap totals, the longest gaps
     and the causes of the host-bound steps' Free slices, all from one execution of the gap query."""
-    from ascendscope.server import api
+    from ascendscope.server.api import deps as api
 
     _, _, client, _, crafted_id = store_app
     executed = []

@@ -66,7 +66,8 @@ def test_waiting_for_a_slot_counts_against_the_deadline(store):
 def test_a_request_past_its_deadline_runs_no_query(store, monkeypatch):
     """Arrival is stamped before the app runs: a request that arrives with its time already spent (here the
     clock says it arrived 60 s ago) answers 504 naming the rule, without running a query."""
-    from ascendscope.server import api, requestclock
+    from ascendscope.server import requestclock
+    from ascendscope.server.api import deps as api
 
     s, run_id = store
     app = make_app(s, query_timeout_s=2.0)

@@ -83,7 +83,7 @@ def answers(client, run_id: str, names: dict) -> list:
 
 
 def test_each_rank_is_read_from_its_shard_with_the_same_answers(layouts, monkeypatch):
-    from ascendscope.server import api
+    from ascendscope.server.api import deps as api
     from ascendscope.server.querypool import QueryPool
 
     client, runs, layout = layouts
