@@ -151,6 +151,9 @@ class Profile:
             setattr(owner, name, value)
 
 
+MIN_S = 0.2  # the steps of less wall time are left out of the table
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     serial = "--serial" in argv
@@ -182,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with duckdb.connect(str(out / "rank_00000.duckdb"), read_only=True) as con:
             events = con.execute("SELECT rows FROM files WHERE kind = 'trace_view'").fetchone()[0]
-    print(profile.table(time.perf_counter() - wall0, time.process_time() - cpu0, events=int(events or 0)))
+    print(profile.table(time.perf_counter() - wall0, time.process_time() - cpu0, min_s=MIN_S, events=int(events or 0)))
     return 0
 
 
