@@ -36,10 +36,14 @@ export function pct(x, digits = 1) {
   return `${(100 * x).toFixed(digits)}%`;
 }
 
+const NUM_FORMATS = new Map();  // digits → Intl.NumberFormat (toLocaleString with options builds one per call)
+
 /** A number with thousands separators and at most `digits` decimals. */
 export function num(x, digits = 3) {
   if (x === null || x === undefined || Number.isNaN(x)) return "–";
-  return Number(x).toLocaleString("en-US", { maximumFractionDigits: digits });
+  let f = NUM_FORMATS.get(digits);
+  if (!f) NUM_FORMATS.set(digits, (f = new Intl.NumberFormat("en-US", { maximumFractionDigits: digits })));
+  return f.format(Number(x));
 }
 
 /** A ratio or measure with a fixed number of decimals (table columns line up). */

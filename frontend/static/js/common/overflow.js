@@ -27,7 +27,8 @@ function watch(root) {
     watched.add(box);
     resized.observe(box);
     if (box.firstElementChild) resized.observe(box.firstElementChild);  // the table growing inside the box
-    mark(box);
+    // no mark(box) here: observe() reports every rendered box once at the next frame, and measuring now would force
+    // a layout in the middle of a view's rendering
   }
 }
 

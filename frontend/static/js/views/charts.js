@@ -1,5 +1,7 @@
 // Plotly glue for the views: the dark theme's layout and config, the x range of a time chart, and plot() which says
-// "No data" on a chart without points. Plotly itself is the classic script /vendor/plotly.min.js (a global).
+// "No data" on a chart without points. Plotly itself is the classic script /vendor/plotly.min.js (a global), loaded
+// `async` (#plotly-js): its evaluation is the page's longest task, so the view's modules run and ask for their data
+// while it downloads, and a chart drawn before it has run waits for it (plotlyReady).
 
 export const CHART_COLORS = ["#3f7fd8", "#2f9e8f", "#8a5cd0", "#e07b39", "#4b9a4f", "#c2507a", "#2d8fb8", "#b8a02c",
   "#6a6fd6", "#c2503f", "#3c9c74", "#9c6b3d", "#5a86c9", "#b04f72", "#5f9a38", "#7a63b8"];
@@ -45,6 +47,21 @@ function hasPoints(t) {
   return Array.isArray(v) && v.length > 0;
 }
 
+let ready = null;
+
+/** Resolves once plotly.js has run (at once when it has). */
+export function plotlyReady() {
+  if (ready) return ready;
+  if (window.Plotly) return (ready = Promise.resolve());
+  const script = document.getElementById("plotly-js");
+  ready = new Promise((resolve, reject) => {
+    if (!script) { reject(new Error("this page does not load plotly.js")); return; }
+    script.addEventListener("load", () => resolve(), { once: true });
+    script.addEventListener("error", () => reject(new Error(`plotly.js did not load (${script.src})`)), { once: true });
+  });
+  return ready;
+}
+
 /** Plotly.react with the dark defaults; a chart without any point says "No data" instead of empty axes. */
 export function plot(node, traces, layout, config = {}) {
   if (!traces.some(hasPoints)) {
@@ -55,5 +72,6 @@ export function plot(node, traces, layout, config = {}) {
         font: { size: 14, color: "#8e94a0" } }] };
   }
   // eslint-disable-next-line no-undef
-  return Plotly.react(node, traces, layout, { ...PLOT_CONFIG, ...config });
+  const draw = () => Plotly.react(node, traces, layout, { ...PLOT_CONFIG, ...config });
+  return window.Plotly ? draw() : plotlyReady().then(draw);
 }

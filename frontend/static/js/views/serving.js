@@ -12,7 +12,7 @@ import { num } from "../common/format.js";
 import { page } from "../common/nav.js";
 import { absNs, formatDuration } from "../common/time.js";
 import { runPage } from "../common/urls.js";
-import { baseLayout, plot } from "./charts.js";
+import { baseLayout, plot, plotlyReady } from "./charts.js";
 import { apiBase as runBase, runId } from "./run.js";
 
 const apiBase = `${runBase}/serving`;
@@ -250,7 +250,8 @@ async function load() {
   const seq = ++state.seq;
   const params = rangeParams();
   const [s, r, b, k, f, q, p, c] = await Promise.all(["summary", "requests", "batches", "kvcache", "forward",
-    "queues", "pd", "coordinator"].map((part) => apiGet(`${apiBase}/${part}`, params)));
+    "queues", "pd", "coordinator"].map((part) => apiGet(`${apiBase}/${part}`, params)).concat(plotlyReady()));
+  // (plotly.js has run by now: the charts below are drawn at once, so hook() finds them)
   if (seq !== state.seq) return;
   if (!s.has_serving) {
     $("#sv-none").hidden = false;
