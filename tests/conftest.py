@@ -20,6 +20,18 @@ import pytest
 # suite as a checkout without ../shared would
 from tests.samples import HAVE_REAL, PYTORCH_TEXT, REAL_SAMPLES, needs_real  # noqa: F401
 
+# The files that take longest (test-seconds of a whole run, docs/development.md), collected first: xdist hands out
+# whole files (--dist loadfile) in collection order, so a long file collected last would leave the other worker idle
+# while it runs. Longest first; every other file keeps its place after them.
+RUN_FIRST = ("tests/ingest/test_shards.py", "tests/test_corpus.py", "tests/bench/test_bench_suite.py",
+             "tests/test_readme_examples.py", "tests/server/test_track_index.py",
+             "tests/server/api/test_console_hostile.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(RUN_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(RUN_FIRST)))  # (a stable sort)
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
