@@ -64,6 +64,7 @@ from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are 
     RankResult,
     Stage,
     assemble_files,
+    assemble_late,
     display_name,
     error_text,
     group_target,
@@ -439,9 +440,15 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
                 res = stage.members[0]
                 res.prefix = stage.prefix
                 kind = next(k for k in res.src.files if k in TIMELINE_KINDS)
+                if kind not in readers.TIMELINE_ONLY:  # (a db export's: its CSV-shaped tables are made again too)
+                    res.csv_prefix = stage.prefix
                 retry[stage.idx] = pool.submit(stage_file, con, stage, res, kind, res.src.files[kind], root, work,
                                                progress, False)
             write_traces(con, again, retry, bases, at)
+            if late := [stage for stage in again if stage.members[0].csv_prefix == stage.prefix]:
+                for fut in retry.values():
+                    fut.result()
+                assemble_late(con, late)
         for res in results:
             res.files.sort(key=lambda f: (f["kind"] not in TIMELINE_KINDS, f["file"]))
         progress.phase("assembling the timeline tables")
