@@ -494,17 +494,22 @@ def assemble_files(con, stages: list[Stage], staged: list, work: Path) -> None:
     cur.close()
 
 
-def assemble_late(con, stages: list[Stage]) -> None:
+def assemble_late(con, stages: list[Stage], made_before: dict[int, int]) -> None:
     """Add to the CSV tables those of ranks staged again alone, after ``assemble_files`` (a db-export rank's
-    timeline file makes them too: ``write_ranks`` gives such a rank a stage, and tables, of its own)."""
+    timeline file makes them too: ``write_ranks`` gives such a rank a stage, and tables, of its own);
+    ``made_before``: how many tables each stage's rank had before (those are assembled already)."""
     cur = con.cursor()
     for stage in stages:
         _device_ids(cur, stage)
     for table in sorted(set(csvfiles.TABLES.values())):
-        have = [res.csv_prefix for stage in stages for res in stage.members if table in res.tables]
-        if have:
-            cur.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {table} UNION ALL BY NAME "
-                        + " UNION ALL BY NAME ".join(f"SELECT * FROM {p}{table}" for p in have))
+        have = [res.csv_prefix for stage in stages for res in stage.members
+                if table in res.tables[made_before[stage.idx]:]]
+        if have:  # (a table no stage had is the empty one of EMPTY_TABLES: replaced, as assemble_files would)
+            parts = [f"{p}{table}" for p in have]
+            if cur.execute(f"SELECT count(*) FROM {table}").fetchone()[0]:
+                parts.insert(0, table)
+            cur.execute(f"CREATE OR REPLACE TABLE {table} AS "
+                        + " UNION ALL BY NAME ".join(f"SELECT * FROM {t}" for t in parts))
         for stage in stages:
             cur.execute(f"DROP TABLE IF EXISTS {stage.prefix}{table}")
     cur.close()
