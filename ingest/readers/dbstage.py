@@ -2,13 +2,14 @@
 
 Each rank's SQLite tables are copied into one staged table per source table (``{prefix}d_<name>``, a ``rank``
 column first, ``ingest.readers.sqlitedb.RankTables``), so the statements that follow run once for the whole stage
-whatever its number of ranks (a statement costs milliseconds, and a rank's db needs ~170 of them): the events are
-synthesised from the tables (``dbevents``) into ``{prefix}ev_t``, an Overlap Analysis lane is computed for each rank
-whose db has none (compute = tasks with a COMPUTE_TASK_INFO row, communication = COMMUNICATION_OP), the events are
-derived by ``ingest.trace`` as a text export's group of traces is, then the CSV-shaped tables are made
-(``dbtables``). Every join, window and order of those statements is within a rank, so each rank's events and rows
-are those it would give alone. A rank whose database cannot be read fails alone (its rows are taken out again);
-a failure of a statement fails the whole stage (the pipeline then stages its ranks one by one).
+whatever its number of ranks (a statement costs milliseconds, and a rank's db needs ~220 of them): the events are
+synthesised from the tables (``dbevents``, ``dbflows``) into ``{prefix}ev_t``, an Overlap Analysis lane is
+computed for each rank whose db has none (compute = tasks with a COMPUTE_TASK_INFO row, communication =
+COMMUNICATION_OP), the events are derived by ``ingest.trace`` as a text export's group of traces is, then the
+CSV-shaped tables are made (``dbtables``). Every join, window and order of those statements is within a rank, so
+each rank's events and rows are those it would give alone. A rank whose database cannot be read fails alone (its
+rows are taken out again); a failure of a statement fails the whole stage (the pipeline then stages its ranks one
+by one).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import overlap, trace
-from . import dbevents, dbsource, dbtables, sqlitedb
+from . import dbevents, dbflows, dbsource, dbtables, sqlitedb
 from .protocol import Job, Staged
 
 LIMIT_NS = 1 << 62  # |time| beyond this: an interval of two such times would not fit in int64
@@ -155,11 +156,11 @@ def _events(job: Job, ranks: list[DbRank]) -> set[int]:
     lanes = [*((process, sql) for _, process, sql in dbevents.LANES), ("Overlap Analysis", dbevents.OVERLAP),
              *dbevents.COUNTERS]
     kept, far = _lanes(cur, p, [(process, sql.format(p=p)) for process, sql in lanes])
-    for sql in (dbevents.TARGETS, dbevents.OP_LINKS, dbevents.FLOWS):
+    for sql in (dbflows.TARGETS, dbflows.OP_LINKS, dbflows.FLOWS):
         cur.execute(sql.format(p=p))
-    skipped = {**dbevents.UNUSABLE, **dbevents.UNMATCHED}
-    counts = cur.execute(dbevents.counts_per_rank(
-        [dbevents.FFTS_PARENT_COUNT, dbevents.LONELY_OPS, *skipped.values()]).format(p=p)).fetchall()
+    skipped = {**dbflows.UNUSABLE, **dbflows.UNMATCHED}
+    counts = cur.execute(dbflows.counts_per_rank(
+        [dbflows.FFTS_PARENT_COUNT, dbflows.LONELY_OPS, *skipped.values()]).format(p=p)).fetchall()
     by_rank = {db.rank: db for db in ranks}
     for rank, swapped, parents, lonely, *rows in counts:  # (one statement: each costs milliseconds)
         notes = by_rank[rank].staged.warnings
@@ -174,7 +175,7 @@ def _events(job: Job, ranks: list[DbRank]) -> set[int]:
                          "db: no flow drawn for them")
         for table, n in zip(skipped, rows):
             if n:
-                why = "without a TASK row (no times)" if table in dbevents.UNMATCHED else "without a start or end time"
+                why = "without a TASK row (no times)" if table in dbflows.UNMATCHED else "without a start or end time"
                 notes.append(f"table {table}: {n} rows {why} were skipped")
     job.on_progress(READ_SHARE)
     return {rank for (rank, k), n in kept.items() if k == len(dbevents.LANES) and n > 0}
