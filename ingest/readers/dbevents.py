@@ -55,10 +55,12 @@ class Json(str):
 
 
 def json_args(pairs: list[tuple[str, str]]) -> str:
-    """A JSON object of the pairs (key, SQL value) whose value is not NULL (the text export omits absent args)."""
-    entries = ", ".join(f"struct_pack(k := '{k}', v := {v if isinstance(v, Json) else f'to_json({v})'})"
-                        for k, v in pairs)
-    return f"to_json(map_from_entries(list_filter([{entries}], lambda x: x.v IS NOT NULL)))"
+    """A JSON object of the pairs (key, SQL value) whose value is not NULL (the text export omits absent args), in
+    the text ``to_json`` gives a map of them; made by ``concat_ws``, which skips NULLs (a map built from a filtered
+    list cost four times as much). The keys are plain words: nothing in them needs escaping. (Its braces are
+    doubled: the lanes' SQL is a template, formatted with the stage's prefix.)"""
+    entries = ", ".join(f"""'"{k}":' || {v if isinstance(v, Json) else f'to_json({v})'}""" for k, v in pairs)
+    return f"CAST('{{{{' || concat_ws(',', {entries}) || '}}}}' AS JSON)"
 
 
 def _num(sql: str) -> Json:

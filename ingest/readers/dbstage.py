@@ -50,6 +50,8 @@ def stage_profiler_dbs(job: Job, items: list[tuple[int, Path, str]]) -> dict[int
     cur, p = job.cur, job.prefix
     out: dict[int, Staged | Exception] = {}
     ranks: list[DbRank] = []
+    made: list[dict[int, list[str]]] = []
+    early = None
     try:
         tables = sqlitedb.RankTables(cur, {f"{p}d_{key}": spec for key, (_, spec) in dbsource.TABLES.items()})
         for i, (rank, path, display) in enumerate(items):
@@ -64,6 +66,12 @@ def stage_profiler_dbs(job: Job, items: list[tuple[int, Path, str]]) -> dict[int
         tables.flush()
         if not ranks:
             return out
+        # the tables that do not wait for the timeline are made on a second cursor meanwhile (the statements of a
+        # small stage run on one core each)
+        present = {db.rank: set(db.present) for db in ranks}
+        late = dbtables.need_timeline(present, dbtables.ranks_with_steps(cur, p))
+        early = trace.Beside(cur, lambda c: made.append(dbtables.build(
+            c, p, job.csv_prefix, present, set(), [t for t in dbtables.TABLES if t not in late])), "db-tables")
         own_overlap = _events(job, ranks)
         with_events = {r for (r,) in cur.execute(f"SELECT DISTINCT rank FROM {p}ev_t WHERE ph <> 'M'").fetchall()}
         timeline = [db for db in ranks if db.rank in with_events]
@@ -83,12 +91,16 @@ def stage_profiler_dbs(job: Job, items: list[tuple[int, Path, str]]) -> dict[int
             tl.derive()
             for db in timeline:
                 db.staged.warnings += tl.warnings if db.rank == tl.rank else tl.notes.get(db.rank, [])
-        made = dbtables.build(cur, p, job.csv_prefix, {db.rank: set(db.present) for db in ranks},
-                              derived_steps=with_events)
+        made.append(dbtables.build(cur, p, job.csv_prefix, present, with_events, late))
+        early.result()
+        early = None
     finally:
+        if early is not None:
+            early.join()  # (failing already: its own error is moot)
         _drop(cur, p)
+    made_per_rank = dbtables.merge(*made)
     for db in ranks:
-        db.staged.tables = made[db.rank]
+        db.staged.tables = made_per_rank[db.rank]
         db.staged.warnings += sqlitedb.sidecar_notes(db.path)
         out[db.rank] = db.staged
     return {rank: out[rank] for rank, _, _ in items}

@@ -150,18 +150,19 @@ TABLES = {
 }
 
 
-def build(cur, p: str, out: str, present: dict[int, set[str]], derived_steps: set[int]) -> dict[int, list[str]]:
-    """Make each table whose source tables a rank's db has (at ``{out}<table>``, the rows of every rank of the
-    stage); ``present``: each rank's table names, ``derived_steps``: the ranks with a timeline (whose steps are
-    derived from it when their db has no STEP_TIME). Returns the names made per rank."""
+def build(cur, p: str, out: str, present: dict[int, set[str]], derived_steps: set[int],
+          tables: list[str] | None = None) -> dict[int, list[str]]:
+    """Make each table (of ``tables``, default all) whose source tables a rank's db has (at ``{out}<table>``, the
+    rows of every rank of the stage); ``present``: each rank's table names, ``derived_steps``: the ranks with a
+    timeline (whose steps are derived from it when their db has no STEP_TIME). Returns the names made per rank."""
     made: dict[int, list[str]] = {rank: [] for rank in present}
     for table, (sql, sources) in TABLES.items():
         having = [rank for rank, names in present.items() if any(s in names for s in sources)]
-        if not having:
+        if not having or (tables is not None and table not in tables):
             continue
         extra = {}
         if table == "kernels":
-            with_steps = {r for (r,) in cur.execute(f"SELECT DISTINCT rank FROM {p}d_step_time").fetchall()}
+            with_steps = ranks_with_steps(cur, p)
             derived = [r for r in present if r not in with_steps and r in derived_steps]
             from_db = [r for r in present if r not in derived]
             parts = [steps.format(p=p, ranks=", ".join(str(int(r)) for r in ranks))
@@ -171,6 +172,24 @@ def build(cur, p: str, out: str, present: dict[int, set[str]], derived_steps: se
         for rank in having:
             made[rank].append(table)
     return made
+
+
+def ranks_with_steps(cur, p: str) -> set[int]:
+    """The ranks whose db has STEP_TIME rows (their kernels' steps are those, whatever their timeline)."""
+    return {r for (r,) in cur.execute(f"SELECT DISTINCT rank FROM {p}d_step_time").fetchall()}
+
+
+def need_timeline(present: dict[int, set[str]], with_steps: set[int]) -> list[str]:
+    """The tables to make only once the timeline is derived: the kernels, when a rank with kernels has no
+    STEP_TIME (its steps may be the timeline's)."""
+    sources = TABLES["kernels"][1]
+    return ["kernels"] if any(r not in with_steps and any(s in names for s in sources)
+                              for r, names in present.items()) else []
+
+
+def merge(*made: dict[int, list[str]]) -> dict[int, list[str]]:
+    """Tables made per rank by several ``build`` calls, in ``TABLES`` order."""
+    return {rank: [t for t in TABLES if any(t in m.get(rank, []) for m in made)] for rank in made[0]}
 
 
 def _pmu(cur, p: str, ranks: list[int]) -> dict[str, str]:
