@@ -94,10 +94,10 @@ def test_a_db_group_that_fails_together_is_staged_again_rank_by_rank(tmp_path, m
     pipeline.ingest_path(DB_RUN, tmp_path / "group.duckdb")
     real = dbtables.build
 
-    def not_two(cur, p, out, present, derived_steps):
+    def not_two(cur, p, out, present, *args):
         if len(present) > 1:
             raise duckdb.OutOfMemoryException("the group does not fit")
-        return real(cur, p, out, present, derived_steps)
+        return real(cur, p, out, present, *args)
 
     monkeypatch.setattr(dbtables, "build", not_two)
     pipeline.ingest_path(DB_RUN, tmp_path / "alone.duckdb")
