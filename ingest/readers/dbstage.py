@@ -171,11 +171,14 @@ def _events(job: Job, ranks: list[DbRank]) -> set[int]:
     for sql in (dbflows.TARGETS, dbflows.OP_LINKS, dbflows.FLOWS):
         cur.execute(sql.format(p=p))
     skipped = {**dbflows.UNUSABLE, **dbflows.UNMATCHED}
-    counts = cur.execute(dbflows.counts_per_rank(
-        [dbflows.FFTS_PARENT_COUNT, dbflows.LONELY_OPS, *skipped.values()]).format(p=p)).fetchall()
-    by_rank = {db.rank: db for db in ranks}
-    for rank, swapped, parents, lonely, *rows in counts:  # (one statement: each costs milliseconds)
-        notes = by_rank[rank].staged.warnings
+    queries = [dbflows.SWAPPED, dbflows.FFTS_PARENT_COUNT, dbflows.LONELY_OPS, *skipped.values()]
+    counts = {db.rank: [0] * len(queries) for db in ranks}
+    for rank, q, n in cur.execute(dbflows.counts_per_rank(queries).format(p=p)).fetchall():
+        counts[rank][q] = n
+    for db in ranks:
+        rank = db.rank
+        swapped, parents, lonely, *rows = counts[rank]
+        notes = db.staged.warnings
         if swapped:
             notes.append(SWAPPED_SHAPES)
         notes += [f"{n} events of the {process} lane with a time before 1970 or beyond 2^62 ns (146 years from the "
