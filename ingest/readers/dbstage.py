@@ -240,12 +240,8 @@ def _derive_overlap(job: Job, ranks: list[int]) -> dict[int, int]:
         WHERE role = 'op' AND rank IN ({listed})""").fetchnumpy()
     of = np.asarray(cols["rank"])
     what, ts, end = (np.asarray(cols[c]) for c in ("what", "ts_ns", "end_ns"))
-    added = {}
-    for rank in ranks:
-        mine = of == rank
-        added[rank] = overlap.append_lanes(job.cur, job.prefix, what[mine], ts[mine].astype(np.int64),
-                                           end[mine].astype(np.int64), rank=rank)
-    return added
+    return overlap.append_ranks(job.cur, job.prefix, [(rank, what[of == rank], ts[of == rank].astype(np.int64),
+                                                       end[of == rank].astype(np.int64)) for rank in ranks])
 
 
 def _drop(cur, p: str) -> None:
