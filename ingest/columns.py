@@ -5,6 +5,9 @@ times the buffers')."""
 
 from __future__ import annotations
 
+import itertools
+import operator
+
 import numpy as np
 import pyarrow as pa
 
@@ -31,21 +34,33 @@ def insert_columns(con, table: str, columns: list[list]) -> None:
 ARROW_TYPES = {"BIGINT": (pa.int64(), np.int64, 0), "DOUBLE": (pa.float64(), np.float64, 0.0)}
 
 
-def arrow_array(values: list, sql_type: str) -> pa.Array:
+def arrow_array(values, sql_type: str) -> pa.Array:
     """Python values of one SQL type (BIGINT: ints in int64's range, DOUBLE: floats, VARCHAR: str; None for NULL)
-    as an Arrow array made from its buffers."""
+    as an Arrow array made from its buffers. Every pass over the values runs in C (``map``, numpy's conversions):
+    a Python loop a value cost three times as much."""
     n = len(values)
-    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
-    nulls = n - int(valid.sum())
+    valid = np.fromiter(map(operator.is_not, values, itertools.repeat(None, n)), dtype=bool, count=n)
+    nulls = n - int(np.count_nonzero(valid))
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    if nulls:
+        filled = np.array(values, dtype=object)
+        filled[~valid] = "" if sql_type == "VARCHAR" else ARROW_TYPES[sql_type][2]
     if sql_type == "VARCHAR":
-        data = [b"" if v is None else v.encode() for v in values]
+        strings = filled.tolist() if nulls else values
+        text = "".join(strings)
+        if text.isascii():  # a byte a character: the lengths are the strings'
+            data = text.encode("ascii")
+            lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
+        else:
+            encoded = [v.encode() for v in strings]
+            data = b"".join(encoded)
+            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
         offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.fromiter((len(b) for b in data), dtype=np.int64, count=n), out=offsets[1:])
-        return pa.Array.from_buffers(pa.large_string(), n, [bitmap, pa.py_buffer(offsets),
-                                                            pa.py_buffer(b"".join(data))], null_count=nulls)
-    typ, dtype, zero = ARROW_TYPES[sql_type]
-    data = np.fromiter((zero if v is None else v for v in values), dtype=dtype, count=n)
+        np.cumsum(lengths, out=offsets[1:])
+        return pa.Array.from_buffers(pa.large_string(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                     null_count=nulls)
+    typ, dtype, _zero = ARROW_TYPES[sql_type]
+    data = filled.astype(dtype) if nulls else np.array(values, dtype=dtype)
     return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(data)], null_count=nulls)
 
 

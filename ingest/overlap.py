@@ -16,6 +16,8 @@ process (pid ``DERIVED_PID``), so every later step treats it like the profiler's
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from .columns import arrow_table
@@ -111,29 +113,67 @@ def derive_ranks(cur, prefix: str, rank: int | None = None) -> dict[int, int]:
                            gpu_other=str(GPU_OTHER_CATS))
     cols = cur.execute(sql, [missing]).fetchnumpy()
     ranks = np.asarray(cols["rank"])
-    added = {}
-    for r in missing:
-        mine = ranks == r
-        n = append_lanes(cur, prefix, np.asarray(cols["what"])[mine], np.asarray(cols["ts_ns"])[mine].astype(np.int64),
-                         np.asarray(cols["end_ns"])[mine].astype(np.int64), rank=r)
-        if n:
-            added[r] = n
-    return added
+    what, ts, end = (np.asarray(cols[c]) for c in ("what", "ts_ns", "end_ns"))
+    return append_ranks(cur, prefix, [(r, what[ranks == r], ts[ranks == r].astype(np.int64),
+                                       end[ranks == r].astype(np.int64)) for r in missing])
 
 
 def append_lanes(cur, prefix: str, what: np.ndarray, ts: np.ndarray, end: np.ndarray, rank: int | None = None) -> int:
     """Append the lane computed from device intervals (``what``: 0 compute task, 1 communication op, 2 other
     device task) of ``rank`` to ``{prefix}ev_t``; return the number of slices added (0 when there are no device
     tasks)."""
+    return sum(append_ranks(cur, prefix, [(rank, what, ts, end)]).values())
+
+
+META = [("process_name", 0, {"name": "Overlap Analysis"}), ("process_labels", 0, {"labels": "NPU"}),
+        ("process_sort_index", 0, {"sort_index": 1000}),
+        *(("thread_name", i, {"name": n}) for i, n in enumerate(LANES)),
+        *(("thread_sort_index", i, {"sort_index": i}) for i in range(len(LANES)))]
+META_VALUES = ", ".join(f"({i}, '{name}', {tid}, '{json.dumps(args)}'::JSON)"
+                        for i, (name, tid, args) in enumerate(META))
+
+
+def append_ranks(cur, prefix: str, lanes: list[tuple]) -> dict:
+    """:func:`append_lanes` of several ranks (``lanes``: rank, what, ts, end) in two statements, each rank's events
+    in the order it would append them alone; rank -> slices added (ranks without device tasks left out)."""
+    parts, ranks = [], []
+    for rank, what, ts, end in lanes:
+        rows = _lane_rows(what, ts, end)
+        if rows is None:
+            continue
+        rows["k"] = np.full(len(rows["tid"]), len(ranks), dtype=np.int64)
+        parts.append(rows)
+        ranks.append(rank)
+    if not parts:
+        return {}
+    table = arrow_table({c: np.concatenate([rows[c] for rows in parts]) for c in ("k", "tid", "ts_ns", "dur_ns")})
+    cur.register("_overlap_rows", table)
+    try:
+        cur.execute(f"""
+            INSERT INTO {prefix}ev_t (ph, name, cat, pid, tid, ts_ns, dur_ns, args, rank)
+            SELECT 'X', list_extract(?, tid + 1), 'overlap_derived', {DERIVED_PID}, tid, ts_ns, dur_ns, NULL,
+                   list_extract(?::INTEGER[], k + 1)
+            FROM _overlap_rows ORDER BY k, tid, ts_ns""", [LANES, ranks])
+        cur.execute(f"""INSERT INTO {prefix}ev_t (ph, name, pid, tid, args, rank)
+                        SELECT 'M', v.name, {DERIVED_PID}, v.tid, v.args, list_extract(?::INTEGER[], r.k + 1)
+                        FROM (VALUES {META_VALUES}) v(i, name, tid, args), (SELECT unnest(range(?)) AS k) r
+                        ORDER BY r.k, v.i""", [ranks, len(ranks)])
+    finally:
+        cur.unregister("_overlap_rows")
+    return {rank: len(rows["tid"]) for rank, rows in zip(ranks, parts)}
+
+
+def _lane_rows(what: np.ndarray, ts: np.ndarray, end: np.ndarray) -> dict | None:
+    """The lane's slices (tid: its thread, ts_ns, dur_ns), or None when there are no device tasks."""
     hw = what != 1
     if not hw.any():
-        return 0
+        return None
     comp = union(ts[what == 0], end[what == 0])
     comm = union(ts[what == 1], end[what == 1])
     comm_only = subtract(*comm, *comp)
     busy = union(np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
     if not len(busy[0]):
-        return 0
+        return None
     lo, hi = int(busy[0][0]), int(busy[1][-1])
     free = subtract(np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64), *busy)
     rows = {"tid": [], "ts_ns": [], "dur_ns": []}
@@ -141,22 +181,4 @@ def append_lanes(cur, prefix: str, what: np.ndarray, ts: np.ndarray, end: np.nda
         rows["tid"].append(np.full(len(s), tid, dtype=np.int64))
         rows["ts_ns"].append(s)
         rows["dur_ns"].append(e - s)
-    table = arrow_table({k: np.concatenate(v) for k, v in rows.items()})
-    cur.register("_overlap_rows", table)
-    try:
-        cur.execute(f"""
-            INSERT INTO {prefix}ev_t (ph, name, cat, pid, tid, ts_ns, dur_ns, args, rank)
-            SELECT 'X', list_extract(?, tid + 1), 'overlap_derived', {DERIVED_PID}, tid, ts_ns, dur_ns, NULL, ?
-            FROM _overlap_rows ORDER BY tid, ts_ns""", [LANES, rank])
-        meta = [("process_name", 0, {"name": "Overlap Analysis"}), ("process_labels", 0, {"labels": "NPU"}),
-                ("process_sort_index", 0, {"sort_index": 1000})]
-        meta += [("thread_name", i, {"name": n}) for i, n in enumerate(LANES)]
-        meta += [("thread_sort_index", i, {"sort_index": i}) for i in range(len(LANES))]
-        import json
-        cur.execute(f"""INSERT INTO {prefix}ev_t (ph, name, pid, tid, args, rank)
-                        SELECT 'M', name, {DERIVED_PID}, tid, args, ? FROM (VALUES """
-                    + ", ".join("(?, ?, ?::JSON)" for _ in meta) + ") v(name, tid, args)",
-                    [rank] + [v for name, tid, args in meta for v in (name, tid, json.dumps(args))])
-    finally:
-        cur.unregister("_overlap_rows")
-    return table.num_rows
+    return {k: np.concatenate(v) for k, v in rows.items()}

@@ -64,6 +64,7 @@ from .stages import (  # noqa: F401 - IdBases, plan_groups, GROUP_BYTES … are 
     RankResult,
     Stage,
     assemble_files,
+    assemble_late,
     display_name,
     error_text,
     group_target,
@@ -433,15 +434,22 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
             again = [Stage(idx=len(stages) + i, prefix=f"stage._a{i}_", members=[res])
                      for i, res in enumerate(res for st in stages if st.failed for res in st.members
                                              if any(k in TIMELINE_KINDS for k in res.src.files))]
-            retry = {}
+            retry, made_before = {}, {}
             for stage in again:
                 stage.track_limit = _track_limit(bases, stage.members)
                 res = stage.members[0]
                 res.prefix = stage.prefix
                 kind = next(k for k in res.src.files if k in TIMELINE_KINDS)
+                if kind not in readers.TIMELINE_ONLY:  # (a db export's: its CSV-shaped tables are made again too)
+                    res.csv_prefix = stage.prefix
+                    made_before[stage.idx] = len(res.tables)
                 retry[stage.idx] = pool.submit(stage_file, con, stage, res, kind, res.src.files[kind], root, work,
                                                progress, False)
             write_traces(con, again, retry, bases, at)
+            if late := [stage for stage in again if stage.members[0].csv_prefix == stage.prefix]:
+                for fut in retry.values():
+                    fut.result()
+                assemble_late(con, late, made_before)
         for res in results:
             res.files.sort(key=lambda f: (f["kind"] not in TIMELINE_KINDS, f["file"]))
         progress.phase("assembling the timeline tables")

@@ -1,11 +1,11 @@
 """Staging a run's files: rank by rank, or a group of small ranks at a time, and writing their traces.
 
 ``write_ranks`` (``ingest.pipeline``) stages the ranks it is given in *stages* (:func:`plan_groups`): a big rank,
-or one of another format, alone — each of its files staged by its reader (:func:`stage_file`) — or consecutive
-small text-export ranks together, each file kind of all of them at once (:func:`stage_kind`, through
-``readers.text.stage_many``: one multi-file read and the same statements as one rank, every one of them per
-rank). Each rank still gets its own file entries and warnings, as if staged alone; a group whose traces fail
-together is loaded again rank by rank, so one bad trace fails only its rank.
+or one of a format without a batch stager, alone — each of its files staged by its reader (:func:`stage_file`) —
+or consecutive small ranks of one such format (the text export, the db export) together, each file kind of all of
+them at once (:func:`stage_kind`, through the reader's ``stage_many``: the same statements as one rank, every one
+of them per rank). Each rank still gets its own file entries and warnings, as if staged alone; a group whose
+traces fail together is loaded again rank by rank, so one bad trace fails only its rank.
 
 :func:`write_traces` appends each stage's tracks and slices to the run's tables as soon as they are nested, then
 its flows, counters and steps, with each rank's ids from its fixed range (a shard, :func:`rank_id_bases`) or
@@ -26,7 +26,6 @@ import duckdb
 from . import commfiles, csvfiles, overlap, readers, sqlfuncs, trace, tracefile
 from .discover import RankSource
 from .layout import MAX_SHARD_RANK, SLICE_ID_BITS, TRACK_ID_BITS
-from .readers import text as text_reader
 from .schema import EMPTY_TABLES
 from .trace import IdRangeError, too_many_tracks
 
@@ -87,8 +86,8 @@ class RankResult:
 @dataclass
 class Stage:
     """The ranks staged together under one prefix: one rank (every file staged on its own, by its reader), or a
-    group of small text-export ranks (``many``: each file kind of all of them staged at once, see
-    ``readers.text.stage_many``). Its trace writer waits for ``nested``."""
+    group of small ranks of one format (``many``: each file kind of all of them staged at once, by the reader's
+    ``stage_many``). Its trace writer waits for ``nested``."""
 
     idx: int
     prefix: str
@@ -137,20 +136,25 @@ def group_target(ranks: list[RankSource], workers: int) -> int:
 
 
 def groupable(src: RankSource) -> bool:
-    """A rank whose files are all text-export files (their kinds have a batch stager)."""
-    return bool(src.files) and all(kind in text_reader.FILE_KINDS for kind in src.files)
+    """A rank whose files are all of one reader that stages a file kind of several ranks at once (the text export,
+    the db export: ``readers.batch_reader``)."""
+    return readers.batch_reader(src.files) is not None
 
 
 def plan_groups(ranks: list[RankSource], target_bytes: int = GROUP_BYTES, max_ranks: int = GROUP_RANKS
                 ) -> list[list[int]]:
-    """Indices of ``ranks`` in groups: consecutive groupable ranks together while their input stays under
-    ``target_bytes`` (a rank at least that big, or one of another format, is a group of its own)."""
+    """Indices of ``ranks`` in groups: consecutive groupable ranks of one format together while their input stays
+    under ``target_bytes`` (a rank at least that big, or one of a format without a batch stager, is a group of its
+    own)."""
     return _pack([sum(readers.size(kind, path) for kind, path in src.files.items()) if groupable(src) else None
-                  for src in ranks], target_bytes, max_ranks)
+                  for src in ranks], target_bytes, max_ranks,
+                 families=[getattr(readers.batch_reader(src.files), "name", None) for src in ranks])
 
 
-def _pack(sizes: list[int | None], target_bytes: int, max_ranks: int = GROUP_RANKS) -> list[list[int]]:
-    """``plan_groups`` of ranks of these input sizes (None: a rank that is not groupable)."""
+def _pack(sizes: list[int | None], target_bytes: int, max_ranks: int = GROUP_RANKS,
+          families: list | None = None) -> list[list[int]]:
+    """``plan_groups`` of ranks of these input sizes (None: a rank that is not groupable); ``families``: a group
+    holds ranks of one family only (their format)."""
     groups: list[list[int]] = []
     current: list[int] = []
     size = 0
@@ -161,7 +165,8 @@ def _pack(sizes: list[int | None], target_bytes: int, max_ranks: int = GROUP_RAN
                 current, size = [], 0
             groups.append([i])
             continue
-        if current and (size + n > target_bytes or len(current) >= max_ranks):
+        if current and (size + n > target_bytes or len(current) >= max_ranks
+                        or (families is not None and families[i] != families[current[0]])):
             groups.append(current)
             current, size = [], 0
         current.append(i)
@@ -259,7 +264,7 @@ def _record(res: RankResult, kind: str, entry: dict, warnings: list[str]) -> Non
 
 
 def stage_kind(con, stage: Stage, kind: str, root: Path, work: Path, progress: Progress) -> None:
-    """One file kind of every rank of a group, staged at once (``readers.text.stage_many``); each rank gets its
+    """One file kind of every rank of a group, staged at once (its reader's ``stage_many``); each rank gets its
     file entry and warnings as if its file had been staged alone. The time is shared out by size."""
     cur = con.cursor()
     sqlfuncs.install(cur)
@@ -280,8 +285,8 @@ def stage_kind(con, stage: Stage, kind: str, root: Path, work: Path, progress: P
                       on_nested=nested)
     try:
         with trace.track_limit(stage.track_limit):
-            got = text_reader.stage_many(job, kind, [(res.src.rank, res.src.files[kind],
-                                                      entries[res.src.rank][0]["file"]) for res in members])
+            got = readers.stage_many(job, kind, [(res.src.rank, res.src.files[kind],
+                                                  entries[res.src.rank][0]["file"]) for res in members])
     except Exception as exc:  # noqa: BLE001 - the kind failed for the whole group
         if kind in TIMELINE_KINDS:
             stage.failed = True  # its ranks' traces are loaded again one by one
@@ -486,6 +491,27 @@ def assemble_files(con, stages: list[Stage], staged: list, work: Path) -> None:
             cur.execute(EMPTY_TABLES[table])
     for name in commfiles.COLUMNS:
         commfiles.create_table(cur, name, [row for res in results for row in res.comm.get(name, [])], work)
+    cur.close()
+
+
+def assemble_late(con, stages: list[Stage], made_before: dict[int, int]) -> None:
+    """Add to the CSV tables those of ranks staged again alone, after ``assemble_files`` (a db-export rank's
+    timeline file makes them too: ``write_ranks`` gives such a rank a stage, and tables, of its own);
+    ``made_before``: how many tables each stage's rank had before (those are assembled already)."""
+    cur = con.cursor()
+    for stage in stages:
+        _device_ids(cur, stage)
+    for table in sorted(set(csvfiles.TABLES.values())):
+        have = [res.csv_prefix for stage in stages for res in stage.members
+                if table in res.tables[made_before[stage.idx]:]]
+        if have:  # (a table no stage had is the empty one of EMPTY_TABLES: replaced, as assemble_files would)
+            parts = [f"{p}{table}" for p in have]
+            if cur.execute(f"SELECT count(*) FROM {table}").fetchone()[0]:
+                parts.insert(0, table)
+            cur.execute(f"CREATE OR REPLACE TABLE {table} AS "
+                        + " UNION ALL BY NAME ".join(f"SELECT * FROM {t}" for t in parts))
+        for stage in stages:
+            cur.execute(f"DROP TABLE IF EXISTS {stage.prefix}{table}")
     cur.close()
 
 

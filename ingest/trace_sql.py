@@ -93,12 +93,12 @@ ORDER BY t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) DESC, a.seq
 COUNTERS = """
 CREATE OR REPLACE TABLE {p}counters AS
 WITH kv AS (
-    SELECT e.rank, e.pid, coalesce(e.name, '') AS name, e.ts_ns,
+    SELECT e.seq, e.rank, e.pid, coalesce(e.name, '') AS name, e.ts_ns,
            unnest(map_entries(json_transform(e.args, '"MAP(VARCHAR, VARCHAR)"'))) AS entry
     FROM {p}ev e WHERE e.ph = 'C' AND e.ts_ns IS NOT NULL AND json_type(e.args) = 'OBJECT')
 SELECT t.local_track, kv.name, entry.key AS series, kv.ts_ns, TRY_CAST(entry.value AS DOUBLE) AS value, kv.rank
 FROM kv JOIN {p}tracks t ON t.rank = kv.rank AND t.pid = kv.pid AND t.counter_name = kv.name
-ORDER BY t.local_track, series, kv.ts_ns
+ORDER BY kv.rank, t.local_track, series, kv.ts_ns, kv.seq
 """
 
 # a step is a ProfilerStep#N slice on a framework lane: torch_npu names it so; MindSpore's framework lane writes

@@ -2,7 +2,8 @@
 
 A reader knows the files its format writes (``find`` in a rank's output folder, ``find_loose`` for a file opened
 on its own, ``find_ranks`` for a folder of its own layout such as msprof's ``PROF_*``) and stages each of them
-(``stage``) into the staging tables the text export fills, so that every derivation and view downstream is reused
+(``stage``; ``stage_many``, when it has one, stages one kind of several small ranks at once) into the
+staging tables the text export fills, so that every derivation and view downstream is reused
 unchanged:
 
 * the trace events ``{prefix}ev_t`` (Chrome-trace shaped rows), then derived by ``ingest.trace.TraceLoad.derive``
@@ -81,3 +82,17 @@ def size(kind: str, path: Path) -> int:
 
 def stage(job: Job, kind: str, path: Path) -> Staged:
     return KINDS[kind].stage(job, kind, path)
+
+
+def batch_reader(kinds) -> Reader | None:
+    """The one reader of all these file kinds when it stages a kind of several ranks at once (``stage_many``),
+    else None."""
+    found = {KINDS.get(kind) for kind in kinds}
+    reader = found.pop() if len(found) == 1 else None
+    return reader if hasattr(reader, "stage_many") else None
+
+
+def stage_many(job: Job, kind: str, items: list[tuple[int, Path, str]]) -> dict[int, Staged | Exception]:
+    """One file kind of several ranks at once (``items``: rank, path, display name): rank -> what its file gave, or
+    the error that stopped it. Raises when the whole kind fails."""
+    return KINDS[kind].stage_many(job, kind, items)

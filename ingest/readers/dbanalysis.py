@@ -120,8 +120,12 @@ STEP_TRACE_TYPES = {"rank": "INTEGER", "src_row": "INTEGER", "device_id": "BIGIN
                     **{f"{c}_ns": "BIGINT" for c in STEP_COLUMNS}}
 
 
-def create_step_trace(cur, out: str, rows: list[dict]) -> None:
-    """``{out}step_trace`` from the rows (the device_id column only when the db has it, as with the CSV)."""
-    names = [n for n in STEP_TRACE_TYPES if n != "device_id" or any(r["device_id"] is not None for r in rows)]
+def create_step_trace(cur, out: str, ranks: list[list[dict]]) -> None:
+    """``{out}step_trace`` from the rows of each rank (the device_id column only when a rank's db has it, as with
+    the CSV: in the place a union of the ranks' own tables by name would give it)."""
+    names: list[str] = []
+    for rows in ranks:
+        have = [n for n in STEP_TRACE_TYPES if n != "device_id" or any(r["device_id"] is not None for r in rows)]
+        names += [n for n in have if n not in names]
     cur.execute(f"CREATE OR REPLACE TABLE {out}step_trace ({', '.join(f'{n} {STEP_TRACE_TYPES[n]}' for n in names)})")
-    insert_columns(cur, f"{out}step_trace", [[r[n] for r in rows] for n in names])
+    insert_columns(cur, f"{out}step_trace", [[r.get(n) for rows in ranks for r in rows] for n in names])

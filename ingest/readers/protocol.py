@@ -81,3 +81,8 @@ class Reader(Protocol):
 
     def stage(self, job: Job, kind: str, path: Path) -> Staged:
         """Stage one file; raises ValueError/OSError (with a plain message) when nothing of it is usable."""
+
+    # optional: a reader that has it stages its small ranks in groups (``ingest.stages``)
+    # def stage_many(self, job: Job, kind: str, items: list[tuple[int, Path, str]]) -> dict[int, Staged | Exception]:
+    #     """One kind of several ranks ((rank, path, display name)) into the stage's tables, each rank's rows as if
+    #     it were alone: rank -> what its file gave, or the error that stopped it; raises when the kind fails."""

@@ -15,11 +15,13 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from ..columns import arrow_array
 
 BATCH_ROWS = 65536
+NONE = type(None)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -87,17 +89,16 @@ def columns(con: sqlite3.Connection, table: str) -> dict[str, str]:
     return {r[1].lower(): r[1] for r in con.execute(f"PRAGMA table_info({_ident(table)})").fetchall()}
 
 
-def copy(con: sqlite3.Connection, present: dict[str, str], table: str, cur, dest: str,
-         spec: tuple[Col, ...]) -> Copied:
-    """Create DuckDB table ``dest`` with the ``spec`` columns and fill it from SQLite table ``table`` (in rowid
-    order, which is the order the profiler wrote)."""
-    ddl = ", ".join(f'"{c.name}" {c.type}' for c in spec)
-    cur.execute(f"CREATE OR REPLACE TABLE {dest} ({ddl})")
+def batches(con: sqlite3.Connection, present: dict[str, str], table: str, spec: tuple[Col, ...],
+            result: Copied):
+    """The rows of SQLite table ``table`` as Arrow tables of the ``spec`` columns, in rowid order (the order the
+    profiler wrote), ``BATCH_ROWS`` at a time; ``result`` (a ``Copied`` of ``table``) counts them and says what
+    was missing or of the wrong type. A table the database does not have yields nothing (``result.present``)."""
     real = present.get(table.upper())
     if real is None:
-        return Copied(table=table, present=False)
+        result.present = False
+        return
     have = columns(con, real)
-    result = Copied(table=table)
     exprs = []
     for c in spec:
         src = next((have[s.lower()] for s in c.sources if s.lower() in have), None)
@@ -113,25 +114,68 @@ def copy(con: sqlite3.Connection, present: dict[str, str], table: str, cur, dest
         rows = con.execute(f"SELECT {', '.join(exprs)} FROM {_ident(real)}")
         while batch := rows.fetchmany(BATCH_ROWS):
             arrays = [arrow_array(_column(c, values, result), c.type) for c, values in zip(spec, zip(*batch))]
-            cur.register("_sqlite_batch", pa.Table.from_arrays(arrays, names=[c.name for c in spec]))
-            try:
-                cur.execute(f"INSERT INTO {dest} SELECT * FROM _sqlite_batch")
-            finally:
-                cur.unregister("_sqlite_batch")
             result.rows += len(batch)
+            yield pa.Table.from_arrays(arrays, names=[c.name for c in spec])
     except sqlite3.Error as exc:
         raise ValueError(f"table {table} cannot be read: {exc}") from exc
+
+
+class RankTables:
+    """DuckDB tables of several ranks' SQLite tables: ``dest`` -> ``spec`` columns after a ``rank`` column, filled
+    rank by rank in the order ranks are added, the rows of a table in rowid order. Batches of several small ranks
+    go in one INSERT (a statement costs milliseconds whatever its size)."""
+
+    def __init__(self, cur, tables: dict[str, tuple[Col, ...]]):
+        self.cur, self.tables = cur, tables
+        self.pending: dict[str, list[pa.Table]] = {dest: [] for dest in tables}
+        for dest, spec in tables.items():
+            ddl = ", ".join(f'"{c.name}" {c.type}' for c in spec)
+            cur.execute(f"CREATE OR REPLACE TABLE {dest} (rank INTEGER, {ddl})")
+
+    def add(self, dest: str, rank: int, batch: pa.Table) -> None:
+        ranks = pa.Array.from_buffers(pa.int32(), batch.num_rows,
+                                      [None, pa.py_buffer(np.full(batch.num_rows, rank, np.int32))])
+        self.pending[dest].append(batch.add_column(0, "rank", ranks))  # (pa.array of numpy would import pandas)
+        if sum(t.num_rows for t in self.pending[dest]) >= BATCH_ROWS:
+            self.flush(dest)
+
+    def flush(self, dest: str | None = None) -> None:
+        for name in [dest] if dest is not None else list(self.pending):
+            if not self.pending[name]:
+                continue
+            self.cur.register("_sqlite_batch", pa.concat_tables(self.pending[name]))
+            self.pending[name] = []
+            try:
+                self.cur.execute(f"INSERT INTO {name} SELECT * FROM _sqlite_batch")
+            finally:
+                self.cur.unregister("_sqlite_batch")
+
+    def drop_rank(self, rank: int) -> None:
+        """Take out the rows of a rank whose database failed part way."""
+        for name, batches_ in self.pending.items():
+            self.pending[name] = [t for t in batches_ if t.column("rank")[0].as_py() != rank]
+        for name in self.tables:
+            self.cur.execute(f"DELETE FROM {name} WHERE rank = ?", [int(rank)])
+
+
+def copy(con: sqlite3.Connection, present: dict[str, str], table: str, tables: RankTables, dest: str,
+         rank: int) -> Copied:
+    """Append SQLite table ``table`` of ``rank`` to ``dest`` of ``tables`` (an absent table adds no rows)."""
+    result = Copied(table=table)
+    for batch in batches(con, present, table, tables.tables[dest], result):
+        tables.add(dest, rank, batch)
     return result
 
 
-def _column(col: Col, values: tuple, result: Copied) -> list:
-    """The values as the column's Python type (None for NULL), ready to bind as a list of that type."""
-    if col.type == "BIGINT" and all(v is None or type(v) is int for v in values):  # (SQLite's integers fit int64)
-        return list(values)
-    if col.type == "DOUBLE" and all(v is None or type(v) in (float, int) for v in values):
-        return [v if v is None or type(v) is float else float(v) for v in values]
-    if col.type == "VARCHAR" and all(v is None or type(v) is str for v in values):
-        return list(values)
+def _column(col: Col, values: tuple, result: Copied):
+    """The values as the column's Python type (None for NULL), ready to make an Arrow array of that type."""
+    kinds = set(map(type, values))  # (in C: a Python loop a value cost more than the rest of the copy)
+    if col.type == "BIGINT" and kinds <= {int, NONE}:  # (SQLite's integers fit int64)
+        return values
+    if col.type == "DOUBLE" and kinds <= {float, int, NONE}:
+        return values if int not in kinds else [v if v is None or type(v) is float else float(v) for v in values]
+    if col.type == "VARCHAR" and kinds <= {str, NONE}:
+        return values
     # a column of mixed storage classes (SQLite types per value): convert one by one, NULL where impossible
     convert = {"BIGINT": _to_int, "DOUBLE": _to_float, "VARCHAR": str}[col.type]
     out = []

@@ -57,6 +57,9 @@ class TextExportReader:
     def find_ranks(self, folder: Path) -> None:
         return None
 
+    def stage_many(self, job: Job, kind: str, items: list[tuple[int, Path, str]]) -> dict[int, Staged | Exception]:
+        return stage_many(job, kind, items)
+
     def stage(self, job: Job, kind: str, path: Path) -> Staged:
         if kind == "trace_view":
             return _stage_trace(job, path)
