@@ -31,22 +31,37 @@ def three_ranks(tmp_path_factory) -> Path:
     return src
 
 
+@pytest.fixture(scope="module")
+def three_ranks_ingested(three_ranks, tmp_path_factory) -> tuple[Path, str]:
+    """``(data dir, run id)``: a store holding ``three_ranks`` ingested sharded, a shard per rank (only read: each
+    test copies it, see ``store_copy``)."""
+    store = RunStore(tmp_path_factory.mktemp("three-ingested") / "data")
+    run = store.create_run("three", str(three_ranks))
+    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1, group_bytes=0)
+    return store.data_dir, run.id
+
+
+def store_copy(three_ranks_ingested, tmp_path) -> tuple[RunStore, str]:
+    """A store of the test's own holding a copy of ``three_ranks_ingested``; ``(store, run id)``."""
+    data, run_id = three_ranks_ingested
+    shutil.copytree(data, tmp_path / "data")
+    return RunStore(tmp_path / "data"), run_id
+
+
 @pytest.fixture()
-def half_way(three_ranks, tmp_path):
+def half_way(three_ranks_ingested, tmp_path):
     """A run whose rank 2 is still ingesting, served by an app; yields (client, store, run id)."""
     from fastapi.testclient import TestClient
 
     from ascendscope.server.app import create_app
     from ascendscope.server.settings import Settings
 
-    store = RunStore(tmp_path / "data")
-    run = store.create_run("half", str(three_ranks))
-    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1, group_bytes=0)
-    pin(store.run_dir(run.id), [2])
-    store.set_status(run.id, "ingesting", progress={"phase": "reading", "text": "reading rank 2", "percent": 40.0,
+    store, run_id = store_copy(three_ranks_ingested, tmp_path)
+    pin(store.run_dir(run_id), [2])
+    store.set_status(run_id, "ingesting", progress={"phase": "reading", "text": "reading rank 2", "percent": 40.0,
                                                     "eta_s": 12.0})
     with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as client:
-        yield client, store, run.id
+        yield client, store, run_id
 
 
 def test_a_run_is_served_for_its_ready_ranks_while_another_ingests(half_way):
@@ -92,25 +107,23 @@ def test_nothing_cached_is_served_once_a_rank_appears(half_way):
     assert client.get(f"/api/runs/{run_id}").json()["pending_ranks"] == []
 
 
-def test_a_run_with_no_shard_ready_yet_answers_empty(three_ranks, tmp_path):
+def test_a_run_with_no_shard_ready_yet_answers_empty(three_ranks_ingested, tmp_path):
     """Right after the small files: every table exists (empty where only shards have rows)."""
     from fastapi.testclient import TestClient
 
     from ascendscope.server.app import create_app
     from ascendscope.server.settings import Settings
 
-    store = RunStore(tmp_path / "data")
-    run = store.create_run("early", str(three_ranks))
-    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1)
-    pin(store.run_dir(run.id), [0, 1, 2])
-    store.set_status(run.id, "ingesting")
+    store, run_id = store_copy(three_ranks_ingested, tmp_path)
+    pin(store.run_dir(run_id), [0, 1, 2])
+    store.set_status(run_id, "ingesting")
     with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as client:
-        tracks = client.get(f"/api/runs/{run.id}/timeline/tracks").json()
+        tracks = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
         assert tracks["tracks"] == [] and tracks["loaded_ranks"] == []
-        assert client.get(f"/api/runs/{run.id}/operators").status_code == 200
-        comm = client.get(f"/api/runs/{run.id}/communication").json()
+        assert client.get(f"/api/runs/{run_id}/operators").status_code == 200
+        comm = client.get(f"/api/runs/{run_id}/communication").json()
         assert comm  # the communication files of every rank are read already
-        assert client.get(f"/api/runs/{run.id}/cluster/overview").json()["rank_count"] == 3
+        assert client.get(f"/api/runs/{run_id}/cluster/overview").json()["rank_count"] == 3
 
 
 # --- the real worker ----------------------------------------------------------------------------------------------
@@ -230,7 +243,7 @@ def test_a_killed_worker_resumes_without_redoing_finished_shards(uneven, tmp_pat
     assert not [p for p in run_dir.rglob("*") if ".tmp-" in p.name]
 
 
-def test_temp_files_of_killed_tasks_are_swept(three_ranks, tmp_path):
+def test_temp_files_of_killed_tasks_are_swept(three_ranks, three_ranks_ingested, tmp_path):
     """#19: a pool worker killed mid-shard leaves its temp file (~90 MB) beside a run that still becomes ready;
     the end of an ingest, and a server start, sweep them."""
     out = tmp_path / "run"
@@ -246,16 +259,14 @@ def test_temp_files_of_killed_tasks_are_swept(three_ranks, tmp_path):
     ingest_sharded(three_ranks, out, workers=1, group_bytes=0, wanted=plant)
     assert planted and not list((out / "shards").glob("*.tmp-*"))
     # a ready run in a store, with what a killed worker left: swept when a server starts
-    store = RunStore(tmp_path / "data")
-    run = store.create_run("swept", str(three_ranks))
-    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1, group_bytes=0)
-    store.set_status(run.id, "ready")
-    stray = store.run_dir(run.id) / "shards" / "rank_00002.duckdb.tmp-4242-7"
+    store, run_id = store_copy(three_ranks_ingested, tmp_path)
+    store.set_status(run_id, "ready")
+    stray = store.run_dir(run_id) / "shards" / "rank_00002.duckdb.tmp-4242-7"
     stray.write_bytes(b"x" * 1000)
-    (store.run_dir(run.id) / "cluster.duckdb.tmp-4242-7").write_bytes(b"x")
+    (store.run_dir(run_id) / "cluster.duckdb.tmp-4242-7").write_bytes(b"x")
     store.sweep()
-    assert not stray.exists() and not list(store.run_dir(run.id).glob("*.tmp-*"))
-    assert (store.run_dir(run.id) / "manifest.json").is_file()
+    assert not stray.exists() and not list(store.run_dir(run_id).glob("*.tmp-*"))
+    assert (store.run_dir(run_id) / "manifest.json").is_file()
 
 
 def test_a_killed_server_resumes_without_redoing_finished_shards(tmp_path):
