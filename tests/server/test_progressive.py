@@ -160,7 +160,10 @@ def _manifest(store, run_id):
         return None
 
 
-def test_a_rank_is_browsable_while_another_still_ingests(uneven, tmp_path):
+def test_a_rank_is_browsable_while_another_still_ingests_and_a_killed_worker_resumes(uneven, tmp_path):
+    """One ingest of the uneven run serves both checks: rank 0 is browsable while rank 5's shard is still being
+    written; then the ingest worker is SIGKILLed (its pool dies with it) once some shards are published, and the
+    next attempt keeps those files as they are and writes only the others."""
     from fastapi.testclient import TestClient
 
     from ascendscope.server.app import create_app
@@ -168,12 +171,13 @@ def test_a_rank_is_browsable_while_another_still_ingests(uneven, tmp_path):
 
     store = RunStore(tmp_path / "data")
     run = store.create_run("uneven", str(uneven))
-    with queue_on(store) as queue, TestClient(create_app(
+    run_dir = store.run_dir(run.id)
+    with queue_on(store, retries=1) as queue, TestClient(create_app(
             Settings.from_env(environ={}, data_dir=str(store.data_dir)), store=store, ingest_queue=queue)) as client:
         queue.enqueue(run.id)
         # rank 0's shard is published while rank 5's is still being written
-        wait(lambda: (m := _manifest(store, run.id)) and 0 in [r for e in m["shards"] if e["status"] == "ready"
-                                                              for r in e["ranks"]], 300)
+        wait(lambda: (m := _manifest(store, run.id)) and m["shards"][5]["status"] == "pending"
+             and 0 in [r for e in m["shards"] if e["status"] == "ready" for r in e["ranks"]], 300)
         # the tracks first, then the run's state: a rank only ever goes from pending to loaded, so a rank the
         # tracks call loaded can no longer be pending a moment later (the other order raced rank 5 finishing)
         tracks = client.get(f"/api/runs/{run.id}/timeline/tracks", params={"rank": 0}).json()
@@ -183,11 +187,26 @@ def test_a_rank_is_browsable_while_another_still_ingests(uneven, tmp_path):
             assert 0 in tracks["loaded_ranks"] and any(t["rank"] == 0 and t["slice_count"] for t in tracks["tracks"])
             pending = set(body["pending_ranks"])
             assert not pending & set(tracks["loaded_ranks"])
+        # now the kill, with rank 5's shard still being written (it takes seconds longer than the others)
+        pid = store.get(run.id).worker_pid
+        manifest = _manifest(store, run.id)
+        assert manifest["shards"][5]["status"] == "pending", manifest
+        kept = {e["file"]: (run_dir / e["file"]).stat() for e in manifest["shards"] if e["status"] == "ready"}
+        os.kill(pid, signal.SIGKILL)
         assert queue.wait_idle(300)
     done = store.get(run.id)
     assert done.status == "ready", done.error
-    manifest = read_manifest(store.run_dir(run.id))
+    assert done.attempts == 2
+    manifest = read_manifest(run_dir)
     assert manifest["status"] == "complete" and all(e["status"] == "ready" for e in manifest["shards"])
+    for file, before in kept.items():
+        after = (run_dir / file).stat()
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), file
+    log = (run_dir / "ingest.log").read_text()
+    assert "killed by SIGKILL" in log
+    kept_line = [line for line in log.splitlines() if "finished by an earlier attempt were kept" in line]
+    assert kept_line and int(kept_line[-1].split(" shard(s)")[0].rsplit(" ", 1)[-1]) >= len(kept)
+    assert not [p for p in run_dir.rglob("*") if ".tmp-" in p.name]
 
 
 def test_the_rank_a_user_opens_jumps_the_queue(tmp_path):
@@ -213,34 +232,6 @@ def test_the_rank_a_user_opens_jumps_the_queue(tmp_path):
     finished = {e["ranks"][0]: e["finished"] for e in read_manifest(store.run_dir(run.id))["shards"]}
     assert finished[7] < max(finished[r] for r in range(7)), finished
     assert not (store.run_dir(run.id) / "wanted.json").exists()
-
-
-def test_a_killed_worker_resumes_without_redoing_finished_shards(uneven, tmp_path):
-    """SIGKILL of the ingest worker (its pool dies with it) once some shards are published: the next attempt
-    keeps those files as they are and writes only the others."""
-    store = RunStore(tmp_path / "data")
-    run = store.create_run("resume", str(uneven))
-    run_dir = store.run_dir(run.id)
-    with queue_on(store, retries=1) as queue:
-        queue.enqueue(run.id)
-        wait(lambda: (m := _manifest(store, run.id)) and sum(e["status"] == "ready" for e in m["shards"]) >= 1
-             and m["shards"][5]["status"] == "pending", 300)
-        pid = store.get(run.id).worker_pid
-        kept = {e["file"]: (run_dir / e["file"]).stat() for e in _manifest(store, run.id)["shards"]
-                if e["status"] == "ready"}
-        os.kill(pid, signal.SIGKILL)
-        assert queue.wait_idle(300)
-    done = store.get(run.id)
-    assert done.status == "ready", done.error
-    assert done.attempts == 2
-    for file, before in kept.items():
-        after = (run_dir / file).stat()
-        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), file
-    log = (run_dir / "ingest.log").read_text()
-    assert "killed by SIGKILL" in log
-    kept_line = [line for line in log.splitlines() if "finished by an earlier attempt were kept" in line]
-    assert kept_line and int(kept_line[-1].split(" shard(s)")[0].rsplit(" ", 1)[-1]) >= len(kept)
-    assert not [p for p in run_dir.rglob("*") if ".tmp-" in p.name]
 
 
 def test_temp_files_of_killed_tasks_are_swept(three_ranks, three_ranks_ingested, tmp_path):
