@@ -264,12 +264,12 @@ def test_a_killed_server_resumes_without_redoing_finished_shards(tmp_path):
     """``ascendscope serve`` SIGKILLed with its whole process group (server, ingest worker, pool) once some shards
     are published: the next ``serve`` of the same data dir finishes the run, keeping those files as they are."""
     from ascendscope.sample_data.generate import ops_for_target_mb
-    from tests.server.test_cli_serve import start_serve, stop, wait_for
+    from tests.server.test_cli_serve import ONE_PROCESS, start_serve, stop, wait_for
 
     src = tmp_path / "src"  # three ranks of ~19 MB: two would pass GROUP_BYTES, so each is a shard of its own
     generate_run(src, ranks=3, steps=2, ops_per_step=ops_for_target_mb(20, seed=6), seed=6)
     data = tmp_path / "data"
-    proc, _ = start_serve(data, src, new_session=True)
+    proc, _ = start_serve(data, src, new_session=True, flags=ONE_PROCESS)
     try:
         run_dir = wait_for(lambda: next(iter((data / "runs").glob("*/manifest.json")), None), 300, proc=proc).parent
         manifest = wait_for(lambda: _half_done(run_dir), 300, 0.05, proc=proc)
@@ -281,7 +281,7 @@ def test_a_killed_server_resumes_without_redoing_finished_shards(tmp_path):
     kept = {e["file"]: (run_dir / e["file"]).stat() for e in manifest["shards"] if e["status"] == "ready"}
     assert json.loads((run_dir / "run.json").read_text())["status"] == "ingesting"  # as the dead server left it
 
-    proc, base = start_serve(data, src, new_session=True)
+    proc, base = start_serve(data, src, new_session=True, flags=ONE_PROCESS)
     try:
         (run,) = wait_for(lambda: [r for r in httpx.get(f"{base}/api/runs", timeout=5).json()["runs"]
                                    if r["status"] in ("ready", "failed")], 300, proc=proc)
