@@ -273,7 +273,8 @@ def order_by(data: Path, run_id: str, rows: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="ascendscope bench console-abuse", description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 60])
-    ap.add_argument("--seconds", type=float, default=15.0, help="how long each query is looped (default 15)")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="how long each query is looped (default 15, quick 3)")
     ap.add_argument("--queries", nargs="+", choices=list(QUERIES), default=None)
     ap.add_argument("--order-by-rows", type=int, default=20_000_000, help="0: skip the ORDER BY run")
     ap.add_argument("--quick", action="store_true")
@@ -281,8 +282,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=os.environ.get("ASCENDSCOPE_BENCH_CACHE", "bench/out"))
     args = ap.parse_args(argv)
     if args.quick:
-        args.clients, args.seconds, args.order_by_rows = [1, 4], 3.0, 0
+        args.clients, args.order_by_rows = [1, 4], 0
         args.queries = args.queries or list(QUICK)
+    args.seconds = args.seconds or (3.0 if args.quick else 15.0)
     data, run_id, shard = prepare(Path(args.cache))
     names = args.queries or list(QUERIES)
     out: dict = {"run": run_id, "seconds": args.seconds, "deadline_s": TIMEOUT_S, "rows": []}

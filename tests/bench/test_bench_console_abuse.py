@@ -12,10 +12,13 @@ import sys
 def test_quick_run(tmp_path):
     env = dict(os.environ, ASCENDSCOPE_BENCH_CACHE=str(tmp_path / "cache"))
     out = tmp_path / "out.json"
+    # 1 s per measurement (3 s by default): the prober reads each path every 0.5 s, so every row still has probes
     done = subprocess.run([sys.executable, "-m", "ascendscope.server.cli", "bench", "console-abuse", "--quick",
-                           "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
+                           "--seconds", "1", "--json", str(out)], capture_output=True, text=True, env=env,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
+    assert result["seconds"] == 1  # (--quick keeps an explicit --seconds)
     rows = {(r["query"], r["clients"]): r for r in result["rows"] if r["clients"]}
     assert set(rows) == {(q, c) for q in ("600-term sum", "glob the spill folder") for c in (1, 4)}
     for (query, _), row in rows.items():

@@ -1,5 +1,8 @@
 """``ascendscope bench suite --quick``: every row of the comparison is there, its numbers are positive and its
-ratios are computed from them; and the child-process measurement it rests on (no timing asserts)."""
+ratios are computed from them; and the child-process measurement it rests on (no timing asserts).
+
+The smoke run asks for one of the quick sizes (8 ranks: every tool, a multi-rank run) and one viewport client
+count: each further size or client count runs the same code again, on a server and a browser of its own."""
 
 import json
 import re
@@ -16,13 +19,16 @@ from ascendscope.bench.measure import run_measured
 from ascendscope.server.cli import build_parser
 
 PEERS = ("msprof_analyze", "tb_profiler_ascend")
+SIZE = next(s for s in suite.QUICK_SIZES if s[0] > 1)  # (ranks, MB per rank, tools)
+CLIENTS = [4]
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("suite")
     out = tmp / "suite.json"
-    argv = ["bench", "suite", "--quick", "--seconds", "1", "--json", str(out), "--cache", str(tmp / "cache")]
+    argv = ["bench", "suite", "--quick", "--sizes", f"{SIZE[0]}x{SIZE[1]:g}", "--clients", *map(str, CLIENTS),
+            "--seconds", "1", "--json", str(out), "--cache", str(tmp / "cache")]
     proc = subprocess.run([sys.executable, "-m", "ascendscope.server.cli", *argv], capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -31,7 +37,8 @@ def quick(tmp_path_factory):
 
 def test_every_size_and_tool_has_a_row(quick):
     report, text = quick
-    assert [s["ranks"] for s in report["sizes"]] == [r for r, _, _ in suite.QUICK_SIZES]
+    assert [s["ranks"] for s in report["sizes"]] == [SIZE[0]]
+    assert set(SIZE[2]) == set(suite.TOOLS)  # (--sizes runs every tool, as --quick does on this size)
     for size in report["sizes"]:
         assert set(size["ingest"]) == set(suite.TOOLS)
         assert size["ingest"]["ours"]["status"] == "ok"
@@ -76,7 +83,7 @@ def test_paint_viewport_and_targets(quick):
         paint = size["first_paint"]
         if "error" not in paint or "chromium" not in paint["error"]:
             assert paint["cold_ms"] > 0 and paint["warm_ms"] > 0 and paint["slices_drawn"] > 0, paint
-        assert [v["clients"] for v in size["viewport"]] == [1, 50]
+        assert [v["clients"] for v in size["viewport"]] == CLIENTS
         for v in size["viewport"]:
             assert v["requests"] > 0 and v["p95_ms"] > 0 and v["req_per_s"] > 0
             assert v["errors"] == 0, v  # wrk: socket errors, timeouts and non-2xx answers

@@ -17,16 +17,22 @@ from tests.conftest import PYTORCH_TEXT, free_port, needs_samples
 
 pytestmark = needs_samples
 LEVEL1 = PYTORCH_TEXT / "level1"
+# one server process answering on its threads, for the tests about what serve does with runs (ingest, resume,
+# sources), which ask no viewport of a query process: each of those is an interpreter importing the app (the
+# default starts one per core); test_queryprocs.py and test_multiprocess.py test them, and the first serve below
+# and the Ctrl+C test run the default
+ONE_PROCESS = ("--workers", "1", "--query-processes", "0")
 
 
-def start_serve(data_dir: Path, *paths: Path, new_session: bool = False) -> tuple[subprocess.Popen, str]:
+def start_serve(data_dir: Path, *paths: Path, new_session: bool = False,
+                flags: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     """``ascendscope serve`` in a subprocess (in a process group of its own with ``new_session``, as a shell runs
     a command: a terminal's Ctrl+C then reaches it, its fork server and its workers, and nothing else)."""
     port = free_port()
     env = {**os.environ, "ASCENDSCOPE_DATA_DIR": str(data_dir / "ignored-by-flag")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "ascendscope.server.cli", "serve", *map(str, paths), "--no-browser", "--port", str(port),
-         "--data-dir", str(data_dir), "--log-level", "warning"],
+         "--data-dir", str(data_dir), "--log-level", "warning", *flags],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         cwd=Path(__file__).resolve().parents[2], start_new_session=new_session)
     return proc, f"http://127.0.0.1:{port}"
@@ -81,7 +87,7 @@ def test_serve_ingests_a_path_and_serves_it(tmp_path):
     assert "ascendscope is serving" in output
 
     # a second serve of the unchanged source reuses the run instead of ingesting again
-    proc, base = start_serve(tmp_path, LEVEL1)
+    proc, base = start_serve(tmp_path, LEVEL1, flags=ONE_PROCESS)
     try:
         wait_for(lambda: httpx.get(f"{base}/api/runs", timeout=5).json()["count"] >= 1)
         again = httpx.get(f"{base}/api/runs", timeout=5).json()["runs"]

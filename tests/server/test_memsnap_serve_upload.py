@@ -15,7 +15,7 @@ import pytest
 
 from tests import corpus_figures as cf
 from tests.conftest import ingesting_server
-from tests.server.test_cli_serve import start_serve, stop, wait_for
+from tests.server.test_cli_serve import ONE_PROCESS, start_serve, stop, wait_for
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 PLAIN = CORPUS / "torch_npu_2026_memsnap_plain"
@@ -37,7 +37,7 @@ def check_dump_state(base: str, run_id: str, folder: Path) -> None:
 
 def test_serve_a_snapshot_file(tmp_path):
     (src,) = PLAIN.glob("*.pkl")
-    proc, base = start_serve(tmp_path, src)
+    proc, base = start_serve(tmp_path, src, flags=ONE_PROCESS)
     try:
         runs = wait_for(lambda: [r for r in httpx.get(f"{base}/api/runs", timeout=5).json()["runs"]
                                  if r["status"] in ("ready", "failed")], timeout_s=600, proc=proc)

@@ -31,22 +31,37 @@ def three_ranks(tmp_path_factory) -> Path:
     return src
 
 
+@pytest.fixture(scope="module")
+def three_ranks_ingested(three_ranks, tmp_path_factory) -> tuple[Path, str]:
+    """``(data dir, run id)``: a store holding ``three_ranks`` ingested sharded, a shard per rank (only read: each
+    test copies it, see ``store_copy``)."""
+    store = RunStore(tmp_path_factory.mktemp("three-ingested") / "data")
+    run = store.create_run("three", str(three_ranks))
+    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1, group_bytes=0)
+    return store.data_dir, run.id
+
+
+def store_copy(three_ranks_ingested, tmp_path) -> tuple[RunStore, str]:
+    """A store of the test's own holding a copy of ``three_ranks_ingested``; ``(store, run id)``."""
+    data, run_id = three_ranks_ingested
+    shutil.copytree(data, tmp_path / "data")
+    return RunStore(tmp_path / "data"), run_id
+
+
 @pytest.fixture()
-def half_way(three_ranks, tmp_path):
+def half_way(three_ranks_ingested, tmp_path):
     """A run whose rank 2 is still ingesting, served by an app; yields (client, store, run id)."""
     from fastapi.testclient import TestClient
 
     from ascendscope.server.app import create_app
     from ascendscope.server.settings import Settings
 
-    store = RunStore(tmp_path / "data")
-    run = store.create_run("half", str(three_ranks))
-    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1, group_bytes=0)
-    pin(store.run_dir(run.id), [2])
-    store.set_status(run.id, "ingesting", progress={"phase": "reading", "text": "reading rank 2", "percent": 40.0,
+    store, run_id = store_copy(three_ranks_ingested, tmp_path)
+    pin(store.run_dir(run_id), [2])
+    store.set_status(run_id, "ingesting", progress={"phase": "reading", "text": "reading rank 2", "percent": 40.0,
                                                     "eta_s": 12.0})
     with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as client:
-        yield client, store, run.id
+        yield client, store, run_id
 
 
 def test_a_run_is_served_for_its_ready_ranks_while_another_ingests(half_way):
@@ -92,25 +107,23 @@ def test_nothing_cached_is_served_once_a_rank_appears(half_way):
     assert client.get(f"/api/runs/{run_id}").json()["pending_ranks"] == []
 
 
-def test_a_run_with_no_shard_ready_yet_answers_empty(three_ranks, tmp_path):
+def test_a_run_with_no_shard_ready_yet_answers_empty(three_ranks_ingested, tmp_path):
     """Right after the small files: every table exists (empty where only shards have rows)."""
     from fastapi.testclient import TestClient
 
     from ascendscope.server.app import create_app
     from ascendscope.server.settings import Settings
 
-    store = RunStore(tmp_path / "data")
-    run = store.create_run("early", str(three_ranks))
-    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1)
-    pin(store.run_dir(run.id), [0, 1, 2])
-    store.set_status(run.id, "ingesting")
+    store, run_id = store_copy(three_ranks_ingested, tmp_path)
+    pin(store.run_dir(run_id), [0, 1, 2])
+    store.set_status(run_id, "ingesting")
     with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as client:
-        tracks = client.get(f"/api/runs/{run.id}/timeline/tracks").json()
+        tracks = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
         assert tracks["tracks"] == [] and tracks["loaded_ranks"] == []
-        assert client.get(f"/api/runs/{run.id}/operators").status_code == 200
-        comm = client.get(f"/api/runs/{run.id}/communication").json()
+        assert client.get(f"/api/runs/{run_id}/operators").status_code == 200
+        comm = client.get(f"/api/runs/{run_id}/communication").json()
         assert comm  # the communication files of every rank are read already
-        assert client.get(f"/api/runs/{run.id}/cluster/overview").json()["rank_count"] == 3
+        assert client.get(f"/api/runs/{run_id}/cluster/overview").json()["rank_count"] == 3
 
 
 # --- the real worker ----------------------------------------------------------------------------------------------
@@ -147,7 +160,10 @@ def _manifest(store, run_id):
         return None
 
 
-def test_a_rank_is_browsable_while_another_still_ingests(uneven, tmp_path):
+def test_a_rank_is_browsable_while_another_still_ingests_and_a_killed_worker_resumes(uneven, tmp_path):
+    """One ingest of the uneven run serves both checks: rank 0 is browsable while rank 5's shard is still being
+    written; then the ingest worker is SIGKILLed (its pool dies with it) once some shards are published, and the
+    next attempt keeps those files as they are and writes only the others."""
     from fastapi.testclient import TestClient
 
     from ascendscope.server.app import create_app
@@ -155,12 +171,13 @@ def test_a_rank_is_browsable_while_another_still_ingests(uneven, tmp_path):
 
     store = RunStore(tmp_path / "data")
     run = store.create_run("uneven", str(uneven))
-    with queue_on(store) as queue, TestClient(create_app(
+    run_dir = store.run_dir(run.id)
+    with queue_on(store, retries=1) as queue, TestClient(create_app(
             Settings.from_env(environ={}, data_dir=str(store.data_dir)), store=store, ingest_queue=queue)) as client:
         queue.enqueue(run.id)
         # rank 0's shard is published while rank 5's is still being written
-        wait(lambda: (m := _manifest(store, run.id)) and 0 in [r for e in m["shards"] if e["status"] == "ready"
-                                                              for r in e["ranks"]], 300)
+        wait(lambda: (m := _manifest(store, run.id)) and m["shards"][5]["status"] == "pending"
+             and 0 in [r for e in m["shards"] if e["status"] == "ready" for r in e["ranks"]], 300)
         # the tracks first, then the run's state: a rank only ever goes from pending to loaded, so a rank the
         # tracks call loaded can no longer be pending a moment later (the other order raced rank 5 finishing)
         tracks = client.get(f"/api/runs/{run.id}/timeline/tracks", params={"rank": 0}).json()
@@ -170,11 +187,26 @@ def test_a_rank_is_browsable_while_another_still_ingests(uneven, tmp_path):
             assert 0 in tracks["loaded_ranks"] and any(t["rank"] == 0 and t["slice_count"] for t in tracks["tracks"])
             pending = set(body["pending_ranks"])
             assert not pending & set(tracks["loaded_ranks"])
+        # now the kill, with rank 5's shard still being written (it takes seconds longer than the others)
+        pid = store.get(run.id).worker_pid
+        manifest = _manifest(store, run.id)
+        assert manifest["shards"][5]["status"] == "pending", manifest
+        kept = {e["file"]: (run_dir / e["file"]).stat() for e in manifest["shards"] if e["status"] == "ready"}
+        os.kill(pid, signal.SIGKILL)
         assert queue.wait_idle(300)
     done = store.get(run.id)
     assert done.status == "ready", done.error
-    manifest = read_manifest(store.run_dir(run.id))
+    assert done.attempts == 2
+    manifest = read_manifest(run_dir)
     assert manifest["status"] == "complete" and all(e["status"] == "ready" for e in manifest["shards"])
+    for file, before in kept.items():
+        after = (run_dir / file).stat()
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), file
+    log = (run_dir / "ingest.log").read_text()
+    assert "killed by SIGKILL" in log
+    kept_line = [line for line in log.splitlines() if "finished by an earlier attempt were kept" in line]
+    assert kept_line and int(kept_line[-1].split(" shard(s)")[0].rsplit(" ", 1)[-1]) >= len(kept)
+    assert not [p for p in run_dir.rglob("*") if ".tmp-" in p.name]
 
 
 def test_the_rank_a_user_opens_jumps_the_queue(tmp_path):
@@ -202,35 +234,7 @@ def test_the_rank_a_user_opens_jumps_the_queue(tmp_path):
     assert not (store.run_dir(run.id) / "wanted.json").exists()
 
 
-def test_a_killed_worker_resumes_without_redoing_finished_shards(uneven, tmp_path):
-    """SIGKILL of the ingest worker (its pool dies with it) once some shards are published: the next attempt
-    keeps those files as they are and writes only the others."""
-    store = RunStore(tmp_path / "data")
-    run = store.create_run("resume", str(uneven))
-    run_dir = store.run_dir(run.id)
-    with queue_on(store, retries=1) as queue:
-        queue.enqueue(run.id)
-        wait(lambda: (m := _manifest(store, run.id)) and sum(e["status"] == "ready" for e in m["shards"]) >= 1
-             and m["shards"][5]["status"] == "pending", 300)
-        pid = store.get(run.id).worker_pid
-        kept = {e["file"]: (run_dir / e["file"]).stat() for e in _manifest(store, run.id)["shards"]
-                if e["status"] == "ready"}
-        os.kill(pid, signal.SIGKILL)
-        assert queue.wait_idle(300)
-    done = store.get(run.id)
-    assert done.status == "ready", done.error
-    assert done.attempts == 2
-    for file, before in kept.items():
-        after = (run_dir / file).stat()
-        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), file
-    log = (run_dir / "ingest.log").read_text()
-    assert "killed by SIGKILL" in log
-    kept_line = [line for line in log.splitlines() if "finished by an earlier attempt were kept" in line]
-    assert kept_line and int(kept_line[-1].split(" shard(s)")[0].rsplit(" ", 1)[-1]) >= len(kept)
-    assert not [p for p in run_dir.rglob("*") if ".tmp-" in p.name]
-
-
-def test_temp_files_of_killed_tasks_are_swept(three_ranks, tmp_path):
+def test_temp_files_of_killed_tasks_are_swept(three_ranks, three_ranks_ingested, tmp_path):
     """#19: a pool worker killed mid-shard leaves its temp file (~90 MB) beside a run that still becomes ready;
     the end of an ingest, and a server start, sweep them."""
     out = tmp_path / "run"
@@ -246,28 +250,26 @@ def test_temp_files_of_killed_tasks_are_swept(three_ranks, tmp_path):
     ingest_sharded(three_ranks, out, workers=1, group_bytes=0, wanted=plant)
     assert planted and not list((out / "shards").glob("*.tmp-*"))
     # a ready run in a store, with what a killed worker left: swept when a server starts
-    store = RunStore(tmp_path / "data")
-    run = store.create_run("swept", str(three_ranks))
-    ingest_sharded(three_ranks, store.run_dir(run.id), workers=1, group_bytes=0)
-    store.set_status(run.id, "ready")
-    stray = store.run_dir(run.id) / "shards" / "rank_00002.duckdb.tmp-4242-7"
+    store, run_id = store_copy(three_ranks_ingested, tmp_path)
+    store.set_status(run_id, "ready")
+    stray = store.run_dir(run_id) / "shards" / "rank_00002.duckdb.tmp-4242-7"
     stray.write_bytes(b"x" * 1000)
-    (store.run_dir(run.id) / "cluster.duckdb.tmp-4242-7").write_bytes(b"x")
+    (store.run_dir(run_id) / "cluster.duckdb.tmp-4242-7").write_bytes(b"x")
     store.sweep()
-    assert not stray.exists() and not list(store.run_dir(run.id).glob("*.tmp-*"))
-    assert (store.run_dir(run.id) / "manifest.json").is_file()
+    assert not stray.exists() and not list(store.run_dir(run_id).glob("*.tmp-*"))
+    assert (store.run_dir(run_id) / "manifest.json").is_file()
 
 
 def test_a_killed_server_resumes_without_redoing_finished_shards(tmp_path):
     """``ascendscope serve`` SIGKILLed with its whole process group (server, ingest worker, pool) once some shards
     are published: the next ``serve`` of the same data dir finishes the run, keeping those files as they are."""
     from ascendscope.sample_data.generate import ops_for_target_mb
-    from tests.server.test_cli_serve import start_serve, stop, wait_for
+    from tests.server.test_cli_serve import ONE_PROCESS, start_serve, stop, wait_for
 
     src = tmp_path / "src"  # three ranks of ~19 MB: two would pass GROUP_BYTES, so each is a shard of its own
     generate_run(src, ranks=3, steps=2, ops_per_step=ops_for_target_mb(20, seed=6), seed=6)
     data = tmp_path / "data"
-    proc, _ = start_serve(data, src, new_session=True)
+    proc, _ = start_serve(data, src, new_session=True, flags=ONE_PROCESS)
     try:
         run_dir = wait_for(lambda: next(iter((data / "runs").glob("*/manifest.json")), None), 300, proc=proc).parent
         manifest = wait_for(lambda: _half_done(run_dir), 300, 0.05, proc=proc)
@@ -279,7 +281,7 @@ def test_a_killed_server_resumes_without_redoing_finished_shards(tmp_path):
     kept = {e["file"]: (run_dir / e["file"]).stat() for e in manifest["shards"] if e["status"] == "ready"}
     assert json.loads((run_dir / "run.json").read_text())["status"] == "ingesting"  # as the dead server left it
 
-    proc, base = start_serve(data, src, new_session=True)
+    proc, base = start_serve(data, src, new_session=True, flags=ONE_PROCESS)
     try:
         (run,) = wait_for(lambda: [r for r in httpx.get(f"{base}/api/runs", timeout=5).json()["runs"]
                                    if r["status"] in ("ready", "failed")], 300, proc=proc)

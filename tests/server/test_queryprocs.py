@@ -61,10 +61,19 @@ def live(client) -> list:
     return [p for pool in pools for p in pool.procs if p.alive]
 
 
-@pytest.mark.parametrize("name", ["level1", "generated"])
-def test_query_processes_answer_byte_for_byte_as_the_router(runs, handed, name):
-    run_id = runs.ids[name]
-    with served_client(runs.data_dir) as client:
+class TestOneApp:
+    """Both samples asked of one app and its two query processes (started once; the other tests, which need an app
+    of their own, come after this class has stopped it)."""
+
+    @pytest.fixture(scope="class")
+    def served(self, runs):
+        with served_client(runs.data_dir) as client:
+            yield client
+
+    @pytest.mark.parametrize("name", ["level1", "generated"])
+    def test_query_processes_answer_byte_for_byte_as_the_router(self, runs, served, handed, name):
+        run_id = runs.ids[name]
+        client = served
         meta = client.get(f"/api/runs/{run_id}/timeline/tracks").json()
         kind, params = asks(meta)[0]
         wait_for_processes(client, f"/api/runs/{run_id}/timeline/{kind}?" + "&".join(f"{k}={v}" for k, v in params),

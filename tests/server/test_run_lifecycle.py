@@ -17,7 +17,7 @@ import pytest
 
 from ascendscope.ingest.layout import connect
 from tests.conftest import PYTORCH_TEXT, needs_samples
-from tests.server.test_cli_serve import start_serve, stop, wait_for
+from tests.server.test_cli_serve import ONE_PROCESS, start_serve, stop, wait_for
 from tests.server.test_worker import wait
 
 pytestmark = needs_samples
@@ -31,6 +31,17 @@ def slow_source(tmp_path_factory) -> Path:
 
     path = tmp_path_factory.mktemp("slow") / "slow_ascend_pt_run"
     generate_run(path, ranks=1, steps=8, ops_per_step=20_000)
+    return path
+
+
+@pytest.fixture(scope="module")
+def kill_source(tmp_path_factory) -> Path:
+    """A generated rank of ~55 MB, read for seconds: a SIGKILL sent once it is seen being read lands mid-ingest
+    (unlike a Ctrl+C, it needs no time to arrive), and the restarted server ingests it again in a few seconds."""
+    from ascendscope.sample_data.generate import generate_run
+
+    path = tmp_path_factory.mktemp("kill") / "kill_ascend_pt_run"
+    generate_run(path, ranks=1, steps=8, ops_per_step=4_000)
     return path
 
 
@@ -52,11 +63,11 @@ def run_record(data_dir: Path) -> dict:
         return {}
 
 
-def test_sigkilled_server_restarted_at_once_still_ends_ready(tmp_path, slow_source):
-    proc, base = start_serve(tmp_path, slow_source)
+def test_sigkilled_server_restarted_at_once_still_ends_ready(tmp_path, kill_source):
+    proc, base = start_serve(tmp_path, kill_source, flags=ONE_PROCESS)
     try:
         reading = wait_for(lambda: (r := run_record(tmp_path)).get("status") == "ingesting" and r["worker_pid"]
-                           and (r.get("progress") or {}).get("phase") == "reading" and r)
+                           and (r.get("progress") or {}).get("phase") == "reading" and r, every_s=0.05)
     except BaseException:
         stop(proc)
         raise
@@ -64,7 +75,7 @@ def test_sigkilled_server_restarted_at_once_still_ends_ready(tmp_path, slow_sour
     proc.kill()  # SIGKILL: no shutdown code runs in the server
     proc.wait(10)
     proc.stdout.close()
-    again, base = start_serve(tmp_path)  # the same data dir, at once
+    again, base = start_serve(tmp_path, flags=ONE_PROCESS)  # the same data dir, at once
     try:
         done = wait_for(lambda: (r := httpx.get(f"{base}/api/runs/{reading['id']}", timeout=5).json())["status"]
                         in ("ready", "failed") and r, timeout_s=180)

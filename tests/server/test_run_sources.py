@@ -14,7 +14,7 @@ import pytest
 
 from tests.archives import zip_folder
 from tests.conftest import REAL_SAMPLES, ingesting_server, needs_samples
-from tests.server.test_cli_serve import start_serve, stop, wait_for
+from tests.server.test_cli_serve import ONE_PROCESS, start_serve, stop, wait_for
 
 pytestmark = needs_samples
 
@@ -58,7 +58,7 @@ def check_run(base: str, run_id: str, kind: str) -> None:
 
 
 def test_serve_opens_serving_and_cluster_output_alone(tmp_path, sources):
-    proc, base = start_serve(tmp_path / "data", *sources.values())
+    proc, base = start_serve(tmp_path / "data", *sources.values(), flags=ONE_PROCESS)
     try:
         wait_for(lambda: httpx.get(f"{base}/api/health", timeout=5).status_code == 200, proc=proc)
         runs = {r["source"]: r["id"] for r in httpx.get(f"{base}/api/runs", timeout=10).json()["runs"]}

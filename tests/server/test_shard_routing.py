@@ -19,6 +19,22 @@ from tests.conftest import PYTORCH_TEXT
 from tests.server.test_sharded_runs import _natural_ids, _normal
 
 
+def generated_source(tmp_path_factory, ranks: int):
+    """A generated run of ``ranks`` ranks and its single-file database: ``(source, run.duckdb)``."""
+    from ascendscope.sample_data.generate import generate_run
+
+    root = tmp_path_factory.mktemp("routing-src")
+    generate_run(root / "run", ranks=ranks, steps=2, ops_per_step=60, seed=3)
+    ingest_path(root / "run", root / "run.duckdb")
+    return root / "run", root / "run.duckdb"
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """The generated two-rank run (and its single-file database) that two layouts shard differently."""
+    return generated_source(tmp_path_factory, 2)
+
+
 @pytest.fixture(scope="module", params=["generated", "grouped", "two groups", "level1"])
 def layouts(request, tmp_path_factory):
     import duckdb
@@ -30,15 +46,15 @@ def layouts(request, tmp_path_factory):
     if request.param == "level1":
         if not (PYTORCH_TEXT / "level1").is_dir():
             pytest.skip(f"real samples not found at {PYTORCH_TEXT}")
-        source = PYTORCH_TEXT / "level1"
+        # its single-file database is the session's (ingest_path of the same folder)
+        source, single_db = PYTORCH_TEXT / "level1", request.getfixturevalue("level1_db")
+    elif request.param == "two groups":
+        source, single_db = generated_source(tmp_path_factory, 4)
     else:
-        from ascendscope.sample_data.generate import generate_run
-
-        source = tmp_path_factory.mktemp("routing-src") / "run"
-        generate_run(source, ranks=4 if request.param == "two groups" else 2, steps=2, ops_per_step=60, seed=3)
+        source, single_db = request.getfixturevalue("two_ranks")
     store = RunStore(tmp_path_factory.mktemp("routing"))
     single, sharded = store.create_run("single", str(source)), store.create_run("sharded", str(source))
-    ingest_path(source, store.db_path(single.id))
+    shutil.copy(single_db, store.db_path(single.id))
     # a shard per rank (group_bytes=0), the small ranks grouped as the server does by default, or two per shard
     grouping = {"grouped": {}, "two groups": {"group_bytes": int(2.5 * _largest_rank_bytes(source))}}.get(
         request.param, {"group_bytes": 0})

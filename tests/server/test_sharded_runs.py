@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from pathlib import Path
 
 import duckdb
 import pytest
 
 from ascendscope.ingest.layout import connect
-from ascendscope.ingest.pipeline import ingest_path
 from ascendscope.ingest.shards import ingest_sharded, read_manifest
 from ascendscope.server.db import Databases, parse_ranks, request_scope
 from ascendscope.server.runs import RunStore
@@ -24,8 +24,9 @@ VARYING = {"run_id", "created_at", "ingest_seconds", "loaded_ranks"}  # differ b
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """The level1 sample as two ready runs of one store: ``single`` (run.duckdb) and ``sharded``; a client."""
+def served(tmp_path_factory, level1_db):
+    """The level1 sample as two ready runs of one store: ``single`` (run.duckdb: a copy of the session's
+    ``level1_db``, ``ingest_path`` of the same folder) and ``sharded``; a client."""
     if not SOURCE.is_dir():
         pytest.skip(f"real sample {SOURCE} not found")
     from fastapi.testclient import TestClient
@@ -36,12 +37,12 @@ def served(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("sharded-data")
     store = RunStore(data_dir)
     single = store.create_run("single", str(SOURCE))
-    summary = ingest_path(SOURCE, store.db_path(single.id))
-    store.set_status(single.id, "ready", summary={"ranks": summary["ranks"]})
+    shutil.copy(level1_db, store.db_path(single.id))
     sharded = store.create_run("sharded", str(SOURCE))
     # one shard per rank (group_bytes=0), so that a rank's scope is its own shard
     summary = ingest_sharded(SOURCE, store.run_dir(sharded.id), workers=2, group_bytes=0)
-    store.set_status(sharded.id, "ready", summary={"ranks": summary["ranks"]})
+    for run in (single, sharded):  # (the same source: the same ranks)
+        store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
     assert store.db_path(sharded.id).name == "cluster.duckdb"
     app = create_app(Settings.from_env(environ={}, data_dir=str(data_dir)))
     with TestClient(app) as client:
@@ -166,22 +167,32 @@ def test_a_request_for_rank_1_attaches_only_its_shard(served):
     assert databases.info(run["sharded"], path, scope).ranks == [0, 1]  # the rank picker still offers both
 
 
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory) -> Path:
+    """The level1 sample ingested sharded as the server does by default (its two small ranks share a shard), in a
+    run folder of its own (only read: a test that changes it works on a copy)."""
+    if not SOURCE.is_dir():
+        pytest.skip(f"real sample {SOURCE} not found")
+    out = tmp_path_factory.mktemp("grouped") / "run"
+    ingest_sharded(SOURCE, out, workers=1)
+    return out
+
+
 @pytest.mark.parametrize("sample", ["level1", "generated"])
-def test_a_shard_of_several_ranks_loads_them_all(tmp_path, sample):
+def test_a_shard_of_several_ranks_loads_them_all(request, tmp_path, sample):
     """Small ranks share a shard: asking for one attaches that shard, and the answer says both are loaded."""
-    source = SOURCE
     if sample == "generated":
         from ascendscope.sample_data.generate import generate_run
 
-        source = tmp_path / "gen"
-        generate_run(source, ranks=2, steps=2, ops_per_step=30)
-    elif not SOURCE.is_dir():
-        pytest.skip(f"real sample {SOURCE} not found")
-    ingest_sharded(source, tmp_path / "run", workers=1)
-    (entry,) = read_manifest(tmp_path / "run")["shards"]
+        generate_run(tmp_path / "gen", ranks=2, steps=2, ops_per_step=30)
+        run_dir = tmp_path / "run"
+        ingest_sharded(tmp_path / "gen", run_dir, workers=1)
+    else:
+        run_dir = request.getfixturevalue("grouped")
+    (entry,) = read_manifest(run_dir)["shards"]
     assert entry["ranks"] == [0, 1] and entry["file"] == "shards/ranks_00000-00001.duckdb"
     databases = Databases(max_loaded_ranks=1)
-    path = tmp_path / "run" / "cluster.duckdb"
+    path = run_dir / "cluster.duckdb"
     info = databases.info("grouped", path, databases.scope(path, (1,)))
     assert info.loaded_ranks == [0, 1] and {t.rank for t in info.tracks.values()} == {0, 1}
     databases.close_all()
@@ -218,10 +229,10 @@ def test_bad_ranks_parameter_is_422(served):
         parse_ranks("-1")
 
 
-def test_retry_removes_the_sharded_layout(served, tmp_path):
+def test_retry_removes_the_sharded_layout(served, grouped, tmp_path):
     store = RunStore(tmp_path)
     run = store.create_run("x", str(SOURCE))
-    ingest_sharded(SOURCE, store.run_dir(run.id), workers=1)
+    shutil.copytree(grouped, store.run_dir(run.id), dirs_exist_ok=True)  # (the sharded layout, as ingested)
     (store.run_dir(run.id) / "shards" / "rank_00000.duckdb.tmp-1-2").write_text("left by a killed worker")
     store.set_status(run.id, "failed", error="boom")
     store.remove_scratch(run.id)

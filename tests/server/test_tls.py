@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.server.test_cli_serve import stop
+from tests.server.test_cli_serve import ONE_PROCESS, stop
 from tests.tlscerts import make_pki, needs_openssl
 
 pytestmark = needs_openssl
@@ -73,7 +73,7 @@ def client_context(pki, cert: Path | None = None, key: Path | None = None) -> ss
 def test_https_answers_and_the_session_cookie_is_secure(pki, data_dir, tmp_path):
     log = tmp_path / "serve.log"
     proc, port = serve(data_dir, log, "--host", "0.0.0.0", "--token", TOKEN, "--tls-cert", str(pki.server_cert),
-                       "--tls-key", str(pki.server_key))
+                       "--tls-key", str(pki.server_key), *ONE_PROCESS)
     try:
         assert f"at https://127.0.0.1:{port}/?token={TOKEN}" in announced(proc, log)
         with httpx.Client(verify=client_context(pki), timeout=10) as https:
@@ -93,7 +93,7 @@ def test_https_answers_and_the_session_cookie_is_secure(pki, data_dir, tmp_path)
 
 def test_serving_beyond_loopback_over_plain_http_warns(data_dir, tmp_path):
     log = tmp_path / "serve.log"
-    proc, port = serve(data_dir, log, "--host", "0.0.0.0", "--token", TOKEN)
+    proc, port = serve(data_dir, log, "--host", "0.0.0.0", "--token", TOKEN, *ONE_PROCESS)
     try:
         assert f"at http://127.0.0.1:{port}/" in announced(proc, log)
     finally:
