@@ -23,13 +23,14 @@ from .pipeline import NoProfilingData, Progress, ingest_path
 class BarProgress(Progress):
     """A one-line progress bar on stderr: bytes done, MB/s, the file being read."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream, self.lock = stream, threading.Lock()
+    def __init__(self, stream=None):
+        # (None: sys.stderr as it is now, not as it was at import: a caller may have redirected it since)
+        self.stream, self.lock = sys.stderr if stream is None else stream, threading.Lock()
         self.total = self.done = 0
         self.partial: dict[str, int] = {}  # bytes done of files still loading
         self.current: list[str] = []
         self.started = time.perf_counter()
-        self.tty = stream.isatty()
+        self.tty = self.stream.isatty()
         self._stop = threading.Event()
         self._ticker = None
 
@@ -112,8 +113,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no progress bar, and one line instead of the summary (failed shards still listed)")
 
 
-def print_summary(summary: dict, out: str, stream=sys.stdout) -> None:
-    w = stream.write
+def print_summary(summary: dict, out: str, stream=None) -> None:
+    """The closing summary, on ``stream`` (None: sys.stdout as it is when called)."""
+    w = (sys.stdout if stream is None else stream).write
     w(f"wrote {out} in {summary['seconds']:.2f} s "
       f"({summary['bytes_read'] / 1e6 / max(summary['seconds'], 1e-6):.1f} MB/s)\n")
     w(f"ranks: {', '.join(str(r) for r in summary['ranks'])}\n")
@@ -138,8 +140,9 @@ def print_summary(summary: dict, out: str, stream=sys.stdout) -> None:
         w(f"  … {len(warnings) - 30} more (SELECT * FROM warnings)\n")
 
 
-def print_brief(summary: dict, out: str, stream=sys.stdout) -> None:
+def print_brief(summary: dict, out: str, stream=None) -> None:
     """``--quiet``'s one line (and a line per failed shard, which the caller must hear of)."""
+    stream = sys.stdout if stream is None else stream
     slices = sum(summary["slices_per_kind"].values())
     warnings = len(summary["warnings"])
     stream.write(f"wrote {out} in {summary['seconds']:.2f} s: {len(summary['ranks'])} rank(s), {slices:,} slices, "

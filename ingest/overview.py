@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from .columns import arrow_table
-from .layout import _sql_path
+from .layout import _sql_path, sync_file
 from .lod import FACTOR, LEVEL_DDL, LOD_LEVELS_DDL, MIN_BUCKET_NS, TOP_BUCKETS, _batches
 from .trace_sql import PART_STARTS
 
@@ -129,6 +129,7 @@ def write(cur, prefix: str, derived_pid: int, shard: Path, note: Path, bases) ->
             cur.execute(f"INSERT INTO {ALIAS}.meta VALUES ('overview', 'true')")
         finally:
             cur.execute(f"DETACH {ALIAS}")
+        sync_file(tmp)  # (the shard's database writes unsynced: layout.UNSYNCED)
         os.replace(tmp, dst)
     except BaseException:
         tmp.unlink(missing_ok=True)

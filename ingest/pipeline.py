@@ -49,6 +49,7 @@ from . import (
 )
 from .columns import insert_columns
 from .discover import Discovery, RankSource, discover  # noqa: F401 - pipeline.discover: bench and tests use it
+from .layout import UNSYNCED, sync_file
 from .memsnap.schema import COUNTED as MEMSNAP_COUNTED
 from .runsource import NoProfilingData, find_run
 from .schema import CORE_DDL
@@ -472,14 +473,15 @@ def _track_limit(bases, members: list[RankResult]) -> int | None:
 
 @contextmanager
 def atomic_duckdb(out: Path, config: dict | None = None):
-    """A DuckDB connection to a temp file beside ``out``, checkpointed and renamed to ``out`` when the block
-    ends; on any error the temp file and its WAL are removed, so ``out`` is either whole or untouched."""
+    """A DuckDB connection to a temp file beside ``out``, checkpointed, synced and renamed to ``out`` when the
+    block ends; on any error the temp file and its WAL are removed, so ``out`` is either whole or untouched."""
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    con = duckdb.connect(str(tmp), config=config or {})
+    con = duckdb.connect(str(tmp), config={**UNSYNCED, **(config or {})})
     try:
         yield con
         con.execute("CHECKPOINT")
         con.close()
+        sync_file(tmp)
         os.replace(tmp, out)
     except BaseException:
         con.close()

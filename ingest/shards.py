@@ -62,11 +62,13 @@ from .layout import (
     MANIFEST,
     RUN_TABLES,
     SHARDS_DIR,
+    UNSYNCED,
     _sql_path,
     connect,
     is_sharded,
     read_manifest,
     shard_name,
+    sync_file,
 )
 from .pipeline import NoProfilingData, Progress
 from .readers import memsnap as memsnap_reader
@@ -379,7 +381,7 @@ class ClusterTables:
 
     def __init__(self, out: Path, disc, src_path: Path, started: float):
         self.out, self.disc, self.src_path, self.started = out, disc, src_path, started
-        self.con = duckdb.connect(":memory:")
+        self.con = duckdb.connect(":memory:", config=UNSYNCED)  # (the file is synced when written)
         self.con.execute("SET preserve_insertion_order = true")
         self.ready: list[int] = []  # ranks whose shard rows replace the small ones
         self.failed: list[tuple] = []  # warnings of failed shards
@@ -491,6 +493,7 @@ class ClusterTables:
                     "layout": "sharded", "complete": "true" if final else "false"}
             pipeline.insert_rows(self.con, "out.meta", list(meta.items()))
             self.con.execute("DETACH out")
+            sync_file(tmp)
             os.replace(tmp, target)
         except BaseException:
             self.con.execute("DETACH DATABASE IF EXISTS out")

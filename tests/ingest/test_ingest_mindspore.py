@@ -60,6 +60,12 @@ def twins(tmp_path_factory):
         yield runs, client, app, store
 
 
+def _sql(run, query: str):
+    """``run.sql`` in this process (its limits lifted): these tests read their runs, the bounds are
+    tests/pyapi/test_sql_bounds.py's, and a bounded query starts a worker process of its own for each run."""
+    return run.sql(query, timeout_s=None, memory_limit=None)
+
+
 def _csv(path: Path) -> list[dict]:
     with path.open(newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
@@ -132,8 +138,8 @@ def test_the_mindspore_lane_is_the_framework_lane_with_its_steps(twins, name):
     assert kinds.get("CPU OP") == ({"python"} if name != "graph" else None)
     assert kinds.get("Scope Layer") == ({"other"} if name == "graph" else None)
     with open_run(twins[3].run_dir(run_id)) as run:
-        steps = run.sql("SELECT rank, step, host_start_ns, host_end_ns FROM steps ORDER BY ALL").values.tolist()
-        names = run.sql("SELECT DISTINCT s.name FROM slices s JOIN tracks t USING (track_id) "
+        steps = _sql(run, "SELECT rank, step, host_start_ns, host_end_ns FROM steps ORDER BY ALL").values.tolist()
+        names = _sql(run, "SELECT DISTINCT s.name FROM slices s JOIN tracks t USING (track_id) "
                         "WHERE t.process_name = 'MindSpore' AND s.name LIKE '%Default/network-%' LIMIT 1")
     expected = []
     for rank, out in sorted(_rank_dirs(src).items()):
@@ -180,8 +186,8 @@ def test_the_older_profiler_folder_opens_from_its_prof_output(twins):
     ranks = _get(client, run_id, "cluster/overview")
     assert ranks["rank_count"] == 2 and ranks["ranks"]["has_trace"] == [True, True]
     with open_run(twins[3].run_dir(run_id)) as run:
-        notes = run.sql("SELECT rank, file, message FROM warnings WHERE file = 'profiler' ORDER BY rank").values
-        kernels = run.sql("SELECT rank, count(*) FROM kernels GROUP BY rank ORDER BY rank").values.tolist()
+        notes = _sql(run, "SELECT rank, file, message FROM warnings WHERE file = 'profiler' ORDER BY rank").values
+        kernels = _sql(run, "SELECT rank, count(*) FROM kernels GROUP BY rank ORDER BY rank").values.tolist()
     assert [r for r, _, _ in notes] == [0, 1]
     assert all("MindSpore's own summaries are not read" in m and "PROF_*" in m for _, _, m in notes)
     assert "ascend_timeline_display_0.json" in notes[0][2] and "ascend_timeline_display_1.json" in notes[1][2]
@@ -198,9 +204,9 @@ def test_the_older_profiler_folder_without_msprof_output_opens_from_mindspores_o
     overview = _get(client, run_id, "cluster/overview")
     assert overview["rank_count"] == 2
     with open_run(store.run_dir(run_id)) as run:
-        kinds = dict(run.sql("SELECT DISTINCT process_name, kind FROM tracks").values.tolist())
-        steps = run.sql("SELECT rank, step, host_start_ns, host_end_ns FROM steps ORDER BY ALL").values.tolist()
-        overlap = run.sql("SELECT DISTINCT thread_name FROM tracks WHERE kind = 'overlap' ORDER BY 1").values
+        kinds = dict(_sql(run, "SELECT DISTINCT process_name, kind FROM tracks").values.tolist())
+        steps = _sql(run, "SELECT rank, step, host_start_ns, host_end_ns FROM steps ORDER BY ALL").values.tolist()
+        overlap = _sql(run, "SELECT DISTINCT thread_name FROM tracks WHERE kind = 'overlap' ORDER BY 1").values
     assert kinds == {"AICORE OP": "hardware", "Communication Op": "communication", "Overlap Analysis": "overlap",
                      "Steps": "other"}
     assert sorted(t for (t,) in overlap) == ["Communication", "Communication(Not Overlapped)", "Computing", "Free"]
@@ -241,10 +247,12 @@ def test_mindspores_own_real_timeline_opens_without_msprof_output(twins, tmp_pat
     shutil.copytree(CORPUS, tmp_path / "run")
     run_id = _ingest(store, "real-own", tmp_path / "run")
     with open_run(store.run_dir(run_id)) as run:
-        ranks = run.sql("SELECT rank, rank_source FROM ranks").values.tolist()
-        lanes = run.sql("SELECT process_name, thread_name, kind, slice_count FROM tracks ORDER BY ALL").values.tolist()
-        kernels = run.sql("SELECT name, accelerator_core, duration_ns FROM kernels ORDER BY start_ns").values.tolist()
-        notes = [m for (m,) in run.sql("SELECT message FROM warnings").values.tolist()]
+        ranks = _sql(run, "SELECT rank, rank_source FROM ranks").values.tolist()
+        lanes = _sql(run, "SELECT process_name, thread_name, kind, slice_count FROM tracks ORDER BY ALL"
+                     ).values.tolist()
+        kernels = _sql(run, "SELECT name, accelerator_core, duration_ns FROM kernels ORDER BY start_ns"
+                       ).values.tolist()
+        notes = [m for (m,) in _sql(run, "SELECT message FROM warnings").values.tolist()]
     assert ranks == [[0, "file_name"]]
     assert lanes == [["AICORE OP", "Thread 519", "hardware", 1], ["AICPU OP", "Thread 0", "hardware", 2]]
     assert kernels == [["InitData", "AI_CPU", 160000], ["GetNext", "AI_CPU", 518000],
@@ -266,9 +274,9 @@ def test_the_real_profiler_folder_reads_its_prof_output(twins, tmp_path):
         shutil.copytree(folder, tmp_path / "run" / "profiler" / folder.name)
     run_id = _ingest(store, "real-prof", tmp_path / "run")
     with open_run(store.run_dir(run_id)) as run:
-        ranks = run.sql("SELECT rank, rank_source FROM ranks ORDER BY rank").values.tolist()
-        lanes = set(run.sql("SELECT DISTINCT process_name FROM tracks").values.ravel().tolist())
-        notes = run.sql("SELECT rank, message FROM warnings WHERE file = 'profiler' ORDER BY rank").values.tolist()
+        ranks = _sql(run, "SELECT rank, rank_source FROM ranks ORDER BY rank").values.tolist()
+        lanes = set(_sql(run, "SELECT DISTINCT process_name FROM tracks").values.ravel().tolist())
+        notes = _sql(run, "SELECT rank, message FROM warnings WHERE file = 'profiler' ORDER BY rank").values.tolist()
     assert [r for r, _ in ranks] == [0, 1] and {s for _, s in ranks} == {"msprof_info"}
     assert "Ascend Hardware" in lanes and "AICPU OP" not in lanes
     assert [r for r, _ in notes] == [0, 1]
@@ -278,10 +286,10 @@ def test_the_real_profiler_folder_reads_its_prof_output(twins, tmp_path):
 
 def _every_view_answers(client, app, store, run_id: str) -> None:
     with open_run(store.run_dir(run_id)) as run:
-        track_id, slice_id, slice_name = run.sql(
-            "SELECT t.track_id, s.slice_id, s.name FROM slices s JOIN tracks t USING (track_id) "
+        track_id, slice_id, slice_name = _sql(
+            run, "SELECT t.track_id, s.slice_id, s.name FROM slices s JOIN tracks t USING (track_id) "
             "WHERE t.kind = 'hardware' ORDER BY s.slice_id LIMIT 1").values[0].tolist()
-        comm = run.sql("SELECT group_id, op_name FROM comm_ops ORDER BY ALL LIMIT 1").values.tolist()
+        comm = _sql(run, "SELECT group_id, op_name FROM comm_ops ORDER BY ALL LIMIT 1").values.tolist()
         group_id, op_name = comm[0] if comm else ("0", "x")
     values = {"run_id": run_id, "track_id": track_id, "slice_id": slice_id, "rank": 0, "q": "op",
               "name": slice_name, "page_name": "python", "key": slice_name, "group_id": group_id, "op_name": op_name,

@@ -16,23 +16,28 @@ pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_sample
 
 @pytest.fixture(scope="module", params=["level0", "level1", "level2"])
 def level_db(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp("ingest") / f"{request.param}.duckdb"
-    summary = ingest_path(PYTORCH_TEXT / request.param, out)
+    """``(level, read-only connection)``: the sample ingested as one file (level0 and level1 are the session's,
+    tests/conftest.py: the same ``ingest_path`` of the same folder)."""
+    if request.param in ("level0", "level1"):
+        out = request.getfixturevalue(f"{request.param}_db")
+    else:
+        out = tmp_path_factory.mktemp("ingest") / f"{request.param}.duckdb"
+        ingest_path(PYTORCH_TEXT / request.param, out)
     con = duckdb.connect(str(out), read_only=True)
-    yield request.param, con, summary
+    yield request.param, con
     con.close()
 
 
 def test_two_ranks(level_db):
-    _, con, summary = level_db
-    assert summary["ranks"] == [0, 1]
+    _, con = level_db
+    assert con.execute("SELECT list(rank ORDER BY rank) FROM ranks").fetchone()[0] == [0, 1]  # (the summary's)
     assert con.execute("SELECT list(rank_source ORDER BY rank) FROM ranks").fetchone()[0] == \
         ["profiler_info_file", "profiler_info_file"]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_slices_equal_trace_x_events(level_db, rank):
-    level, con, _ = level_db
+    level, con = level_db
     exp = expected_trace(PYTORCH_TEXT / level / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
     n, min_ts = con.execute("SELECT count(*), min(ts_ns) FROM slices s JOIN tracks t USING (track_id) "
                             "WHERE s.rank = ? AND NOT t.derived", [rank]).fetchone()
@@ -46,7 +51,7 @@ def test_slices_equal_trace_x_events(level_db, rank):
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_each_csv_table_has_the_csv_row_count(level_db, rank):
-    level, con, _ = level_db
+    level, con = level_db
     out_dir = PYTORCH_TEXT / level / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
     checked = 0
     for kind, table in TABLES.items():
@@ -58,7 +63,7 @@ def test_each_csv_table_has_the_csv_row_count(level_db, rank):
 
 
 def test_slices_are_stored_in_track_time_order(level_db):
-    _, con, _ = level_db
+    _, con = level_db
     bad = con.execute("""SELECT count(*) FROM (
         SELECT track_id, ts_ns, lag(track_id) OVER w AS pt, lag(ts_ns) OVER w AS pts FROM slices
         WINDOW w AS (ORDER BY slice_id))
@@ -67,7 +72,7 @@ def test_slices_are_stored_in_track_time_order(level_db):
 
 
 def test_lanes_and_kinds(level_db):
-    level, con, _ = level_db
+    level, con = level_db
     kinds = {k for (k,) in con.execute("SELECT DISTINCT kind FROM tracks WHERE slice_count > 0").fetchall()}
     assert {"python", "hardware", "overlap"} <= kinds
     assert ("cann" in kinds) == (level != "level0")
@@ -79,7 +84,7 @@ def test_lanes_and_kinds(level_db):
 
 
 def test_flows_bind_to_the_slices_they_point_at(level_db):
-    _, con, _ = level_db
+    _, con = level_db
     # every async_npu flow goes from a cpu_op to a device task starting exactly at the flow's end
     rows = con.execute("""
         SELECT count(*), count(*) FILTER (WHERE src.cat = 'cpu_op' AND dst.ts_ns = f.dst_ts_ns
@@ -90,7 +95,7 @@ def test_flows_bind_to_the_slices_they_point_at(level_db):
 
 
 def test_steps_from_profiler_step(level_db):
-    level, con, _ = level_db
+    level, con = level_db
     rows = con.execute("SELECT rank, step, host_start_ns <= device_start_ns, device_end_ns >= host_end_ns "
                        "FROM steps ORDER BY rank").fetchall()
     expected = []
@@ -180,7 +185,7 @@ def test_gpu_kineto_traces_load_as_generic_traces(tmp_path):
 
 def test_no_two_overlapping_slices_share_a_row(level_db):
     """Python frames interleave with torch ops and stream tasks overlap: rows must still never collide."""
-    _, con, _ = level_db
+    _, con = level_db
     overlaps = con.execute("""SELECT count(*) FROM (
         SELECT ts_ns, lag(ts_ns + dur_ns) OVER (PARTITION BY track_id, depth ORDER BY ts_ns, slice_id) AS prev_end
         FROM slices) WHERE prev_end > ts_ns""").fetchone()[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -9,7 +10,7 @@ import pytest
 
 from ascendscope.ingest import lod
 from ascendscope.ingest.pipeline import ingest_path
-from tests.ingest_helpers import PYTORCH_TEXT, REAL
+from tests.ingest_helpers import REAL
 from tests.samples import HAVE_REAL
 
 NAIVE = """
@@ -21,9 +22,9 @@ FROM slices GROUP BY track_id, depth, bucket
 
 
 @pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_samples is not beside the checkout")
-def test_lod_equals_naive_sql(tmp_path):
+def test_lod_equals_naive_sql(tmp_path, level1_db):
     out = tmp_path / "l1.duckdb"
-    ingest_path(PYTORCH_TEXT / "level1", out)
+    shutil.copy(level1_db, out)  # the session's ingest of PYTORCH_TEXT / "level1" (tests/conftest.py), rebuilt below
     con = duckdb.connect(str(out))
     assert con.execute("SELECT count(*) FROM lod_levels").fetchone()[0] >= 1
     lod.build(con, base_ns=1024)  # many levels, to check each one and the chaining between them

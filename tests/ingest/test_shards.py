@@ -3,14 +3,15 @@ manifest.json.
 
 A sharded run read through ``shards.connect`` holds the same rows as the single-file run of the same source, ids
 aside (each rank's ids are shifted by one constant, into its own range) and the level-of-detail tables aside
-(each shard has its own widths; each equals its naive SQL); a failed shard leaves the others; the process pool
-and a local Ray cluster write identical runs.
+(each shard has its own widths; each equals its naive SQL); a failed shard leaves the others; a resumed ingest
+keeps what is still good. The executors are tested in test_shards_executors.py, the command in test_shards_cli.py.
+
+Tests that only read a run share the module's two runs of the small generated one (``per_rank``, ``grouped``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 import time
@@ -24,6 +25,7 @@ from ascendscope.ingest.pipeline import NoProfilingData, ingest_path, rank_id_ba
 from ascendscope.ingest.shards import connect, ingest_sharded, read_manifest
 from ascendscope.sample_data.generate import generate_run
 from tests.samples import SAMPLE_RUNS
+from tests.shard_helpers import dump_run, need, small_run
 
 # id columns, by the id kind they hold
 TRACK_IDS = {"track_id", "src_track_id", "dst_track_id"}
@@ -36,12 +38,6 @@ STABLE_META = ("schema_version", "ascendscope_version", "source_path", "bytes_re
 
 
 BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"real sample {path} not found")
-    return path
 
 
 def _tables(con) -> list[str]:
@@ -102,13 +98,6 @@ def assert_same_run(single: duckdb.DuckDBPyConnection, sharded: duckdb.DuckDBPyC
         assert rows_a == rows_b, table
 
 
-def _both(src: Path, tmp_path: Path, **kwargs):
-    single = tmp_path / "single.duckdb"
-    ingest_path(src, single)
-    summary = ingest_sharded(src, tmp_path / "run", workers=2, **kwargs)
-    return single, summary
-
-
 NAIVE_LOD = """
 SELECT track_id, depth, ts_ns // ? AS bucket, count(*) AS slice_count,
        arg_max(slice_id, (dur_ns, -slice_id)) AS slice_id,
@@ -134,36 +123,57 @@ def assert_shard_lod_is_naive(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("gen")
-    generate_run(out, ranks=3, steps=2, ops_per_step=30)
-    return out
+    return small_run(tmp_path_factory.mktemp("gen"))
+
+
+@pytest.fixture(scope="module")
+def per_rank(generated, tmp_path_factory) -> tuple[Path, dict]:
+    """``(run folder, summary)``: ``generated`` sharded a shard per rank on two workers (tests only read it)."""
+    out = tmp_path_factory.mktemp("per-rank") / "run"
+    return out, ingest_sharded(generated, out, workers=2, group_bytes=0)
+
+
+@pytest.fixture(scope="module")
+def grouped(generated, tmp_path_factory) -> tuple[Path, dict]:
+    """``(run folder, summary)``: ``generated`` sharded as the server does it on two workers, its three small
+    ranks in one shard (tests only read it)."""
+    out = tmp_path_factory.mktemp("grouped") / "run"
+    return out, ingest_sharded(generated, out, workers=2)
+
+
+LAYOUTS = pytest.mark.parametrize("layout", ["per_rank", "grouped"], ids=["a shard per rank", "ranks together"])
 
 
 @pytest.mark.parametrize("sample", ["generated", "bundled", *SAMPLE_RUNS])
-def test_sharded_run_equals_single_file(sample, generated, tmp_path):
+def test_sharded_run_equals_single_file(sample, generated, grouped, tmp_path):
     """Every sample (real, or its twin) through the server's path: the same rows as the single-file ingest."""
-    src = {"generated": generated, "bundled": BUNDLED, **SAMPLE_RUNS}[sample]
-    single, summary = _both(_need(src), tmp_path)
+    src = need({"generated": generated, "bundled": BUNDLED, **SAMPLE_RUNS}[sample])
+    single = tmp_path / "single.duckdb"
+    ingest_path(src, single)
+    if sample == "generated":  # the module's run of it, sharded on two workers as below
+        run, summary = grouped
+    else:
+        run, summary = tmp_path / "run", ingest_sharded(src, tmp_path / "run", workers=2)
     assert [s["status"] for s in summary["shards"]] == ["ready"] * len(summary["shards"])
     with duckdb.connect(str(single), read_only=True) as a:
-        b, loaded = connect(tmp_path / "run")
+        b, loaded = connect(run)
         try:
             assert loaded == summary["ranks"] == [r for (r,) in a.execute("SELECT rank FROM ranks ORDER BY rank"
                                                                           ).fetchall()]
             assert_same_run(a, b)
         finally:
             b.close()
-    for path in (tmp_path / "run" / "shards").glob("*.duckdb"):
+    for path in (run / "shards").glob("*.duckdb"):
         assert_shard_lod_is_naive(path)
 
 
-@pytest.mark.parametrize("group_bytes", [0, 64 << 20], ids=["a shard per rank", "ranks together"])
-def test_shard_ids_are_in_their_ranks_range(generated, tmp_path, group_bytes):
-    ingest_sharded(generated, tmp_path / "run", workers=2, group_bytes=group_bytes)
-    entries = read_manifest(tmp_path / "run")["shards"]
-    assert len(entries) == (3 if group_bytes == 0 else 1)
+@LAYOUTS
+def test_shard_ids_are_in_their_ranks_range(request, layout):
+    run = request.getfixturevalue(layout)[0]
+    entries = read_manifest(run)["shards"]
+    assert len(entries) == (3 if layout == "per_rank" else 1)
     for entry in entries:
-        with duckdb.connect(str(tmp_path / "run" / entry["file"]), read_only=True) as con:
+        with duckdb.connect(str(run / entry["file"]), read_only=True) as con:
             for rank in entry["ranks"]:
                 bases = rank_id_bases(rank)
                 for sql, base, span in (("SELECT min(track_id), max(track_id) FROM tracks", bases.track, 1 << 16),
@@ -176,39 +186,38 @@ def test_shard_ids_are_in_their_ranks_range(generated, tmp_path, group_bytes):
     assert rank_id_bases(2).slice == 2 << 36 and (rank_id_bases(32767).slice + (1 << 36)) <= 2 ** 53
 
 
-@pytest.mark.parametrize("group_bytes", [0, 64 << 20], ids=["a shard per rank", "ranks together"])
-def test_every_shards_lod_equals_its_naive_sql(generated, tmp_path, group_bytes):
+@LAYOUTS
+def test_every_shards_lod_equals_its_naive_sql(request, layout):
     """Each shard summarises its own slices at its own widths (it is complete the moment it is written); the
     server picks a level per rank."""
-    ingest_sharded(generated, tmp_path / "run", workers=2, group_bytes=group_bytes)
-    paths = sorted((tmp_path / "run" / "shards").glob("*.duckdb"))
-    assert len(paths) == (3 if group_bytes == 0 else 1)
+    paths = sorted((request.getfixturevalue(layout)[0] / "shards").glob("*.duckdb"))
+    assert len(paths) == (3 if layout == "per_rank" else 1)
     for path in paths:
         assert_shard_lod_is_naive(path)
 
 
-def test_manifest_and_summary(generated, tmp_path):
-    summary = ingest_sharded(generated, tmp_path / "run", workers=2, group_bytes=0)
-    manifest = read_manifest(tmp_path / "run")
+def test_manifest_and_summary(generated, per_rank, grouped):
+    run, summary = per_rank
+    manifest = read_manifest(run)
     assert manifest["format_version"] == shards.FORMAT_VERSION == 2 and manifest["source"] == str(generated)
     assert manifest["status"] == "complete" and manifest["ranks"] == {"ready": 3, "pending": 0, "failed": 0,
                                                                       "total": 3}
     assert [e["ranks"] for e in manifest["shards"]] == [[0], [1], [2]]
     for e in manifest["shards"]:
         assert e["status"] == "ready" and e["file"] == f"shards/rank_{e['ranks'][0]:05d}.duckdb"
-        assert e["bytes"] == (tmp_path / "run" / e["file"]).stat().st_size
+        assert e["bytes"] == (run / e["file"]).stat().st_size
         assert e["bytes"] < 2 << 20  # a small rank's shard is written in small blocks (default blocks: ~7 MB)
         assert len(e["source"]) == 32 and e["counts"]["slices_per_kind"]
     assert summary["ranks"] == [0, 1, 2] and summary["slices_per_kind"]
     assert [s["rank"] for s in summary["shards"]] == [0, 1, 2]
     assert all(s["seconds"] > 0 for s in summary["shards"])
-    grouped = ingest_sharded(generated, tmp_path / "grouped", workers=2)
-    (entry,) = read_manifest(tmp_path / "grouped")["shards"]
+    (entry,) = read_manifest(grouped[0])["shards"]
     assert entry["ranks"] == [0, 1, 2] and entry["file"] == "shards/ranks_00000-00002.duckdb"
-    assert {k: v for k, v in grouped.items() if k not in ("seconds", "shards")} == \
+    assert {k: v for k, v in grouped[1].items() if k not in ("seconds", "shards")} == \
         {k: v for k, v in summary.items() if k not in ("seconds", "shards")}
-    leftovers = [p.name for p in (tmp_path / "run").rglob("*") if ".tmp-" in p.name or p.name.startswith(".work")]
-    assert leftovers == []
+    for folder in (run, grouped[0]):
+        leftovers = [p.name for p in folder.rglob("*") if ".tmp-" in p.name or p.name.startswith(".work")]
+        assert leftovers == []
 
 
 def test_failed_shard_leaves_the_others_and_says_why(generated, tmp_path):
@@ -254,9 +263,8 @@ def test_corrupt_trace_of_one_rank_is_a_warning_of_its_shard(generated, tmp_path
         con.close()
 
 
-def test_connect_attaches_only_the_ranks_asked_for(generated, tmp_path):
-    ingest_sharded(generated, tmp_path / "run", workers=2, group_bytes=0)
-    con, loaded = connect(tmp_path / "run", [1, 7])
+def test_connect_attaches_only_the_ranks_asked_for(per_rank):
+    con, loaded = connect(per_rank[0], [1, 7])
     try:
         assert loaded == [1]
         dbs = {d for (d,) in con.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal"
@@ -269,9 +277,10 @@ def test_connect_attaches_only_the_ranks_asked_for(generated, tmp_path):
         con.close()
 
 
-def test_nothing_found_writes_no_manifest_and_removes_an_old_one(generated, tmp_path):
+def test_nothing_found_writes_no_manifest_and_removes_an_old_one(grouped, tmp_path):
     out = tmp_path / "run"
-    ingest_sharded(generated, out, workers=1)
+    shutil.copytree(grouped[0], out)  # a run already there
+    assert (out / "manifest.json").exists()
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(NoProfilingData):
@@ -280,9 +289,9 @@ def test_nothing_found_writes_no_manifest_and_removes_an_old_one(generated, tmp_
     assert not [p for p in out.iterdir() if p.name.startswith(".work")]
 
 
-def test_reingest_removes_shards_of_ranks_gone(generated, tmp_path):
+def test_reingest_removes_shards_of_ranks_gone(generated, per_rank, tmp_path):
     out = tmp_path / "run"
-    ingest_sharded(generated, out, workers=2, group_bytes=0)
+    shutil.copytree(per_rank[0], out)  # a run of three ranks already there
     src = tmp_path / "src"
     shutil.copytree(generated / "rank0_ascend_pt", src / "rank0_ascend_pt")
     ingest_sharded(src, out, workers=1, group_bytes=0)
@@ -290,152 +299,20 @@ def test_reingest_removes_shards_of_ranks_gone(generated, tmp_path):
     assert [e["ranks"] for e in json.loads((out / "manifest.json").read_text())["shards"]] == [[0]]
 
 
-# --- executors: a 1,000-rank generated run through the process pool and a local Ray cluster ----------------------
-
-def _dump(out: Path) -> dict[str, list]:
-    """Every table of every shard and of cluster.duckdb, as sorted text (ids included: they must be equal)."""
-    dump = {}
-    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.duckdb"))
-    for name in names:
-        with duckdb.connect(str(out / name), read_only=True) as con:
-            for schema, table in con.execute("SELECT schema_name, table_name FROM duckdb_tables() ORDER BY ALL"
-                                             ).fetchall():
-                if table == "meta":
-                    continue
-                cur = con.execute(f'SELECT * FROM "{schema}"."{table}"')
-                cols = [d[0] for d in cur.description]
-                drop = {"seconds"} if table == "files" else set()
-                dump[f"{name}:{schema}.{table}"] = sorted(repr(tuple(v for c, v in zip(cols, r) if c not in drop))
-                                                 for r in cur.fetchall())
-    return dump
-
-
-def test_cluster_tables_past_the_row_threshold_are_written_in_default_blocks(generated, tmp_path, monkeypatch):
+def test_cluster_tables_past_the_row_threshold_are_written_in_default_blocks(generated, grouped, tmp_path,
+                                                                             monkeypatch):
     """Small blocks keep a small run's cluster.duckdb small; a big one is written in default blocks (faster to
     checkpoint on every rewrite). Either way it holds the same rows."""
     def block_size(out: Path) -> int:
         with duckdb.connect(str(out / "cluster.duckdb"), read_only=True) as con:
             return con.execute("SELECT block_size FROM pragma_database_size()").fetchone()[0]
 
-    ingest_sharded(generated, tmp_path / "small", workers=1)
     monkeypatch.setattr(shards, "CLUSTER_BIG_ROWS", 0)
-    ingest_sharded(generated, tmp_path / "big", workers=1)
-    assert block_size(tmp_path / "small") == 16 << 10 and block_size(tmp_path / "big") == 256 << 10
-    assert (tmp_path / "small" / "cluster.duckdb").stat().st_size < (tmp_path / "big" / "cluster.duckdb").stat().st_size
-    small, big = _dump(tmp_path / "small"), _dump(tmp_path / "big")
+    ingest_sharded(generated, tmp_path / "big", workers=2)  # as ``grouped``, which is small
+    assert block_size(grouped[0]) == 16 << 10 and block_size(tmp_path / "big") == 256 << 10
+    assert (grouped[0] / "cluster.duckdb").stat().st_size < (tmp_path / "big" / "cluster.duckdb").stat().st_size
+    small, big = dump_run(grouped[0]), dump_run(tmp_path / "big")
     assert small == big and any(k.startswith("cluster.duckdb:") for k in small)
-
-
-# the issue's 1,000 ranks take ~7 min for both executors on 2 cores (~0.2 s per tiny rank): the default run checks
-# 100; ASCENDSCOPE_CLUSTER_TEST_RANKS=1000 runs the full size (recorded in docs/benchmarks.md)
-THOUSAND = int(os.environ.get("ASCENDSCOPE_CLUSTER_TEST_RANKS", "100"))
-
-
-def _ray_available() -> bool:
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.fixture(scope="module")
-def thousand(tmp_path_factory) -> Path:
-    """THOUSAND ranks as small as the generator makes them, each a trace only (the CSVs are removed: a rank's
-    cost is then mostly the fixed cost of a shard)."""
-    out = tmp_path_factory.mktemp("thousand")
-    generate_run(out, ranks=THOUSAND, steps=1, ops_per_step=2, streams=1, cann_lane=False, overlap_lane=False,
-                 hccl=False)
-    for csv in out.glob("*/ASCEND_PROFILER_OUTPUT/*.csv"):
-        csv.unlink()
-    return out
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    """One local Ray for the module's Ray tests, started and stopped by the executor that owns it (its start alone
-    takes 30-40 s on 2 busy cores); the runs' own executors find it running and leave it so."""
-    if not _ray_available():
-        pytest.skip("ray is not installed (pip install 'ascendscope[ray]')")
-    from ascendscope.ingest.executors import RayExecutor
-    owner = RayExecutor(workers=2)
-    assert owner.owned and owner.ray.is_initialized()
-    yield owner.ray
-    owner.close()
-    assert not owner.ray.is_initialized()
-
-
-@pytest.mark.slow
-def test_thousand_ranks_process_pool_and_ray_agree(thousand, tmp_path, ray_session):
-    by_pool = ingest_sharded(thousand, tmp_path / "pool", executor="process", workers=2)
-    assert len(by_pool["ranks"]) == THOUSAND and all(s["status"] == "ready" for s in by_pool["shards"])
-    by_ray = ingest_sharded(thousand, tmp_path / "ray", executor="ray", workers=2)
-    assert by_ray["ranks"] == by_pool["ranks"]
-    assert {k: v for k, v in by_ray.items() if k not in ("seconds", "shards")} == \
-        {k: v for k, v in by_pool.items() if k not in ("seconds", "shards")}
-    assert _dump(tmp_path / "ray") == _dump(tmp_path / "pool")
-
-
-def test_ray_executor_on_a_small_run(generated, tmp_path, ray_session):
-    by_pool = ingest_sharded(generated, tmp_path / "pool", workers=2, group_bytes=0)
-    ingest_sharded(generated, tmp_path / "ray", executor="ray", workers=2, group_bytes=0)
-    assert _dump(tmp_path / "ray") == _dump(tmp_path / "pool")
-    assert by_pool["ranks"] == [0, 1, 2]
-
-
-def test_unknown_executor_and_missing_ray(generated, tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="unknown executor"):
-        ingest_sharded(generated, tmp_path / "run", executor="slurm")
-    import sys
-
-    monkeypatch.setitem(sys.modules, "ray", None)  # an import of ray now fails
-    from ascendscope.ingest.executors import ExecutorUnavailable
-
-    with pytest.raises(ExecutorUnavailable, match="pip install"):
-        ingest_sharded(generated, tmp_path / "run", executor="ray")
-    assert not (tmp_path / "run" / "manifest.json").exists()
-    assert os.listdir(tmp_path / "run" / "shards") == []
-
-
-def _cli(*args):
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "ascendscope.server.cli", "ingest", *map(str, args)],
-                          capture_output=True, text=True)
-
-
-def test_cli_writes_a_run_folder_or_one_file(generated, tmp_path):
-    proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2")
-    assert proc.returncode == 0, proc.stderr
-    assert "shards: 1 ready, 0 failed" in proc.stdout and "ranks: 0, 1, 2" in proc.stdout
-    assert [e["status"] for e in read_manifest(tmp_path / "run")["shards"]] == ["ready"]
-    proc = _cli(generated, "--out", tmp_path / "one.duckdb", "--quiet")
-    assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "one.duckdb").is_file() and "shards:" not in proc.stdout
-
-
-def test_cli_writes_a_run_folder_of_a_db_export_without_text_files(tmp_path):
-    """A run of db exports only (no CSV beside them, so the small files' pass writes nothing before its tables):
-    the folder the server writes, through the CLI (exited 2 with a missing scratch file before)."""
-    proc = _cli(_need(SAMPLE_RUNS["db_level1"]), "--out", tmp_path / "run")
-    assert proc.returncode == 0, proc.stderr
-    assert " ready, 0 failed" in proc.stdout and "ranks: 0, 1\n" in proc.stdout
-
-
-@pytest.mark.parametrize("args", [("--ray-address", "head:6379"), ("--executor", "ray", "--out", "x.duckdb"),
-                                  ("--workers", "0")])
-def test_cli_refuses_contradictory_arguments(generated, tmp_path, args):
-    out = () if "--out" in args else ("--out", tmp_path / "run")
-    proc = _cli(generated, *out, *args)
-    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
-
-
-def test_cli_exits_2_when_no_rank_loads(generated, tmp_path):
-    (tmp_path / "run" / "shards" / "ranks_00000-00002.duckdb" / "x").mkdir(parents=True)
-    proc = _cli(generated, "--out", tmp_path / "run", "--workers", "2")
-    assert proc.returncode == 2 and "no rank could be loaded" in proc.stderr
-    assert "shards: 0 ready, 1 failed" in proc.stdout and "[ranks 0–2] not loaded: " in proc.stdout
 
 
 def test_a_lone_rank_gets_every_core(tmp_path, monkeypatch):
