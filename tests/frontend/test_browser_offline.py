@@ -56,10 +56,12 @@ def test_the_api_page_renders_from_the_server_alone(page, live_server):
     assert foreign == [], foreign
 
 
-def test_a_first_view_asks_for_its_whole_module_graph_at_once(page, live_server):
+def test_a_first_view_asks_for_its_whole_module_graph_at_once(fresh_page, live_server):
     """Every module of the Operator view is asked for before the first one has arrived (the page's modulepreload
     links), so none waits for its importer to arrive and be parsed first: without them, the view's own imports
-    waited behind plotly.js (4.8 MB) and each level of imports cost a round trip."""
+    waited behind plotly.js (4.8 MB) and each level of imports cost a round trip. (A first view: a new context,
+    its cache empty.)"""
+    page = fresh_page
     page.set_default_timeout(30_000)
     page.goto(f"{live_server.base_url}/runs/{live_server.runs['level1']}/operator")
     page.locator("#op-type-pie .pielayer path").first.wait_for()
