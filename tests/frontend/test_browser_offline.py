@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ascendscope.server.pages import VIEW_NAMES
+from tests.browser_helpers import OpenRequests, settle
 
 pytestmark = pytest.mark.browser
 
@@ -33,12 +34,13 @@ def watch_requests(page, base: str) -> list[str]:
 
 def test_no_request_of_any_page_leaves_the_server(page, live_server):
     foreign = watch_requests(page, live_server.base_url)
+    requests = OpenRequests(page)
     rid = live_server.runs["level1"]
     paths = ["/", f"/compare?a={rid}", *(f"/runs/{rid}/{view}" for view in VIEW_NAMES)]
     page.set_default_timeout(30_000)  # (a dozen pages with plotly.js, on a shared machine)
     for path in paths:
         page.goto(live_server.base_url + path, wait_until="domcontentloaded")
-        page.wait_for_load_state("networkidle")
+        settle(page, requests)  # every request the page makes as it loads and draws its answers has ended
     assert foreign == [], foreign
     assert page.evaluate("() => typeof Plotly") == "object"  # (the last view, SQL, loaded plotly.js from us)
 
