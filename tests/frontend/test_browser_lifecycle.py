@@ -90,6 +90,8 @@ def test_one_upload_shows_its_progress_then_opens_with_its_warnings(tmp_path, le
 def test_a_failed_run_shows_its_log_and_is_retried(tmp_path, level0_db, page, artifacts_dir):
     from playwright.sync_api import expect
 
+    from ascendscope.sample_data.generate import generate_run
+
     later = tmp_path / "copied-later"
     with server(tmp_path / "data") as (base, store, queue):
         failed = store.create_run("later", str(later))  # its folder is not there yet: the ingest fails
@@ -112,7 +114,7 @@ def test_a_failed_run_shows_its_log_and_is_retried(tmp_path, level0_db, page, ar
         expect(good.locator(".run-warnings li", has_text=LEVEL0_WARNING)).to_have_count(2)
         page.screenshot(path=str(artifacts_dir / "runs_failed_log_and_warnings.png"))
 
-        shutil.copytree(PYTORCH_TEXT / "level1", later)
+        generate_run(later, ranks=1, steps=1, ops_per_step=5)  # the folder is there now (a small run will do)
         bad.get_by_role("button", name="Retry").click()
         expect(bad).to_have_attribute("data-status", "ready", timeout=INGEST_TIMEOUT_MS)
         expect(bad.get_by_role("link", name="Open")).to_be_visible()
