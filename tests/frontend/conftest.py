@@ -54,6 +54,12 @@ class ModuleTab:
                 tab.evaluate("() => { localStorage.clear(); sessionStorage.clear(); }")
             except Exception:  # noqa: BLE001 (a page that has no storage or is going away: nothing kept to clear)
                 pass
+        origins = [o["origin"] for o in self.context.storage_state()["origins"]]  # (those the tab has left)
+        if origins:
+            cdp = self.context.new_cdp_session(tab)
+            for origin in origins:
+                cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "local_storage"})
+            cdp.detach()
         self.context.clear_cookies()
         self.errors.clear()
 
