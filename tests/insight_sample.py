@@ -31,11 +31,12 @@ __all__ = ["LEAD_NS", "STEP_NS", "T0_NS", "add_generated_run", "add_wait_runs", 
 
 
 
-def add_ready(store, name: str, src: Path, *, sharded: bool) -> str:
-    """Ingest ``src`` into ``store`` as the ready run ``name`` (sharded a shard per rank, or one file); its id."""
+def add_ready(store, name: str, src: Path, *, sharded: bool, group_bytes: int = 0) -> str:
+    """Ingest ``src`` into ``store`` as the ready run ``name`` (sharded, a shard per rank or ranks packed up to
+    ``group_bytes`` of input a shard, or one file); its id."""
     run = store.create_run(name, str(src))
     if sharded:
-        summary = ingest_sharded(src, store.run_dir(run.id), workers=2, group_bytes=0)
+        summary = ingest_sharded(src, store.run_dir(run.id), workers=2, group_bytes=group_bytes)
     else:
         summary = ingest_path(src, store.db_path(run.id))
     store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})

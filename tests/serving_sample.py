@@ -29,12 +29,13 @@ def ingest_serving(src: Path, out: Path) -> Path:
     return out
 
 
-def serving_store(data_dir: Path, work: Path) -> tuple[dict[str, str], dict[str, dict]]:
+def serving_store(data_dir: Path, work: Path, names: tuple[str, ...] | None = None
+                  ) -> tuple[dict[str, str], dict[str, dict]]:
     """A store at ``data_dir`` with the ready runs ``burst`` (ms CSVs + profiler.db), ``burst_us``, ``burst_db``,
     ``calm``, ``tiny_kv`` (a cache of 40 blocks: it runs out) ``csv_only`` (the CSVs alone: no rank) and
     ``preempted`` (req-2 preempted once), ``pd`` (``burst`` with every other file of the output:
-    forward passes, queue sizes, PD disaggregation, the coordinator; its truth's ``more`` holds what they say);
-    ``({name: run_id}, {name: truth})``."""
+    forward passes, queue sizes, PD disaggregation, the coordinator; its truth's ``more`` holds what they say), or
+    only those of ``names``; ``({name: run_id}, {name: truth})``."""
     from ascendscope.server.runs import RunStore
 
     store = RunStore(data_dir)
@@ -44,6 +45,8 @@ def serving_store(data_dir: Path, work: Path) -> tuple[dict[str, str], dict[str,
             "preempted": ("preempted", "ms"), "pd": ("burst", "ms")}
     ids = {}
     for name, (truth, flavour) in plan.items():
+        if names is not None and name not in names:
+            continue
         src = work / name
         write_serving(src, truths[truth], flavour)
         if name == "pd":
@@ -55,5 +58,6 @@ def serving_store(data_dir: Path, work: Path) -> tuple[dict[str, str], dict[str,
         store.set_status(run.id, "ready")
         ids[name] = run.id
     truths["burst_us"] = truths["burst_db"] = truths["csv_only"] = truths["burst"]
-    truths["pd"] = {**truths["burst"], "more": more}
+    if "pd" in ids:
+        truths["pd"] = {**truths["burst"], "more": more}
     return ids, truths

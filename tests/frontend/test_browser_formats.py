@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 
 from tests.browser_helpers import poll
-from tests.conftest import REAL_SAMPLES, ingest_ready
+from tests.conftest import DB_SAMPLES, REAL_SAMPLES, ingest_ready
 
 pytestmark = pytest.mark.browser
 
 FORMATS = {
-    "db-level1": REAL_SAMPLES / "msinsight_pytorch_2025" / "db" / "level1",
+    "db-level1": REAL_SAMPLES / "msinsight_pytorch_2025" / "db" / "level1",  # (the session's db_runs has it)
     "msprof-2dev": REAL_SAMPLES / "mindinsight_msprof_2dev_2023",
     "kineto": REAL_SAMPLES / "hta_gpu_kineto_nonascend" / "trace_filter",
 }
@@ -24,9 +24,11 @@ LOAD_TIMEOUT_MS = 30_000
 
 
 @pytest.fixture(scope="module")
-def format_runs(runs) -> dict[str, str]:
+def format_runs(runs, db_runs) -> dict[str, str]:
     """``{format: run_id}`` in the store ``live_server`` serves (it reads the store on every request)."""
-    return ingest_ready(runs.data_dir, FORMATS)
+    assert DB_SAMPLES["db_level1"] == FORMATS["db-level1"]
+    return {"db-level1": db_runs["db_level1"],
+            **ingest_ready(runs.data_dir, {k: v for k, v in FORMATS.items() if k != "db-level1"})}
 
 
 READY = ("() => window.__timeline && (window.__timeline.ready || window.__timeline.error)"

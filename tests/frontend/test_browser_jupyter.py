@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser_helpers import OpenRequests, settle
 from tests.conftest import free_port
 
 pytest.importorskip("jupyter_server_proxy", reason="the [jupyter] extra is not installed")
@@ -133,8 +134,9 @@ def test_every_page_works_under_the_prefix(jupyter, browser, artifacts_dir):
             assert parquet.startswith(f"{PREFIX}api/runs/{run_id}/export/advice.parquet")
     page.locator('a.muted[title="All runs"]').click()
     page.wait_for_url(f"{origin}{PREFIX}")
+    requests = OpenRequests(page)
     page.goto(f"{origin}{PREFIX}compare?a={run_id}")
-    page.wait_for_timeout(500)
+    settle(page, requests)  # (every request the page makes as it loads and draws has ended)
     context.close()
     assert not outside, f"requests that left the prefix: {outside[:5]}"
     assert not failed, failed

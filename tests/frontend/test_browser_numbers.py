@@ -11,7 +11,6 @@ import pytest
 
 from tests.browser_helpers import api
 from tests.cluster_sample import BASE_COMM_NS, BASE_COMPUTING_NS, BASE_FREE_NS, synthetic_cluster_run
-from tests.conftest import DB_SAMPLES, ingest_ready
 from tests.frontend.test_browser_insights import T0_US, US, open_timeline
 
 pytestmark = pytest.mark.browser
@@ -96,8 +95,8 @@ def test_the_critical_path_says_its_step_is_the_profilerstep_span(page, live_ser
     assert "step_trace_time.csv" in page.locator("#cp-summary").get_attribute("title")
 
 
-def test_the_module_memory_panel_names_its_real_source(page, live_server, runs, client):
-    rid = ingest_ready(runs.data_dir, {"db_level1_modules": DB_SAMPLES["db_level1"]})["db_level1_modules"]
+def test_the_module_memory_panel_names_its_real_source(page, live_server, db_runs, client):
+    rid = db_runs["db_level1"]
     modules = client.get(f"/api/runs/{rid}/memory/modules", params={"rank": 0}).json()
     assert modules["series"], "the db export's twin has module memory"
     assert modules["source"] == "ascend_pytorch_profiler_0.db NPU_MODULE_MEM"

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ascendscope.server.pages import VIEW_NAMES
+from tests.browser_helpers import OpenRequests, settle
 
 pytestmark = pytest.mark.browser
 
@@ -33,12 +34,13 @@ def watch_requests(page, base: str) -> list[str]:
 
 def test_no_request_of_any_page_leaves_the_server(page, live_server):
     foreign = watch_requests(page, live_server.base_url)
+    requests = OpenRequests(page)
     rid = live_server.runs["level1"]
     paths = ["/", f"/compare?a={rid}", *(f"/runs/{rid}/{view}" for view in VIEW_NAMES)]
     page.set_default_timeout(30_000)  # (a dozen pages with plotly.js, on a shared machine)
     for path in paths:
         page.goto(live_server.base_url + path, wait_until="domcontentloaded")
-        page.wait_for_load_state("networkidle")
+        settle(page, requests)  # every request the page makes as it loads and draws its answers has ended
     assert foreign == [], foreign
     assert page.evaluate("() => typeof Plotly") == "object"  # (the last view, SQL, loaded plotly.js from us)
 
@@ -56,10 +58,12 @@ def test_the_api_page_renders_from_the_server_alone(page, live_server):
     assert foreign == [], foreign
 
 
-def test_a_first_view_asks_for_its_whole_module_graph_at_once(page, live_server):
+def test_a_first_view_asks_for_its_whole_module_graph_at_once(fresh_page, live_server):
     """Every module of the Operator view is asked for before the first one has arrived (the page's modulepreload
     links), so none waits for its importer to arrive and be parsed first: without them, the view's own imports
-    waited behind plotly.js (4.8 MB) and each level of imports cost a round trip."""
+    waited behind plotly.js (4.8 MB) and each level of imports cost a round trip. (A first view: a new context,
+    its cache empty.)"""
+    page = fresh_page
     page.set_default_timeout(30_000)
     page.goto(f"{live_server.base_url}/runs/{live_server.runs['level1']}/operator")
     page.locator("#op-type-pie .pielayer path").first.wait_for()

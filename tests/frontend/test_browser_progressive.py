@@ -4,7 +4,8 @@ pending, with the progress and ETA, and the rank selector marks them; a page ope
 next in the queue and reloads by itself, drawing that rank, once its shard is published.
 
 The run is pinned half-way (its manifest says rank 2's shard is pending) so the test does not race a worker; the
-worker side is tested in tests/server/test_progressive.py. Generated data only.
+worker side is tested in tests/server/test_progressive.py. Generated data only. Each test has its own server, so
+its own page (``fresh_page``): the module's one tab would outlive the server it polls.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def drawn_ranks(page) -> set[int]:
     return {lane["rank"] for lane in page.evaluate("() => window.__timeline.lanes()") if lane["rank"] is not None}
 
 
-def test_a_rank_is_browsable_while_another_ingests(page, half_way, artifacts_dir):
+def test_a_rank_is_browsable_while_another_ingests(fresh_page, half_way, artifacts_dir):
+    page = fresh_page
     base, store, run_id = half_way
     page.goto(f"{base}/")
     row = page.locator(f'tr[data-run-id="{run_id}"]')
@@ -73,7 +75,8 @@ def test_a_rank_is_browsable_while_another_ingests(page, half_way, artifacts_dir
     assert drawn_ranks(page) == {0}
 
 
-def test_a_pending_rank_opens_by_itself_once_loaded(page, half_way, artifacts_dir):
+def test_a_pending_rank_opens_by_itself_once_loaded(fresh_page, half_way, artifacts_dir):
+    page = fresh_page
     base, store, run_id = half_way
     page.goto(f"{base}/runs/{run_id}/timeline?rank=2")
     page.locator("#run-ingesting", has_text="Rank 2 is next in the queue").wait_for(timeout=20_000)
@@ -112,7 +115,8 @@ def big_rank_half_way(tmp_path):
         yield base, store, run.id, note
 
 
-def test_a_big_rank_is_drawn_from_its_overview_with_every_lane(page, big_rank_half_way, artifacts_dir):
+def test_a_big_rank_is_drawn_from_its_overview_with_every_lane(fresh_page, big_rank_half_way, artifacts_dir):
+    page = fresh_page
     base, store, run_id, note = big_rank_half_way
     page.goto(f"{base}/runs/{run_id}/timeline?rank=0")
     page.wait_for_function(READY, timeout=20_000)

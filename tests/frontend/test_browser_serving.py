@@ -24,7 +24,7 @@ def serving_server(tmp_path_factory):
 
     data = tmp_path_factory.mktemp("serving-browser-data")
     work = tmp_path_factory.mktemp("serving-browser-work")
-    ids, truths = serving_store(data, work)
+    ids, truths = serving_store(data, work, names=("burst", "csv_only", "pd"))  # (those the tests open)
     generate_run(work / "npu", ranks=1, steps=1, ops_per_step=5)
     store = RunStore(data)
     run = store.create_run("npu", "npu")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ascendscope.server.pages import VIEW_NAMES
+from tests.browser_helpers import OpenRequests, settle
 
 pytestmark = pytest.mark.browser
 
@@ -50,11 +51,6 @@ def check_layout(page, where: str) -> dict:
     return got
 
 
-def settle(page):
-    page.wait_for_load_state("networkidle")
-    page.wait_for_timeout(400)  # (the tables' boxes are measured as they render)
-
-
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_every_page_fits_the_window(page, live_server, size):
     page.set_viewport_size({"width": size[0], "height": size[1]})
@@ -62,10 +58,11 @@ def test_every_page_fits_the_window(page, live_server, size):
     rid = live_server.runs["level1"]
     urls = {"runs": "/", "compare": f"/compare?a={rid}&b={rid}&rank_a=0&rank_b=1",
             **{v: f"/runs/{rid}/{v}?rank=0" for v in VIEW_NAMES}}
+    requests = OpenRequests(page)
     seen_tables = 0
     for name, url in urls.items():
         page.goto(live_server.base_url + url, wait_until="domcontentloaded")
-        settle(page)
+        settle(page, requests)  # (the tables' boxes are measured as they render)
         seen_tables += len(check_layout(page, f"{name} at {size}")["tables"])
     assert seen_tables >= 15  # (the check read the views' tables)
 
@@ -73,6 +70,7 @@ def test_every_page_fits_the_window(page, live_server, size):
 def test_the_timeline_keeps_one_toolbar_line_and_room_for_lanes(page, live_server):
     page.set_viewport_size({"width": 1280, "height": 720})
     page.set_default_timeout(30_000)
+    requests = OpenRequests(page)
     page.goto(f"{live_server.base_url}/runs/{live_server.runs['generated']}/timeline")
     page.wait_for_function("() => window.__timeline && window.__timeline.ready")
     bar = page.evaluate("""() => { const tb = document.querySelector('.tl-toolbar');
@@ -89,6 +87,6 @@ def test_the_timeline_keeps_one_toolbar_line_and_room_for_lanes(page, live_serve
     page.locator('.tl-panel-tab[data-tab="critpath"]').click()
     page.get_by_role("button", name="Load").click()
     page.locator("#cp-summary").wait_for()
-    settle(page)
+    settle(page, requests)
     got = check_layout(page, "critical path at 1600x900")
     assert [t["last"] for t in got["tables"]].count("Share") >= 2

@@ -10,7 +10,10 @@ HTTP against ``ascendscope serve`` (a subprocess, as users run it) over the real
 * no file the console can name: a file planted in the console's spill folders and in a run's shard folder, tried
   with every file-reading function of DuckDB's catalog and as a table name, is never read.
 
-Timing bounds here are generous (a loaded 2-core machine); ``ascendscope bench console-abuse`` measures them.
+The server runs with a 4 s deadline (``ASCENDSCOPE_QUERY_TIMEOUT_S``; 10 s by default): what is checked is that a
+query ends at the deadline, whatever it is, and the queries meant to reach it (the folded ``repeat``, the clients'
+cross join) outlast any deadline. Timing bounds are generous (a loaded 2-core machine); ``ascendscope bench
+console-abuse`` measures them at the default.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from ascendscope.bench.served import Server
 from tests.conftest import ingest_ready
 from tests.samples import PYTORCH_TEXT
 
-TIMEOUT_S = 10.0  # the server's default query_timeout_s
+TIMEOUT_S = 4.0  # the served query_timeout_s
 SLACK_S = 4.0  # beyond deadline + 1 s, for a machine shared by other work
 PROMPT_S = 5.0  # "prompt" here: the issue saw 9.4-25.9 s; the benchmark measures the real figures
 SECRET = "planted-secret-4f1c"
@@ -41,7 +44,7 @@ SECRET = "planted-secret-4f1c"
 def served(runs):
     """``ascendscope serve`` over the session's data dir, with the real level1 sample also ingested sharded."""
     ids = dict(runs.ids, **ingest_ready(runs.data_dir, {"level1_sharded": PYTORCH_TEXT / "level1"}))
-    with Server(runs.data_dir) as srv:
+    with Server(runs.data_dir, extra_env={"ASCENDSCOPE_QUERY_TIMEOUT_S": str(TIMEOUT_S)}) as srv:
         srv.wait_ready("/api/runs")
         srv.wait_query_processes()
         srv.ids = ids
@@ -180,7 +183,15 @@ def test_sixty_clients_looping_a_slow_query_leave_every_other_request_prompt(ser
     with Prober(served, pages) as probe:
         for t in threads:
             t.start()
-        time.sleep(TIMEOUT_S + 3)
+        # until the load has been refused (429), held a query to its deadline (504), and every page was asked for
+        # twice meanwhile
+        until = time.monotonic() + TIMEOUT_S + 60
+        while time.monotonic() < until:
+            with lock:
+                seen = {s for s, _, _ in results}
+            if {429, 504} <= seen and len(probe.seen) >= 2 * len(pages):
+                break
+            time.sleep(0.1)
         stop.set()
         for t in threads:
             t.join(TIMEOUT_S + 10)
