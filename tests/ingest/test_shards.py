@@ -24,6 +24,7 @@ from ascendscope.ingest import shards
 from ascendscope.ingest.pipeline import NoProfilingData, ingest_path, rank_id_bases
 from ascendscope.ingest.shards import connect, ingest_sharded, read_manifest
 from ascendscope.sample_data.generate import generate_run
+from ascendscope.server.runs import RunStore
 from tests.samples import SAMPLE_RUNS
 from tests.shard_helpers import dump_run, need, small_run
 
@@ -55,17 +56,20 @@ def _bases(con) -> dict[str, dict[int, int]]:
     return {k: dict(con.execute(sql).fetchall()) for k, sql in q.items()}
 
 
-def _rows(con, table: str) -> tuple[list[str], list[tuple]]:
-    """The table's rows with ids made rank-local, as sorted text (column order and types aside)."""
+def _rows(con, table: str, ids: tuple | None = None) -> tuple[list[str], list[tuple]]:
+    """The table's rows with ids made rank-local, as sorted text (column order and types aside). ``ids``: the
+    connection's ``(_bases, track_id -> rank)``, when the caller has them already."""
     if table == "meta":
         return ["key", "value"], sorted(con.execute("SELECT key, value FROM meta WHERE list_contains(?, key)",
                                                     [list(STABLE_META)]).fetchall())
-    bases = _bases(con)
-    track_rank = dict(con.execute("SELECT track_id, rank FROM tracks").fetchall())
+    bases, track_rank = ids or (_bases(con), dict(con.execute("SELECT track_id, rank FROM tracks").fetchall()))
     cur = con.execute(f'SELECT * FROM "{table}"')
     cols = [d[0] for d in cur.description]
     keep = sorted(c for c in cols if c not in VARYING.get(table, ()))
     out = []
+    if not (set(keep) & (TRACK_IDS | SLICE_IDS | FLOW_IDS)):  # no ids to make rank-local
+        where = [cols.index(c) for c in keep]
+        return keep, sorted(tuple(repr(row[i]) for i in where) for row in cur.fetchall())
     for row in cur.fetchall():
         rec = dict(zip(cols, row))
         rank = rec.get("rank")
@@ -88,11 +92,13 @@ def _rows(con, table: str) -> tuple[list[str], list[tuple]]:
 def assert_same_run(single: duckdb.DuckDBPyConnection, sharded: duckdb.DuckDBPyConnection) -> None:
     tables = _tables(single)
     assert tables == [t for t in _tables(sharded)], "the same tables"
+    ids = {con: (_bases(con), dict(con.execute("SELECT track_id, rank FROM tracks").fetchall()))
+           for con in (single, sharded)}
     for table in tables:
         if table in PER_DATABASE:
             continue
-        cols_a, rows_a = _rows(single, table)
-        cols_b, rows_b = _rows(sharded, table)
+        cols_a, rows_a = _rows(single, table, ids[single])
+        cols_b, rows_b = _rows(sharded, table, ids[sharded])
         assert cols_a == cols_b, table
         assert len(rows_a) == len(rows_b), table
         assert rows_a == rows_b, table
@@ -143,23 +149,38 @@ def grouped(generated, tmp_path_factory) -> tuple[Path, dict]:
 
 LAYOUTS = pytest.mark.parametrize("layout", ["per_rank", "grouped"], ids=["a shard per rank", "ranks together"])
 
+# samples the session already holds (tests/conftest.py), taken from there rather than ingested again: their
+# single-file ingest (the same ingest_path of the same folder), or their run sharded as the server does it
+SESSION_SINGLE = {"text_level0": "level0_db", "text_level1": "level1_db"}
+SESSION_SHARDED = {"text_level2": ("view_runs", "level2"), "st4": ("view_runs", "st4"),
+                   "fixtures": ("view_runs", "fixtures"), "db_level0": ("db_runs", "db_level0"),
+                   "db_level1": ("db_runs", "db_level1")}
+
 
 @pytest.mark.parametrize("sample", ["generated", "bundled", *SAMPLE_RUNS])
-def test_sharded_run_equals_single_file(sample, generated, grouped, tmp_path):
+def test_sharded_run_equals_single_file(sample, generated, grouped, tmp_path, request):
     """Every sample (real, or its twin) through the server's path: the same rows as the single-file ingest."""
     src = need({"generated": generated, "bundled": BUNDLED, **SAMPLE_RUNS}[sample])
-    single = tmp_path / "single.duckdb"
-    ingest_path(src, single)
-    if sample == "generated":  # the module's run of it, sharded on two workers as below
-        run, summary = grouped
+    if sample in SESSION_SINGLE:
+        single = request.getfixturevalue(SESSION_SINGLE[sample])
     else:
-        run, summary = tmp_path / "run", ingest_sharded(src, tmp_path / "run", workers=2)
-    assert [s["status"] for s in summary["shards"]] == ["ready"] * len(summary["shards"])
+        single = tmp_path / "single.duckdb"
+        ingest_path(src, single)
+    if sample == "generated":  # the module's run of it, sharded on two workers
+        run = grouped[0]
+    elif sample in SESSION_SHARDED:
+        fixture, name = SESSION_SHARDED[sample]
+        run = RunStore(request.getfixturevalue("runs").data_dir).run_dir(request.getfixturevalue(fixture)[name])
+    else:
+        run = tmp_path / "run"
+        ingest_sharded(src, run, workers=2)
+    entries = read_manifest(run)["shards"]
+    assert [e["status"] for e in entries] == ["ready"] * len(entries)
     with duckdb.connect(str(single), read_only=True) as a:
         b, loaded = connect(run)
         try:
-            assert loaded == summary["ranks"] == [r for (r,) in a.execute("SELECT rank FROM ranks ORDER BY rank"
-                                                                          ).fetchall()]
+            assert loaded == [r for (r,) in b.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()] == \
+                [r for (r,) in a.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
             assert_same_run(a, b)
         finally:
             b.close()
