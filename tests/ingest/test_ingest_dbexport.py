@@ -14,6 +14,7 @@ import pytest
 
 from ascendscope.ingest.pipeline import ingest_path
 from tests.conftest import HAVE_REAL, REAL_SAMPLES
+from tests.shared_runs import single_file
 
 PYTORCH = REAL_SAMPLES / "msinsight_pytorch_2025"
 DB, TEXT = PYTORCH / "db", PYTORCH / "text"
@@ -48,17 +49,9 @@ def has_table(src: sqlite3.Connection, table: str) -> bool:
 
 @pytest.fixture(scope="module")
 def db_export(tmp_path_factory):
-    """``db_export(level)``: ``(database, summary)`` of the level's db export ingested as one file, made once for
-    the module (``run`` and ``db_client`` read the same one)."""
-    made = {}
-
-    def get(level: str) -> tuple[Path, dict]:
-        if level not in made:
-            out = tmp_path_factory.mktemp(f"dbexport-{level}") / "db.duckdb"
-            made[level] = out, ingest_path(DB / level, out)
-        return made[level]
-
-    return get
+    """``db_export(level)``: ``(database, summary)`` of the level's db export ingested as one file, made once
+    (``run`` and ``db_client`` read the same one, as do other modules: tests/shared_runs.py)."""
+    return lambda level: single_file(tmp_path_factory, DB / level)
 
 
 @pytest.fixture(scope="module", params=["level0", "level1", "level2"])

@@ -21,12 +21,13 @@ import duckdb
 import pytest
 
 from ascendscope.ingest import shards
-from ascendscope.ingest.pipeline import NoProfilingData, ingest_path, rank_id_bases
+from ascendscope.ingest.pipeline import NoProfilingData, rank_id_bases
 from ascendscope.ingest.shards import connect, ingest_sharded, read_manifest
 from ascendscope.sample_data.generate import generate_run
 from ascendscope.server.runs import RunStore
 from tests.samples import SAMPLE_RUNS
 from tests.shard_helpers import dump_run, need, small_run
+from tests.shared_runs import single_file
 
 # id columns, by the id kind they hold
 TRACK_IDS = {"track_id", "src_track_id", "dst_track_id"}
@@ -163,9 +164,8 @@ def test_sharded_run_equals_single_file(sample, generated, grouped, tmp_path, re
     src = need({"generated": generated, "bundled": BUNDLED, **SAMPLE_RUNS}[sample])
     if sample in SESSION_SINGLE:
         single = request.getfixturevalue(SESSION_SINGLE[sample])
-    else:
-        single = tmp_path / "single.duckdb"
-        ingest_path(src, single)
+    else:  # (other modules ingest most of these samples as one file too: tests/shared_runs.py)
+        single = single_file(request.getfixturevalue("tmp_path_factory"), src)[0]
     if sample == "generated":  # the module's run of it, sharded on two workers
         run = grouped[0]
     elif sample in SESSION_SHARDED:
