@@ -398,12 +398,14 @@ class ClusterTables:
                              progress=Progress(), workers=2, memory_limit=memory_limit, extra_warnings=[],
                              started=self.started, groups=pipeline.plan_groups(small, max_ranks=1024))
         self.con.execute(f"ATTACH '{_sql_path(path)}' AS small (READ_ONLY)")
-        for (table,) in self.con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'small' "
-                                         "ORDER BY table_name").fetchall():
+        for table, columns in self.con.execute(
+                "SELECT table_name, list(column_name) FROM duckdb_columns() WHERE database_name = 'small' AND "
+                "table_name IN (SELECT table_name FROM duckdb_tables() WHERE database_name = 'small') "
+                "GROUP BY table_name ORDER BY table_name").fetchall():
             if table in RUN_TABLES[1:] or table in EARLY_TABLES or table.startswith(CLUSTER_PREFIX):
                 self.con.execute(f'CREATE TABLE "small_{table}" AS SELECT * FROM small."{table}"')
                 self.con.execute(f'CREATE TABLE "shard_{table}" AS SELECT * FROM small."{table}" WHERE false')
-                self.tables[table] = "rank" in self._columns(f"small_{table}")
+                self.tables[table] = "rank" in columns
             elif table != "meta":  # a table only the shards have: its empty form, for a run with none ready yet
                 self.con.execute(f'CREATE TABLE "empty_{table}" AS SELECT * FROM small."{table}" WHERE false')
                 self.empty.append(table)
@@ -506,8 +508,10 @@ class ClusterTables:
         """Small blocks keep the file of a small run small (a block per column at least); past CLUSTER_BIG_ROWS
         rows the default blocks, which a rewrite checkpoints faster (the file is rewritten as shards become
         ready; its last write at 1,000 ranks took 0.75 s against 1.35 s, docs/benchmarks.md)."""
-        rows = sum(self.con.execute(f'SELECT count(*) FROM "{prefix}_{table}"').fetchone()[0]
-                   for table in self.tables for prefix in ("small", "shard"))
+        counts = [f'SELECT count(*) AS n FROM "{prefix}_{table}"' for table in self.tables
+                  for prefix in ("small", "shard")]
+        rows = self.con.execute(f"SELECT coalesce(sum(n), 0) FROM ({' UNION ALL '.join(counts)})").fetchone()[0] \
+            if counts else 0
         return pipeline.SMALL_BLOCK_BYTES if rows < CLUSTER_BIG_ROWS else DEFAULT_BLOCK_BYTES
 
     def summary(self, entries: list[dict]) -> dict:

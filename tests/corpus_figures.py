@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import json
 import re
@@ -29,8 +30,10 @@ def kernel_csv_figures(folder: Path) -> dict[int, tuple[int, int]]:
     return out
 
 
+@functools.cache
 def trace_events(folder: Path) -> list[dict]:
-    """The events of the export's one trace file (a JSON array or ``{"traceEvents": …}``, gzipped or not)."""
+    """The events of the export's one trace file (a JSON array or ``{"traceEvents": …}``, gzipped or not); read
+    once per process (the tests' parameters and several tests ask for it; none changes it)."""
     files = [p for p in folder.rglob("*") if p.name.endswith((".json", ".json.gz"))]
     assert len(files) == 1, files
     opener = gzip.open if files[0].name.endswith(".gz") else open

@@ -17,6 +17,7 @@ import pytest
 
 from ascendscope.ingest.pipeline import ingest_path
 from tests.samples import PYTORCH_TEXT, REAL_SAMPLES
+from tests.shared_runs import single_file
 
 DB = REAL_SAMPLES / "msinsight_pytorch_2025" / "db"
 LEVELS = ("level0", "level1", "level2")
@@ -63,8 +64,7 @@ def db_source_kernels(level: str, rank: int) -> list[tuple[int, int]]:
 
 @pytest.fixture(scope="module", params=LEVELS)
 def db_run(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"db-{request.param}") / "run.duckdb"
-    ingest_path(DB / request.param, out)
+    out, _ = single_file(tmp_path_factory, DB / request.param)  # (shared: tests/shared_runs.py)
     con = duckdb.connect(str(out), read_only=True)
     yield request.param, con
     con.close()

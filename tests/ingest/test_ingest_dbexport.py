@@ -14,6 +14,7 @@ import pytest
 
 from ascendscope.ingest.pipeline import ingest_path
 from tests.conftest import HAVE_REAL, REAL_SAMPLES
+from tests.shared_runs import single_file
 
 PYTORCH = REAL_SAMPLES / "msinsight_pytorch_2025"
 DB, TEXT = PYTORCH / "db", PYTORCH / "text"
@@ -46,15 +47,25 @@ def has_table(src: sqlite3.Connection, table: str) -> bool:
     return bool(one(src, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", [table]))
 
 
+@pytest.fixture(scope="module")
+def db_export(tmp_path_factory):
+    """``db_export(level)``: ``(database, summary)`` of the level's db export ingested as one file, made once
+    (``run`` and ``db_client`` read the same one, as do other modules: tests/shared_runs.py)."""
+    return lambda level: single_file(tmp_path_factory, DB / level)
+
+
 @pytest.fixture(scope="module", params=["level0", "level1", "level2"])
-def run(request, tmp_path_factory):
+def run(request, tmp_path_factory, db_export):
     """(level, db-export run, text-export run of the same level, summary of the db run)."""
     level = request.param
-    tmp = tmp_path_factory.mktemp(f"dbexport-{level}")
-    summary = ingest_path(DB / level, tmp / "db.duckdb")
-    ingest_path(TEXT / level, tmp / "text.duckdb")
-    db = duckdb.connect(str(tmp / "db.duckdb"), read_only=True)
-    text = duckdb.connect(str(tmp / "text.duckdb"), read_only=True)
+    path, summary = db_export(level)
+    if level in ("level0", "level1"):  # the session's ingest of the same text folder (tests/conftest.py)
+        text_path = request.getfixturevalue(f"{level}_db")
+    else:
+        text_path = tmp_path_factory.mktemp(f"text-{level}") / "text.duckdb"
+        ingest_path(TEXT / level, text_path)
+    db = duckdb.connect(str(path), read_only=True)
+    text = duckdb.connect(str(text_path), read_only=True)
     yield level, db, text, summary
     db.close()
     text.close()
@@ -310,7 +321,7 @@ def test_a_partial_or_broken_db_says_what_was_not_read(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def db_client(tmp_path_factory):
+def db_client(tmp_path_factory, db_export):
     """A TestClient over a store holding the level1 db export as a ready run; yields (client, run id)."""
     from fastapi.testclient import TestClient
 
@@ -321,7 +332,8 @@ def db_client(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("dbexport-store")
     store = RunStore(data_dir)
     run = store.create_run("level1-db", str(DB / "level1"))
-    summary = ingest_path(DB / "level1", store.db_path(run.id))
+    path, summary = db_export("level1")
+    shutil.copy(path, store.db_path(run.id))
     store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
     with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(data_dir)))) as client:
         yield client, run.id

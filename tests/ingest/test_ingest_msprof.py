@@ -22,6 +22,7 @@ import pytest
 from ascendscope.ingest.pipeline import NoProfilingData, ingest_path
 from tests.conftest import REAL_SAMPLES
 from tests.ingest_helpers import us_text_to_ns
+from tests.shared_runs import single_file
 
 OLDER = REAL_SAMPLES / "mindinsight_msprof_2dev_2023"
 MSPROF_DB = REAL_SAMPLES / "msinsight_server_fixtures" / "full_db" / "msprof_0.db"
@@ -61,8 +62,7 @@ def _expected_device(timeline: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def older(tmp_path_factory):
-    out = tmp_path_factory.mktemp("msprof-older") / "run.duckdb"
-    summary = ingest_path(OLDER, out)
+    out, summary = single_file(tmp_path_factory, OLDER)  # (shared: tests/shared_runs.py)
     con = duckdb.connect(str(out), read_only=True)
     yield summary, con
     con.close()
@@ -127,7 +127,7 @@ def test_the_files_not_read_hold_nothing_more(rank, timeline):
 
 
 @needs_older
-def test_older_layout_views_answer(tmp_path):
+def test_older_layout_views_answer(tmp_path, tmp_path_factory):
     from fastapi.testclient import TestClient
 
     from ascendscope.server.app import create_app
@@ -136,7 +136,8 @@ def test_older_layout_views_answer(tmp_path):
 
     store = RunStore(tmp_path / "data")
     run = store.create_run("msprof", str(OLDER))
-    summary = ingest_path(OLDER, store.db_path(run.id))
+    db, summary = single_file(tmp_path_factory, OLDER)  # (the module's ``older``: tests/shared_runs.py)
+    shutil.copy(db, store.db_path(run.id))
     store.set_status(run.id, "ready", summary={"ranks": summary["ranks"]})
     with TestClient(create_app(Settings.from_env(environ={}, data_dir=str(tmp_path / "data")))) as client:
         def get(path):

@@ -10,6 +10,7 @@ from ascendscope.ingest.pipeline import ingest_path
 from ascendscope.ingest.trace import TraceLoad
 from tests.ingest_helpers import PYTORCH_TEXT, REAL, csv_rows, expected_trace, trace_events
 from tests.samples import HAVE_REAL
+from tests.shared_runs import single_file
 
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_samples is not beside the checkout")
 
@@ -21,8 +22,7 @@ def level_db(request, tmp_path_factory):
     if request.param in ("level0", "level1"):
         out = request.getfixturevalue(f"{request.param}_db")
     else:
-        out = tmp_path_factory.mktemp("ingest") / f"{request.param}.duckdb"
-        ingest_path(PYTORCH_TEXT / request.param, out)
+        out = single_file(tmp_path_factory, PYTORCH_TEXT / request.param)[0]  # (shared: tests/shared_runs.py)
     con = duckdb.connect(str(out), read_only=True)
     yield request.param, con
     con.close()
@@ -132,9 +132,8 @@ def test_overlap_lane_derived_when_missing_equals_the_profilers(tmp_path):
     con.close()
 
 
-def test_four_rank_cluster_without_trace(tmp_path):
-    out = tmp_path / "st.duckdb"
-    summary = ingest_path(REAL / "msinsight_st_4rank_2025q4", out)
+def test_four_rank_cluster_without_trace(tmp_path_factory):
+    out, summary = single_file(tmp_path_factory, REAL / "msinsight_st_4rank_2025q4")  # (tests/shared_runs.py)
     assert summary["ranks"] == [0, 1, 2, 3]
     con = duckdb.connect(str(out), read_only=True)
     assert con.execute("SELECT count(*) FROM slices").fetchone()[0] == 0
@@ -151,9 +150,8 @@ def test_four_rank_cluster_without_trace(tmp_path):
     con.close()
 
 
-def test_server_fixtures_16_rank_gpt3(tmp_path):
-    out = tmp_path / "fx.duckdb"
-    summary = ingest_path(REAL / "msinsight_server_fixtures", out)
+def test_server_fixtures_16_rank_gpt3(tmp_path_factory):
+    out, summary = single_file(tmp_path_factory, REAL / "msinsight_server_fixtures")  # (tests/shared_runs.py)
     assert summary["ranks"] == [0, 1]
     con = duckdb.connect(str(out), read_only=True)
     sources = dict(con.execute("SELECT rank, rank_source FROM ranks").fetchall())
@@ -166,12 +164,11 @@ def test_server_fixtures_16_rank_gpt3(tmp_path):
     con.close()
 
 
-def test_gpu_kineto_traces_load_as_generic_traces(tmp_path):
+def test_gpu_kineto_traces_load_as_generic_traces(tmp_path_factory):
     import gzip
     import json
     folder = REAL / "hta_gpu_kineto_nonascend" / "trace_filter"
-    out = tmp_path / "hta.duckdb"
-    summary = ingest_path(folder, out)
+    out, summary = single_file(tmp_path_factory, folder)  # (tests/shared_runs.py)
     assert summary["ranks"] == [0, 1]
     con = duckdb.connect(str(out), read_only=True)
     for rank in (0, 1):

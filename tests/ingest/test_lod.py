@@ -9,9 +9,9 @@ import duckdb
 import pytest
 
 from ascendscope.ingest import lod
-from ascendscope.ingest.pipeline import ingest_path
 from tests.ingest_helpers import REAL
 from tests.samples import HAVE_REAL
+from tests.shared_runs import single_file
 
 NAIVE = """
 SELECT track_id, depth, ts_ns // ? AS bucket, count(*) AS slice_count,
@@ -58,11 +58,12 @@ def test_base_width_terminates_and_saves_rows():
 BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
 
 
-def test_numpy_batches_and_sql_for_big_tracks_store_the_same_rows_in_the_same_order(tmp_path, monkeypatch):
+def test_numpy_batches_and_sql_for_big_tracks_store_the_same_rows_in_the_same_order(tmp_path, tmp_path_factory,
+                                                                                    monkeypatch):
     """Whole tracks are summarised in numpy a batch at a time, a track bigger than a batch in SQL alone: both
     give the naive SQL's rows, stored in (level, track, depth, bucket) order."""
     out = tmp_path / "b.duckdb"
-    ingest_path(BUNDLED, out)
+    shutil.copy(single_file(tmp_path_factory, BUNDLED)[0], out)  # (shared: tests/shared_runs.py), rebuilt below
     con = duckdb.connect(str(out))
     lod.build(con, base_ns=1024)
     numpy_rows = con.execute("SELECT * FROM slice_lod").fetchall()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import random
-import shutil
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 from ascendscope.ingest import nesting, sqlfuncs, trace
 from ascendscope.ingest.pipeline import ingest_path
 from tests.ingest_helpers import PYTORCH_TEXT, REAL
+from tests.shared_runs import single_file
 
 
 def reference(slices, ends):
@@ -261,17 +261,17 @@ def test_batches_do_not_change_the_run(src, tmp_path, monkeypatch, request):
     """Small batches of tracks, big tracks nested in parts, flow keys paired in small batches: the same run."""
     if not src.is_dir():
         pytest.skip(f"real samples not found at {src}")
-    if src == PYTORCH_TEXT / "level1":  # the session's default ingest of it (tests/conftest.py)
-        shutil.copy(request.getfixturevalue("level1_db"), tmp_path / "one.duckdb")
+    if src == PYTORCH_TEXT / "level1":  # its default ingest: the session's (tests/conftest.py), or a shared one
+        one = request.getfixturevalue("level1_db")
     else:
-        ingest_path(src, tmp_path / "one.duckdb")
+        one = single_file(request.getfixturevalue("tmp_path_factory"), src)[0]  # (tests/shared_runs.py)
     monkeypatch.setattr(nesting, "BATCH_SLICES", 100)  # (the bundled run's biggest track has 300)
     monkeypatch.setattr(nesting, "PART_SLICES", 37)
     monkeypatch.setattr(trace, "PAIR_BATCH_ENDS", 13)
     ingest_path(src, tmp_path / "many.duckdb")
     queries = ["SELECT * FROM slices ORDER BY slice_id", "SELECT * FROM flows ORDER BY flow_id",
                "SELECT * FROM tracks ORDER BY track_id", "SELECT * FROM steps ORDER BY rank, step"]
-    with duckdb.connect(str(tmp_path / "one.duckdb"), read_only=True) as a, \
+    with duckdb.connect(str(one), read_only=True) as a, \
             duckdb.connect(str(tmp_path / "many.duckdb"), read_only=True) as b:
         for q in queries:
             assert a.execute(q).fetchall() == b.execute(q).fetchall(), q

@@ -21,104 +21,15 @@ import duckdb
 import pytest
 
 from ascendscope.ingest import shards
-from ascendscope.ingest.pipeline import NoProfilingData, ingest_path, rank_id_bases
+from ascendscope.ingest.pipeline import NoProfilingData, rank_id_bases
 from ascendscope.ingest.shards import connect, ingest_sharded, read_manifest
 from ascendscope.sample_data.generate import generate_run
+from ascendscope.server.runs import RunStore
 from tests.samples import SAMPLE_RUNS
-from tests.shard_helpers import dump_run, need, small_run
-
-# id columns, by the id kind they hold
-TRACK_IDS = {"track_id", "src_track_id", "dst_track_id"}
-SLICE_IDS = {"slice_id", "parent_id", "src_slice_id", "dst_slice_id"}
-FLOW_IDS = {"flow_id"}
-VARYING = {"files": {"seconds"}}  # columns that differ between two ingests of one source
-# each database chooses its level-of-detail widths from its own slices (checked against the naive SQL below)
-PER_DATABASE = {"slice_lod", "lod_levels"}
-STABLE_META = ("schema_version", "ascendscope_version", "source_path", "bytes_read")
-
+from tests.shard_helpers import assert_same_run, assert_shard_lod_is_naive, dump_run, need, small_run
+from tests.shared_runs import single_file
 
 BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
-
-
-def _tables(con) -> list[str]:
-    return sorted(t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = "
-                                            "current_database() UNION SELECT view_name FROM duckdb_views() "
-                                            "WHERE NOT internal AND database_name = current_database()"
-                                            ).fetchall())
-
-
-def _bases(con) -> dict[str, dict[int, int]]:
-    """Per rank, the smallest id of each kind minus one: a rank's local ids count from 1."""
-    q = {"track": "SELECT rank, min(track_id) - 1 FROM tracks GROUP BY rank",
-         "slice": "SELECT rank, min(slice_id) - 1 FROM slices GROUP BY rank",
-         "flow": "SELECT rank, min(flow_id) - 1 FROM flows GROUP BY rank"}
-    return {k: dict(con.execute(sql).fetchall()) for k, sql in q.items()}
-
-
-def _rows(con, table: str) -> tuple[list[str], list[tuple]]:
-    """The table's rows with ids made rank-local, as sorted text (column order and types aside)."""
-    if table == "meta":
-        return ["key", "value"], sorted(con.execute("SELECT key, value FROM meta WHERE list_contains(?, key)",
-                                                    [list(STABLE_META)]).fetchall())
-    bases = _bases(con)
-    track_rank = dict(con.execute("SELECT track_id, rank FROM tracks").fetchall())
-    cur = con.execute(f'SELECT * FROM "{table}"')
-    cols = [d[0] for d in cur.description]
-    keep = sorted(c for c in cols if c not in VARYING.get(table, ()))
-    out = []
-    for row in cur.fetchall():
-        rec = dict(zip(cols, row))
-        rank = rec.get("rank")
-        if rank is None and rec.get("track_id") is not None:
-            rank = track_rank.get(rec["track_id"])
-        for c in keep:
-            v = rec[c]
-            if v is None:
-                continue
-            if c in TRACK_IDS:
-                rec[c] = v - bases["track"][track_rank[v] if c != "track_id" or rank is None else rank]
-            elif c in SLICE_IDS:
-                rec[c] = v - bases["slice"][rank]
-            elif c in FLOW_IDS:
-                rec[c] = v - bases["flow"][rank]
-        out.append(tuple(repr(rec[c]) for c in keep))
-    return keep, sorted(out)
-
-
-def assert_same_run(single: duckdb.DuckDBPyConnection, sharded: duckdb.DuckDBPyConnection) -> None:
-    tables = _tables(single)
-    assert tables == [t for t in _tables(sharded)], "the same tables"
-    for table in tables:
-        if table in PER_DATABASE:
-            continue
-        cols_a, rows_a = _rows(single, table)
-        cols_b, rows_b = _rows(sharded, table)
-        assert cols_a == cols_b, table
-        assert len(rows_a) == len(rows_b), table
-        assert rows_a == rows_b, table
-
-
-NAIVE_LOD = """
-SELECT track_id, depth, ts_ns // ? AS bucket, count(*) AS slice_count,
-       arg_max(slice_id, (dur_ns, -slice_id)) AS slice_id,
-       min(ts_ns) AS min_ts_ns, max(ts_ns + dur_ns) AS max_end_ns, sum(dur_ns) AS total_dur_ns
-FROM slices GROUP BY track_id, depth, bucket
-"""
-
-
-def assert_shard_lod_is_naive(path: Path) -> None:
-    """A shard's levels equal the naive SQL of ingest/lod.py over its own slices, and are listed for each of its
-    ranks that has slices."""
-    with duckdb.connect(str(path), read_only=True) as con:
-        levels = con.execute("SELECT DISTINCT level, bucket_ns FROM lod_levels ORDER BY level").fetchall()
-        ranks = {r for (r,) in con.execute("SELECT DISTINCT rank FROM slices").fetchall()}
-        assert {r for (r,) in con.execute("SELECT DISTINCT rank FROM lod_levels").fetchall()} == ranks
-        assert bool(levels) == bool(ranks)
-        for level, width in levels:
-            naive = con.execute(f"SELECT * FROM ({NAIVE_LOD}) ORDER BY ALL", [width]).fetchall()
-            stored = con.execute("SELECT track_id, depth, bucket, slice_count, slice_id, min_ts_ns, max_end_ns, "
-                                 "total_dur_ns FROM slice_lod WHERE level = ? ORDER BY ALL", [level]).fetchall()
-            assert stored == naive, f"{path.name} level {level}"
 
 
 @pytest.fixture(scope="module")
@@ -143,23 +54,37 @@ def grouped(generated, tmp_path_factory) -> tuple[Path, dict]:
 
 LAYOUTS = pytest.mark.parametrize("layout", ["per_rank", "grouped"], ids=["a shard per rank", "ranks together"])
 
+# samples the session already holds (tests/conftest.py), taken from there rather than ingested again: their
+# single-file ingest (the same ingest_path of the same folder), or their run sharded as the server does it
+SESSION_SINGLE = {"text_level0": "level0_db", "text_level1": "level1_db"}
+SESSION_SHARDED = {"text_level2": ("view_runs", "level2"), "st4": ("view_runs", "st4"),
+                   "fixtures": ("view_runs", "fixtures"), "db_level0": ("db_runs", "db_level0"),
+                   "db_level1": ("db_runs", "db_level1")}
+
 
 @pytest.mark.parametrize("sample", ["generated", "bundled", *SAMPLE_RUNS])
-def test_sharded_run_equals_single_file(sample, generated, grouped, tmp_path):
+def test_sharded_run_equals_single_file(sample, generated, grouped, tmp_path, request):
     """Every sample (real, or its twin) through the server's path: the same rows as the single-file ingest."""
     src = need({"generated": generated, "bundled": BUNDLED, **SAMPLE_RUNS}[sample])
-    single = tmp_path / "single.duckdb"
-    ingest_path(src, single)
-    if sample == "generated":  # the module's run of it, sharded on two workers as below
-        run, summary = grouped
+    if sample in SESSION_SINGLE:
+        single = request.getfixturevalue(SESSION_SINGLE[sample])
+    else:  # (other modules ingest most of these samples as one file too: tests/shared_runs.py)
+        single = single_file(request.getfixturevalue("tmp_path_factory"), src)[0]
+    if sample == "generated":  # the module's run of it, sharded on two workers
+        run = grouped[0]
+    elif sample in SESSION_SHARDED:
+        fixture, name = SESSION_SHARDED[sample]
+        run = RunStore(request.getfixturevalue("runs").data_dir).run_dir(request.getfixturevalue(fixture)[name])
     else:
-        run, summary = tmp_path / "run", ingest_sharded(src, tmp_path / "run", workers=2)
-    assert [s["status"] for s in summary["shards"]] == ["ready"] * len(summary["shards"])
+        run = tmp_path / "run"
+        ingest_sharded(src, run, workers=2)
+    entries = read_manifest(run)["shards"]
+    assert [e["status"] for e in entries] == ["ready"] * len(entries)
     with duckdb.connect(str(single), read_only=True) as a:
         b, loaded = connect(run)
         try:
-            assert loaded == summary["ranks"] == [r for (r,) in a.execute("SELECT rank FROM ranks ORDER BY rank"
-                                                                          ).fetchall()]
+            assert loaded == [r for (r,) in b.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()] == \
+                [r for (r,) in a.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
             assert_same_run(a, b)
         finally:
             b.close()
