@@ -61,14 +61,16 @@ def live(client) -> list:
     return [p for pool in pools for p in pool.procs if p.alive]
 
 
+@pytest.fixture(scope="class")
+def served(runs):
+    """An app with two query processes for the tests of one class (stopped once the class is done)."""
+    with served_client(runs.data_dir) as client:
+        yield client
+
+
 class TestOneApp:
     """Both samples asked of one app and its two query processes (started once; the other tests, which need an app
     of their own, come after this class has stopped it)."""
-
-    @pytest.fixture(scope="class")
-    def served(self, runs):
-        with served_client(runs.data_dir) as client:
-            yield client
 
     @pytest.mark.parametrize("name", ["level1", "generated"])
     def test_query_processes_answer_byte_for_byte_as_the_router(self, runs, served, handed, name):

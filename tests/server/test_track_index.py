@@ -18,6 +18,17 @@ WIDTHS = (300, 1600)
 DENSE_SLICES = 40_000
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_asset_warming():
+    """The ~40 apps of this module serve no page: plotly.js compressed ahead at each one's start (``assets.warm``,
+    a thread of ~0.2 CPU-s per app) would only take the CPU from the comparisons."""
+    from ascendscope.server import assets
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(assets, "warm", lambda _assets: None)
+        yield
+
+
 def client_for(data_dir, background: bool = False, **settings) -> TestClient:
     """A client of a server over ``data_dir`` with no answer cache; its index entries read by the request that
     first needs them (``background=False``: deterministic), or by the pool's background thread as served."""

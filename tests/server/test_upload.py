@@ -87,36 +87,32 @@ def test_real_samples_upload_concurrently_and_open(server):
     assert summary["base"]["source_path"] == "uploaded level1.zip"
 
 
-def test_the_same_bytes_again_answer_the_existing_run(server):
+def test_an_archive_inside_the_archive_is_extracted_once_and_the_same_bytes_again_answer_its_run(server):
+    """One upload serves both checks: an archive holding an archive is extracted one level deep (the run ends
+    ready with the inner run's ranks), and the same bytes uploaded again answer that run, whatever their name;
+    other bytes make a new run."""
     base, store, _ = server
-    data = zip_folder(SAMPLES["level0"][0])
-    first = post(base, "twice.zip", data)
+    data = nested_once("level1.zip", zip_folder(SAMPLES["level1"][0]))
+    first = post(base, "bundle.zip", data, name="nested run")
     assert first.status_code == 202, first.text
+    assert first.json()["upload"]["nested"] == ["level1.zip"] and first.json()["name"] == "nested run"
     folders = set(os.listdir(store.runs_dir))
-    again = post(base, "twice (copy).zip", data, name="another name")  # maybe still queued: no matter
+    again = post(base, "bundle (copy).zip", data, name="another name")  # maybe still queued: no matter
     assert again.status_code == 200 and again.json()["duplicate"] is True
-    assert again.json()["id"] == first.json()["id"] and again.json()["name"] == "twice"
+    assert again.json()["id"] == first.json()["id"] and again.json()["name"] == "nested run"
     assert again.headers["location"] == f"/api/runs/{first.json()['id']}"
-    assert wait_done(base, first.json()["id"])["status"] == "ready"
-    after_ready = post(base, "twice.zip", data)
+    run = wait_done(base, first.json()["id"])
+    assert run["status"] == "ready" and run["rank_count"] == 2
+    after_ready = post(base, "bundle.zip", data)
     assert after_ready.status_code == 200 and after_ready.json()["id"] == first.json()["id"]
     assert after_ready.json()["status"] == "ready"
     names = [r["name"] for r in httpx.get(f"{base}/api/runs").json()["runs"]]
-    assert names.count("twice") == 1 and "another name" not in names
+    assert names.count("nested run") == 1 and "another name" not in names
     assert set(os.listdir(store.runs_dir)) == folders  # no second run, no staging folder left
-    other = post(base, "twice.zip", data + b"\0")  # other bytes (a zip tolerates trailing data): a new run
+    other = post(base, "bundle.zip", data + b"\0")  # other bytes (a zip tolerates trailing data): a new run
     assert other.status_code == 202 and other.json()["id"] != first.json()["id"]
     # done before the next tests, whose snapshots of the data dir must not see its ingest still writing
     assert wait_done(base, other.json()["id"])["status"] == "ready"
-
-
-def test_an_archive_inside_the_archive_is_extracted_once(server):
-    base, _, _ = server
-    resp = post(base, "bundle.zip", nested_once("level1.zip", zip_folder(SAMPLES["level1"][0])), name="nested run")
-    assert resp.status_code == 202, resp.text
-    assert resp.json()["upload"]["nested"] == ["level1.zip"] and resp.json()["name"] == "nested run"
-    run = wait_done(base, resp.json()["id"])
-    assert run["status"] == "ready" and run["rank_count"] == 2
 
 
 @pytest.mark.parametrize("case", hostile_archives(max_members=MAX_MEMBERS,
