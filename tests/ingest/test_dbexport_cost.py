@@ -1,8 +1,8 @@
 """What made a small db export slow to open (issue #44): a process pool task per rank, pandas imported by every
 process that read a db (pyarrow's builders of Python values import it, ~0.5 CPU-s), and each rank of a shard staged
-on its own (~220 DuckDB statements a rank, at 1-2 ms each, where the text export stages a shard's ranks together).
-The time itself is measured by ``ascendscope bench ready`` (docs/bench-ingest.md); these tests hold the causes
-away."""
+on its own (~220 DuckDB statements a rank, each costing milliseconds, where the text export stages a shard's ranks
+together). The time itself is measured by ``ascendscope bench ready`` (docs/bench-ingest.md); these tests hold the
+causes away."""
 
 from __future__ import annotations
 
