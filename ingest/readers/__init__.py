@@ -2,8 +2,8 @@
 
 A reader knows the files its format writes (``find`` in a rank's output folder, ``find_loose`` for a file opened
 on its own, ``find_ranks`` for a folder of its own layout such as msprof's ``PROF_*``) and stages each of them
-(``stage``; ``stage_many``, when it has one, stages one kind of several small ranks at once) into the
-staging tables the text export fills, so that every derivation and view downstream is reused
+(``stage``; ``stage_many``, where a reader has it, one kind of several small ranks at once: the text and db
+exports) into the staging tables the text export fills, so that every derivation and view downstream is reused
 unchanged:
 
 * the trace events ``{prefix}ev_t`` (Chrome-trace shaped rows), then derived by ``ingest.trace.TraceLoad.derive``

@@ -2,7 +2,7 @@
 
 Each rank's SQLite tables are copied into one staged table per source table (``{prefix}d_<name>``, a ``rank``
 column first, ``ingest.readers.sqlitedb.RankTables``), so the statements that follow run once for the whole stage
-whatever its number of ranks (a statement costs milliseconds, and a rank's db needs ~220 of them): the events are
+whatever its number of ranks (a statement costs milliseconds, and a rank's db needs ~160 of them): the events are
 synthesised from the tables (``dbevents``, ``dbflows``) into ``{prefix}ev_t``, an Overlap Analysis lane is
 computed for each rank whose db has none (compute = tasks with a COMPUTE_TASK_INFO row, communication =
 COMMUNICATION_OP), the events are derived by ``ingest.trace`` as a text export's group of traces is, then the

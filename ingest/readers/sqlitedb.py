@@ -21,6 +21,7 @@ import pyarrow as pa
 from ..columns import arrow_array
 
 BATCH_ROWS = 65536
+PENDING_ROWS = 4 * BATCH_ROWS
 NONE = type(None)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -123,7 +124,8 @@ def batches(con: sqlite3.Connection, present: dict[str, str], table: str, spec: 
 class RankTables:
     """DuckDB tables of several ranks' SQLite tables: ``dest`` -> ``spec`` columns after a ``rank`` column, filled
     rank by rank in the order ranks are added, the rows of a table in rowid order. Batches of several small ranks
-    go in one INSERT (a statement costs milliseconds whatever its size)."""
+    go in one INSERT (a statement costs milliseconds whatever its size); a table's rows wait for ``BATCH_ROWS``
+    of them, and all tables' for ``PENDING_ROWS`` in all (their memory stays bounded)."""
 
     def __init__(self, cur, tables: dict[str, tuple[Col, ...]]):
         self.cur, self.tables = cur, tables
@@ -138,6 +140,8 @@ class RankTables:
         self.pending[dest].append(batch.add_column(0, "rank", ranks))  # (pa.array of numpy would import pandas)
         if sum(t.num_rows for t in self.pending[dest]) >= BATCH_ROWS:
             self.flush(dest)
+        elif sum(t.num_rows for tables in self.pending.values() for t in tables) >= PENDING_ROWS:
+            self.flush()
 
     def flush(self, dest: str | None = None) -> None:
         for name in [dest] if dest is not None else list(self.pending):

@@ -1,8 +1,8 @@
 """What made a small db export slow to open (issue #44): a process pool task per rank, pandas imported by every
 process that read a db (pyarrow's builders of Python values import it, ~0.5 CPU-s), and each rank of a shard staged
-on its own (~220 DuckDB statements a rank, at 1-2 ms each, where the text export stages a shard's ranks together).
-The time itself is measured by ``ascendscope bench ready`` (docs/bench-ingest.md); these tests hold the causes
-away."""
+on its own (~220 DuckDB statements a rank, each costing milliseconds, where the text export stages a shard's ranks
+together). The time itself is measured by ``ascendscope bench ready`` (docs/bench-ingest.md); these tests hold the
+causes away."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pyarrow as pa
 from ascendscope.ingest import pipeline
 from ascendscope.ingest.columns import arrow_array
 from ascendscope.ingest.discover import discover
-from ascendscope.ingest.readers import dbtables
+from ascendscope.ingest.readers import dbtables, sqlitedb
 from ascendscope.ingest.shards import plan_shards
 from tests.samples import PYTORCH_TEXT, SAMPLE_RUNS
 
@@ -138,3 +138,17 @@ def test_arrow_arrays_from_python_values_keep_every_value_and_null():
     con = duckdb.connect()
     con.register("t", table)
     assert con.execute("SELECT i, f, s FROM t").fetchall() == list(zip(*(v for v, _ in cols.values())))
+
+
+def test_a_group_copied_in_small_batches_gives_the_same_run(tmp_path, monkeypatch):
+    """The SQLite rows of a group reach DuckDB in batches of several ranks; however they are cut (here a few rows
+    a batch, and every table flushed when a few are pending in all), each rank's rows keep their order."""
+    pipeline.ingest_path(DB_RUN, tmp_path / "big.duckdb")
+    monkeypatch.setattr(sqlitedb, "BATCH_ROWS", 7)
+    monkeypatch.setattr(sqlitedb, "PENDING_ROWS", 19)
+    pipeline.ingest_path(DB_RUN, tmp_path / "small.duckdb")
+    with duckdb.connect(str(tmp_path / "big.duckdb"), read_only=True) as big, \
+            duckdb.connect(str(tmp_path / "small.duckdb"), read_only=True) as small:
+        for table in ("slices", "flows", "counters", "kernels", "memory_record", "operator_memory", "warnings"):
+            sql = f"SELECT * FROM {table}"
+            assert big.execute(sql).fetchall() == small.execute(sql).fetchall(), table
