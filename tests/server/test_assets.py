@@ -91,6 +91,31 @@ def test_a_range_gets_the_plain_file_and_nothing_leaves_the_folders(client):
         assert client.get(url).status_code == 404, url
 
 
+def test_plotly_goes_out_after_the_compile_hint_in_every_encoding_and_range(client):
+    from ascendscope.server.assets import PLOTLY_PREAMBLE, plotly_dir
+
+    file = (plotly_dir() / "plotly.min.js").read_bytes()
+    whole = PLOTLY_PREAMBLE + file
+    assert PLOTLY_PREAMBLE.startswith(b"//# allFunctionsCalledOnLoad") and PLOTLY_PREAMBLE.endswith(b"\n")
+    plain = client.get("/vendor/plotly.min.js", headers=PLAIN)
+    assert plain.status_code == 200 and plain.content == whole and plain.headers["accept-ranges"] == "bytes"
+    r, body = raw(client, "/vendor/plotly.min.js", GZ)
+    assert r.headers["content-encoding"] == "gzip" and gzip.decompress(body) == whole
+    n = len(whole)
+    for rng, status, part, content_range in (
+            ("bytes=0-99", 206, whole[:100], f"bytes 0-99/{n}"),
+            (f"bytes={n - 10}-", 206, whole[-10:], f"bytes {n - 10}-{n - 1}/{n}"),
+            ("bytes=-5", 206, whole[-5:], f"bytes {n - 5}-{n - 1}/{n}"),
+            (f"bytes=100-{n + 50}", 206, whole[100:], f"bytes 100-{n - 1}/{n}"),
+            (f"bytes={n}-", 416, b"", f"bytes */{n}"),
+            ("bytes=0-9,20-29", 200, whole, None)):  # several ranges: the whole file (Range may be ignored)
+        got = client.get("/vendor/plotly.min.js", headers={**PLAIN, "Range": rng})
+        assert got.status_code == status and got.content == part, rng
+        assert got.headers.get("content-range") == content_range, rng
+    head = client.head("/vendor/plotly.min.js", headers=PLAIN)
+    assert head.status_code == 200 and int(head.headers["content-length"]) == n
+
+
 def test_a_changed_file_changes_its_folders_version(tmp_path, monkeypatch):
     monkeypatch.setattr(assets_mod, "RECHECK_S", 0.0)
     (tmp_path / "js").mkdir()
