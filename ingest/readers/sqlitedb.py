@@ -130,9 +130,8 @@ class RankTables:
     def __init__(self, cur, tables: dict[str, tuple[Col, ...]]):
         self.cur, self.tables = cur, tables
         self.pending: dict[str, list[pa.Table]] = {dest: [] for dest in tables}
-        for dest, spec in tables.items():
-            ddl = ", ".join(f'"{c.name}" {c.type}' for c in spec)
-            cur.execute(f"CREATE OR REPLACE TABLE {dest} (rank INTEGER, {ddl})")
+        ddl = {dest: ", ".join(f'"{c.name}" {c.type}' for c in spec) for dest, spec in tables.items()}
+        cur.execute(";\n".join(f"CREATE OR REPLACE TABLE {dest} (rank INTEGER, {cols})" for dest, cols in ddl.items()))
 
     def add(self, dest: str, rank: int, batch: pa.Table) -> None:
         ranks = pa.Array.from_buffers(pa.int32(), batch.num_rows,
@@ -147,12 +146,9 @@ class RankTables:
         for name in [dest] if dest is not None else list(self.pending):
             if not self.pending[name]:
                 continue
-            self.cur.register("_sqlite_batch", pa.concat_tables(self.pending[name]))
+            batch = pa.concat_tables(self.pending[name])
             self.pending[name] = []
-            try:
-                self.cur.execute(f"INSERT INTO {name} SELECT * FROM _sqlite_batch")
-            finally:
-                self.cur.unregister("_sqlite_batch")
+            self.cur.from_arrow(batch).insert_into(name)  # (no view registered and dropped around each INSERT)
 
     def drop_rank(self, rank: int) -> None:
         """Take out the rows of a rank whose database failed part way."""
