@@ -413,7 +413,7 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
             for res in stage.members:  # one rank: no union of ranks to build, so its CSV tables are made in place
                 res.prefix, res.csv_prefix = stage.prefix, "main." if len(results) == 1 else stage.prefix
             if overview is not None and len(members) == 1:  # a lone rank: its overview, ahead of it
-                stage.on_sliced = overview
+                stage.on_sliced = _then_set(overview, stage.sliced)
             stages.append(stage)
         tasks = plan_tasks(stages)
         # fewer traces than workers: a core would idle while a trace's JSON is parsed, so read it in byte ranges
@@ -462,6 +462,15 @@ def write_ranks(ranks: list[RankSource], root: Path, out: Path, *, src_path: Pat
             summary["expert_rows"] = con.execute(EXPERT_ROWS_SQL).fetchone()[0]
         progress.phase("writing the file")
     return summary
+
+
+def _then_set(work, event: threading.Event):
+    def run(cur, prefix: str) -> None:
+        try:
+            work(cur, prefix)
+        finally:
+            event.set()
+    return run
 
 
 def _track_limit(bases, members: list[RankResult]) -> int | None:

@@ -94,6 +94,9 @@ class Stage:
     members: list[RankResult]
     many: bool = False
     nested: threading.Event = field(default_factory=threading.Event)  # set once slices are final (or on failure)
+    # set once the overview is written or found not needed (or the trace failed): a lone big rank's other files
+    # wait for it, so that its trace is read and its slices made on every core
+    sliced: threading.Event = field(default_factory=threading.Event)
     nest_ok: bool = False
     failed: bool = False  # the group's traces failed together: each is loaded again alone
     on_sliced: Callable | None = None  # (cursor, prefix): its trace's slices are made (ingest.overview)
@@ -191,6 +194,7 @@ def stage_file(con, stage: Stage, res: RankResult, kind: str, path: Path, root: 
     finally:
         if kind in TIMELINE_KINDS:
             stage.nested.set()  # whatever happened, never keep the writer waiting
+            stage.sliced.set()  # (nor the rank's other files)
 
 
 def _entry(res: RankResult, kind: str, path: Path, root: Path) -> tuple[dict, int]:
@@ -534,5 +538,13 @@ def submit(pool, con, task: tuple, root: Path, work: Path, progress: Progress, s
     _, kind, stage, res, path = task
     if res is None:
         return pool.submit(stage_kind, con, stage, kind, root, work, progress)
+    if stage.on_sliced is not None and kind not in TIMELINE_KINDS:  # after the rank's overview (see Stage.sliced)
+        return pool.submit(_after_sliced, con, stage, res, kind, path, root, work, progress, split_read)
     return pool.submit(stage_file, con, stage, res, kind, path, root, work, progress, split_read)
+
+
+def _after_sliced(con, stage: Stage, res: RankResult, kind: str, path: Path, root: Path, work: Path,
+                  progress: Progress, split_read: bool) -> None:
+    stage.sliced.wait()
+    stage_file(con, stage, res, kind, path, root, work, progress, split_read)
 
