@@ -39,6 +39,10 @@ from .lod import FACTOR, LEVEL_DDL, LOD_LEVELS_DDL, MIN_BUCKET_NS, TOP_BUCKETS, 
 from .trace_sql import PART_STARTS
 
 OVERVIEW_MIN_SLICES = 1_000_000  # a rank with fewer slices is published whole soon enough
+# a lone rank's trace of this size or more likely has an overview: its other files (CSVs) wait for the overview,
+# so that the trace is read and its slices made on every core (`stages.submit`). Traces hold ~390 bytes per slice
+# (the generator's) to ~530-600 (the real Level0-2 samples), so 1 M slices come at ~400-600 MB
+WAIT_BYTES = 400 << 20
 BUCKETS = 4096  # a lane's buckets over the rank's time, at most: a pixel column of a wide screen, zoomed out
 BATCH_SLICES = 1_000_000  # slices of whole tracks read at a time (a bigger track: a part at a time)
 NAME = "busy"

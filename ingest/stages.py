@@ -23,7 +23,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import commfiles, csvfiles, overlap, readers, sqlfuncs, trace, tracefile
+from . import commfiles, csvfiles, overlap, overview, readers, sqlfuncs, trace, tracefile
 from .discover import RankSource
 from .layout import MAX_SHARD_RANK, SLICE_ID_BITS, TRACK_ID_BITS
 from .schema import EMPTY_TABLES
@@ -538,9 +538,13 @@ def submit(pool, con, task: tuple, root: Path, work: Path, progress: Progress, s
     _, kind, stage, res, path = task
     if res is None:
         return pool.submit(stage_kind, con, stage, kind, root, work, progress)
-    if stage.on_sliced is not None and kind not in TIMELINE_KINDS:  # after the rank's overview (see Stage.sliced)
+    if stage.on_sliced is not None and kind not in TIMELINE_KINDS and _trace_bytes(res) >= overview.WAIT_BYTES:
         return pool.submit(_after_sliced, con, stage, res, kind, path, root, work, progress, split_read)
     return pool.submit(stage_file, con, stage, res, kind, path, root, work, progress, split_read)
+
+
+def _trace_bytes(res: RankResult) -> int:
+    return sum(readers.size(k, p) for k, p in res.src.files.items() if k in TIMELINE_KINDS)
 
 
 def _after_sliced(con, stage: Stage, res: RankResult, kind: str, path: Path, root: Path, work: Path,
