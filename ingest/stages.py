@@ -520,7 +520,9 @@ def assemble_late(con, stages: list[Stage], made_before: dict[int, int]) -> None
 
 
 def plan_tasks(stages: list[Stage]) -> list[tuple]:
-    """(size, kind, stage, rank result or None, path or None) per file of a lone rank, per file kind of a group."""
+    """(size, kind, stage, rank result or None, path or None) per file of a lone rank, per file kind of a group;
+    biggest first, but the tasks that wait for an overview after every other (a pool's threads taken by waiting
+    tasks must never keep the trace they wait for from starting)."""
     tasks = []
     for stage in stages:
         if stage.many:
@@ -531,20 +533,24 @@ def plan_tasks(stages: list[Stage]) -> list[tuple]:
         else:
             res = stage.members[0]
             tasks.extend((readers.size(kind, path), kind, stage, res, path) for kind, path in res.src.files.items())
-    return sorted(tasks, key=lambda t: -t[0])
+    return sorted(tasks, key=lambda t: (waits_for_overview(t), -t[0]))
 
 
 def submit(pool, con, task: tuple, root: Path, work: Path, progress: Progress, split_read: bool):
     _, kind, stage, res, path = task
     if res is None:
         return pool.submit(stage_kind, con, stage, kind, root, work, progress)
-    if stage.on_sliced is not None and kind not in TIMELINE_KINDS and _trace_bytes(res) >= overview.WAIT_BYTES:
+    if waits_for_overview(task):
         return pool.submit(_after_sliced, con, stage, res, kind, path, root, work, progress, split_read)
     return pool.submit(stage_file, con, stage, res, kind, path, root, work, progress, split_read)
 
 
-def _trace_bytes(res: RankResult) -> int:
-    return sum(readers.size(k, p) for k, p in res.src.files.items() if k in TIMELINE_KINDS)
+def waits_for_overview(task: tuple) -> bool:
+    """Whether a task (``plan_tasks``) waits for its rank's overview (``Stage.sliced``): a file other than the
+    trace of a lone rank whose trace is big enough to likely have one."""
+    _, kind, stage, res, _ = task
+    return (res is not None and stage.on_sliced is not None and kind not in TIMELINE_KINDS
+            and sum(readers.size(k, p) for k, p in res.src.files.items() if k in TIMELINE_KINDS) >= overview.WAIT_BYTES)
 
 
 def _after_sliced(con, stage: Stage, res: RankResult, kind: str, path: Path, root: Path, work: Path,

@@ -186,3 +186,55 @@ def test_the_overview_is_published_before_the_rank_is_nested(one_rank, tmp_path,
     assert seen["note"] == note and note is not None and ov.is_file()
     assert seen["nest_exists"] == 0  # (the rank's own nesting had not begun)
     assert _rows(ov, "SELECT count(*) FROM tracks") == _rows(shard, "SELECT count(*) FROM tracks")
+
+
+@pytest.mark.parametrize("wait_bytes, waits", [(1, True), (1 << 50, False)])
+def test_a_big_ranks_csvs_wait_for_its_overview_and_a_smaller_ranks_do_not(one_rank, tmp_path, monkeypatch,
+                                                                           wait_bytes, waits):
+    """A lone rank whose trace is big enough to likely have an overview reads its CSVs once the overview is
+    written (its trace is read and its slices made on every core); a smaller one reads them beside its trace. The
+    shard is the same either way."""
+    from ascendscope.ingest import csvfiles
+
+    monkeypatch.setattr(overview, "WAIT_BYTES", wait_bytes)
+    load, write = csvfiles.CsvLoad.load, overview.write
+    times: dict[str, list[float]] = {"csv": [], "overview": []}
+
+    def timed_load(self):
+        times["csv"].append(time.monotonic())
+        return load(self)
+
+    def timed_write(*args, **kwargs):
+        time.sleep(0.3)  # (an overview that takes its time: a CSV that does not wait starts meanwhile)
+        result = write(*args, **kwargs)
+        times["overview"].append(time.monotonic())
+        return result
+
+    monkeypatch.setattr(csvfiles.CsvLoad, "load", timed_load)
+    monkeypatch.setattr(overview, "write", timed_write)
+    shard, ov, note, _ = shard_task(one_rank, tmp_path)
+    assert note is not None and ov.is_file() and times["csv"] and len(times["overview"]) == 1
+    assert (min(times["csv"]) >= times["overview"][0]) is waits
+    reference, _, _, _ = shard_task(one_rank, tmp_path / "reference")
+    for table in ("slices", "kernels", "operators", "flows"):
+        sql = f"SELECT * FROM {table} ORDER BY ALL"
+        assert _rows(shard, sql) == _rows(reference, sql), table
+
+
+def test_csvs_bigger_than_the_trace_never_keep_it_from_starting(one_rank, tmp_path, monkeypatch):
+    """The waiting tasks are queued after the trace, whatever their size: CSVs that look bigger than the trace
+    (first in a biggest-first order) would otherwise take both of the task's threads and wait for ever."""
+    import threading
+
+    from ascendscope.ingest import readers
+
+    size = readers.size
+    monkeypatch.setattr(overview, "WAIT_BYTES", 1)
+    monkeypatch.setattr(readers, "size", lambda kind, path: size(kind, path) * (1000 if "csv" in path.name else 1))
+    done = []
+    worker = threading.Thread(target=lambda: done.append(shard_task(one_rank, tmp_path)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert done, "the shard task did not finish: its threads wait for an overview that cannot come"
+    _, ov, note, _ = done[0]
+    assert note is not None and ov.is_file()
