@@ -19,12 +19,11 @@ import re
 from pathlib import Path
 
 import duckdb
-import numpy as np
 
 # profiler CSVs have fewer than 50 columns; 10,000 (a bad export) exhausted a 1 GB memory limit
 MAX_COLUMNS = 512
 _HEADER_BYTES = 4 << 20
-READ_BLOCK = 16 << 20  # a file is checked (UTF-8, exponents) this much at a time
+READ_BLOCK = 16 << 20  # a file is checked (UTF-8) this much at a time
 MAX_LINE_BYTES = 64 << 20  # the longest CSV line read
 CSV_BUFFER_BYTES = 2 * MAX_LINE_BYTES  # DuckDB's CSV buffer (it must hold the longest line)
 
@@ -127,7 +126,6 @@ class CsvLoad:
         self.warnings: list[str] = []
         self.status = "loaded"
         self.rows = 0
-        self.may_hold_exponents = True
         self.renames = renames
 
     def _check_width(self) -> None:
@@ -145,10 +143,9 @@ class CsvLoad:
 
     def _readable(self) -> Path:
         """The file itself, or a copy with invalid UTF-8 bytes replaced (and a warning). Read in blocks, so a
-        file of gigabytes is checked in bounded memory."""
+        file of gigabytes is checked in bounded memory (an ASCII block, the usual one, takes no decoding)."""
         self._check_width()
-        self.may_hold_exponents = False
-        first_bad, blank, start, carry, tail = None, True, 0, b"", b""
+        first_bad, blank, start, carry = None, True, 0, b""
         with open(self.path, "rb") as fh:
             while True:
                 block = fh.read(READ_BLOCK)
@@ -162,10 +159,7 @@ class CsvLoad:
                     cut = cut - 1 if cut > 0 and data[cut - 1] >= 0xC0 else cut
                 chunk, carry = data[:cut], data[cut:]
                 blank = blank and not chunk.strip()
-                if len(tail + chunk) >= 3:
-                    self.may_hold_exponents = self.may_hold_exponents or _may_hold_exponents(tail + chunk)
-                tail = (tail + chunk)[-2:]
-                if first_bad is None:
+                if first_bad is None and not chunk.isascii():
                     try:
                         chunk.decode("utf-8")
                     except UnicodeDecodeError as exc:
@@ -199,30 +193,26 @@ class CsvLoad:
 
     def load(self) -> int:
         src = self._readable()
-        raw = f"{self.p}raw_{self.table}"
+        text = self._reader(src, None)
         rej = "rej" + re.sub(r"[^0-9A-Za-z_]", "_", self.p)
         try:
-            described = self.cur.execute(f"DESCRIBE SELECT * FROM {self._reader(src, None)}").fetchall()
+            described = self.cur.execute(f"DESCRIBE SELECT * FROM {text}").fetchall()
         except duckdb.Error as exc:  # DuckDB's first line names the file by its full path; say what is wrong
             detail = [line for line in str(exc).splitlines()[1:] if line.strip()][:1]
             raise ValueError("the CSV's layout could not be read (an unterminated quote, or rows with differing "
                              "columns?)" + (f": {detail[0].strip()}" if detail else "")) from exc
         headers = [r[0] for r in described][1:]
         plan = column_plan(self.table, headers, self.renames)
-        undecided = [(h, t) for h, t, e in plan if e is None]
-        if undecided:  # types decided from the data: keep the text cells for the passes over them
-            self.cur.execute(f"CREATE OR REPLACE TABLE {raw} AS SELECT * FROM {self._reader(src, rej)}")
-            source = raw
-        else:  # every type is known from the header: convert while reading, in one pass
-            source = self._reader(src, rej)
-        decided = self._infer_types(raw, undecided)
+        # one pass over the text cells gives what the typed table needs decided (the types of the columns without
+        # a known one) and what the checks count (blanks, scientific notation); the typed table is then made
+        # straight from the file, so no table of text is stored
+        facts = CellFacts(plan)
+        facts.count(self.cur, text)
         selects = [f"CAST({self.rank} AS INTEGER) AS rank", "CAST(src_row AS INTEGER) AS src_row"]
-        for h, target, expr in plan:
-            expr = expr or decided[target]
-            col = f"{_quote_ident(h)}"
-            selects.append(f"{expr.format(c=col)} AS {_quote_ident(target)}")
+        for h, target, expr in facts.plan:
+            selects.append(f"{expr.format(c=_quote_ident(h))} AS {_quote_ident(target)}")
         self.cur.execute(f"CREATE OR REPLACE TABLE {self.out} AS SELECT {', '.join(selects)} "
-                         f"FROM {source}")  # in file order: the scan keeps insertion order
+                         f"FROM {self._reader(src, rej)}")  # in file order: the scan keeps insertion order
         rejects = self.cur.execute(
             f"SELECT line, error_type, error_message FROM {rej}_errors ORDER BY line").fetchall()
         self.cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
@@ -231,56 +221,22 @@ class CsvLoad:
             first = rejects[0]
             self.warnings.append(f"{len(rejects)} rows could not be parsed and were skipped "
                                  f"(first at line {first[0]}: {first[2]})")
-        text_source = raw if undecided else self._reader(src, None)
-        converted = [(h, t, expr or decided[t]) for h, t, expr in plan if (expr or decided[t]) != "{c}"]
-        self._check_conversions(text_source, converted)
-        self._check_precision(text_source, plan)
-        self.cur.execute(f"DROP TABLE IF EXISTS {raw}")
+        self._check_conversions(text, facts)
+        self.warnings += facts.precision_warnings()
         self.rows = self.cur.execute(f"SELECT count(*) FROM {self.out}").fetchone()[0]
         return self.rows
 
-    def _infer_types(self, raw: str, cols: list[tuple[str, str]]) -> dict[str, str]:
-        if not cols:
-            return {}
-        # per column: cells, numbers, integers, blanks. A blank cell ("", N/A, None, null) is never a number,
-        # so the blank test (a regex) only runs on the cells that are not; a decimal point is tested before the
-        # integer cast (a failing cast is slow)
-        parts = []
-        for h, _ in cols:
-            q = _quote_ident(h)
-            parts += ["count(*)", f"count(TRY_CAST({q} AS DOUBLE))",
-                      f"count(*) FILTER (WHERE NOT contains({q}, '.') AND TRY_CAST({q} AS BIGINT) IS NOT NULL)",
-                      f"count(*) FILTER (WHERE TRY_CAST({q} AS DOUBLE) IS NULL AND is_blank({q}))"]
-        row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()
-        out = {}
-        for i, (_, target) in enumerate(cols):
-            cells, numbers, integers, blanks = row[4 * i:4 * i + 4]
-            present = cells - blanks
-            if present == 0 or numbers < present:
-                out[target] = "{c}"
-            elif integers < present:
-                out[target] = "to_double({c})"
-            else:
-                out[target] = "to_bigint({c})"
-        return out
-
-    def _check_conversions(self, raw: str, converted: list[tuple[str, str, str]]) -> None:
+    def _check_conversions(self, text: str, facts: CellFacts) -> None:
         """Name the cells of numeric columns that hold something but gave no number ("not-a-number", "NaN",
-        "1e999", a NUL byte…): they are left empty, and the file is partial. Only the columns with empty values in
-        the typed table are looked at again (most have none)."""
+        "1e999", a NUL byte…): they are left empty, and the file is partial. Only the columns with more empty
+        values in the typed table than common blanks ("", N/A) in the text are looked at again (most have none:
+        the N/A metrics of HCCL rows are such blanks)."""
+        converted = facts.converted()
         if not converted:
             return
         nulls = self.cur.execute("SELECT " + ", ".join(f"count(*) - count({_quote_ident(t)})" for _, t, _ in converted)
                                  + f" FROM {self.out}").fetchone()
-        suspects = [(c, n) for c, n in zip(converted, nulls) if n]
-        if not suspects:
-            return
-        # the common blanks ("", N/A) take plain comparisons: where they account for every empty value (the usual
-        # case, e.g. the N/A metrics of HCCL rows), no cell needs the costlier test below
-        plain = self.cur.execute("SELECT " + ", ".join(
-            f"count(*) FILTER (WHERE {_quote_ident(h)} IS NULL OR {_quote_ident(h)} IN ('', 'N/A'))"
-            for (h, _, _), _ in suspects) + f" FROM {raw}").fetchone()
-        suspects = [c for (c, n), blank in zip(suspects, plain) if n > blank]
+        suspects = [c for c, n in zip(converted, nulls) if n > facts.plain_blanks[c[1]]]
         if not suspects:
             return
         parts = []
@@ -291,7 +247,7 @@ class CsvLoad:
             bad = f"({expr.format(c=q)} IS NULL AND NOT is_blank({q}){words})"
             parts += [f"count(*) FILTER (WHERE {bad})", f"arg_min({q}, src_row) FILTER (WHERE {bad})",
                       f"min(src_row) FILTER (WHERE {bad})"]
-        row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()
+        row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {text}").fetchone()
         for i, (h, _, _) in enumerate(suspects):
             n, first, line = row[3 * i:3 * i + 3]
             if n:
@@ -300,32 +256,79 @@ class CsvLoad:
                 self.warnings.append(f"column '{h}': {n} values that are not numbers were left empty (the first, "
                                      f"{shown!r}, in data row {line})")
 
-    def _check_precision(self, raw: str, plan) -> None:
-        if not self.may_hold_exponents:
-            return
-        cols = [h for h, target, expr in plan
-                if (expr or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(target)]
-        if not cols:
-            return
-        exprs = {h: expr for h, _, expr in plan}
-        counts = self.cur.execute("SELECT " + ", ".join(
-            f"count(*) FILTER (WHERE is_sci({_quote_ident(h)}) AND {(exprs[h] or '{c}').format(c=_quote_ident(h))} "
-            "IS NOT NULL)" for h in cols) + f" FROM {raw}").fetchone()
-        for h, n in zip(cols, counts):
-            if n:
-                self.warnings.append(
-                    f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
-                    "they were loaded but keep only the digits shown")
 
+class CellFacts:
+    """What one pass over a CSV's text cells says, for a column plan (``column_plan``): the type of each column
+    the header leaves undecided (numeric when all its values parse as numbers, integer when all are integers,
+    text otherwise), each numeric column's count of common blanks (NULL, "", N/A), and each integer or
+    timestamp-like column's count of values in scientific notation (a spreadsheet's rounding; with ``converted``,
+    only those that gave a value). ``blanks=False`` leaves the blanks uncounted."""
 
-def _may_hold_exponents(data: bytes) -> bool:
-    """Whether some cell could be in scientific notation: a digit, then e or E, then a digit or a sign. A scan of
-    the bytes that is much cheaper than testing every cell; when it finds nothing, no cell can match is_sci."""
-    a = np.frombuffer(data, dtype=np.uint8)
-    if len(a) < 3:
-        return True
-    e = np.flatnonzero((a[1:-1] | 0x20) == ord("e")) + 1
-    before, after = a[e - 1], a[e + 1]
-    digit_before = (before >= ord("0")) & (before <= ord("9"))
-    number_after = ((after >= ord("0")) & (after <= ord("9"))) | (after == ord("+")) | (after == ord("-"))
-    return bool(np.any(digit_before & number_after))
+    def __init__(self, plan: list[tuple[str, str, str | None]], blanks: bool = True, converted: bool = True):
+        self.source_plan, self.sci_converted = plan, converted
+        self.undecided = [(h, t) for h, t, e in plan if e is None]
+        self.sci_columns = [(h, (e or "{c}")) for h, t, e in plan
+                            if (e or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(t)]
+        self.blank_columns = [(h, t) for h, t, e in plan if e != "{c}"] if blanks else []  # (undecided: maybe)
+        self.decided: dict[str, str] = {}
+        self.plain_blanks: dict[str, int] = {}
+        self.sci: dict[str, int] = {}
+
+    def parts(self) -> list[str]:
+        """The aggregates, over rows whose columns are named as in the file's header."""
+        # each costlier test runs only on the cells a cheap one lets through (a CASE, which DuckDB evaluates in
+        # that order, where it may reorder an AND): a blank cell ("", N/A, None, null) is never a number, so the
+        # blank test (a regex) only runs on the cells that are not; a decimal point is tested before the integer
+        # cast (a failing cast is slow); the test for scientific notation and the conversion only run on cells
+        # that hold an e
+        out = ["count(*)"]
+        for h, _ in self.undecided:
+            q = _quote_ident(h)
+            out += [f"count(TRY_CAST({q} AS DOUBLE))",
+                    f"count(*) FILTER (WHERE CASE WHEN contains({q}, '.') THEN false "
+                    f"ELSE TRY_CAST({q} AS BIGINT) IS NOT NULL END)",
+                    f"count(*) FILTER (WHERE CASE WHEN TRY_CAST({q} AS DOUBLE) IS NULL THEN is_blank({q}) "
+                    "ELSE false END)"]
+        out += [f"count(*) FILTER (WHERE {_quote_ident(h)} IS NULL OR {_quote_ident(h)} IN ('', 'N/A'))"
+                for h, _ in self.blank_columns]
+        for h, e in self.sci_columns:
+            q = _quote_ident(h)
+            value = f" AND {e.format(c=q)} IS NOT NULL" if self.sci_converted else ""
+            out.append(f"count(*) FILTER (WHERE CASE WHEN contains({q}, 'e') OR contains({q}, 'E') "
+                       f"THEN is_sci({q}){value} ELSE false END)")
+        return out
+
+    def take(self, row) -> None:
+        """Read the aggregates' values (``parts``' order) into the facts; sums over groups of rows add up."""
+        cells, row = row[0], list(row[1:])
+        for _h, target in self.undecided:
+            numbers, integers, blanks = row[:3]
+            del row[:3]
+            present = cells - blanks
+            if present == 0 or numbers < present:
+                self.decided[target] = "{c}"
+            elif integers < present:
+                self.decided[target] = "to_double({c})"
+            else:
+                self.decided[target] = "to_bigint({c})"
+        for _, target in self.blank_columns:
+            self.plain_blanks[target] = row.pop(0)
+        for h, _ in self.sci_columns:
+            self.sci[h] = row.pop(0)
+
+    def count(self, cur, text: str) -> None:
+        if not (self.undecided or self.blank_columns or self.sci_columns):  # (text columns only: nothing to count)
+            return
+        self.take(cur.execute(f"SELECT {', '.join(self.parts())} FROM {text}").fetchone())
+
+    @property
+    def plan(self) -> list[tuple[str, str, str]]:
+        """The column plan with every column's SQL decided."""
+        return [(h, t, e or self.decided[t]) for h, t, e in self.source_plan]
+
+    def converted(self) -> list[tuple[str, str, str]]:
+        return [(h, t, e) for h, t, e in self.plan if e != "{c}"]
+
+    def precision_warnings(self) -> list[str]:
+        return [f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
+                "they were loaded but keep only the digits shown" for h, n in self.sci.items() if n]

@@ -28,8 +28,8 @@ from .columns import arrow_table
 from .csvfiles import (
     MAX_COLUMNS,
     TABLES,
+    CellFacts,
     CsvLoad,
-    _may_hold_exponents,
     _quote_ident,
     _quote_text,
     column_plan,
@@ -58,14 +58,12 @@ def load_many(cur: duckdb.DuckDBPyConnection, prefix: str, kind: str, items: lis
     results: dict[int, CsvResult] = {}
     batches: dict[bytes, list[tuple[int, Path, str, bytes]]] = {}
     alone: list[tuple[int, Path, str]] = []
-    exponents = False
     for rank, path, display in items:
         data = _plain_body(path)
         if data is None:
             alone.append((rank, path, display))
             continue
         header, body = data
-        exponents = exponents or _may_hold_exponents(body)
         batches.setdefault(header, []).append((rank, path, display, body))
     parts: list[str] = []
     n = 0
@@ -74,7 +72,7 @@ def load_many(cur: duckdb.DuckDBPyConnection, prefix: str, kind: str, items: lis
             alone.extend((r, p, d) for r, p, d, _ in files)
             continue
         part = f"{out_prefix}{table}__b{n}"
-        got = _load_batch(cur, prefix, table, header, files, workdir / f"{table}_{n}.csv", part, exponents)
+        got = _load_batch(cur, prefix, table, header, files, workdir / f"{table}_{n}.csv", part)
         if got is None:  # DuckDB did not read the batch as the files it was made of: file by file instead
             alone.extend((r, p, d) for r, p, d, _ in files)
             continue
@@ -130,8 +128,8 @@ def _plain_body(path: Path) -> tuple[bytes, bytes] | None:
     return header, body
 
 
-def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combined: Path, out: str,
-                exponents: bool) -> dict[int, CsvResult] | None:
+def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combined: Path,
+                out: str) -> dict[int, CsvResult] | None:
     combined.parent.mkdir(parents=True, exist_ok=True)
     with open(combined, "wb") as fh:
         fh.write(header + b"\n")
@@ -167,21 +165,27 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
                                 f"{first}, '{_quote_text(MARKER)}'), false)").fetchone()[0]
         if misplaced:
             return None
-        plan = column_plan(table, headers)
-        undecided = [(h, t) for h, t, e in plan if e is None]
-        if undecided and undecided[0][0] == headers[0]:  # the markers' column: typed without them
-            decided = loader._infer_types(f"(SELECT * FROM {numbered} WHERE row_ > 0)", undecided)
-        else:  # the markers' other cells are empty, which the inference does not count
-            decided = loader._infer_types(raw, undecided)
+        # the undecided columns' types (over all the files) and each rank's values in scientific notation, in one
+        # pass over the rows (the markers' rows left out: a marker is no value)
+        facts = CellFacts(column_plan(table, headers), blanks=False, converted=False)
+        grouped = cur.execute(f"SELECT rank_, {', '.join(facts.parts())} FROM {numbered} WHERE row_ > 0 "
+                              "GROUP BY rank_").fetchall()
+        facts.take([sum(r[i] for r in grouped) for i in range(1, len(facts.parts()) + 1)] if grouped
+                   else [0] * len(facts.parts()))
         selects = ["rank_ AS rank", "row_ AS src_row"]
-        for h, target, expr in plan:
-            selects.append(f"{(expr or decided[target]).format(c=_quote_ident(h))} AS {_quote_ident(target)}")
+        for h, target, expr in facts.plan:
+            selects.append(f"{expr.format(c=_quote_ident(h))} AS {_quote_ident(target)}")
         cur.execute(f"CREATE OR REPLACE TABLE {out} AS SELECT {', '.join(selects)} FROM {numbered} WHERE row_ > 0")
         results = {r: CsvResult() for r in ranks}
         for rank, rows in cur.execute(f"SELECT rank, count(*) FROM {out} GROUP BY rank").fetchall():
             results[int(rank)].rows = int(rows)
-        if exponents:
-            _precision(cur, f"(SELECT * FROM {numbered} WHERE row_ > 0)", plan, results)
+        n_sci = len(facts.sci_columns)
+        for rank, *counts in grouped:  # (CsvLoad's warning, per rank)
+            for (h, _), n in zip(facts.sci_columns, counts[len(counts) - n_sci:]):
+                if n:
+                    results[int(rank)].warnings.append(
+                        f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
+                        "they were loaded but keep only the digits shown")
         return results
     except duckdb.Error:
         cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
@@ -194,24 +198,6 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
             pass
         cur.execute(f"DROP TABLE IF EXISTS {raw}")
         combined.unlink(missing_ok=True)
-
-
-def _precision(cur, raw: str, plan, results: dict[int, CsvResult]) -> None:
-    """CsvLoad's check for values a spreadsheet rewrote in scientific notation, per rank."""
-    from .csvfiles import TIMESTAMP_HINT
-
-    cols = [h for h, target, expr in plan
-            if (expr or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(target)]
-    if not cols:
-        return
-    rows = cur.execute("SELECT rank_, " + ", ".join(f"count(*) FILTER (WHERE is_sci({_quote_ident(h)}))"
-                                                     for h in cols) + f" FROM {raw} GROUP BY rank_").fetchall()
-    for rank, *counts in rows:
-        for h, n in zip(cols, counts):
-            if n:
-                results[int(rank)].warnings.append(
-                    f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
-                    "they were loaded but keep only the digits shown")
 
 
 def _kind(table: str) -> str:
