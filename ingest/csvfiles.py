@@ -180,16 +180,16 @@ class CsvLoad:
         self.warnings.append(f"bytes that are not UTF-8 (first at byte {first_bad}) replaced with U+FFFD")
         return fixed
 
-    def _reader(self, src: Path, rejects: str | None) -> str:
-        """The file as rows of text cells, numbered in file order (``src_row``). (The buffer is given: DuckDB's
-        default is 16 lines of the longest allowed, 1 GiB here, which cannot be had under a 1 GB memory limit, so
-        every CSV over ~1 GB failed to load.)"""
+    def _reader(self, src: Path, rejects: str | None, numbered: bool = True) -> str:
+        """The file as rows of text cells in file order, numbered (``src_row``) unless not ``numbered``. (The buffer
+        is given: DuckDB's default is 16 lines of the longest allowed, 1 GiB here, which cannot be had under a 1 GB
+        memory limit, so every CSV over ~1 GB failed to load.)"""
         keep = (f", store_rejects = true, rejects_table = '{rejects}_errors', rejects_scan = '{rejects}_scans'"
                 if rejects else ", ignore_errors = true")
-        return (f"(SELECT row_number() OVER () AS src_row, * FROM read_csv('{_quote_text(str(src))}', header = true, "
-                "all_varchar = true, delim = ',', quote = '\"', escape = '\"', null_padding = true, "
-                f"strict_mode = false, parallel = false, max_line_size = {MAX_LINE_BYTES}, "
-                f"buffer_size = {CSV_BUFFER_BYTES}{keep}))")
+        scan = (f"read_csv('{_quote_text(str(src))}', header = true, all_varchar = true, delim = ',', quote = '\"', "
+                f"escape = '\"', null_padding = true, strict_mode = false, parallel = false, "
+                f"max_line_size = {MAX_LINE_BYTES}, buffer_size = {CSV_BUFFER_BYTES}{keep})")
+        return f"(SELECT row_number() OVER () AS src_row, * FROM {scan})" if numbered else scan
 
     def load(self) -> int:
         src = self._readable()

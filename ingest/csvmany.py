@@ -5,8 +5,9 @@ A DuckDB statement costs a millisecond or more whatever its size, and reading a 
 the files of one kind whose header lines are identical are concatenated into one file, each file's rows preceded
 by a marker row naming it, and typed like one CSV (``csvfiles``: the same column plan, type inference over all
 of them, the same exact conversions); each row gets its file's rank and its row number within its file, from
-the markers' positions (computed in numpy and joined to the text table by position, so the rows are read as
-text once and typed once, with no sort or window over them). The result is the table the per-file loads would
+the markers' positions (computed in numpy and joined to the file's rows by position, with no sort or window
+over them). DuckDB reads the file three times (the markers, the types and exponents, the typed rows) and stores
+no text table. The result is the table the per-file loads would
 make, unioned: ``{out}{table}`` with ``rank`` and ``src_row``.
 
 Anything unusual goes through ``CsvLoad`` file by file instead, so its warnings stay exact: a file that is empty,
@@ -108,7 +109,7 @@ def _plain_body(path: Path) -> tuple[bytes, bytes] | None:
     if not data.strip():
         return None
     try:
-        data.decode("utf-8")
+        data.isascii() or data.decode("utf-8")
     except UnicodeDecodeError:
         return None
     data = data.removeprefix(b"\xef\xbb\xbf")
@@ -136,35 +137,33 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
         for i, (_, _, _, body) in enumerate(files):
             fh.write(f"{MARKER}{i}\x01\n".encode())
             fh.write(body)
-    raw, rej = f"{prefix}many_{table}", "rej" + re.sub(r"[^0-9A-Za-z_]", "_", prefix) + "many"
+    rej = "rej" + re.sub(r"[^0-9A-Za-z_]", "_", prefix) + "many"
     loader = CsvLoad(cur, prefix, _kind(table), combined, 0, combined.name, combined.parent)
     try:
         headers = [r[0] for r in cur.execute(f"DESCRIBE SELECT * FROM {loader._reader(combined, None)}").fetchall()][1:]
-        first = _quote_ident(headers[0])
-        cur.execute(f"CREATE OR REPLACE TABLE {raw} AS SELECT * FROM {loader._reader(combined, rej)}")
+        first, marker = _quote_ident(headers[0]), _quote_text(MARKER_RE)
+        # the rows, and where the markers are: one pass over the file (its rows are not stored as text)
+        rows, at, found = cur.execute(
+            f"SELECT count(*), list(src_row ORDER BY src_row) FILTER (WHERE regexp_full_match({first}, '{marker}')), "
+            f"list(regexp_extract({first}, '{marker}', 1) ORDER BY src_row) FILTER (WHERE regexp_full_match("
+            f"{first}, '{marker}')) FROM {loader._reader(combined, rej)}").fetchall()[0]  # (fetchone would leave
+        # the statement open, and its rejects table not yet made)
         rejects = cur.execute(f"SELECT count(*) FROM {rej}_errors").fetchone()[0]
         cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
-        marks = cur.execute(
-            f"SELECT src_row, regexp_extract({first}, '{_quote_text(MARKER_RE)}', 1) FROM {raw} "
-            f"WHERE regexp_full_match({first}, '{_quote_text(MARKER_RE)}') ORDER BY src_row").fetchall()
-        if rejects or [int(i) for _, i in marks] != list(range(len(files))):
+        # (no row before the first marker: a marker then starts every file's rows)
+        if rejects or [int(i) for i in found or []] != list(range(len(files))) or at[0] != 1:
             return None
-        at = np.array([int(row) for row, _ in marks], dtype=np.int64)  # file i's rows lie after at[i]
+        at = np.array(at, dtype=np.int64)  # file i's rows lie after at[i]
         ranks = [r for r, _, _, _ in files]
-        # each row's rank and row number within its file, in the text table's order (src_row 1..), joined to it
-        # by position: no sort, window or search over the rows in SQL. A marker row itself gets row 0.
-        (rows,), = cur.execute(f"SELECT count(*) FROM {raw}").fetchall()  # (all fetched: register needs that)
+        # each row's rank and row number within its file, in the file's order (src_row 1..), joined to the file's
+        # rows by position: no sort, window or search over the rows in SQL. A marker row itself gets row 0.
         src_row = np.arange(1, rows + 1, dtype=np.int64)
         file_of = np.searchsorted(at, src_row, side="right") - 1
         cur.register(MAP, arrow_table({
             "rank_": np.asarray(ranks, dtype=np.int32)[np.maximum(file_of, 0)],
             "row_": np.where(file_of >= 0, src_row - at[np.maximum(file_of, 0)], 0).astype(np.int32)}))
-        numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {raw})"
-        # (a scan of the text table gives its rows in the order they were inserted: each marker at a row 0)
-        misplaced = cur.execute(f"SELECT count(*) FROM {numbered} WHERE row_ = 0 AND NOT coalesce(starts_with("
-                                f"{first}, '{_quote_text(MARKER)}'), false)").fetchone()[0]
-        if misplaced:
-            return None
+        # (the reader gives the rows in file order, as the pass above numbered them: it reads with one thread)
+        numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {loader._reader(combined, None, numbered=False)})"
         # the undecided columns' types (over all the files) and each rank's values in scientific notation, in one
         # pass over the rows (the markers' rows left out: a marker is no value)
         facts = CellFacts(column_plan(table, headers), blanks=False, converted=False)
@@ -196,7 +195,6 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
             cur.unregister(MAP)
         except duckdb.Error:
             pass
-        cur.execute(f"DROP TABLE IF EXISTS {raw}")
         combined.unlink(missing_ok=True)
 
 
