@@ -1,0 +1,104 @@
+"""How many times a CSV's cells are gone over (issue #46): the CPU per byte of the CSVs is the passes over their
+text. A kernel_details.csv, whose metric columns are typed from their data, was read into a table of text, which a
+pass typed, a second copied into the typed table and further passes checked; now DuckDB reads the file three times
+(its layout, one pass of counts, the typed table) and stores no text. The figures are in docs/bigtrace.md; these
+tests hold the passes down, and check that what they give is unchanged."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from ascendscope.ingest import csvmany, sqlfuncs
+from ascendscope.ingest.csvfiles import CsvLoad
+
+HEADER = "Step Id,Name,Type,Start Time(us),Duration(us),Block Dim,aic_total_cycles,aic_mac_ratio,Note\n"
+ROWS = ("1,MatMul,MatMul,1736408883600785.646\t,522.342,24,1000,0.5,fine\n"
+        "1,hcom_allReduce_,HCCL,1736408883601184.566\t,22.5,N/A,N/A,N/A,\n"  # an HCCL row: blank metrics
+        "2,Cast,Cast,1.736408883601300E+15\t,1.25,8,7,0.125,\"two\nlines\"\n")  # a spreadsheet's exponent
+
+
+class Recording:
+    """A DuckDB connection that keeps the text of each statement run through it."""
+
+    def __init__(self, con):
+        self.con, self.sql = con, []
+
+    def execute(self, sql, *args):
+        self.sql.append(sql)
+        return self.con.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.con, name)
+
+
+@pytest.fixture
+def cur():
+    con = duckdb.connect()
+    sqlfuncs.install(con)
+    yield Recording(con)
+    con.close()
+
+
+def _reads_of_file(sql: list[str]) -> int:
+    return sum("read_csv(" in s for s in sql)
+
+
+def _created(sql: list[str]) -> list[str]:
+    return [s.split(" AS ")[0] for s in sql if s.lstrip().upper().startswith("CREATE")]
+
+
+def test_a_csv_typed_from_its_data_is_read_three_times_and_no_text_table_is_stored(cur, tmp_path):
+    path = tmp_path / "kernel_details.csv"
+    path.write_text(HEADER + ROWS)
+    cl = CsvLoad(cur, "p_", "kernel_details", path, 3, path.name, tmp_path)
+    assert cl.load() == 3
+    assert _created(cur.sql) == ["CREATE OR REPLACE TABLE p_kernels"]
+    assert _reads_of_file(cur.sql) == 3, cur.sql  # its layout, the counts, the typed rows
+    assert len(cur.sql) <= 7, cur.sql
+    # what the passes give: the types decided from the data, the blanks left empty without a warning, the exponent
+    types = dict(cur.execute("SELECT column_name, column_type FROM (DESCRIBE p_kernels)").fetchall())
+    assert (types["aic_total_cycles"], types["aic_mac_ratio"], types["note"], types["block_dim"]) == \
+        ("BIGINT", "DOUBLE", "VARCHAR", "BIGINT")
+    assert cur.execute("SELECT src_row, block_dim, aic_total_cycles, aic_mac_ratio, start_ns, note FROM p_kernels "
+                       "ORDER BY src_row").fetchall() == [
+        (1, 24, 1000, 0.5, 1736408883600785646, "fine"),
+        (2, None, None, None, 1736408883601184566, None),
+        (3, 8, 7, 0.125, 1736408883601300000, "two\nlines")]
+    assert (cl.status, cl.warnings) == ("loaded", [
+        "column 'Start Time(us)': 1 values in scientific notation (a spreadsheet re-saved this file); "
+        "they were loaded but keep only the digits shown"])
+
+
+def test_a_bad_cell_is_still_named_after_the_single_pass(cur, tmp_path):
+    """The cells that gave no number are looked for once the typed table shows more empty values than blanks."""
+    path = tmp_path / "kernel_details.csv"
+    path.write_text(HEADER + ROWS + "3,Add,Add,1736408883601400.5\t,abc,4,9,NaN,x\n")
+    cl = CsvLoad(cur, "p_", "kernel_details", path, 0, path.name, tmp_path)
+    assert cl.load() == 4
+    assert cl.status == "partial"
+    assert cl.warnings[:2] == [
+        "column 'Duration(us)': 1 values that are not numbers were left empty (the first, 'abc', in data row 4)",
+        "column 'aic_mac_ratio': 1 values that are not numbers were left empty (the first, 'NaN', in data row 4)"]
+    assert _created(cur.sql) == ["CREATE OR REPLACE TABLE p_kernels"]
+    assert _reads_of_file(cur.sql) == 4, cur.sql  # and one more for the bad cells
+
+
+def test_a_batch_of_ranks_reads_its_file_four_times_and_stores_no_text_table(cur, tmp_path, monkeypatch):
+    items = []
+    for rank in (0, 1, 2):
+        path = tmp_path / f"rank{rank}" / "kernel_details.csv"
+        path.parent.mkdir()
+        path.write_text(HEADER + ROWS)
+        items.append((rank, path, f"rank{rank}/kernel_details.csv"))
+
+    def no_fallback(self):
+        raise AssertionError(f"{self.path} was loaded alone: the batch did not load")
+
+    monkeypatch.setattr(CsvLoad, "load", no_fallback)
+    results = csvmany.load_many(cur, "s_", "kernel_details", items, tmp_path / "w", "o_")
+    assert {r: (res.rows, res.warnings) for r, res in results.items()} == {r: (3, [
+        "column 'Start Time(us)': 1 values in scientific notation (a spreadsheet re-saved this file); "
+        "they were loaded but keep only the digits shown"]) for r in (0, 1, 2)}
+    assert _created(cur.sql) == ["CREATE OR REPLACE TABLE o_kernels__b0"]
+    assert _reads_of_file(cur.sql) == 4, cur.sql  # its layout, the markers, the counts, the typed rows
