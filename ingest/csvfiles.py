@@ -3,8 +3,13 @@
 Every column of the source is kept. Headers vary by CANN version, profiler level and metric set, so columns are
 typed by name: a unit in parentheses decides the conversion (``(us)``/``(ms)`` -> exact integer ``_ns``, ``(MB)``
 -> ``_mb`` …), a few known names are ids or counts, and any other column becomes numeric when all its values
-parse as numbers, text otherwise. Cells are read as text first, so nothing is lost to type sniffing; tab-suffixed
+parse as numbers, text otherwise. Cells are read as text, so nothing is lost to type sniffing; tab-suffixed
 timestamps and multi-line quoted fields are handled by DuckDB's CSV reader with explicit quoting rules.
+
+The file is read once into its typed table (the columns typed from their data are stored as text, counted, then
+converted in place; no table of the text is kept), with two flags per row saying whether a cell needs naming: a
+number column's cell that gave no number and is no common blank, or an e in an integer or timestamp cell (values
+a spreadsheet rewrote in scientific notation). Only then is the file read again, for those cells.
 
 A file whose header has more than ``MAX_COLUMNS`` columns is refused before DuckDB reads it: the reader's
 buffers grow with the column count and cannot spill, so a very wide file would take the memory every other file
@@ -202,15 +207,15 @@ class CsvLoad:
             raise ValueError("the CSV's layout could not be read (an unterminated quote, or rows with differing "
                              "columns?)" + (f": {detail[0].strip()}" if detail else "")) from exc
         headers = [r[0] for r in described][1:]
-        plan = column_plan(self.table, headers, self.renames)
-        # one pass over the text cells gives what the typed table needs decided (the types of the columns without
-        # a known one) and what the checks count (blanks, scientific notation); the typed table is then made
-        # straight from the file, so no table of text is stored
-        facts = CellFacts(plan)
-        facts.count(self.cur, text)
+        facts = CellFacts(column_plan(self.table, headers, self.renames))
+        # the typed table in one pass over the file: a column the header leaves undecided is stored as text until
+        # its cells are counted (in the table: no second read), then converted in place; two row flags say whether
+        # a cell needs a second look, and only then is the file read again (a number column's cell that gave no
+        # number and is no common blank; an e in an integer or timestamp cell)
+        flags = facts.row_flags()
         selects = [f"CAST({self.rank} AS INTEGER) AS rank", "CAST(src_row AS INTEGER) AS src_row"]
-        for h, target, expr in facts.plan:
-            selects.append(f"{expr.format(c=_quote_ident(h))} AS {_quote_ident(target)}")
+        selects += [f"{(e or '{c}').format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.source_plan]
+        selects += [f"{sql} AS {name}" for name, sql in flags.items()]
         self.cur.execute(f"CREATE OR REPLACE TABLE {self.out} AS SELECT {', '.join(selects)} "
                          f"FROM {self._reader(src, rej)}")  # in file order: the scan keeps insertion order
         rejects = self.cur.execute(
@@ -221,22 +226,35 @@ class CsvLoad:
             first = rejects[0]
             self.warnings.append(f"{len(rejects)} rows could not be parsed and were skipped "
                                  f"(first at line {first[0]}: {first[2]})")
-        self._check_conversions(text, facts)
-        self.warnings += facts.precision_warnings()
-        self.rows = self.cur.execute(f"SELECT count(*) FROM {self.out}").fetchone()[0]
+        self.rows, odd, sci = facts.count_stored(self.cur, self.out, flags)
+        for name in flags:
+            self.cur.execute(f"ALTER TABLE {self.out} DROP COLUMN {name}")
+        for _, target in facts.undecided:
+            expr = facts.decided[target]
+            if expr != "{c}":
+                self.cur.execute(f"ALTER TABLE {self.out} ALTER COLUMN {_quote_ident(target)} SET DATA TYPE "
+                                 f"{_SQL_TYPES[expr]} USING {expr.format(c=_quote_ident(target))}")
+        if odd:
+            self._check_conversions(text, facts.converted())
+        if sci:
+            self.warnings += facts.precision_warnings(self.cur, text)
         return self.rows
 
-    def _check_conversions(self, text: str, facts: CellFacts) -> None:
+    def _check_conversions(self, text: str, converted: list[tuple[str, str, str]]) -> None:
         """Name the cells of numeric columns that hold something but gave no number ("not-a-number", "NaN",
-        "1e999", a NUL byte…): they are left empty, and the file is partial. Only the columns with more empty
-        values in the typed table than common blanks ("", N/A) in the text are looked at again (most have none:
-        the N/A metrics of HCCL rows are such blanks)."""
-        converted = facts.converted()
-        if not converted:
-            return
+        "1e999", a NUL byte…): they are left empty, and the file is partial. Only the columns with empty values in
+        the typed table are looked at again (most have none)."""
         nulls = self.cur.execute("SELECT " + ", ".join(f"count(*) - count({_quote_ident(t)})" for _, t, _ in converted)
                                  + f" FROM {self.out}").fetchone()
-        suspects = [c for c, n in zip(converted, nulls) if n > facts.plain_blanks[c[1]]]
+        suspects = [(c, n) for c, n in zip(converted, nulls) if n]
+        if not suspects:
+            return
+        # the common blanks ("", N/A) take plain comparisons: where they account for every empty value (the usual
+        # case, e.g. the N/A metrics of HCCL rows), no cell needs the costlier test below
+        plain = self.cur.execute("SELECT " + ", ".join(
+            f"count(*) FILTER (WHERE {_plain_blank(_quote_ident(h))})" for (h, _, _), _ in suspects)
+            + f" FROM {text}").fetchone()
+        suspects = [c for (c, n), blank in zip(suspects, plain) if n > blank]
         if not suspects:
             return
         parts = []
@@ -257,53 +275,51 @@ class CsvLoad:
                                      f"{shown!r}, in data row {line})")
 
 
-class CellFacts:
-    """What one pass over a CSV's text cells says, for a column plan (``column_plan``): the type of each column
-    the header leaves undecided (numeric when all its values parse as numbers, integer when all are integers,
-    text otherwise), each numeric column's count of common blanks (NULL, "", N/A), and each integer or
-    timestamp-like column's count of values in scientific notation (a spreadsheet's rounding; with ``converted``,
-    only those that gave a value). ``blanks=False`` leaves the blanks uncounted."""
+_SQL_TYPES = {"to_double({c})": "DOUBLE", "to_bigint({c})": "BIGINT"}
 
-    def __init__(self, plan: list[tuple[str, str, str | None]], blanks: bool = True, converted: bool = True):
-        self.source_plan, self.sci_converted = plan, converted
+
+def _plain_blank(q: str) -> str:
+    return f"{q} IS NULL OR {q} IN ('', 'N/A')"
+
+
+def _odd(q: str, expr: str) -> str:
+    """A cell that gave no value and is no common blank (SQL over the cell ``q`` and its conversion ``expr``)."""
+    return f"CASE WHEN {expr.format(c=q)} IS NULL THEN NOT ({_plain_blank(q)}) ELSE false END"
+
+
+class CellFacts:
+    """What a CSV's cells say, for a column plan (``column_plan``): the type of each column the header leaves
+    undecided (numeric when all its values parse as numbers, integer when all are integers, text otherwise), and
+    the values in scientific notation (a spreadsheet's rounding) of each integer or timestamp-like column.
+
+    Each costlier test runs only on the cells a cheap one lets through (a CASE, which DuckDB evaluates in that
+    order, where it may reorder an AND): a blank cell ("", N/A, None, null) is never a number, so the blank test
+    (a regex) only runs on the cells that are not; a decimal point is tested before the integer cast (a failing
+    cast is slow); the test for scientific notation only runs on cells that hold an e."""
+
+    def __init__(self, plan: list[tuple[str, str, str | None]]):
+        self.source_plan = plan
         self.undecided = [(h, t) for h, t, e in plan if e is None]
         self.sci_columns = [(h, (e or "{c}")) for h, t, e in plan
                             if (e or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(t)]
-        self.blank_columns = [(h, t) for h, t, e in plan if e != "{c}"] if blanks else []  # (undecided: maybe)
         self.decided: dict[str, str] = {}
-        self.plain_blanks: dict[str, int] = {}
-        self.sci: dict[str, int] = {}
 
-    def parts(self) -> list[str]:
-        """The aggregates, over rows whose columns are named as in the file's header."""
-        # each costlier test runs only on the cells a cheap one lets through (a CASE, which DuckDB evaluates in
-        # that order, where it may reorder an AND): a blank cell ("", N/A, None, null) is never a number, so the
-        # blank test (a regex) only runs on the cells that are not; a decimal point is tested before the integer
-        # cast (a failing cast is slow); the test for scientific notation and the conversion only run on cells
-        # that hold an e
-        out = ["count(*)"]
-        for h, _ in self.undecided:
-            q = _quote_ident(h)
+    def infer_parts(self, named) -> list[str]:
+        """Three counts per undecided column (``named``: (header, target) -> its SQL name in the rows counted)."""
+        out = []
+        for h, t in self.undecided:
+            q = named(h, t)
             out += [f"count(TRY_CAST({q} AS DOUBLE))",
                     f"count(*) FILTER (WHERE CASE WHEN contains({q}, '.') THEN false "
                     f"ELSE TRY_CAST({q} AS BIGINT) IS NOT NULL END)",
                     f"count(*) FILTER (WHERE CASE WHEN TRY_CAST({q} AS DOUBLE) IS NULL THEN is_blank({q}) "
                     "ELSE false END)"]
-        out += [f"count(*) FILTER (WHERE {_quote_ident(h)} IS NULL OR {_quote_ident(h)} IN ('', 'N/A'))"
-                for h, _ in self.blank_columns]
-        for h, e in self.sci_columns:
-            q = _quote_ident(h)
-            value = f" AND {e.format(c=q)} IS NOT NULL" if self.sci_converted else ""
-            out.append(f"count(*) FILTER (WHERE CASE WHEN contains({q}, 'e') OR contains({q}, 'E') "
-                       f"THEN is_sci({q}){value} ELSE false END)")
         return out
 
-    def take(self, row) -> None:
-        """Read the aggregates' values (``parts``' order) into the facts; sums over groups of rows add up."""
-        cells, row = row[0], list(row[1:])
-        for _h, target in self.undecided:
-            numbers, integers, blanks = row[:3]
-            del row[:3]
+    def decide(self, cells: int, counts) -> None:
+        """The undecided columns' SQL, from ``infer_parts``' counts over ``cells`` rows."""
+        for i, (_, target) in enumerate(self.undecided):
+            numbers, integers, blanks = counts[3 * i:3 * i + 3]
             present = cells - blanks
             if present == 0 or numbers < present:
                 self.decided[target] = "{c}"
@@ -311,15 +327,44 @@ class CellFacts:
                 self.decided[target] = "to_double({c})"
             else:
                 self.decided[target] = "to_bigint({c})"
-        for _, target in self.blank_columns:
-            self.plain_blanks[target] = row.pop(0)
-        for h, _ in self.sci_columns:
-            self.sci[h] = row.pop(0)
 
-    def count(self, cur, text: str) -> None:
-        if not (self.undecided or self.blank_columns or self.sci_columns):  # (text columns only: nothing to count)
-            return
-        self.take(cur.execute(f"SELECT {', '.join(self.parts())} FROM {text}").fetchone())
+    def sci_parts(self, converted: bool = True) -> list[str]:
+        """Per integer or timestamp-like column, its values in scientific notation (with ``converted``, only those
+        that gave a value), over rows named as in the file's header."""
+        out = []
+        for h, e in self.sci_columns:
+            q = _quote_ident(h)
+            value = f" AND {e.format(c=q)} IS NOT NULL" if converted else ""
+            out.append(f"count(*) FILTER (WHERE CASE WHEN contains({q}, 'e') OR contains({q}, 'E') "
+                       f"THEN is_sci({q}){value} ELSE false END)")
+        return out
+
+    def row_flags(self) -> dict[str, str]:
+        """Columns for the typed table's rows, over the file's text cells: ``__odd``, some cell of a column the
+        header makes numeric gave no value and is no common blank; ``__sci``, some integer or timestamp-like cell
+        holds an e."""
+        flags = {}
+        odd = [_odd(_quote_ident(h), e) for h, _, e in self.source_plan if e not in (None, "{c}")]
+        if odd:
+            flags["__odd"] = " OR ".join(f"({x})" for x in odd)
+        if self.sci_columns:
+            flags["__sci"] = " OR ".join(f"contains({_quote_ident(h)}, 'e') OR contains({_quote_ident(h)}, 'E')"
+                                         for h, _ in self.sci_columns)
+        return flags
+
+    def count_stored(self, cur, table: str, flags: dict[str, str]) -> tuple[int, int, int]:
+        """Over the typed table (undecided columns still text): decide their types; (rows, rows or cells whose
+        values need naming, rows with an e in an integer or timestamp-like cell)."""
+        parts = ["count(*)", *(f"count(*) FILTER (WHERE {name})" for name in flags)]
+        parts += self.infer_parts(lambda h, t: _quote_ident(t))
+        parts += [f"count(*) FILTER (WHERE {_odd(_quote_ident(t), 'to_double({c})')})" for _, t in self.undecided]
+        row = cur.execute(f"SELECT {', '.join(parts)} FROM {table}").fetchone()
+        rows, got = row[0], dict(zip(flags, row[1:1 + len(flags)]))
+        counts = row[1 + len(flags):]
+        self.decide(rows, counts)
+        odd = got.get("__odd", 0) + sum(n for (_, t), n in zip(self.undecided, counts[3 * len(self.undecided):])
+                                        if self.decided[t] == "to_double({c})")
+        return rows, odd, got.get("__sci", 0)
 
     @property
     def plan(self) -> list[tuple[str, str, str]]:
@@ -329,6 +374,11 @@ class CellFacts:
     def converted(self) -> list[tuple[str, str, str]]:
         return [(h, t, e) for h, t, e in self.plan if e != "{c}"]
 
-    def precision_warnings(self) -> list[str]:
-        return [f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
-                "they were loaded but keep only the digits shown" for h, n in self.sci.items() if n]
+    def precision_warnings(self, cur, text: str) -> list[str]:
+        counts = cur.execute(f"SELECT {', '.join(self.sci_parts())} FROM {text}").fetchone()
+        return [sci_warning(h, n) for (h, _), n in zip(self.sci_columns, counts) if n]
+
+
+def sci_warning(column: str, n: int) -> str:
+    return (f"column '{column}': {n} values in scientific notation (a spreadsheet re-saved this file); "
+            "they were loaded but keep only the digits shown")

@@ -34,6 +34,7 @@ from .csvfiles import (
     _quote_ident,
     _quote_text,
     column_plan,
+    sci_warning,
 )
 
 MARKER = "\x01ascendscope-file:"  # + the file's index + "\x01": a cell no profiler writes
@@ -166,11 +167,12 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
         numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {loader._reader(combined, None, numbered=False)})"
         # the undecided columns' types (over all the files) and each rank's values in scientific notation, in one
         # pass over the rows (the markers' rows left out: a marker is no value)
-        facts = CellFacts(column_plan(table, headers), blanks=False, converted=False)
-        grouped = cur.execute(f"SELECT rank_, {', '.join(facts.parts())} FROM {numbered} WHERE row_ > 0 "
+        facts = CellFacts(column_plan(table, headers))
+        parts = ["count(*)", *facts.infer_parts(lambda h, t: _quote_ident(h)), *facts.sci_parts(converted=False)]
+        grouped = cur.execute(f"SELECT rank_, {', '.join(parts)} FROM {numbered} WHERE row_ > 0 "
                               "GROUP BY rank_").fetchall()
-        facts.take([sum(r[i] for r in grouped) for i in range(1, len(facts.parts()) + 1)] if grouped
-                   else [0] * len(facts.parts()))
+        total = [sum(r[i] for r in grouped) for i in range(1, len(parts) + 1)]
+        facts.decide(total[0], total[1:])
         selects = ["rank_ AS rank", "row_ AS src_row"]
         for h, target, expr in facts.plan:
             selects.append(f"{expr.format(c=_quote_ident(h))} AS {_quote_ident(target)}")
@@ -180,11 +182,8 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
             results[int(rank)].rows = int(rows)
         n_sci = len(facts.sci_columns)
         for rank, *counts in grouped:  # (CsvLoad's warning, per rank)
-            for (h, _), n in zip(facts.sci_columns, counts[len(counts) - n_sci:]):
-                if n:
-                    results[int(rank)].warnings.append(
-                        f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
-                        "they were loaded but keep only the digits shown")
+            results[int(rank)].warnings += [sci_warning(h, n) for (h, _), n in
+                                            zip(facts.sci_columns, counts[len(counts) - n_sci:]) if n]
         return results
     except duckdb.Error:
         cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
