@@ -163,7 +163,7 @@ class CsvLoad:
                         cut -= 1
                     cut = cut - 1 if cut > 0 and data[cut - 1] >= 0xC0 else cut
                 chunk, carry = data[:cut], data[cut:]
-                blank = blank and not chunk.strip()
+                blank = blank and is_blank_bytes(chunk)
                 if first_bad is None and not chunk.isascii():
                     try:
                         chunk.decode("utf-8")
@@ -233,7 +233,7 @@ class CsvLoad:
             expr = facts.decided[target]
             if expr != "{c}":
                 self.cur.execute(f"ALTER TABLE {self.out} ALTER COLUMN {_quote_ident(target)} SET DATA TYPE "
-                                 f"{_SQL_TYPES[expr]} USING {expr.format(c=_quote_ident(target))}")
+                                 f"{SQL_TYPES[expr]} USING {expr.format(c=_quote_ident(target))}")
         if odd:
             self._check_conversions(text, facts.converted())
         if sci:
@@ -275,7 +275,12 @@ class CsvLoad:
                                      f"{shown!r}, in data row {line})")
 
 
-_SQL_TYPES = {"to_double({c})": "DOUBLE", "to_bigint({c})": "BIGINT"}
+SQL_TYPES = {"to_double({c})": "DOUBLE", "to_bigint({c})": "BIGINT"}
+
+
+def is_blank_bytes(data: bytes) -> bool:
+    """Whether ``data`` is only whitespace (its start looked at first: no copy of a file that is not)."""
+    return not data[:4096].strip() and not data.strip()
 
 
 def _plain_blank(q: str) -> str:

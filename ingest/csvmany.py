@@ -28,12 +28,14 @@ import numpy as np
 from .columns import arrow_table
 from .csvfiles import (
     MAX_COLUMNS,
+    SQL_TYPES,
     TABLES,
     CellFacts,
     CsvLoad,
     _quote_ident,
     _quote_text,
     column_plan,
+    is_blank_bytes,
     sci_warning,
 )
 
@@ -107,7 +109,7 @@ def _plain_body(path: Path) -> tuple[bytes, bytes] | None:
         data = path.read_bytes()
     except OSError:
         return None
-    if not data.strip():
+    if is_blank_bytes(data):
         return None
     try:
         data.isascii() or data.decode("utf-8")
@@ -167,23 +169,29 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
         numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {loader._reader(combined, None, numbered=False)})"
         # the undecided columns' types (over all the files) and each rank's values in scientific notation, in one
         # pass over the rows (the markers' rows left out: a marker is no value)
+        # the typed rows in one more pass (the undecided columns stored as text, counted, then converted in place,
+        # as CsvLoad does); the file is read again only when a row's integer or timestamp cells hold an e
         facts = CellFacts(column_plan(table, headers))
-        parts = ["count(*)", *facts.infer_parts(lambda h, t: _quote_ident(h)), *facts.sci_parts(converted=False)]
-        grouped = cur.execute(f"SELECT rank_, {', '.join(parts)} FROM {numbered} WHERE row_ > 0 "
-                              "GROUP BY rank_").fetchall()
-        total = [sum(r[i] for r in grouped) for i in range(1, len(parts) + 1)]
-        facts.decide(total[0], total[1:])
+        flags = {k: v for k, v in facts.row_flags().items() if k == "__sci"}
         selects = ["rank_ AS rank", "row_ AS src_row"]
-        for h, target, expr in facts.plan:
-            selects.append(f"{expr.format(c=_quote_ident(h))} AS {_quote_ident(target)}")
+        selects += [f"{(e or '{c}').format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.source_plan]
+        selects += [f"{sql} AS {name}" for name, sql in flags.items()]
         cur.execute(f"CREATE OR REPLACE TABLE {out} AS SELECT {', '.join(selects)} FROM {numbered} WHERE row_ > 0")
+        _, _, sci = facts.count_stored(cur, out, flags)
+        for name in flags:
+            cur.execute(f"ALTER TABLE {out} DROP COLUMN {name}")
+        for _, target in facts.undecided:
+            expr = facts.decided[target]
+            if expr != "{c}":
+                cur.execute(f"ALTER TABLE {out} ALTER COLUMN {_quote_ident(target)} SET DATA TYPE "
+                            f"{SQL_TYPES[expr]} USING {expr.format(c=_quote_ident(target))}")
         results = {r: CsvResult() for r in ranks}
         for rank, rows in cur.execute(f"SELECT rank, count(*) FROM {out} GROUP BY rank").fetchall():
             results[int(rank)].rows = int(rows)
-        n_sci = len(facts.sci_columns)
-        for rank, *counts in grouped:  # (CsvLoad's warning, per rank)
-            results[int(rank)].warnings += [sci_warning(h, n) for (h, _), n in
-                                            zip(facts.sci_columns, counts[len(counts) - n_sci:]) if n]
+        if sci:  # (CsvLoad's warning, per rank)
+            for rank, *counts in cur.execute(f"SELECT rank_, {', '.join(facts.sci_parts(converted=False))} "
+                                             f"FROM {numbered} WHERE row_ > 0 GROUP BY rank_").fetchall():
+                results[int(rank)].warnings += [sci_warning(h, n) for (h, _), n in zip(facts.sci_columns, counts) if n]
         return results
     except duckdb.Error:
         cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")

@@ -97,12 +97,15 @@ def test_a_bad_cell_is_still_named(cur, tmp_path):
     assert _reads_of_file(cur.sql) == 5, cur.sql  # and the blanks, the bad cells, the exponents
 
 
-def test_a_batch_of_ranks_reads_its_file_four_times_and_stores_no_text_table(cur, tmp_path, monkeypatch):
+@pytest.mark.parametrize("rows, reads", [(PLAIN, 3), (ROWS, 4)])
+def test_a_batch_of_ranks_reads_its_file_three_times_and_stores_no_text_table(cur, tmp_path, monkeypatch, rows,
+                                                                             reads):
+    """Its layout, the markers, the typed rows; and once more for the ranks' values in scientific notation."""
     items = []
     for rank in (0, 1, 2):
         path = tmp_path / f"rank{rank}" / "kernel_details.csv"
         path.parent.mkdir()
-        path.write_text(HEADER + ROWS)
+        path.write_text(HEADER + rows)
         items.append((rank, path, f"rank{rank}/kernel_details.csv"))
 
     def no_fallback(self):
@@ -110,8 +113,12 @@ def test_a_batch_of_ranks_reads_its_file_four_times_and_stores_no_text_table(cur
 
     monkeypatch.setattr(CsvLoad, "load", no_fallback)
     results = csvmany.load_many(cur, "s_", "kernel_details", items, tmp_path / "w", "o_")
-    assert {r: (res.rows, res.warnings) for r, res in results.items()} == {r: (3, [
-        "column 'Start Time(us)': 1 values in scientific notation (a spreadsheet re-saved this file); "
-        "they were loaded but keep only the digits shown"]) for r in (0, 1, 2)}
+    sci = ["column 'Start Time(us)': 1 values in scientific notation (a spreadsheet re-saved this file); "
+           "they were loaded but keep only the digits shown"]
+    assert {r: (res.rows, res.warnings) for r, res in results.items()} == \
+        {r: (rows.count("\n") - rows.count("two\nlines"), sci if rows is ROWS else []) for r in (0, 1, 2)}
     assert _created(cur.sql) == ["CREATE OR REPLACE TABLE o_kernels__b0"]
-    assert _reads_of_file(cur.sql) == 4, cur.sql  # its layout, the markers, the counts, the typed rows
+    assert _reads_of_file(cur.sql) == reads, cur.sql
+    types = dict(cur.execute("SELECT column_name, column_type FROM (DESCRIBE o_kernels)").fetchall())
+    assert (types["aic_total_cycles"], types["aic_mac_ratio"], types["note"]) == ("BIGINT", "DOUBLE", "VARCHAR")
+    assert "__sci" not in types
