@@ -352,9 +352,9 @@ class CellFacts:
         odd = [_odd(_quote_ident(h), e) for h, _, e in self.source_plan if e not in (None, "{c}")]
         if odd:
             flags["__odd"] = " OR ".join(f"({x})" for x in odd)
-        if self.sci_columns:
-            flags["__sci"] = " OR ".join(f"contains({_quote_ident(h)}, 'e') OR contains({_quote_ident(h)}, 'E')"
-                                         for h, _ in self.sci_columns)
+        if self.sci_columns:  # (one string of the row's cells, searched twice: cheaper than each cell's)
+            cells = f"concat({', '.join(_quote_ident(h) for h, _ in self.sci_columns)})"
+            flags["__sci"] = f"contains({cells}, 'e') OR contains({cells}, 'E')"
         return flags
 
     def count_stored(self, cur, table: str, flags: dict[str, str]) -> tuple[int, int, int]:
