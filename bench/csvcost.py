@@ -4,7 +4,8 @@
 
 Each measurement is a fresh child process (``--before``: that checkout's code, ``git worktree add --detach
 /tmp/before main``), the rounds alternating the versions so each pair shares the machine's load. A child loads
-every CSV of the rank's ``ASCEND_PROFILER_OUTPUT`` with ``CsvLoad.load`` (the path of a big rank), then
+every CSV of the rank's ``ASCEND_PROFILER_OUTPUT`` with ``CsvLoad.load`` into a database file and checkpoints it
+(the path of a big rank, whose typed tables the shard's file holds), then
 ``kernel_details.csv`` and ``operator_details.csv`` as ``--copies`` ranks at once with ``csvmany.load_many`` (the
 path of many small ranks), and reports the process's CPU and wall seconds for each. The CSVs of a generated
 trace of ~300 MB are ~108 MB (``bench.ingest.ensure_run``; docs/bench-ingest.md).
@@ -32,24 +33,31 @@ def _timed(fn) -> tuple[float, float]:
 
 
 def child(folder: Path, copies: int) -> dict:
+    """The loads in a shard task's setting: a big rank's typed tables go to the run's database file (``main.``,
+    its CHECKPOINT timed as well, which writes them), scratch and a group's tables to the in-memory ``stage``."""
     import duckdb
 
     from ascendscope.ingest import csvfiles, csvmany, sqlfuncs
 
-    con = duckdb.connect()
-    sqlfuncs.install(con)
-    con.execute("SET preserve_insertion_order = true")
-    con.execute("SET memory_limit = '1GB'")
     out: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="csvcost-") as tmp:
         work = Path(tmp)
+        con = duckdb.connect(str(work / "run.duckdb"))
+        con.execute("SET memory_limit = '1GB'")
+        con.execute("SET temp_directory = ?", [str(work / "spill")])
+        con.execute("SET preserve_insertion_order = true")
+        con.execute("ATTACH ':memory:' AS stage")
+        sqlfuncs.install(con)
         for i, kind in enumerate(csvfiles.TABLES):
             path = folder / f"{kind}.csv"
             if not path.exists():
                 continue
-            cl = csvfiles.CsvLoad(con, f"c{i}_", kind, path, 0, path.name, work)
+            cl = csvfiles.CsvLoad(con, f"stage._c{i}_", kind, path, 0, path.name, work, out_prefix="main.")
             wall, cpu = _timed(cl.load)
             out[kind] = {"bytes": path.stat().st_size, "rows": cl.rows, "wall_s": wall, "cpu_s": cpu}
+        wall, cpu = _timed(lambda: con.execute("CHECKPOINT"))
+        out["CHECKPOINT (writes them)"] = {"bytes": sum(v["bytes"] for v in out.values()), "wall_s": wall,
+                                           "cpu_s": cpu, "file_bytes": (work / "run.duckdb").stat().st_size}
         for kind in MANY:
             path = folder / f"{kind}.csv"
             if not path.exists():
@@ -60,10 +68,11 @@ def child(folder: Path, copies: int) -> dict:
                 (work / f"r{r}" / path.name).symlink_to(path.resolve())
                 items.append((r, work / f"r{r}" / path.name, f"r{r}/{path.name}"))
             wall, cpu = time.perf_counter(), time.process_time()
-            got = csvmany.load_many(con, "m_", kind, items, work / "w", "mo_")
+            got = csvmany.load_many(con, "stage._m_", kind, items, work / "w", "stage._m_")
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             out[f"{kind} ×{copies}"] = {"bytes": copies * path.stat().st_size, "wall_s": wall, "cpu_s": cpu,
                                        "rows": sum(g.rows for g in got.values())}
+        con.close()
     return out
 
 
@@ -90,13 +99,14 @@ def table(rounds: dict[str, list[dict]]) -> str:
              + (" | after ÷ before |" if len(versions) == 2 else " |"),
              "|---|---:|" + "---:|---:|---:|" * len(versions) + ("---:|" if len(versions) == 2 else "")]
     first = rounds[versions[0]][0]
-    single = [k for k in first if "×" not in k]
-    keys = list(first) + ["all CSVs (CsvLoad)"]
+    single = [k for k in first if "×" not in k]  # (the loads and their CHECKPOINT)
+    keys = list(first) + ["all CSVs (CsvLoad and CHECKPOINT)"]
     for key in keys:
         cells, medians = [], []
         for v in versions:
             runs = [{"cpu_s": sum(r[k]["cpu_s"] for k in single), "wall_s": sum(r[k]["wall_s"] for k in single),
-                     "bytes": sum(r[k]["bytes"] for k in single)} if key not in r else r[key] for r in rounds[v]]
+                     "bytes": sum(r[k]["bytes"] for k in single if not k.startswith("CHECKPOINT"))}
+                    if key not in r else r[key] for r in rounds[v]]
             cpu = statistics.median(x["cpu_s"] for x in runs)
             medians.append(cpu)
             mb = runs[0]["bytes"] / 1e6
@@ -105,7 +115,8 @@ def table(rounds: dict[str, list[dict]]) -> str:
                          f"{statistics.median(x['wall_s'] for x in runs):.3f}")
         ratio = f" | {medians[0] / medians[1]:.2f}" if len(medians) == 2 and medians[1] else ""
         lines.append(f"| {key} | {runs[0]['bytes'] / 1e6:.1f} | " + " | ".join(cells) + ratio + " |")
-    return "\n".join(lines)
+    sizes = ", ".join(f"{v} {r[0]['CHECKPOINT (writes them)']['file_bytes'] / 1e6:.1f} MB" for v, r in rounds.items())
+    return "\n".join(lines) + f"\n\nThe database file after the checkpoint: {sizes}."
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,10 +6,10 @@ typed by name: a unit in parentheses decides the conversion (``(us)``/``(ms)`` -
 parse as numbers, text otherwise. Cells are read as text, so nothing is lost to type sniffing; tab-suffixed
 timestamps and multi-line quoted fields are handled by DuckDB's CSV reader with explicit quoting rules.
 
-The file is read once into its typed table (the columns typed from their data are stored as text, counted, then
-converted in place; no table of the text is kept), with two flags per row saying whether a cell needs naming: a
-number column's cell that gave no number and is no common blank, or an e in an integer or timestamp cell (values
-a spreadsheet rewrote in scientific notation). Only then is the file read again, for those cells.
+The file is read once into its typed table (after a pass over the cells of the columns typed from their data, if
+any; no table of the text is kept), with two flags per row saying whether a cell needs naming: a number column's
+cell that gave no number and is no common blank, or an e in an integer or timestamp cell (values a spreadsheet
+rewrote in scientific notation). Only then is the file read again, for those cells.
 
 A file whose header has more than ``MAX_COLUMNS`` columns is refused before DuckDB reads it: the reader's
 buffers grow with the column count and cannot spill, so a very wide file would take the memory every other file
@@ -208,13 +208,15 @@ class CsvLoad:
                              "columns?)" + (f": {detail[0].strip()}" if detail else "")) from exc
         headers = [r[0] for r in described][1:]
         facts = CellFacts(column_plan(self.table, headers, self.renames))
-        # the typed table in one pass over the file: a column the header leaves undecided is stored as text until
-        # its cells are counted (in the table: no second read), then converted in place; two row flags say whether
-        # a cell needs a second look, and only then is the file read again (a number column's cell that gave no
-        # number and is no common blank; an e in an integer or timestamp cell)
+        # the types of the columns the header leaves undecided, from a pass over their cells alone; then the typed
+        # table in one pass, with two row flags saying whether a cell needs a second look (a number column's cell
+        # that gave no number and is no common blank; an e in an integer or timestamp cell): only then is the file
+        # read again. (Typing a stored column in place instead costs a rewrite of it, in the run's file as well.)
+        if facts.undecided:
+            facts.count_text(self.cur, text)
         flags = facts.row_flags()
         selects = [f"CAST({self.rank} AS INTEGER) AS rank", "CAST(src_row AS INTEGER) AS src_row"]
-        selects += [f"{(e or '{c}').format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.source_plan]
+        selects += [f"{e.format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.plan]
         selects += [f"{sql} AS {name}" for name, sql in flags.items()]
         self.cur.execute(f"CREATE OR REPLACE TABLE {self.out} AS SELECT {', '.join(selects)} "
                          f"FROM {self._reader(src, rej)}")  # in file order: the scan keeps insertion order
@@ -226,17 +228,12 @@ class CsvLoad:
             first = rejects[0]
             self.warnings.append(f"{len(rejects)} rows could not be parsed and were skipped "
                                  f"(first at line {first[0]}: {first[2]})")
-        self.rows, odd, sci = facts.count_stored(self.cur, self.out, flags)
-        for name in flags:
+        self.rows, flagged = facts.count_stored(self.cur, self.out, flags)
+        for name in flags:  # (a dropped column costs no rewrite)
             self.cur.execute(f"ALTER TABLE {self.out} DROP COLUMN {name}")
-        for _, target in facts.undecided:
-            expr = facts.decided[target]
-            if expr != "{c}":
-                self.cur.execute(f"ALTER TABLE {self.out} ALTER COLUMN {_quote_ident(target)} SET DATA TYPE "
-                                 f"{SQL_TYPES[expr]} USING {expr.format(c=_quote_ident(target))}")
-        if odd:
+        if flagged.get("__odd"):
             self._check_conversions(text, facts.converted())
-        if sci:
+        if flagged.get("__sci"):
             self.warnings += facts.precision_warnings(self.cur, text)
         return self.rows
 
@@ -345,11 +342,15 @@ class CellFacts:
         return out
 
     def row_flags(self) -> dict[str, str]:
-        """Columns for the typed table's rows, over the file's text cells: ``__odd``, some cell of a column the
-        header makes numeric gave no value and is no common blank; ``__sci``, some integer or timestamp-like cell
-        holds an e."""
+        """Columns for the typed table's rows, over the file's text cells: ``__odd``, some cell of a numeric column
+        (of those decided so far) gave no value and is no common blank; ``__sci``, some integer or timestamp-like
+        cell holds an e."""
         flags = {}
-        odd = [_odd(_quote_ident(h), e) for h, _, e in self.source_plan if e not in (None, "{c}")]
+        odd = []
+        for h, t, e in self.source_plan:
+            expr = e or self.decided.get(t)
+            if expr not in (None, "{c}"):
+                odd.append(_odd(_quote_ident(h), expr))
         if odd:
             flags["__odd"] = " OR ".join(f"({x})" for x in odd)
         if self.sci_columns:  # (one string of the row's cells, searched twice: cheaper than each cell's)
@@ -357,19 +358,23 @@ class CellFacts:
             flags["__sci"] = f"contains({cells}, 'e') OR contains({cells}, 'E')"
         return flags
 
-    def count_stored(self, cur, table: str, flags: dict[str, str]) -> tuple[int, int, int]:
-        """Over the typed table (undecided columns still text): decide their types; (rows, rows or cells whose
-        values need naming, rows with an e in an integer or timestamp-like cell)."""
+    def count_text(self, cur, text: str) -> None:
+        """Decide the undecided columns' types from the text rows ``text`` (named as in the file's header)."""
+        row = cur.execute(f"SELECT count(*), {', '.join(self.infer_parts(lambda h, t: _quote_ident(h)))} "
+                          f"FROM {text}").fetchone()
+        self.decide(row[0], row[1:])
+
+    def count_stored(self, cur, table: str, flags: dict[str, str]) -> tuple[int, dict[str, int]]:
+        """Over a typed table (its undecided columns, if not decided yet, stored as text: decide their types): its
+        rows, and how many of them each flag marks."""
+        pending = [u for u in self.undecided if u[1] not in self.decided]
         parts = ["count(*)", *(f"count(*) FILTER (WHERE {name})" for name in flags)]
-        parts += self.infer_parts(lambda h, t: _quote_ident(t))
-        parts += [f"count(*) FILTER (WHERE {_odd(_quote_ident(t), 'to_double({c})')})" for _, t in self.undecided]
+        if pending:
+            parts += self.infer_parts(lambda h, t: _quote_ident(t))
         row = cur.execute(f"SELECT {', '.join(parts)} FROM {table}").fetchone()
-        rows, got = row[0], dict(zip(flags, row[1:1 + len(flags)]))
-        counts = row[1 + len(flags):]
-        self.decide(rows, counts)
-        odd = got.get("__odd", 0) + sum(n for (_, t), n in zip(self.undecided, counts[3 * len(self.undecided):])
-                                        if self.decided[t] == "to_double({c})")
-        return rows, odd, got.get("__sci", 0)
+        if pending:
+            self.decide(row[0], row[1 + len(flags):])
+        return row[0], dict(zip(flags, row[1:1 + len(flags)]))
 
     @property
     def plan(self) -> list[tuple[str, str, str]]:

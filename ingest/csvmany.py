@@ -169,15 +169,16 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
         numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {loader._reader(combined, None, numbered=False)})"
         # the undecided columns' types (over all the files) and each rank's values in scientific notation, in one
         # pass over the rows (the markers' rows left out: a marker is no value)
-        # the typed rows in one more pass (the undecided columns stored as text, counted, then converted in place,
-        # as CsvLoad does); the file is read again only when a row's integer or timestamp cells hold an e
+        # the typed rows in one more pass (the undecided columns stored as text, counted, then converted in place:
+        # the batch's table is in memory, where that costs less than a pass over the file); the file is read again
+        # only when a row's integer or timestamp cells hold an e
         facts = CellFacts(column_plan(table, headers))
         flags = {k: v for k, v in facts.row_flags().items() if k == "__sci"}
         selects = ["rank_ AS rank", "row_ AS src_row"]
         selects += [f"{(e or '{c}').format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.source_plan]
         selects += [f"{sql} AS {name}" for name, sql in flags.items()]
         cur.execute(f"CREATE OR REPLACE TABLE {out} AS SELECT {', '.join(selects)} FROM {numbered} WHERE row_ > 0")
-        _, _, sci = facts.count_stored(cur, out, flags)
+        _, flagged = facts.count_stored(cur, out, flags)
         for name in flags:
             cur.execute(f"ALTER TABLE {out} DROP COLUMN {name}")
         for _, target in facts.undecided:
@@ -188,7 +189,7 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
         results = {r: CsvResult() for r in ranks}
         for rank, rows in cur.execute(f"SELECT rank, count(*) FROM {out} GROUP BY rank").fetchall():
             results[int(rank)].rows = int(rows)
-        if sci:  # (CsvLoad's warning, per rank)
+        if flagged.get("__sci"):  # (CsvLoad's warning, per rank)
             for rank, *counts in cur.execute(f"SELECT rank_, {', '.join(facts.sci_parts(converted=False))} "
                                              f"FROM {numbered} WHERE row_ > 0 GROUP BY rank_").fetchall():
                 results[int(rank)].warnings += [sci_warning(h, n) for (h, _), n in zip(facts.sci_columns, counts) if n]
