@@ -6,10 +6,11 @@ typed by name: a unit in parentheses decides the conversion (``(us)``/``(ms)`` -
 parse as numbers, text otherwise. Cells are read as text, so nothing is lost to type sniffing; tab-suffixed
 timestamps and multi-line quoted fields are handled by DuckDB's CSV reader with explicit quoting rules.
 
-The file is read once into its typed table (after a pass over the cells of the columns typed from their data, if
-any; no table of the text is kept), with two flags per row saying whether a cell needs naming: a number column's
-cell that gave no number and is no common blank, or an e in an integer or timestamp cell (values a spreadsheet
-rewrote in scientific notation). Only then is the file read again, for those cells.
+The file is read once into its typed table, no table of its text kept (``csvcells``): the types of the columns
+typed from their data are decided from its first rows, and flags on each row say whether a cell needs another look
+(one those rows did not foresee: the types are then counted over every cell and the table made again; a number
+column's cell that gave no number and is no common blank, to be named; an e in an integer or timestamp cell: values
+a spreadsheet rewrote in scientific notation, to be counted). Only then is the file read again.
 
 A file whose header has more than ``MAX_COLUMNS`` columns is refused before DuckDB reads it: the reader's
 buffers grow with the column count and cannot spill, so a very wide file would take the memory every other file
@@ -24,6 +25,8 @@ import re
 from pathlib import Path
 
 import duckdb
+
+from .csvcells import CellFacts, _plain_blank, _quote_ident, is_blank_bytes
 
 # profiler CSVs have fewer than 50 columns; 10,000 (a bad export) exhausted a 1 GB memory limit
 MAX_COLUMNS = 512
@@ -70,8 +73,6 @@ NAMED_NON_NUMBERS = {"device_id": ("host",)}
 UNITLESS_US = {"step_trace": {"computing", "communication_not_overlapped", "overlapped", "communication", "free",
                               "stage", "bubble", "communication_not_overlapped_and_exclude_receive",
                               "preparing"}}
-# timestamp-like columns where scientific notation means a spreadsheet rounded the value
-TIMESTAMP_HINT = re.compile(r"(start|timestamp|allocation_time|release_time)")
 
 
 def snake(text: str) -> str:
@@ -109,10 +110,6 @@ def column_plan(table: str, headers: list[str], renames: dict[str, str] | None =
         used.add(unique)
         plan.append((h, unique, expr))
     return plan
-
-
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _quote_text(text: str) -> str:
@@ -208,12 +205,32 @@ class CsvLoad:
                              "columns?)" + (f": {detail[0].strip()}" if detail else "")) from exc
         headers = [r[0] for r in described][1:]
         facts = CellFacts(column_plan(self.table, headers, self.renames))
-        # the types of the columns the header leaves undecided, from a pass over their cells alone; then the typed
-        # table in one pass, with two row flags saying whether a cell needs a second look (a number column's cell
-        # that gave no number and is no common blank; an e in an integer or timestamp cell): only then is the file
-        # read again. (Typing a stored column in place instead costs a rewrite of it, in the run's file as well.)
-        if facts.undecided:
+        # the types of the columns the header leaves undecided, from the file's first rows; then the typed table in
+        # one pass, with row flags saying whether a cell needs a second look: one the first rows did not foresee
+        # (then the types are counted over every cell and the table made again), a number column's cell that gave
+        # no number and is no common blank, an e in an integer or timestamp cell. Only then is the file read again.
+        # (Typing a stored column in place instead costs a rewrite of it, in the run's file as well.)
+        if facts.undecided and not facts.guess(self.cur, self._reader(src, None, numbered=False)):
             facts.count_text(self.cur, text)
+        rejects, flagged, flags = self._typed(src, rej, facts)
+        if flagged.get("__guess"):
+            facts.count_text(self.cur, text)
+            rejects, flagged, flags = self._typed(src, rej, facts)
+        for name in flags:  # (a dropped column costs no rewrite)
+            self.cur.execute(f"ALTER TABLE {self.out} DROP COLUMN {name}")
+        if rejects:
+            self.status = "partial"
+            first = rejects[0]
+            self.warnings.append(f"{len(rejects)} rows could not be parsed and were skipped "
+                                 f"(first at line {first[0]}: {first[2]})")
+        if flagged.get("__odd"):
+            self._check_conversions(text, facts.converted())
+        if flagged.get("__sci"):
+            self.warnings += facts.precision_warnings(self.cur, text)
+        return self.rows
+
+    def _typed(self, src: Path, rej: str, facts: CellFacts) -> tuple[list, dict[str, int], dict[str, str]]:
+        """The typed table with its row flags: (the rows DuckDB rejected, the rows each flag marks, the flags)."""
         flags = facts.row_flags()
         selects = [f"CAST({self.rank} AS INTEGER) AS rank", "CAST(src_row AS INTEGER) AS src_row"]
         selects += [f"{e.format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.plan]
@@ -223,19 +240,8 @@ class CsvLoad:
         rejects = self.cur.execute(
             f"SELECT line, error_type, error_message FROM {rej}_errors ORDER BY line").fetchall()
         self.cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
-        if rejects:
-            self.status = "partial"
-            first = rejects[0]
-            self.warnings.append(f"{len(rejects)} rows could not be parsed and were skipped "
-                                 f"(first at line {first[0]}: {first[2]})")
         self.rows, flagged = facts.count_stored(self.cur, self.out, flags)
-        for name in flags:  # (a dropped column costs no rewrite)
-            self.cur.execute(f"ALTER TABLE {self.out} DROP COLUMN {name}")
-        if flagged.get("__odd"):
-            self._check_conversions(text, facts.converted())
-        if flagged.get("__sci"):
-            self.warnings += facts.precision_warnings(self.cur, text)
-        return self.rows
+        return rejects, flagged, flags
 
     def _check_conversions(self, text: str, converted: list[tuple[str, str, str]]) -> None:
         """Name the cells of numeric columns that hold something but gave no number ("not-a-number", "NaN",
@@ -270,125 +276,3 @@ class CsvLoad:
                 shown = first if len(first) <= 40 else first[:39] + "…"
                 self.warnings.append(f"column '{h}': {n} values that are not numbers were left empty (the first, "
                                      f"{shown!r}, in data row {line})")
-
-
-SQL_TYPES = {"to_double({c})": "DOUBLE", "to_bigint({c})": "BIGINT"}
-
-
-def is_blank_bytes(data: bytes) -> bool:
-    """Whether ``data`` is only whitespace (its start looked at first: no copy of a file that is not)."""
-    return not data[:4096].strip() and not data.strip()
-
-
-def _plain_blank(q: str) -> str:
-    return f"{q} IS NULL OR {q} IN ('', 'N/A')"
-
-
-def _odd(q: str, expr: str) -> str:
-    """A cell that gave no value and is no common blank (SQL over the cell ``q`` and its conversion ``expr``)."""
-    return f"CASE WHEN {expr.format(c=q)} IS NULL THEN NOT ({_plain_blank(q)}) ELSE false END"
-
-
-class CellFacts:
-    """What a CSV's cells say, for a column plan (``column_plan``): the type of each column the header leaves
-    undecided (numeric when all its values parse as numbers, integer when all are integers, text otherwise), and
-    the values in scientific notation (a spreadsheet's rounding) of each integer or timestamp-like column.
-
-    Each costlier test runs only on the cells a cheap one lets through (a CASE, which DuckDB evaluates in that
-    order, where it may reorder an AND): a blank cell ("", N/A, None, null) is never a number, so the blank test
-    (a regex) only runs on the cells that are not; a decimal point is tested before the integer cast (a failing
-    cast is slow); the test for scientific notation only runs on cells that hold an e."""
-
-    def __init__(self, plan: list[tuple[str, str, str | None]]):
-        self.source_plan = plan
-        self.undecided = [(h, t) for h, t, e in plan if e is None]
-        self.sci_columns = [(h, (e or "{c}")) for h, t, e in plan
-                            if (e or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(t)]
-        self.decided: dict[str, str] = {}
-
-    def infer_parts(self, named) -> list[str]:
-        """Three counts per undecided column (``named``: (header, target) -> its SQL name in the rows counted)."""
-        out = []
-        for h, t in self.undecided:
-            q = named(h, t)
-            out += [f"count(TRY_CAST({q} AS DOUBLE))",
-                    f"count(*) FILTER (WHERE CASE WHEN contains({q}, '.') THEN false "
-                    f"ELSE TRY_CAST({q} AS BIGINT) IS NOT NULL END)",
-                    f"count(*) FILTER (WHERE CASE WHEN TRY_CAST({q} AS DOUBLE) IS NULL THEN is_blank({q}) "
-                    "ELSE false END)"]
-        return out
-
-    def decide(self, cells: int, counts) -> None:
-        """The undecided columns' SQL, from ``infer_parts``' counts over ``cells`` rows."""
-        for i, (_, target) in enumerate(self.undecided):
-            numbers, integers, blanks = counts[3 * i:3 * i + 3]
-            present = cells - blanks
-            if present == 0 or numbers < present:
-                self.decided[target] = "{c}"
-            elif integers < present:
-                self.decided[target] = "to_double({c})"
-            else:
-                self.decided[target] = "to_bigint({c})"
-
-    def sci_parts(self, converted: bool = True) -> list[str]:
-        """Per integer or timestamp-like column, its values in scientific notation (with ``converted``, only those
-        that gave a value), over rows named as in the file's header."""
-        out = []
-        for h, e in self.sci_columns:
-            q = _quote_ident(h)
-            value = f" AND {e.format(c=q)} IS NOT NULL" if converted else ""
-            out.append(f"count(*) FILTER (WHERE CASE WHEN contains({q}, 'e') OR contains({q}, 'E') "
-                       f"THEN is_sci({q}){value} ELSE false END)")
-        return out
-
-    def row_flags(self) -> dict[str, str]:
-        """Columns for the typed table's rows, over the file's text cells: ``__odd``, some cell of a numeric column
-        (of those decided so far) gave no value and is no common blank; ``__sci``, some integer or timestamp-like
-        cell holds an e."""
-        flags = {}
-        odd = []
-        for h, t, e in self.source_plan:
-            expr = e or self.decided.get(t)
-            if expr not in (None, "{c}"):
-                odd.append(_odd(_quote_ident(h), expr))
-        if odd:
-            flags["__odd"] = " OR ".join(f"({x})" for x in odd)
-        if self.sci_columns:  # (one string of the row's cells, searched twice: cheaper than each cell's)
-            cells = f"concat({', '.join(_quote_ident(h) for h, _ in self.sci_columns)})"
-            flags["__sci"] = f"contains({cells}, 'e') OR contains({cells}, 'E')"
-        return flags
-
-    def count_text(self, cur, text: str) -> None:
-        """Decide the undecided columns' types from the text rows ``text`` (named as in the file's header)."""
-        row = cur.execute(f"SELECT count(*), {', '.join(self.infer_parts(lambda h, t: _quote_ident(h)))} "
-                          f"FROM {text}").fetchone()
-        self.decide(row[0], row[1:])
-
-    def count_stored(self, cur, table: str, flags: dict[str, str]) -> tuple[int, dict[str, int]]:
-        """Over a typed table (its undecided columns, if not decided yet, stored as text: decide their types): its
-        rows, and how many of them each flag marks."""
-        pending = [u for u in self.undecided if u[1] not in self.decided]
-        parts = ["count(*)", *(f"count(*) FILTER (WHERE {name})" for name in flags)]
-        if pending:
-            parts += self.infer_parts(lambda h, t: _quote_ident(t))
-        row = cur.execute(f"SELECT {', '.join(parts)} FROM {table}").fetchone()
-        if pending:
-            self.decide(row[0], row[1 + len(flags):])
-        return row[0], dict(zip(flags, row[1:1 + len(flags)]))
-
-    @property
-    def plan(self) -> list[tuple[str, str, str]]:
-        """The column plan with every column's SQL decided."""
-        return [(h, t, e or self.decided[t]) for h, t, e in self.source_plan]
-
-    def converted(self) -> list[tuple[str, str, str]]:
-        return [(h, t, e) for h, t, e in self.plan if e != "{c}"]
-
-    def precision_warnings(self, cur, text: str) -> list[str]:
-        counts = cur.execute(f"SELECT {', '.join(self.sci_parts())} FROM {text}").fetchone()
-        return [sci_warning(h, n) for (h, _), n in zip(self.sci_columns, counts) if n]
-
-
-def sci_warning(column: str, n: int) -> str:
-    return (f"column '{column}': {n} values in scientific notation (a spreadsheet re-saved this file); "
-            "they were loaded but keep only the digits shown")

@@ -26,18 +26,8 @@ import duckdb
 import numpy as np
 
 from .columns import arrow_table
-from .csvfiles import (
-    MAX_COLUMNS,
-    SQL_TYPES,
-    TABLES,
-    CellFacts,
-    CsvLoad,
-    _quote_ident,
-    _quote_text,
-    column_plan,
-    is_blank_bytes,
-    sci_warning,
-)
+from .csvcells import SQL_TYPES, CellFacts, _quote_ident, is_blank_bytes, sci_warning
+from .csvfiles import MAX_COLUMNS, TABLES, CsvLoad, _quote_text, column_plan
 
 MARKER = "\x01ascendscope-file:"  # + the file's index + "\x01": a cell no profiler writes
 MARKER_RE = "^\x01ascendscope-file:([0-9]+)\x01$"
