@@ -3,12 +3,12 @@
 A DuckDB statement costs a millisecond or more whatever its size, and reading a CSV takes about ten
 (``csvfiles.CsvLoad``): for a rank of a few hundred kB that fixed cost, not the bytes, is the ingest time. Here
 the files of one kind whose header lines are identical are concatenated into one file, each file's rows preceded
-by a marker row naming it, and typed like one CSV (``csvfiles``: the same column plan, type inference over all
-of them, the same exact conversions); each row gets its file's rank and its row number within its file, from
-the markers' positions (computed in numpy and joined to the file's rows by position, with no sort or window
-over them). DuckDB reads the file three times (the markers, the types and exponents, the typed rows) and stores
-no text table. The result is the table the per-file loads would
-make, unioned: ``{out}{table}`` with ``rank`` and ``src_row``.
+by a marker row naming it, and typed like one CSV (``csvfiles``: the same column plan, type inference over all of
+them, the same exact conversions); each row gets its file's rank and its row number within its file, from the
+markers' positions (computed in numpy and joined to the file's rows by position, with no sort or window over
+them). Past its header, DuckDB reads the file twice (the markers, the typed rows; once more for the ranks' values
+in scientific notation, when a row holds an e where they are looked for) and stores no table of its text. The
+result is the table the per-file loads would make, unioned: ``{out}{table}`` with ``rank`` and ``src_row``.
 
 Anything unusual goes through ``CsvLoad`` file by file instead, so its warnings stay exact: a file that is empty,
 too wide, not UTF-8, whose header no other file shares, or a batch in which DuckDB rejects a row or a marker does
@@ -157,8 +157,6 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
             "row_": np.where(file_of >= 0, src_row - at[np.maximum(file_of, 0)], 0).astype(np.int32)}))
         # (the reader gives the rows in file order, as the pass above numbered them: it reads with one thread)
         numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {loader._reader(combined, None, numbered=False)})"
-        # the undecided columns' types (over all the files) and each rank's values in scientific notation, in one
-        # pass over the rows (the markers' rows left out: a marker is no value)
         # the typed rows in one more pass (the undecided columns stored as text, counted, then converted in place:
         # the batch's table is in memory, where that costs less than a pass over the file); the file is read again
         # only when a row's integer or timestamp cells hold an e
