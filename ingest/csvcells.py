@@ -15,12 +15,21 @@ def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-SQL_TYPES = {"to_double({c})": "DOUBLE", "to_bigint({c})": "BIGINT"}
+FLAGS = "__flags"  # the typed table's column of row flags while it is checked (``flags_column``)
 
 
 def is_blank_bytes(data: bytes) -> bool:
     """Whether ``data`` is only whitespace (its start looked at first: no copy of a file that is not)."""
     return not data[:4096].strip() and not data.strip()
+
+
+def flags_column(flags: dict[str, str]) -> list[str]:
+    """The select item that keeps the row flags ``flags`` (name -> SQL) in one column, ``FLAGS``, flag i as bit
+    2**i (one column to drop afterwards, not one per flag); none without flags."""
+    if not flags:
+        return []
+    return [" + ".join(f"CASE WHEN {sql} THEN {1 << i} ELSE 0 END" for i, sql in enumerate(flags.values()))
+            + f" AS {FLAGS}"]
 
 
 def _plain_blank(q: str) -> str:
@@ -115,14 +124,14 @@ class CellFacts:
 
     def guess(self, cur, scan: str) -> bool:
         """Decide the undecided columns' types from the first ``HEAD_ROWS`` rows of ``scan`` (their decision for
-        the whole file unless a later cell contradicts it: ``row_flags``' ``__guess``); False, nothing decided,
-        when a column holds no value there."""
+        the whole file unless a later cell contradicts it: ``row_flags``' ``__guess``; a file of fewer rows is
+        decided); False, nothing decided, when a column holds no value there."""
         row = cur.execute(f"SELECT count(*), {', '.join(self.infer_parts(lambda h, t: _quote_ident(h)))} "
                           f"FROM (SELECT * FROM {scan} LIMIT {HEAD_ROWS})").fetchone()
         if any(row[0] == row[3 * i + 3] for i in range(len(self.undecided))):  # (all blank: no guess)
             return False
         self.decide(row[0], row[1:])
-        self.guessed = True
+        self.guessed = row[0] >= HEAD_ROWS  # (fewer: the whole file, decided)
         return True
 
     def _contradicts(self, q: str, expr: str) -> str | None:
@@ -137,10 +146,10 @@ class CellFacts:
         return None
 
     def count_stored(self, cur, table: str, flags: dict[str, str]) -> tuple[int, dict[str, int]]:
-        """Over a typed table (its undecided columns, if not decided yet, stored as text: decide their types): its
-        rows, and how many of them each flag marks."""
+        """Over a typed table with the ``flags_column`` of ``flags`` (its undecided columns, if not decided yet,
+        stored as text: decide their types): its rows, and how many of them each flag marks."""
         pending = [u for u in self.undecided if u[1] not in self.decided]
-        parts = ["count(*)", *(f"count(*) FILTER (WHERE {name})" for name in flags)]
+        parts = ["count(*)", *(f"count(*) FILTER (WHERE ({FLAGS} & {1 << i}) <> 0)" for i in range(len(flags)))]
         if pending:
             parts += self.infer_parts(lambda h, t: _quote_ident(t))
         row = cur.execute(f"SELECT {', '.join(parts)} FROM {table}").fetchone()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import duckdb
 
-from .csvcells import CellFacts, _plain_blank, _quote_ident, is_blank_bytes
+from .csvcells import FLAGS, CellFacts, _plain_blank, _quote_ident, flags_column, is_blank_bytes
 
 # profiler CSVs have fewer than 50 columns; 10,000 (a bad export) exhausted a 1 GB memory limit
 MAX_COLUMNS = 512
@@ -216,8 +216,8 @@ class CsvLoad:
         if flagged.get("__guess"):
             facts.count_text(self.cur, text)
             rejects, flagged, flags = self._typed(src, rej, facts)
-        for name in flags:  # (a dropped column costs no rewrite)
-            self.cur.execute(f"ALTER TABLE {self.out} DROP COLUMN {name}")
+        if flags:  # (a dropped column costs no rewrite)
+            self.cur.execute(f"ALTER TABLE {self.out} DROP COLUMN {FLAGS}")
         if rejects:
             self.status = "partial"
             first = rejects[0]
@@ -234,7 +234,7 @@ class CsvLoad:
         flags = facts.row_flags()
         selects = [f"CAST({self.rank} AS INTEGER) AS rank", "CAST(src_row AS INTEGER) AS src_row"]
         selects += [f"{e.format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.plan]
-        selects += [f"{sql} AS {name}" for name, sql in flags.items()]
+        selects += flags_column(flags)
         self.cur.execute(f"CREATE OR REPLACE TABLE {self.out} AS SELECT {', '.join(selects)} "
                          f"FROM {self._reader(src, rej)}")  # in file order: the scan keeps insertion order
         rejects = self.cur.execute(

@@ -26,7 +26,7 @@ import duckdb
 import numpy as np
 
 from .columns import arrow_table
-from .csvcells import SQL_TYPES, CellFacts, _quote_ident, is_blank_bytes, sci_warning
+from .csvcells import FLAGS, CellFacts, _quote_ident, flags_column, is_blank_bytes, sci_warning
 from .csvfiles import MAX_COLUMNS, TABLES, CsvLoad, _quote_text, column_plan
 
 MARKER = "\x01ascendscope-file:"  # + the file's index + "\x01": a cell no profiler writes
@@ -157,29 +157,25 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
             "row_": np.where(file_of >= 0, src_row - at[np.maximum(file_of, 0)], 0).astype(np.int32)}))
         # (the reader gives the rows in file order, as the pass above numbered them: it reads with one thread)
         numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {loader._reader(combined, None, numbered=False)})"
-        # the typed rows in one more pass (the undecided columns stored as text, counted, then converted in place:
-        # the batch's table is in memory, where that costs less than a pass over the file); the file is read again
-        # only when a row's integer or timestamp cells hold an e
+        # the typed rows in one more pass, as CsvLoad makes them: the undecided columns' types from the first rows,
+        # checked by a row flag (counted over every row and the table made again when a later cell contradicts
+        # them); the file is read again only when a row's integer or timestamp cells hold an e
+        rows_only = f"(SELECT * FROM {numbered} WHERE row_ > 0)"
         facts = CellFacts(column_plan(table, headers))
-        flags = {k: v for k, v in facts.row_flags().items() if k == "__sci"}
-        selects = ["rank_ AS rank", "row_ AS src_row"]
-        selects += [f"{(e or '{c}').format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.source_plan]
-        selects += [f"{sql} AS {name}" for name, sql in flags.items()]
-        cur.execute(f"CREATE OR REPLACE TABLE {out} AS SELECT {', '.join(selects)} FROM {numbered} WHERE row_ > 0")
-        _, flagged = facts.count_stored(cur, out, flags)
-        for name in flags:
-            cur.execute(f"ALTER TABLE {out} DROP COLUMN {name}")
-        for _, target in facts.undecided:
-            expr = facts.decided[target]
-            if expr != "{c}":
-                cur.execute(f"ALTER TABLE {out} ALTER COLUMN {_quote_ident(target)} SET DATA TYPE "
-                            f"{SQL_TYPES[expr]} USING {expr.format(c=_quote_ident(target))}")
+        if facts.undecided and not facts.guess(cur, rows_only):
+            facts.count_text(cur, rows_only)
+        flagged, flags = _typed(cur, facts, rows_only, out)
+        if flagged.get("__guess"):
+            facts.count_text(cur, rows_only)
+            flagged, flags = _typed(cur, facts, rows_only, out)
+        if flags:
+            cur.execute(f"ALTER TABLE {out} DROP COLUMN {FLAGS}")
         results = {r: CsvResult() for r in ranks}
         for rank, rows in cur.execute(f"SELECT rank, count(*) FROM {out} GROUP BY rank").fetchall():
             results[int(rank)].rows = int(rows)
         if flagged.get("__sci"):  # (CsvLoad's warning, per rank)
             for rank, *counts in cur.execute(f"SELECT rank_, {', '.join(facts.sci_parts(converted=False))} "
-                                             f"FROM {numbered} WHERE row_ > 0 GROUP BY rank_").fetchall():
+                                             f"FROM {rows_only} GROUP BY rank_").fetchall():
                 results[int(rank)].warnings += [sci_warning(h, n) for (h, _), n in zip(facts.sci_columns, counts) if n]
         return results
     except duckdb.Error:
@@ -192,6 +188,17 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
         except duckdb.Error:
             pass
         combined.unlink(missing_ok=True)
+
+
+def _typed(cur, facts: CellFacts, rows: str, out: str) -> tuple[dict[str, int], dict[str, str]]:
+    """The batch's typed table from its text ``rows`` with the row flags it needs: (the rows each flag marks, the
+    flags)."""
+    flags = {k: v for k, v in facts.row_flags().items() if k in ("__sci", "__guess")}
+    selects = ["rank_ AS rank", "row_ AS src_row"]
+    selects += [f"{e.format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.plan]
+    selects += flags_column(flags)
+    cur.execute(f"CREATE OR REPLACE TABLE {out} AS SELECT {', '.join(selects)} FROM {rows}")
+    return facts.count_stored(cur, out, flags)[1], flags
 
 
 def _kind(table: str) -> str:
