@@ -3,8 +3,14 @@
 Every column of the source is kept. Headers vary by CANN version, profiler level and metric set, so columns are
 typed by name: a unit in parentheses decides the conversion (``(us)``/``(ms)`` -> exact integer ``_ns``, ``(MB)``
 -> ``_mb`` …), a few known names are ids or counts, and any other column becomes numeric when all its values
-parse as numbers, text otherwise. Cells are read as text first, so nothing is lost to type sniffing; tab-suffixed
+parse as numbers, text otherwise. Cells are read as text, so nothing is lost to type sniffing; tab-suffixed
 timestamps and multi-line quoted fields are handled by DuckDB's CSV reader with explicit quoting rules.
+
+The file is read once into its typed table, no table of its text kept (``csvcells``): the types of the columns
+typed from their data are decided from its first rows, and flags on each row say whether a cell needs another look
+(one those rows did not foresee: the types are then counted over every cell and the table made again; a number
+column's cell that gave no number and is no common blank, to be named; an e in an integer or timestamp cell: values
+a spreadsheet rewrote in scientific notation, to be counted). Only then is the file read again.
 
 A file whose header has more than ``MAX_COLUMNS`` columns is refused before DuckDB reads it: the reader's
 buffers grow with the column count and cannot spill, so a very wide file would take the memory every other file
@@ -19,12 +25,13 @@ import re
 from pathlib import Path
 
 import duckdb
-import numpy as np
+
+from .csvcells import FLAGS, CellFacts, _plain_blank, _quote_ident, flags_column, is_blank_bytes
 
 # profiler CSVs have fewer than 50 columns; 10,000 (a bad export) exhausted a 1 GB memory limit
 MAX_COLUMNS = 512
 _HEADER_BYTES = 4 << 20
-READ_BLOCK = 16 << 20  # a file is checked (UTF-8, exponents) this much at a time
+READ_BLOCK = 16 << 20  # a file is checked (UTF-8) this much at a time
 MAX_LINE_BYTES = 64 << 20  # the longest CSV line read
 CSV_BUFFER_BYTES = 2 * MAX_LINE_BYTES  # DuckDB's CSV buffer (it must hold the longest line)
 
@@ -66,8 +73,6 @@ NAMED_NON_NUMBERS = {"device_id": ("host",)}
 UNITLESS_US = {"step_trace": {"computing", "communication_not_overlapped", "overlapped", "communication", "free",
                               "stage", "bubble", "communication_not_overlapped_and_exclude_receive",
                               "preparing"}}
-# timestamp-like columns where scientific notation means a spreadsheet rounded the value
-TIMESTAMP_HINT = re.compile(r"(start|timestamp|allocation_time|release_time)")
 
 
 def snake(text: str) -> str:
@@ -107,10 +112,6 @@ def column_plan(table: str, headers: list[str], renames: dict[str, str] | None =
     return plan
 
 
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _quote_text(text: str) -> str:
     return text.replace("'", "''")
 
@@ -127,7 +128,6 @@ class CsvLoad:
         self.warnings: list[str] = []
         self.status = "loaded"
         self.rows = 0
-        self.may_hold_exponents = True
         self.renames = renames
 
     def _check_width(self) -> None:
@@ -145,10 +145,9 @@ class CsvLoad:
 
     def _readable(self) -> Path:
         """The file itself, or a copy with invalid UTF-8 bytes replaced (and a warning). Read in blocks, so a
-        file of gigabytes is checked in bounded memory."""
+        file of gigabytes is checked in bounded memory (an ASCII block, the usual one, takes no decoding)."""
         self._check_width()
-        self.may_hold_exponents = False
-        first_bad, blank, start, carry, tail = None, True, 0, b"", b""
+        first_bad, blank, start, carry = None, True, 0, b""
         with open(self.path, "rb") as fh:
             while True:
                 block = fh.read(READ_BLOCK)
@@ -161,11 +160,8 @@ class CsvLoad:
                         cut -= 1
                     cut = cut - 1 if cut > 0 and data[cut - 1] >= 0xC0 else cut
                 chunk, carry = data[:cut], data[cut:]
-                blank = blank and not chunk.strip()
-                if len(tail + chunk) >= 3:
-                    self.may_hold_exponents = self.may_hold_exponents or _may_hold_exponents(tail + chunk)
-                tail = (tail + chunk)[-2:]
-                if first_bad is None:
+                blank = blank and is_blank_bytes(chunk)
+                if first_bad is None and not chunk.isascii():
                     try:
                         chunk.decode("utf-8")
                     except UnicodeDecodeError as exc:
@@ -186,90 +182,71 @@ class CsvLoad:
         self.warnings.append(f"bytes that are not UTF-8 (first at byte {first_bad}) replaced with U+FFFD")
         return fixed
 
-    def _reader(self, src: Path, rejects: str | None) -> str:
-        """The file as rows of text cells, numbered in file order (``src_row``). (The buffer is given: DuckDB's
-        default is 16 lines of the longest allowed, 1 GiB here, which cannot be had under a 1 GB memory limit, so
-        every CSV over ~1 GB failed to load.)"""
+    def _reader(self, src: Path, rejects: str | None, numbered: bool = True) -> str:
+        """The file as rows of text cells in file order, numbered (``src_row``) unless not ``numbered``. (The buffer
+        is given: DuckDB's default is 16 lines of the longest allowed, 1 GiB here, which cannot be had under a 1 GB
+        memory limit, so every CSV over ~1 GB failed to load.)"""
         keep = (f", store_rejects = true, rejects_table = '{rejects}_errors', rejects_scan = '{rejects}_scans'"
                 if rejects else ", ignore_errors = true")
-        return (f"(SELECT row_number() OVER () AS src_row, * FROM read_csv('{_quote_text(str(src))}', header = true, "
-                "all_varchar = true, delim = ',', quote = '\"', escape = '\"', null_padding = true, "
-                f"strict_mode = false, parallel = false, max_line_size = {MAX_LINE_BYTES}, "
-                f"buffer_size = {CSV_BUFFER_BYTES}{keep}))")
+        scan = (f"read_csv('{_quote_text(str(src))}', header = true, all_varchar = true, delim = ',', quote = '\"', "
+                f"escape = '\"', null_padding = true, strict_mode = false, parallel = false, "
+                f"max_line_size = {MAX_LINE_BYTES}, buffer_size = {CSV_BUFFER_BYTES}{keep})")
+        return f"(SELECT row_number() OVER () AS src_row, * FROM {scan})" if numbered else scan
 
     def load(self) -> int:
         src = self._readable()
-        raw = f"{self.p}raw_{self.table}"
+        text = self._reader(src, None)
         rej = "rej" + re.sub(r"[^0-9A-Za-z_]", "_", self.p)
         try:
-            described = self.cur.execute(f"DESCRIBE SELECT * FROM {self._reader(src, None)}").fetchall()
+            described = self.cur.execute(f"DESCRIBE SELECT * FROM {text}").fetchall()
         except duckdb.Error as exc:  # DuckDB's first line names the file by its full path; say what is wrong
             detail = [line for line in str(exc).splitlines()[1:] if line.strip()][:1]
             raise ValueError("the CSV's layout could not be read (an unterminated quote, or rows with differing "
                              "columns?)" + (f": {detail[0].strip()}" if detail else "")) from exc
         headers = [r[0] for r in described][1:]
-        plan = column_plan(self.table, headers, self.renames)
-        undecided = [(h, t) for h, t, e in plan if e is None]
-        if undecided:  # types decided from the data: keep the text cells for the passes over them
-            self.cur.execute(f"CREATE OR REPLACE TABLE {raw} AS SELECT * FROM {self._reader(src, rej)}")
-            source = raw
-        else:  # every type is known from the header: convert while reading, in one pass
-            source = self._reader(src, rej)
-        decided = self._infer_types(raw, undecided)
-        selects = [f"CAST({self.rank} AS INTEGER) AS rank", "CAST(src_row AS INTEGER) AS src_row"]
-        for h, target, expr in plan:
-            expr = expr or decided[target]
-            col = f"{_quote_ident(h)}"
-            selects.append(f"{expr.format(c=col)} AS {_quote_ident(target)}")
-        self.cur.execute(f"CREATE OR REPLACE TABLE {self.out} AS SELECT {', '.join(selects)} "
-                         f"FROM {source}")  # in file order: the scan keeps insertion order
-        rejects = self.cur.execute(
-            f"SELECT line, error_type, error_message FROM {rej}_errors ORDER BY line").fetchall()
-        self.cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
+        facts = CellFacts(column_plan(self.table, headers, self.renames))
+        # the types of the columns the header leaves undecided, from the file's first rows; then the typed table in
+        # one pass, with row flags saying whether a cell needs a second look: one the first rows did not foresee
+        # (then the types are counted over every cell and the table made again), a number column's cell that gave
+        # no number and is no common blank, an e in an integer or timestamp cell. Only then is the file read again.
+        # (Typing a stored column in place instead costs a rewrite of it, in the run's file as well.)
+        if facts.undecided and not facts.guess(self.cur, self._reader(src, None, numbered=False)):
+            facts.count_text(self.cur, text)
+        rejects, flagged, flags = self._typed(src, rej, facts)
+        if flagged.get("__guess"):
+            facts.count_text(self.cur, text)
+            rejects, flagged, flags = self._typed(src, rej, facts)
+        if flags:  # (a dropped column costs no rewrite)
+            self.cur.execute(f"ALTER TABLE {self.out} DROP COLUMN {FLAGS}")
         if rejects:
             self.status = "partial"
             first = rejects[0]
             self.warnings.append(f"{len(rejects)} rows could not be parsed and were skipped "
                                  f"(first at line {first[0]}: {first[2]})")
-        text_source = raw if undecided else self._reader(src, None)
-        converted = [(h, t, expr or decided[t]) for h, t, expr in plan if (expr or decided[t]) != "{c}"]
-        self._check_conversions(text_source, converted)
-        self._check_precision(text_source, plan)
-        self.cur.execute(f"DROP TABLE IF EXISTS {raw}")
-        self.rows = self.cur.execute(f"SELECT count(*) FROM {self.out}").fetchone()[0]
+        if flagged.get("__odd"):
+            self._check_conversions(text, facts.converted())
+        if flagged.get("__sci"):
+            self.warnings += facts.precision_warnings(self.cur, text)
         return self.rows
 
-    def _infer_types(self, raw: str, cols: list[tuple[str, str]]) -> dict[str, str]:
-        if not cols:
-            return {}
-        # per column: cells, numbers, integers, blanks. A blank cell ("", N/A, None, null) is never a number,
-        # so the blank test (a regex) only runs on the cells that are not; a decimal point is tested before the
-        # integer cast (a failing cast is slow)
-        parts = []
-        for h, _ in cols:
-            q = _quote_ident(h)
-            parts += ["count(*)", f"count(TRY_CAST({q} AS DOUBLE))",
-                      f"count(*) FILTER (WHERE NOT contains({q}, '.') AND TRY_CAST({q} AS BIGINT) IS NOT NULL)",
-                      f"count(*) FILTER (WHERE TRY_CAST({q} AS DOUBLE) IS NULL AND is_blank({q}))"]
-        row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()
-        out = {}
-        for i, (_, target) in enumerate(cols):
-            cells, numbers, integers, blanks = row[4 * i:4 * i + 4]
-            present = cells - blanks
-            if present == 0 or numbers < present:
-                out[target] = "{c}"
-            elif integers < present:
-                out[target] = "to_double({c})"
-            else:
-                out[target] = "to_bigint({c})"
-        return out
+    def _typed(self, src: Path, rej: str, facts: CellFacts) -> tuple[list, dict[str, int], dict[str, str]]:
+        """The typed table with its row flags: (the rows DuckDB rejected, the rows each flag marks, the flags)."""
+        flags = facts.row_flags()
+        selects = [f"CAST({self.rank} AS INTEGER) AS rank", "CAST(src_row AS INTEGER) AS src_row"]
+        selects += [f"{e.format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.plan]
+        selects += flags_column(flags)
+        self.cur.execute(f"CREATE OR REPLACE TABLE {self.out} AS SELECT {', '.join(selects)} "
+                         f"FROM {self._reader(src, rej)}")  # in file order: the scan keeps insertion order
+        rejects = self.cur.execute(
+            f"SELECT line, error_type, error_message FROM {rej}_errors ORDER BY line").fetchall()
+        self.cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
+        self.rows, flagged = facts.count_stored(self.cur, self.out, flags)
+        return rejects, flagged, flags
 
-    def _check_conversions(self, raw: str, converted: list[tuple[str, str, str]]) -> None:
+    def _check_conversions(self, text: str, converted: list[tuple[str, str, str]]) -> None:
         """Name the cells of numeric columns that hold something but gave no number ("not-a-number", "NaN",
         "1e999", a NUL byte…): they are left empty, and the file is partial. Only the columns with empty values in
         the typed table are looked at again (most have none)."""
-        if not converted:
-            return
         nulls = self.cur.execute("SELECT " + ", ".join(f"count(*) - count({_quote_ident(t)})" for _, t, _ in converted)
                                  + f" FROM {self.out}").fetchone()
         suspects = [(c, n) for c, n in zip(converted, nulls) if n]
@@ -278,8 +255,8 @@ class CsvLoad:
         # the common blanks ("", N/A) take plain comparisons: where they account for every empty value (the usual
         # case, e.g. the N/A metrics of HCCL rows), no cell needs the costlier test below
         plain = self.cur.execute("SELECT " + ", ".join(
-            f"count(*) FILTER (WHERE {_quote_ident(h)} IS NULL OR {_quote_ident(h)} IN ('', 'N/A'))"
-            for (h, _, _), _ in suspects) + f" FROM {raw}").fetchone()
+            f"count(*) FILTER (WHERE {_plain_blank(_quote_ident(h))})" for (h, _, _), _ in suspects)
+            + f" FROM {text}").fetchone()
         suspects = [c for (c, n), blank in zip(suspects, plain) if n > blank]
         if not suspects:
             return
@@ -291,7 +268,7 @@ class CsvLoad:
             bad = f"({expr.format(c=q)} IS NULL AND NOT is_blank({q}){words})"
             parts += [f"count(*) FILTER (WHERE {bad})", f"arg_min({q}, src_row) FILTER (WHERE {bad})",
                       f"min(src_row) FILTER (WHERE {bad})"]
-        row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {raw}").fetchone()
+        row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {text}").fetchone()
         for i, (h, _, _) in enumerate(suspects):
             n, first, line = row[3 * i:3 * i + 3]
             if n:
@@ -299,33 +276,3 @@ class CsvLoad:
                 shown = first if len(first) <= 40 else first[:39] + "…"
                 self.warnings.append(f"column '{h}': {n} values that are not numbers were left empty (the first, "
                                      f"{shown!r}, in data row {line})")
-
-    def _check_precision(self, raw: str, plan) -> None:
-        if not self.may_hold_exponents:
-            return
-        cols = [h for h, target, expr in plan
-                if (expr or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(target)]
-        if not cols:
-            return
-        exprs = {h: expr for h, _, expr in plan}
-        counts = self.cur.execute("SELECT " + ", ".join(
-            f"count(*) FILTER (WHERE is_sci({_quote_ident(h)}) AND {(exprs[h] or '{c}').format(c=_quote_ident(h))} "
-            "IS NOT NULL)" for h in cols) + f" FROM {raw}").fetchone()
-        for h, n in zip(cols, counts):
-            if n:
-                self.warnings.append(
-                    f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
-                    "they were loaded but keep only the digits shown")
-
-
-def _may_hold_exponents(data: bytes) -> bool:
-    """Whether some cell could be in scientific notation: a digit, then e or E, then a digit or a sign. A scan of
-    the bytes that is much cheaper than testing every cell; when it finds nothing, no cell can match is_sci."""
-    a = np.frombuffer(data, dtype=np.uint8)
-    if len(a) < 3:
-        return True
-    e = np.flatnonzero((a[1:-1] | 0x20) == ord("e")) + 1
-    before, after = a[e - 1], a[e + 1]
-    digit_before = (before >= ord("0")) & (before <= ord("9"))
-    number_after = ((after >= ord("0")) & (after <= ord("9"))) | (after == ord("+")) | (after == ord("-"))
-    return bool(np.any(digit_before & number_after))

@@ -3,11 +3,12 @@
 A DuckDB statement costs a millisecond or more whatever its size, and reading a CSV takes about ten
 (``csvfiles.CsvLoad``): for a rank of a few hundred kB that fixed cost, not the bytes, is the ingest time. Here
 the files of one kind whose header lines are identical are concatenated into one file, each file's rows preceded
-by a marker row naming it, and typed like one CSV (``csvfiles``: the same column plan, type inference over all
-of them, the same exact conversions); each row gets its file's rank and its row number within its file, from
-the markers' positions (computed in numpy and joined to the text table by position, so the rows are read as
-text once and typed once, with no sort or window over them). The result is the table the per-file loads would
-make, unioned: ``{out}{table}`` with ``rank`` and ``src_row``.
+by a marker row naming it, and typed like one CSV (``csvfiles``: the same column plan, type inference over all of
+them, the same exact conversions); each row gets its file's rank and its row number within its file, from the
+markers' positions (computed in numpy and joined to the file's rows by position, with no sort or window over
+them). Past its header, DuckDB reads the file twice (the markers, the typed rows; once more for the ranks' values
+in scientific notation, when a row holds an e where they are looked for) and stores no table of its text. The
+result is the table the per-file loads would make, unioned: ``{out}{table}`` with ``rank`` and ``src_row``.
 
 Anything unusual goes through ``CsvLoad`` file by file instead, so its warnings stay exact: a file that is empty,
 too wide, not UTF-8, whose header no other file shares, or a batch in which DuckDB rejects a row or a marker does
@@ -25,15 +26,8 @@ import duckdb
 import numpy as np
 
 from .columns import arrow_table
-from .csvfiles import (
-    MAX_COLUMNS,
-    TABLES,
-    CsvLoad,
-    _may_hold_exponents,
-    _quote_ident,
-    _quote_text,
-    column_plan,
-)
+from .csvcells import FLAGS, CellFacts, _quote_ident, flags_column, is_blank_bytes, sci_warning
+from .csvfiles import MAX_COLUMNS, TABLES, CsvLoad, _quote_text, column_plan
 
 MARKER = "\x01ascendscope-file:"  # + the file's index + "\x01": a cell no profiler writes
 MARKER_RE = "^\x01ascendscope-file:([0-9]+)\x01$"
@@ -58,14 +52,12 @@ def load_many(cur: duckdb.DuckDBPyConnection, prefix: str, kind: str, items: lis
     results: dict[int, CsvResult] = {}
     batches: dict[bytes, list[tuple[int, Path, str, bytes]]] = {}
     alone: list[tuple[int, Path, str]] = []
-    exponents = False
     for rank, path, display in items:
         data = _plain_body(path)
         if data is None:
             alone.append((rank, path, display))
             continue
         header, body = data
-        exponents = exponents or _may_hold_exponents(body)
         batches.setdefault(header, []).append((rank, path, display, body))
     parts: list[str] = []
     n = 0
@@ -74,7 +66,7 @@ def load_many(cur: duckdb.DuckDBPyConnection, prefix: str, kind: str, items: lis
             alone.extend((r, p, d) for r, p, d, _ in files)
             continue
         part = f"{out_prefix}{table}__b{n}"
-        got = _load_batch(cur, prefix, table, header, files, workdir / f"{table}_{n}.csv", part, exponents)
+        got = _load_batch(cur, prefix, table, header, files, workdir / f"{table}_{n}.csv", part)
         if got is None:  # DuckDB did not read the batch as the files it was made of: file by file instead
             alone.extend((r, p, d) for r, p, d, _ in files)
             continue
@@ -107,10 +99,10 @@ def _plain_body(path: Path) -> tuple[bytes, bytes] | None:
         data = path.read_bytes()
     except OSError:
         return None
-    if not data.strip():
+    if is_blank_bytes(data):
         return None
     try:
-        data.decode("utf-8")
+        data.isascii() or data.decode("utf-8")
     except UnicodeDecodeError:
         return None
     data = data.removeprefix(b"\xef\xbb\xbf")
@@ -130,58 +122,61 @@ def _plain_body(path: Path) -> tuple[bytes, bytes] | None:
     return header, body
 
 
-def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combined: Path, out: str,
-                exponents: bool) -> dict[int, CsvResult] | None:
+def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combined: Path,
+                out: str) -> dict[int, CsvResult] | None:
     combined.parent.mkdir(parents=True, exist_ok=True)
     with open(combined, "wb") as fh:
         fh.write(header + b"\n")
         for i, (_, _, _, body) in enumerate(files):
             fh.write(f"{MARKER}{i}\x01\n".encode())
             fh.write(body)
-    raw, rej = f"{prefix}many_{table}", "rej" + re.sub(r"[^0-9A-Za-z_]", "_", prefix) + "many"
+    rej = "rej" + re.sub(r"[^0-9A-Za-z_]", "_", prefix) + "many"
     loader = CsvLoad(cur, prefix, _kind(table), combined, 0, combined.name, combined.parent)
     try:
         headers = [r[0] for r in cur.execute(f"DESCRIBE SELECT * FROM {loader._reader(combined, None)}").fetchall()][1:]
-        first = _quote_ident(headers[0])
-        cur.execute(f"CREATE OR REPLACE TABLE {raw} AS SELECT * FROM {loader._reader(combined, rej)}")
+        first, marker = _quote_ident(headers[0]), _quote_text(MARKER_RE)
+        # the rows, and where the markers are: one pass over the file (its rows are not stored as text)
+        rows, at, found = cur.execute(
+            f"SELECT count(*), list(src_row ORDER BY src_row) FILTER (WHERE regexp_full_match({first}, '{marker}')), "
+            f"list(regexp_extract({first}, '{marker}', 1) ORDER BY src_row) FILTER (WHERE regexp_full_match("
+            f"{first}, '{marker}')) FROM {loader._reader(combined, rej)}").fetchall()[0]  # (fetchone would leave
+        # the statement open, and its rejects table not yet made)
         rejects = cur.execute(f"SELECT count(*) FROM {rej}_errors").fetchone()[0]
         cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
-        marks = cur.execute(
-            f"SELECT src_row, regexp_extract({first}, '{_quote_text(MARKER_RE)}', 1) FROM {raw} "
-            f"WHERE regexp_full_match({first}, '{_quote_text(MARKER_RE)}') ORDER BY src_row").fetchall()
-        if rejects or [int(i) for _, i in marks] != list(range(len(files))):
+        # (no row before the first marker: a marker then starts every file's rows)
+        if rejects or [int(i) for i in found or []] != list(range(len(files))) or at[0] != 1:
             return None
-        at = np.array([int(row) for row, _ in marks], dtype=np.int64)  # file i's rows lie after at[i]
+        at = np.array(at, dtype=np.int64)  # file i's rows lie after at[i]
         ranks = [r for r, _, _, _ in files]
-        # each row's rank and row number within its file, in the text table's order (src_row 1..), joined to it
-        # by position: no sort, window or search over the rows in SQL. A marker row itself gets row 0.
-        (rows,), = cur.execute(f"SELECT count(*) FROM {raw}").fetchall()  # (all fetched: register needs that)
+        # each row's rank and row number within its file, in the file's order (src_row 1..), joined to the file's
+        # rows by position: no sort, window or search over the rows in SQL. A marker row itself gets row 0.
         src_row = np.arange(1, rows + 1, dtype=np.int64)
         file_of = np.searchsorted(at, src_row, side="right") - 1
         cur.register(MAP, arrow_table({
             "rank_": np.asarray(ranks, dtype=np.int32)[np.maximum(file_of, 0)],
             "row_": np.where(file_of >= 0, src_row - at[np.maximum(file_of, 0)], 0).astype(np.int32)}))
-        numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {raw})"
-        # (a scan of the text table gives its rows in the order they were inserted: each marker at a row 0)
-        misplaced = cur.execute(f"SELECT count(*) FROM {numbered} WHERE row_ = 0 AND NOT coalesce(starts_with("
-                                f"{first}, '{_quote_text(MARKER)}'), false)").fetchone()[0]
-        if misplaced:
-            return None
-        plan = column_plan(table, headers)
-        undecided = [(h, t) for h, t, e in plan if e is None]
-        if undecided and undecided[0][0] == headers[0]:  # the markers' column: typed without them
-            decided = loader._infer_types(f"(SELECT * FROM {numbered} WHERE row_ > 0)", undecided)
-        else:  # the markers' other cells are empty, which the inference does not count
-            decided = loader._infer_types(raw, undecided)
-        selects = ["rank_ AS rank", "row_ AS src_row"]
-        for h, target, expr in plan:
-            selects.append(f"{(expr or decided[target]).format(c=_quote_ident(h))} AS {_quote_ident(target)}")
-        cur.execute(f"CREATE OR REPLACE TABLE {out} AS SELECT {', '.join(selects)} FROM {numbered} WHERE row_ > 0")
+        # (the reader gives the rows in file order, as the pass above numbered them: it reads with one thread)
+        numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {loader._reader(combined, None, numbered=False)})"
+        # the typed rows in one more pass, as CsvLoad makes them: the undecided columns' types from the first rows,
+        # checked by a row flag (counted over every row and the table made again when a later cell contradicts
+        # them); the file is read again only when a row's integer or timestamp cells hold an e
+        rows_only = f"(SELECT * FROM {numbered} WHERE row_ > 0)"
+        facts = CellFacts(column_plan(table, headers))
+        if facts.undecided and not facts.guess(cur, rows_only):
+            facts.count_text(cur, rows_only)
+        flagged, flags = _typed(cur, facts, rows_only, out)
+        if flagged.get("__guess"):
+            facts.count_text(cur, rows_only)
+            flagged, flags = _typed(cur, facts, rows_only, out)
+        if flags:
+            cur.execute(f"ALTER TABLE {out} DROP COLUMN {FLAGS}")
         results = {r: CsvResult() for r in ranks}
         for rank, rows in cur.execute(f"SELECT rank, count(*) FROM {out} GROUP BY rank").fetchall():
             results[int(rank)].rows = int(rows)
-        if exponents:
-            _precision(cur, f"(SELECT * FROM {numbered} WHERE row_ > 0)", plan, results)
+        if flagged.get("__sci"):  # (CsvLoad's warning, per rank)
+            for rank, *counts in cur.execute(f"SELECT rank_, {', '.join(facts.sci_parts(converted=False))} "
+                                             f"FROM {rows_only} GROUP BY rank_").fetchall():
+                results[int(rank)].warnings += [sci_warning(h, n) for (h, _), n in zip(facts.sci_columns, counts) if n]
         return results
     except duckdb.Error:
         cur.execute(f"DROP TABLE IF EXISTS {rej}_errors; DROP TABLE IF EXISTS {rej}_scans")
@@ -192,26 +187,18 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
             cur.unregister(MAP)
         except duckdb.Error:
             pass
-        cur.execute(f"DROP TABLE IF EXISTS {raw}")
         combined.unlink(missing_ok=True)
 
 
-def _precision(cur, raw: str, plan, results: dict[int, CsvResult]) -> None:
-    """CsvLoad's check for values a spreadsheet rewrote in scientific notation, per rank."""
-    from .csvfiles import TIMESTAMP_HINT
-
-    cols = [h for h, target, expr in plan
-            if (expr or "").startswith(("us_to_ns", "to_bigint")) or TIMESTAMP_HINT.search(target)]
-    if not cols:
-        return
-    rows = cur.execute("SELECT rank_, " + ", ".join(f"count(*) FILTER (WHERE is_sci({_quote_ident(h)}))"
-                                                     for h in cols) + f" FROM {raw} GROUP BY rank_").fetchall()
-    for rank, *counts in rows:
-        for h, n in zip(cols, counts):
-            if n:
-                results[int(rank)].warnings.append(
-                    f"column '{h}': {n} values in scientific notation (a spreadsheet re-saved this file); "
-                    "they were loaded but keep only the digits shown")
+def _typed(cur, facts: CellFacts, rows: str, out: str) -> tuple[dict[str, int], dict[str, str]]:
+    """The batch's typed table from its text ``rows`` with the row flags it needs: (the rows each flag marks, the
+    flags)."""
+    flags = {k: v for k, v in facts.row_flags().items() if k in ("__sci", "__guess")}
+    selects = ["rank_ AS rank", "row_ AS src_row"]
+    selects += [f"{e.format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.plan]
+    selects += flags_column(flags)
+    cur.execute(f"CREATE OR REPLACE TABLE {out} AS SELECT {', '.join(selects)} FROM {rows}")
+    return facts.count_stored(cur, out, flags)[1], flags
 
 
 def _kind(table: str) -> str:
