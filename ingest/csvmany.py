@@ -11,8 +11,9 @@ in scientific notation, when a row holds an e where they are looked for) and sto
 result is the table the per-file loads would make, unioned: ``{out}{table}`` with ``rank`` and ``src_row``.
 
 Anything unusual goes through ``CsvLoad`` file by file instead, so its warnings stay exact: a file that is empty,
-too wide, not UTF-8, whose header no other file shares, or a batch in which DuckDB rejects a row or a marker does
-not come back where it was put (an unterminated quote would swallow it).
+too wide, not UTF-8, whose header no other file shares, or a batch in which DuckDB rejects a row, a marker does
+not come back where it was put (an unterminated quote would swallow it), or a numeric column's cell gives no
+number (CsvLoad names it).
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
         numbered = f"(SELECT * FROM {MAP} POSITIONAL JOIN {loader._reader(combined, None, numbered=False)})"
         # the typed rows in one more pass, as CsvLoad makes them: the undecided columns' types from the first rows,
         # checked by a row flag (counted over every row and the table made again when a later cell contradicts
-        # them); the file is read again only when a row's integer or timestamp cells hold an e
+        # them); a row with a cell to name (its flags) sends the batch file by file
         rows_only = f"(SELECT * FROM {numbered} WHERE row_ > 0)"
         facts = CellFacts(column_plan(table, headers))
         if facts.undecided and not facts.guess(cur, rows_only):
@@ -168,12 +169,15 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
         if flagged.get("__guess"):
             facts.count_text(cur, rows_only)
             flagged, flags = _typed(cur, facts, rows_only, out)
+        if flagged.get("__odd"):  # a cell to name: file by file, with CsvLoad's warnings
+            cur.execute(f"DROP TABLE IF EXISTS {out}")
+            return None
         if flags:
             cur.execute(f"ALTER TABLE {out} DROP COLUMN {FLAGS}")
         results = {r: CsvResult() for r in ranks}
         for rank, rows in cur.execute(f"SELECT rank, count(*) FROM {out} GROUP BY rank").fetchall():
             results[int(rank)].rows = int(rows)
-        if flagged.get("__sci"):  # (CsvLoad's warning, per rank)
+        if flagged.get("__sci"):  # (CsvLoad's warning, per rank: every such cell gave a value, or it is odd)
             for rank, *counts in cur.execute(f"SELECT rank_, {', '.join(facts.sci_parts(converted=False))} "
                                              f"FROM {rows_only} GROUP BY rank_").fetchall():
                 results[int(rank)].warnings += [sci_warning(h, n) for (h, _), n in zip(facts.sci_columns, counts) if n]
@@ -193,7 +197,7 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
 def _typed(cur, facts: CellFacts, rows: str, out: str) -> tuple[dict[str, int], dict[str, str]]:
     """The batch's typed table from its text ``rows`` with the row flags it needs: (the rows each flag marks, the
     flags)."""
-    flags = {k: v for k, v in facts.row_flags().items() if k in ("__sci", "__guess")}
+    flags = facts.row_flags()
     selects = ["rank_ AS rank", "row_ AS src_row"]
     selects += [f"{e.format(c=_quote_ident(h))} AS {_quote_ident(t)}" for h, t, e in facts.plan]
     selects += flags_column(flags)

@@ -141,3 +141,33 @@ def test_a_group_of_well_formed_ranks_takes_the_batch_paths(tmp_path, monkeypatc
     with duckdb.connect(str(tmp_path / "shard.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(DISTINCT rank) FROM slices").fetchone()[0] == 3
         assert con.execute("SELECT count(DISTINCT rank) FROM kernels").fetchone()[0] == 3
+
+
+def test_a_batched_file_names_its_odd_cells_as_alone(tmp_path):
+    """A cell that gives no number, or an integer in scientific notation, in one file of a batch: that file's
+    warnings are those it gives loaded alone (the batch goes file by file), and the rows are the same."""
+    header = "Name,Type,Start Time(us),Duration(us),Block Num\n"
+    good = "op_a,MatMul,1000.5\t,10.25,8\nop_b,Add,2000.125\t,5.5,4\n"
+    odd = {"not_a_number": "op_a,MatMul,1000.5\t,abc,8\nop_b,Add,2000.125\t,5.5,4\n",
+           "exponent": "op_a,MatMul,1000.5\t,10.25,8\nop_b,Add,2000.125\t,5.5,4E0\n"}
+    for name, text in odd.items():
+        folder = tmp_path / name
+        items = []
+        for rank, body in enumerate((good, text, good)):
+            path = folder / f"rank{rank}" / "kernel_details.csv"
+            path.parent.mkdir(parents=True)
+            path.write_text(header + body)
+            items.append((rank, path, f"rank{rank}/kernel_details.csv"))
+        cur = duckdb.connect()
+        sqlfuncs.install(cur)
+        results = csvmany.load_many(cur, "s_", "kernel_details", items, folder / "w", "")
+        for rank, path, display in items:
+            alone = duckdb.connect()
+            sqlfuncs.install(alone)
+            loader = CsvLoad(alone, "a_", "kernel_details", path, rank, display, folder / "a")
+            loader.load()
+            assert (results[rank].status, results[rank].warnings) == (loader.status, loader.warnings), (name, rank)
+            assert cur.execute(f"SELECT * EXCLUDE (rank) FROM kernels WHERE rank = {rank} ORDER BY src_row"
+                               ).fetchall() == alone.execute("SELECT * EXCLUDE (rank) FROM a_kernels ORDER BY src_row"
+                                                             ).fetchall(), (name, rank)
+        assert results[1].warnings, name
