@@ -1,6 +1,6 @@
 """The CPU a rank's CSVs cost per byte, this version beside another (issue #46).
 
-    python -m ascendscope.bench.csvcost RANK_FOLDER [--rounds 3] [--copies 4] [--before CHECKOUT]
+    ascendscope bench csvcost RANK_FOLDER [--rounds 3] [--copies 4] [--before CHECKOUT]
 
 Each measurement is a fresh child process (``--before``: that checkout's code, ``git worktree add --detach
 /tmp/before main``), the rounds alternating the versions so each pair shares the machine's load. A child loads
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["child"]:
         print(json.dumps(child(Path(argv[1]), int(argv[2]))))
         return 0
-    ap = argparse.ArgumentParser(prog="python -m ascendscope.bench.csvcost", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="ascendscope bench csvcost", description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="a rank's ASCEND_PROFILER_OUTPUT (or the rank folder holding it)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--copies", type=int, default=4, help="ranks loaded at once by csvmany (links to one file)")

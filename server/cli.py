@@ -106,14 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
                                          "honest uploads: the web process's time and RSS), strategy (the rank grid "
                                          "and verdicts of 1,024 ranks as they ingest), console-abuse (hostile SQL "
                                          "console load beside a prober), ready (how long a run takes to be ready "
-                                         "in the server, its export formats side by side) or memsnap (memory "
-                                         "snapshot pickles of 100 MB to 5 GB, beside pickle.load)",
+                                         "in the server, its export formats side by side), memsnap (memory "
+                                         "snapshot pickles of 100 MB to 5 GB, beside pickle.load) or csvcost (a "
+                                         "rank's CSVs loaded, CPU per file and per MB)",
                            description="Run one benchmark; `ascendscope bench NAME --help` lists its options. "
                                        "Results are kept in docs/benchmarks.md.")
     bench.add_argument("name", nargs="?", default="suite",
                        choices=["suite", "ingest", "query", "concurrency", "heavy", "render", "insights", "scaling",
                                 "bigtrace", "phases", "firstview", "archives", "strategy", "console-abuse",
-                                "ready", "memsnap"])
+                                "ready", "memsnap", "csvcost"])
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     import importlib
 
