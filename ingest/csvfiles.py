@@ -262,10 +262,7 @@ class CsvLoad:
             return
         parts = []
         for h, target, expr in suspects:
-            q = _quote_ident(h)
-            named = ", ".join(f"'{w}'" for w in NAMED_NON_NUMBERS.get(target, ()))
-            words = f" AND {q} NOT IN ({named})" if named else ""
-            bad = f"({expr.format(c=q)} IS NULL AND NOT is_blank({q}){words})"
+            q, bad = _quote_ident(h), bad_cell(h, target, expr)
             parts += [f"count(*) FILTER (WHERE {bad})", f"arg_min({q}, src_row) FILTER (WHERE {bad})",
                       f"min(src_row) FILTER (WHERE {bad})"]
         row = self.cur.execute(f"SELECT {', '.join(parts)} FROM {text}").fetchone()
@@ -276,3 +273,12 @@ class CsvLoad:
                 shown = first if len(first) <= 40 else first[:39] + "…"
                 self.warnings.append(f"column '{h}': {n} values that are not numbers were left empty (the first, "
                                      f"{shown!r}, in data row {line})")
+
+
+def bad_cell(header: str, target: str, expr: str) -> str:
+    """SQL: the cell of column ``header`` holds something, not a blank nor a word the column may hold instead of a
+    number, and its conversion ``expr`` gave no value (a cell ``_check_conversions`` names)."""
+    q = _quote_ident(header)
+    named = ", ".join(f"'{w}'" for w in NAMED_NON_NUMBERS.get(target, ()))
+    words = f" AND {q} NOT IN ({named})" if named else ""
+    return f"({expr.format(c=q)} IS NULL AND NOT is_blank({q}){words})"

@@ -28,7 +28,7 @@ import numpy as np
 
 from .columns import arrow_table
 from .csvcells import FLAGS, CellFacts, _quote_ident, flags_column, is_blank_bytes, sci_warning
-from .csvfiles import MAX_COLUMNS, TABLES, CsvLoad, _quote_text, column_plan
+from .csvfiles import MAX_COLUMNS, TABLES, CsvLoad, _quote_text, bad_cell, column_plan
 
 MARKER = "\x01ascendscope-file:"  # + the file's index + "\x01": a cell no profiler writes
 MARKER_RE = "^\x01ascendscope-file:([0-9]+)\x01$"
@@ -169,7 +169,9 @@ def _load_batch(cur, prefix: str, table: str, header: bytes, files: list, combin
         if flagged.get("__guess"):
             facts.count_text(cur, rows_only)
             flagged, flags = _typed(cur, facts, rows_only, out)
-        if flagged.get("__odd"):  # a cell to name: file by file, with CsvLoad's warnings
+        if flagged.get("__odd") and cur.execute(  # a cell to name: file by file, with CsvLoad's warnings
+                f"SELECT count(*) FROM {rows_only} WHERE "
+                + " OR ".join(bad_cell(h, t, e) for h, t, e in facts.converted())).fetchone()[0]:
             cur.execute(f"DROP TABLE IF EXISTS {out}")
             return None
         if flags:

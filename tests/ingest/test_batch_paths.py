@@ -171,3 +171,25 @@ def test_a_batched_file_names_its_odd_cells_as_alone(tmp_path):
                                ).fetchall() == alone.execute("SELECT * EXCLUDE (rank) FROM a_kernels ORDER BY src_row"
                                                              ).fetchall(), (name, rank)
         assert results[1].warnings, name
+
+
+def test_blank_words_in_a_batch_keep_it_one_batch(tmp_path, monkeypatch):
+    """A numeric cell that reads None or null is a blank, not a cell to name: the batch is loaded as one."""
+    header = "Name,Type,Start Time(us),Duration(us),Block Num\n"
+    items = []
+    for rank, dur in enumerate(("10.25", "None", "null")):
+        path = tmp_path / f"rank{rank}" / "kernel_details.csv"
+        path.parent.mkdir(parents=True)
+        path.write_text(header + f"op_a,MatMul,1000.5\t,{dur},8\nop_b,Add,2000.125\t,5.5,4\n")
+        items.append((rank, path, f"rank{rank}/kernel_details.csv"))
+
+    def no_fallback(self):
+        raise AssertionError(f"{self.path} was loaded alone: the batch did not load")
+
+    monkeypatch.setattr(CsvLoad, "load", no_fallback)
+    cur = duckdb.connect()
+    sqlfuncs.install(cur)
+    results = csvmany.load_many(cur, "s_", "kernel_details", items, tmp_path / "w", "")
+    assert all(res.status == "loaded" and not res.warnings for res in results.values())
+    assert cur.execute("SELECT rank, duration_ns FROM kernels ORDER BY rank, src_row").fetchall() == [
+        (0, 10250), (0, 5500), (1, None), (1, 5500), (2, None), (2, 5500)]
