@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.forkserver
-import multiprocessing.resource_tracker
 import multiprocessing.util
 import os
 import signal
@@ -123,40 +122,6 @@ def _start_context():
     asked = list(getattr(multiprocessing.forkserver._forkserver, "_preload_modules", None) or ["__main__"])
     ctx.set_forkserver_preload([*asked, *(m for m in POOL_PRELOAD if m not in asked)])
     return ctx
-
-
-def share_fork_server() -> bool:
-    """Start this process's fork server now, with the shard task's modules preloaded, for the processes it forks
-    next (the server's ingest worker host): each forked ingest worker then starts its pools in milliseconds
-    instead of starting a fork server of its own (~0.4 s of wall and 0.3 CPU-s: a Python that imports the
-    pipeline). A forked child takes it with :func:`adopt_fork_server`. False where pools use spawn."""
-    if _start_context().get_start_method() != "forkserver":
-        return False
-    multiprocessing.forkserver.ensure_running()
-    return True
-
-
-def adopt_fork_server() -> None:
-    """In a process forked from one that ran :func:`share_fork_server`: start its pools from that fork server
-    while it lives, else from one of its own. (multiprocessing asks whether its fork server lives with
-    ``waitpid``, which only the process that started it may: in a forked child that raises.)"""
-    server = multiprocessing.forkserver._forkserver
-    inherited = server._forkserver_pid
-    if inherited is None:
-        return
-    start_own = type(server).ensure_running
-
-    def ensure_running():
-        if server._forkserver_pid == inherited:
-            if _alive(inherited):
-                multiprocessing.resource_tracker.ensure_running()
-                return
-            # it died: forget it (its parent reaps it), and start one of this process's own
-            os.close(server._forkserver_alive_fd)
-            server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
-        start_own(server)
-
-    server.ensure_running = ensure_running
 
 
 class Batch:
