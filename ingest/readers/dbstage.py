@@ -109,13 +109,14 @@ def stage_profiler_dbs(job: Job, items: list[tuple[int, Path, str]]) -> dict[int
 def _copy(db: DbRank, tables: sqlitedb.RankTables, on_progress) -> None:
     """Copy a rank's tables (and note what of them is not read); ValueError when its database cannot be read."""
     con = sqlitedb.connect(db.path)
+    fast = sqlitedb.ArrowReader(db.path)
     try:
         db.present = present = sqlitedb.tables(con)
         names = {key: dbsource.source_table(table, present) for key, (table, _) in dbsource.TABLES.items()}
         total = sum(sqlitedb.row_count(con, present[t.upper()]) for t in names.values() if t.upper() in present) or 1
         done, copied = 0, []
         for key, dest in zip(dbsource.TABLES, tables.tables):
-            c = sqlitedb.copy(con, present, names[key], tables, dest, db.rank)
+            c = sqlitedb.copy(con, present, names[key], tables, dest, db.rank, fast)
             copied.append(c)
             done += c.rows
             on_progress(done / total)
@@ -128,6 +129,7 @@ def _copy(db: DbRank, tables: sqlitedb.RankTables, on_progress) -> None:
     except sqlite3.Error as exc:
         raise ValueError(f"the SQLite database cannot be read: {exc}") from exc
     finally:
+        fast.close()
         con.close()
 
 
