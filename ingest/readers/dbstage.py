@@ -32,6 +32,9 @@ UNSUPPORTED_FIRST_SCHEMA = ("not supported: the first msprof db schema (TARGET_I
                             "text rounded to whole microseconds): its tasks and API calls were not loaded")
 LANE_TABLES = ("lanes", "lanes_b")  # the host lanes', and the others' (made beside)
 HOST_LANES = 3  # Python, Python GC, CANN: about as long to make as the rest (a small stage's statements are plans)
+SKIPPED = {**dbflows.UNUSABLE, **dbflows.UNMATCHED}  # table -> its rows that give no event, per rank
+# the notes' counts that read the staged tables alone (the lonely ops' read the flows, made after)
+SIDE_COUNTS = [dbflows.SWAPPED, dbflows.FFTS_PARENT_COUNT, *SKIPPED.values()]
 SWAPPED_SHAPES = ("PYTORCH_API: inputShapes holds the input types and inputDtypes the shapes (as this torch_npu "
                   "version writes them): read as such")
 
@@ -180,19 +183,21 @@ def _prepare(job: Job, ranks: list[DbRank]) -> list[tuple[str, str]]:
 
 
 class LanesBeside:
-    """The lanes from ``HOST_LANES`` on (the device's, Overlap Analysis, the counters) into ``{p}lanes_b``, made on
-    a second cursor (``run``) while the stage's cursor makes the host lanes; ``wait`` until they are (and raise
-    what stopped them)."""
+    """The lanes from ``HOST_LANES`` on (the device's, Overlap Analysis, the counters) into ``{p}lanes_b``, then
+    the counts of ``SIDE_COUNTS``, made on a second cursor (``run``) while the stage's cursor makes the host lanes;
+    ``wait`` until they are (and raise what stopped them)."""
 
     def __init__(self, p: str, lanes: list[tuple[str, str]]):
         self.p, self.lanes = p, lanes
         self.done = threading.Event()
         self.error: BaseException | None = None
+        self.counts: list[tuple[int, int, int]] = []  # (rank, SIDE_COUNTS number, count) of the counts not 0
 
     def run(self, cur) -> None:
         try:
             for k in range(HOST_LANES, len(self.lanes)):
                 cur.execute(f"INSERT INTO {self.p}{LANE_TABLES[1]} SELECT *, {k} FROM ({self.lanes[k][1]})")
+            self.counts = cur.execute(dbflows.counts_per_rank(SIDE_COUNTS).format(p=self.p)).fetchall()
         except BaseException as exc:
             self.error = exc
             raise
@@ -212,11 +217,11 @@ def _events(job: Job, ranks: list[DbRank], lanes: list[tuple[str, str]], beside:
     kept, far = _lanes(cur, p, lanes, beside)
     for sql in (dbflows.TARGETS, dbflows.OP_LINKS, dbflows.FLOWS):
         cur.execute(sql.format(p=p))
-    skipped = {**dbflows.UNUSABLE, **dbflows.UNMATCHED}
-    queries = [dbflows.SWAPPED, dbflows.FFTS_PARENT_COUNT, dbflows.LONELY_OPS, *skipped.values()]
-    counts = {db.rank: [0] * len(queries) for db in ranks}
-    for rank, q, n in cur.execute(dbflows.counts_per_rank(queries).format(p=p)).fetchall():
-        counts[rank][q] = n
+    counts = {db.rank: [0] * (len(SIDE_COUNTS) + 1) for db in ranks}
+    for rank, q, n in beside.counts:  # (the counts of the staged tables alone, made beside)
+        counts[rank][q + (q >= 2)] = n
+    for rank, n in cur.execute(dbflows.LONELY_OPS.format(p=p)).fetchall():
+        counts[rank][2] = n
     for db in ranks:
         rank = db.rank
         swapped, parents, lonely, *rows = counts[rank]
@@ -230,7 +235,7 @@ def _events(job: Job, ranks: list[DbRank], lanes: list[tuple[str, str]], beside:
         if lonely:
             notes.append(f"{lonely} connection ids of torch ops (CONNECTION_IDS) lead to no task or other op in the "
                          "db: no flow drawn for them")
-        for table, n in zip(skipped, rows):
+        for table, n in zip(SKIPPED, rows):
             if n:
                 why = "without a TASK row (no times)" if table in dbflows.UNMATCHED else "without a start or end time"
                 notes.append(f"table {table}: {n} rows {why} were skipped")
