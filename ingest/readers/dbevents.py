@@ -349,7 +349,8 @@ LANES = [("python", "Python", PYTHON), ("gc", "Python GC", PYTHON_GC), ("cann", 
 LANE_VIEWS = {name: k for k, (name, _, _) in enumerate(LANES) if name in ("python", "cann", "hw", "comm")}
 
 # every lane's events into {p}ev_t, rank by rank and lane by lane in their order, each lane followed by its
-# metadata events; {info}: (k, process, sort index, CPU or not) of each lane
+# metadata events; {lanes}: the lanes' rows (LANE_COLUMNS, k, and r: their order within a lane); {info}: (k,
+# process, sort index, CPU or not) of each lane
 LANE_EVENTS = """
 INSERT INTO {p}ev_t BY NAME
 WITH info(k, process, sort, cpu) AS (VALUES {info}),
@@ -357,7 +358,7 @@ procs AS (SELECT DISTINCT rank, k, pid FROM {lanes}),
 threads AS (SELECT rank, k, pid, tid, any_value(tname) AS tname, any_value(tsort) AS tsort FROM {lanes}
             GROUP BY rank, k, pid, tid),
 rows AS (
-    SELECT ph, name, cat, pid, tid, ts_ns, dur_ns, args, rank, k, 0 AS part, rowid AS r FROM {lanes}
+    SELECT ph, name, cat, pid, tid, ts_ns, dur_ns, args, rank, k, 0 AS part, r FROM {lanes}
     UNION ALL
     SELECT 'M', 'process_name', NULL, pid, 0, NULL, NULL, json_object('name', i.process), rank, k, 1, 0
     FROM procs JOIN info i USING (k)

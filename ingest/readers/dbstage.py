@@ -15,6 +15,7 @@ by one).
 from __future__ import annotations
 
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,11 @@ READ_SHARE = trace.TraceLoad.READ_SHARE  # of the progress bar, for copying the 
 UNSUPPORTED_FIRST_SCHEMA = ("not supported: the first msprof db schema (TARGET_INFO_* tables; TASK and API with "
                             "`start`/`end` instead of startNs/endNs, relative to baseTimeNs, TASK's as floating-point "
                             "text rounded to whole microseconds): its tasks and API calls were not loaded")
+LANE_TABLES = ("lanes", "lanes_b")  # the host lanes', and the others' (made beside)
+HOST_LANES = 3  # Python, Python GC, CANN: about as long to make as the rest (a small stage's statements are plans)
+SKIPPED = {**dbflows.UNUSABLE, **dbflows.UNMATCHED}  # table -> its rows that give no event, per rank
+# the notes' counts that read the staged tables alone (the lonely ops' read the flows, made after)
+SIDE_COUNTS = [dbflows.SWAPPED, dbflows.FFTS_PARENT_COUNT, *SKIPPED.values()]
 SWAPPED_SHAPES = ("PYTORCH_API: inputShapes holds the input types and inputDtypes the shapes (as this torch_npu "
                   "version writes them): read as such")
 
@@ -66,13 +72,15 @@ def stage_profiler_dbs(job: Job, items: list[tuple[int, Path, str]]) -> dict[int
         tables.flush()
         if not ranks:
             return out
-        # the tables that do not wait for the timeline are made on a second cursor meanwhile (the statements of a
-        # small stage run on one core each)
+        # a second cursor makes the device lanes, then the tables that do not wait for the timeline, while this one
+        # makes the host lanes and the events (the statements of a small stage run on one core each)
         present = {db.rank: set(db.present) for db in ranks}
         late = dbtables.need_timeline(present, dbtables.ranks_with_steps(cur, p))
-        early = trace.Beside(cur, lambda c: made.append(dbtables.build(
-            c, p, job.csv_prefix, present, set(), [t for t in dbtables.TABLES if t not in late])), "db-tables")
-        own_overlap = _events(job, ranks)
+        lanes = _prepare(job, ranks)
+        beside = LanesBeside(p, lanes)
+        early = trace.Beside(cur, lambda c: (beside.run(c), made.append(dbtables.build(
+            c, p, job.csv_prefix, present, set(), [t for t in dbtables.TABLES if t not in late]))), "db-lanes-tables")
+        own_overlap = _events(job, ranks, lanes, beside)
         with_events = {r for (r,) in cur.execute(f"SELECT DISTINCT rank FROM {p}ev_t WHERE ph <> 'M'").fetchall()}
         timeline = [db for db in ranks if db.rank in with_events]
         if timeline:
@@ -109,13 +117,14 @@ def stage_profiler_dbs(job: Job, items: list[tuple[int, Path, str]]) -> dict[int
 def _copy(db: DbRank, tables: sqlitedb.RankTables, on_progress) -> None:
     """Copy a rank's tables (and note what of them is not read); ValueError when its database cannot be read."""
     con = sqlitedb.connect(db.path)
+    fast = sqlitedb.ArrowReader(db.path)
     try:
         db.present = present = sqlitedb.tables(con)
         names = {key: dbsource.source_table(table, present) for key, (table, _) in dbsource.TABLES.items()}
         total = sum(sqlitedb.row_count(con, present[t.upper()]) for t in names.values() if t.upper() in present) or 1
         done, copied = 0, []
         for key, dest in zip(dbsource.TABLES, tables.tables):
-            c = sqlitedb.copy(con, present, names[key], tables, dest, db.rank)
+            c = sqlitedb.copy(con, present, names[key], tables, dest, db.rank, fast)
             copied.append(c)
             done += c.rows
             on_progress(done / total)
@@ -128,6 +137,7 @@ def _copy(db: DbRank, tables: sqlitedb.RankTables, on_progress) -> None:
     except sqlite3.Error as exc:
         raise ValueError(f"the SQLite database cannot be read: {exc}") from exc
     finally:
+        fast.close()
         con.close()
 
 
@@ -153,9 +163,9 @@ def unread(con, present: dict[str, str], read: set[str]) -> list[str]:
     return [f"tables not loaded (not shown by ascendscope yet): {', '.join(left)}"] if left else []
 
 
-def _events(job: Job, ranks: list[DbRank]) -> set[int]:
-    """Fill ``{p}ev_t`` with the synthesised events of every rank (lanes, metadata, counters, flows), each rank's
-    notes into its warnings; return the ranks whose db gave its own Overlap Analysis lane."""
+def _prepare(job: Job, ranks: list[DbRank]) -> list[tuple[str, str]]:
+    """The tables every lane reads or fills: the events (empty), the ranks, the communication groups and the two
+    lane tables; returns every lane (process, SQL)."""
     cur, p = job.cur, job.prefix
     empty = job.workdir / "no-events.json"
     job.workdir.mkdir(parents=True, exist_ok=True)
@@ -165,16 +175,53 @@ def _events(job: Job, ranks: list[DbRank]) -> set[int]:
     cur.execute(trace.EV_VIEW.format(p=p))
     cur.execute(dbevents.RANKS.format(p=p, ranks=", ".join(f"({int(db.rank)})" for db in ranks)))
     cur.execute(dbevents.COMM_GROUPS.format(p=p))
+    for table in LANE_TABLES:
+        cur.execute(f"CREATE OR REPLACE TABLE {p}{table} ({dbevents.LANE_COLUMNS}, k INTEGER)")
     lanes = [*((process, sql) for _, process, sql in dbevents.LANES), ("Overlap Analysis", dbevents.OVERLAP),
              *dbevents.COUNTERS]
-    kept, far = _lanes(cur, p, [(process, sql.format(p=p)) for process, sql in lanes])
+    return [(process, sql.format(p=p)) for process, sql in lanes]
+
+
+class LanesBeside:
+    """The lanes from ``HOST_LANES`` on (the device's, Overlap Analysis, the counters) into ``{p}lanes_b``, then
+    the counts of ``SIDE_COUNTS``, made on a second cursor (``run``) while the stage's cursor makes the host lanes;
+    ``wait`` until they are (and raise what stopped them)."""
+
+    def __init__(self, p: str, lanes: list[tuple[str, str]]):
+        self.p, self.lanes = p, lanes
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.counts: list[tuple[int, int, int]] = []  # (rank, SIDE_COUNTS number, count) of the counts not 0
+
+    def run(self, cur) -> None:
+        try:
+            for k in range(HOST_LANES, len(self.lanes)):
+                cur.execute(f"INSERT INTO {self.p}{LANE_TABLES[1]} SELECT *, {k} FROM ({self.lanes[k][1]})")
+            self.counts = cur.execute(dbflows.counts_per_rank(SIDE_COUNTS).format(p=self.p)).fetchall()
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            self.done.set()
+
+    def wait(self) -> None:
+        self.done.wait()
+        if self.error is not None:
+            raise RuntimeError(f"the device lanes failed: {self.error}") from self.error
+
+
+def _events(job: Job, ranks: list[DbRank], lanes: list[tuple[str, str]], beside: LanesBeside) -> set[int]:
+    """Fill ``{p}ev_t`` with the synthesised events of every rank (lanes, metadata, counters, flows), each rank's
+    notes into its warnings; return the ranks whose db gave its own Overlap Analysis lane."""
+    cur, p = job.cur, job.prefix
+    kept, far = _lanes(cur, p, lanes, beside)
     for sql in (dbflows.TARGETS, dbflows.OP_LINKS, dbflows.FLOWS):
         cur.execute(sql.format(p=p))
-    skipped = {**dbflows.UNUSABLE, **dbflows.UNMATCHED}
-    queries = [dbflows.SWAPPED, dbflows.FFTS_PARENT_COUNT, dbflows.LONELY_OPS, *skipped.values()]
-    counts = {db.rank: [0] * len(queries) for db in ranks}
-    for rank, q, n in cur.execute(dbflows.counts_per_rank(queries).format(p=p)).fetchall():
-        counts[rank][q] = n
+    counts = {db.rank: [0] * (len(SIDE_COUNTS) + 1) for db in ranks}
+    for rank, q, n in beside.counts:  # (the counts of the staged tables alone, made beside)
+        counts[rank][q + (q >= 2)] = n
+    for rank, n in cur.execute(dbflows.LONELY_OPS.format(p=p)).fetchall():
+        counts[rank][2] = n
     for db in ranks:
         rank = db.rank
         swapped, parents, lonely, *rows = counts[rank]
@@ -188,7 +235,7 @@ def _events(job: Job, ranks: list[DbRank]) -> set[int]:
         if lonely:
             notes.append(f"{lonely} connection ids of torch ops (CONNECTION_IDS) lead to no task or other op in the "
                          "db: no flow drawn for them")
-        for table, n in zip(skipped, rows):
+        for table, n in zip(SKIPPED, rows):
             if n:
                 why = "without a TASK row (no times)" if table in dbflows.UNMATCHED else "without a start or end time"
                 notes.append(f"table {table}: {n} rows {why} were skipped")
@@ -196,32 +243,38 @@ def _events(job: Job, ranks: list[DbRank]) -> set[int]:
     return {rank for (rank, k), n in kept.items() if k == len(dbevents.LANES) and n > 0}
 
 
-def _lanes(cur, p: str, lanes: list[tuple[str, str]]) -> tuple[dict[tuple[int, int], int], dict[int, dict[str, int]]]:
-    """Build every lane's rows of every rank (``lanes``: process, SQL) in ``{p}lanes`` (the lane's number in
-    ``k``), then append them to ``{p}ev_t`` rank by rank and lane by lane, each lane followed by its process and
-    thread metadata; the lanes the flows read are views ``{p}lane_<name>``. Events before 1970, or too far from
-    the epoch for any interval to fit in int64, are dropped. Returns the rows kept per (rank, lane number) and the
-    rows dropped per rank and process. (One table, and one statement per lane for all ranks: a statement costs
-    milliseconds whatever its size.)"""
-    table = f"{p}lanes"
-    cur.execute(f"CREATE OR REPLACE TABLE {table} ({dbevents.LANE_COLUMNS}, k INTEGER)")
-    for k, (_, select) in enumerate(lanes):
-        cur.execute(f"INSERT INTO {table} SELECT *, {k} FROM ({select})")
+def _lanes(cur, p: str, lanes: list[tuple[str, str]],
+           beside: LanesBeside) -> tuple[dict[tuple[int, int], int], dict[int, dict[str, int]]]:
+    """Build every lane's rows of every rank (``lanes``: process, SQL) in ``{p}lanes`` (the host's, here) and
+    ``{p}lanes_b`` (the others, by ``beside``), the lane's number in ``k``, then append them to ``{p}ev_t`` rank by
+    rank and lane by lane, each lane followed by its process and thread metadata; the lanes the flows read are
+    views ``{p}lane_<name>``. Events before 1970, or too far from the epoch for any interval to fit in int64, are
+    dropped. Returns the rows kept per (rank, lane number) and the rows dropped per rank and process. (Two tables,
+    and one statement per lane for all ranks: a statement costs milliseconds whatever its size.)"""
+    tables = [f"{p}{t}" for t in LANE_TABLES]
+    for k in range(HOST_LANES):
+        cur.execute(f"INSERT INTO {tables[0]} SELECT *, {k} FROM ({lanes[k][1]})")
+    beside.wait()
     out = (f"coalesce(ts_ns NOT BETWEEN 0 AND {LIMIT_NS} OR coalesce(dur_ns, 0) NOT BETWEEN -{LIMIT_NS} AND "
            f"{LIMIT_NS}, false)")
+    both = " UNION ALL ".join(f"SELECT rank, k, ts_ns, dur_ns FROM {t}" for t in tables)
     counts = cur.execute(f"SELECT rank, k, count(*) FILTER (WHERE NOT {out}), count(*) FILTER (WHERE {out}) "
-                         f"FROM {table} GROUP BY rank, k ORDER BY rank, k").fetchall()
+                         f"FROM ({both}) GROUP BY rank, k ORDER BY rank, k").fetchall()
     far: dict[int, dict[str, int]] = {}
     for rank, k, _, dropped in counts:
         if dropped:
             mine = far.setdefault(rank, {})
             mine[lanes[k][0]] = mine.get(lanes[k][0], 0) + dropped
     if far:
-        cur.execute(f"DELETE FROM {table} WHERE {out}")
+        for table in tables:
+            cur.execute(f"DELETE FROM {table} WHERE {out}")
     info = ", ".join(f"({k}, '{process}', {dbevents.PROCESSES[process][0]}, "
                      f"{str(dbevents.PROCESSES[process][1] == 'CPU').lower()})" for k, (process, _) in enumerate(lanes))
-    cur.execute(dbevents.LANE_EVENTS.format(p=p, lanes=table, info=info))
+    # (k tells the tables apart: a lane's rows, in the order made, are those of one table)
+    rows = " UNION ALL ".join(f"SELECT *, rowid AS r FROM {t}" for t in tables)
+    cur.execute(dbevents.LANE_EVENTS.format(p=p, lanes=f"({rows})", info=info))
     for name, k in dbevents.LANE_VIEWS.items():
+        table = tables[0] if k < HOST_LANES else tables[1]
         cur.execute(f"CREATE OR REPLACE VIEW {p}lane_{name} AS SELECT * EXCLUDE (k) FROM {table} WHERE k = {k}")
     return {(rank, k): n for rank, k, n, _ in counts}, far
 
@@ -249,5 +302,5 @@ def _drop(cur, p: str) -> None:
         cur.execute(f"DROP TABLE IF EXISTS {p}d_{key}")
     for name in dbevents.LANE_VIEWS:
         cur.execute(f"DROP VIEW IF EXISTS {p}lane_{name}")
-    for name in ("lanes", "comm_groups", "flow_targets", "op_links", "d_ranks"):
+    for name in (*LANE_TABLES, "comm_groups", "flow_targets", "op_links", "d_ranks"):
         cur.execute(f"DROP TABLE IF EXISTS {p}{name}")

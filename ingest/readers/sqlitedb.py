@@ -1,12 +1,14 @@
 """Copy tables of an SQLite file into DuckDB staging tables, by column name, in batches.
 
-DuckDB's own SQLite scanner is an extension that would be downloaded at run time, so SQLite is read with
-Python's ``sqlite3`` (read-only, immutable: nothing is written beside the file) and each batch reaches DuckDB as
-an Arrow table built from its buffers (``ingest.columns.arrow_array``: pyarrow's builders of Python values would
-import pandas, ~0.5 CPU-s of every process that reads a db export). Columns are read by name: a spec lists, per staged
-column, its type and the source names it may have (schemas differ across versions); a missing column is staged as
-NULL, a missing table as an empty table, and a value of the wrong type as NULL — each counted, so the caller can
-say so.
+DuckDB's own SQLite scanner is an extension that would be downloaded at run time, so SQLite is read otherwise,
+read-only and immutable (nothing is written beside the file). A table whose values all have their column's type
+(SQLite types each value, not each column: one SQL query finds any that does not) is read by ADBC's SQLite
+driver straight into Arrow batches, in C (``ArrowReader``); any other through Python's ``sqlite3``, value by
+value, each batch reaching DuckDB as an Arrow table built from its buffers (``ingest.columns.arrow_array``:
+pyarrow's builders of Python values would import pandas, ~0.5 CPU-s of every process that reads a db export).
+Columns are read by name: a spec lists, per staged column, its type and the source names it may have (schemas
+differ across versions); a missing column is staged as NULL, a missing table as an empty table, and a value of
+the wrong type as NULL — each counted, so the caller can say so.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import adbc_driver_manager
+import adbc_driver_sqlite
 import numpy as np
 import pyarrow as pa
 
-from ..columns import arrow_array
+from ..columns import ARROW_TYPES, arrow_array
 
 BATCH_ROWS = 65536
 PENDING_ROWS = 4 * BATCH_ROWS
@@ -90,35 +94,95 @@ def columns(con: sqlite3.Connection, table: str) -> dict[str, str]:
     return {r[1].lower(): r[1] for r in con.execute(f"PRAGMA table_info({_ident(table)})").fetchall()}
 
 
+class ArrowReader:
+    """A read-only, immutable ADBC connection to an SQLite file: a query's rows as Arrow batches, made in C."""
+
+    def __init__(self, path: Path):
+        self.db = adbc_driver_sqlite.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1")
+        self.conn = adbc_driver_manager.AdbcConnection(self.db)
+
+    def batches(self, sql: str):
+        stmt = adbc_driver_manager.AdbcStatement(self.conn)
+        try:
+            stmt.set_options(**{adbc_driver_sqlite.StatementOptions.BATCH_ROWS.value: str(BATCH_ROWS)})
+            stmt.set_sql_query(sql)
+            handle, _ = stmt.execute_query()
+            yield from pa.RecordBatchReader.from_stream(handle)
+        finally:
+            stmt.close()
+
+    def close(self) -> None:
+        self.conn.close()
+        self.db.close()
+
+
+# per staged type: the SQLite types (typeof) its values may have to be read as they are, and the expression
+# that reads them so
+CLEAN = {"BIGINT": ("'integer', 'null'", "{}"), "DOUBLE": ("'integer', 'real', 'null'", "CAST({} AS REAL)"),
+         "VARCHAR": ("'integer', 'real', 'text', 'null'", "CAST({} AS TEXT)")}
+FIRST = {"BIGINT": "0", "DOUBLE": "0.0", "VARCHAR": "''"}  # a row of the staged types, so ADBC types each column
+
+
 def batches(con: sqlite3.Connection, present: dict[str, str], table: str, spec: tuple[Col, ...],
-            result: Copied):
+            result: Copied, fast: ArrowReader | None = None):
     """The rows of SQLite table ``table`` as Arrow tables of the ``spec`` columns, in rowid order (the order the
     profiler wrote), ``BATCH_ROWS`` at a time; ``result`` (a ``Copied`` of ``table``) counts them and says what
-    was missing or of the wrong type. A table the database does not have yields nothing (``result.present``)."""
+    was missing or of the wrong type. A table the database does not have yields nothing (``result.present``).
+    With ``fast`` (the same file), a table whose values all have their column's type is read by it."""
     real = present.get(table.upper())
     if real is None:
         result.present = False
         return
     have = columns(con, real)
-    exprs = []
+    srcs = []
     for c in spec:
         src = next((have[s.lower()] for s in c.sources if s.lower() in have), None)
-        if src is None:
-            if not c.optional:
-                result.missing.append(c.name)
-            exprs.append("NULL")
-        elif c.type == "VARCHAR":
-            exprs.append(f"CAST({_ident(src)} AS TEXT)")  # TEXT columns may hold numbers (PYTORCH_API.startNs)
-        else:
-            exprs.append(_ident(src))
+        if src is None and not c.optional:
+            result.missing.append(c.name)
+        srcs.append(src)
     try:
+        if fast is not None and _clean(con, real, spec, srcs):
+            yield from _arrow_batches(fast, real, spec, srcs, result)
+            return
+        # TEXT columns may hold numbers (PYTORCH_API.startNs)
+        exprs = ["NULL" if src is None else f"CAST({_ident(src)} AS TEXT)" if c.type == "VARCHAR" else _ident(src)
+                 for c, src in zip(spec, srcs)]
         rows = con.execute(f"SELECT {', '.join(exprs)} FROM {_ident(real)}")
         while batch := rows.fetchmany(BATCH_ROWS):
             arrays = [arrow_array(_column(c, values, result), c.type) for c, values in zip(spec, zip(*batch))]
             result.rows += len(batch)
             yield pa.Table.from_arrays(arrays, names=[c.name for c in spec])
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, adbc_driver_manager.Error, pa.ArrowInvalid) as exc:
         raise ValueError(f"table {table} cannot be read: {exc}") from exc
+
+
+def _clean(con: sqlite3.Connection, real: str, spec: tuple[Col, ...], srcs: list[str | None]) -> bool:
+    """Whether every value of the read columns has a SQLite type its staged column takes as it is (no blob, no
+    text in a number column, no real in an integer one): then ADBC reads the table as Python would."""
+    dirty = [f"typeof({_ident(src)}) NOT IN ({CLEAN[c.type][0]})" for c, src in zip(spec, srcs) if src is not None]
+    if not dirty:
+        return True
+    return not con.execute(f"SELECT EXISTS (SELECT 1 FROM {_ident(real)} WHERE {' OR '.join(dirty)})").fetchone()[0]
+
+
+def _arrow_batches(fast: ArrowReader, real: str, spec: tuple[Col, ...], srcs: list[str | None], result: Copied):
+    """The table's rows read by ADBC, after a first row of the staged types (ADBC types a column by its first
+    values, and a column may begin with NULLs), as ``batches`` gives them; the strings valid UTF-8."""
+    exprs = ["NULL" if src is None else CLEAN[c.type][1].format(_ident(src)) for c, src in zip(spec, srcs)]
+    sql = (f"SELECT {', '.join(FIRST[c.type] for c in spec)} UNION ALL "
+           f"SELECT {', '.join(exprs)} FROM {_ident(real)}")
+    schema = pa.schema([(c.name, pa.large_string() if c.type == "VARCHAR" else ARROW_TYPES[c.type][0])
+                        for c in spec])
+    first = True
+    for batch in fast.batches(sql):
+        if first:
+            batch, first = batch.slice(1), False
+        if not batch.num_rows:
+            continue
+        out = pa.Table.from_batches([batch]).rename_columns(schema.names).cast(schema)
+        out.validate(full=True)  # (a TEXT value may hold bytes that are not UTF-8: sqlite3 refuses those too)
+        result.rows += out.num_rows
+        yield out
 
 
 class RankTables:
@@ -143,12 +207,19 @@ class RankTables:
             self.flush()
 
     def flush(self, dest: str | None = None) -> None:
-        for name in [dest] if dest is not None else list(self.pending):
-            if not self.pending[name]:
-                continue
-            batch = pa.concat_tables(self.pending[name])
-            self.pending[name] = []
-            self.cur.from_arrow(batch).insert_into(name)  # (no view registered and dropped around each INSERT)
+        names = [name for name in ([dest] if dest is not None else list(self.pending)) if self.pending[name]]
+        if not names:
+            return
+        self.cur.execute("BEGIN")  # (one commit for them all: a commit a table cost a third of the INSERTs)
+        try:
+            for name in names:
+                batch = pa.concat_tables(self.pending[name])
+                self.pending[name] = []
+                self.cur.from_arrow(batch).insert_into(name)  # (no view registered and dropped around each INSERT)
+        except BaseException:
+            self.cur.execute("ROLLBACK")
+            raise
+        self.cur.execute("COMMIT")
 
     def drop_rank(self, rank: int) -> None:
         """Take out the rows of a rank whose database failed part way."""
@@ -159,10 +230,10 @@ class RankTables:
 
 
 def copy(con: sqlite3.Connection, present: dict[str, str], table: str, tables: RankTables, dest: str,
-         rank: int) -> Copied:
+         rank: int, fast: ArrowReader | None = None) -> Copied:
     """Append SQLite table ``table`` of ``rank`` to ``dest`` of ``tables`` (an absent table adds no rows)."""
     result = Copied(table=table)
-    for batch in batches(con, present, table, tables.tables[dest], result):
+    for batch in batches(con, present, table, tables.tables[dest], result, fast):
         tables.add(dest, rank, batch)
     return result
 

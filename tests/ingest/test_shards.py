@@ -262,9 +262,15 @@ def test_a_lone_rank_gets_every_core(tmp_path, monkeypatch):
 
     monkeypatch.setattr(shards, "make_executor", spy)
     monkeypatch.setattr(shards.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(shards, "THREADED_BYTES", 1)  # (as a big rank: this one is small)
     summary = ingest_sharded(src, tmp_path / "run", workers=2)
     assert summary["ranks"] == [0]
     assert seen["workers"] == 1 and set(seen["threads"]) == {2}
+    # a small shard's statements are mostly planning: one thread each (its task keeps two cursors busy)
+    monkeypatch.setattr(shards, "THREADED_BYTES", 256 << 20)
+    seen["threads"] = []
+    ingest_sharded(src, tmp_path / "small", workers=2)
+    assert seen["workers"] == 1 and seen["threads"] == [1]
 
 
 def test_ready_shards_of_an_unchanged_source_are_kept(generated, tmp_path):
