@@ -5,8 +5,10 @@ multiprocessing's fork server and spawn prepare every child by importing the cal
 script without an ``if __name__ == "__main__":`` guard (or one read from stdin) that calls ``ascendscope.open()``
 would run itself again in the worker and die there. The host is ``python -c`` importing this module, with the
 caller's ``sys.path``: nothing of the caller's ``__main__`` is ever imported, in the host, its workers or their
-ingest pools. It imports the pipeline once (:data:`PRELOAD`) and forks a worker per request, in milliseconds; it
-runs one thread, so a fork copies no lock that another thread holds.
+ingest pools. It imports the pipeline once (:data:`PRELOAD`), starts the fork server every worker's ingest pools
+start from (``ingest.executors.share_fork_server``: a worker would otherwise start its own, ~0.4 s a run), and
+forks a worker per request, in milliseconds; it runs one thread, so a fork copies no lock that another thread
+holds.
 
 One host per process, started with the first worker asked for and shared by every queue of that process (a worker
 gets the environment and working folder of the request, not those the host started with). Requests and answers are
@@ -216,6 +218,12 @@ def _serve(lifeline: int) -> None:
             __import__(name)
         except Exception:  # noqa: BLE001 - a worker imports it again and says why in its run's log
             traceback.print_exc()
+    try:  # one fork server for every worker's ingest pools (each would start its own: ~0.4 s a run)
+        from ascendscope.ingest.executors import share_fork_server
+
+        share_fork_server()
+    except Exception:  # noqa: BLE001 - each worker starts a fork server of its own, as without a host
+        traceback.print_exc()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -299,8 +307,10 @@ def _fork(args: list, lifeline: int, own: tuple[int, ...]) -> tuple[int, Connect
             os.chdir(cwd)
         except OSError:
             pass
+        from ascendscope.ingest.executors import adopt_fork_server
         from ascendscope.server.workerprocess import ingest_worker
 
+        adopt_fork_server()
         ingest_worker(data_dir, run_id, Connection(lifeline, writable=False), options,
                       report=Connection(report_fd, readable=False))
         code = 0
