@@ -144,7 +144,9 @@ class Profile:
         def one_at_a_time(stage_list):  # the CSVs first, then the trace (the pool has one thread)
             return sorted(plan(stage_list), key=lambda t: t[1] in stages.TIMELINE_KINDS)
 
-        for owner, name, value in ((trace, "Beside", Now), (pipeline, "Beside", Now),
+        # (no CSV waits for the overview: it would wait for a trace that has not started, or run beside its write)
+        for owner, name, value in ((stages, "waits_for_overview", lambda task: False),
+                                   (trace, "Beside", Now), (pipeline, "Beside", Now),
                                    (trace.TraceLoad, "derive", derive_then_write), (pipeline, "plan_tasks",
                                                                                     one_at_a_time)):
             self.wrapped.append((owner, name, getattr(owner, name)))

@@ -108,33 +108,33 @@ FROM slices s JOIN tracks t ON t.track_id = s.track_id
 WHERE t.kind = 'cann' AND s.depth = 0 AND s.dur_ns > 0
 """
 HOST_RANKS_SQL = "SELECT DISTINCT t.rank" + CANN_FROM
-# the union of the host's launching API calls per rank (as overlap.union merges: sorted by start then end, an
-# interval starting after every earlier one has ended begins a new piece; touching ones merge)
-BUSY_SQL = """
-WITH c AS (SELECT t.rank, s.ts_ns AS a, s.ts_ns + s.dur_ns AS b""" + CANN_FROM + """ AND NOT contains(s.name, ?)),
-r AS (SELECT rank, a, b, max(b) OVER (PARTITION BY rank ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-             AS reach FROM c),
-g AS (SELECT rank, a, b, sum(CASE WHEN reach IS NULL OR a > reach THEN 1 ELSE 0 END)
-                 OVER (PARTITION BY rank ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS piece FROM r)
-SELECT rank, min(a) AS ts_ns, max(b) AS end_ns FROM g GROUP BY rank, piece ORDER BY rank, ts_ns
+# the host's launching API calls per rank (their union is taken in numpy: overlap.union)
+BUSY_SQL = ("SELECT t.rank, s.ts_ns, s.ts_ns + s.dur_ns AS end_ns" + CANN_FROM
+            + " AND NOT contains(s.name, ?) ORDER BY t.rank")
+# the compute tasks, each task type read from its args once: the kernels' rows and their names are made from them
+KERNELS_TABLE = "_collective_kernels"
+COMPUTE_TASKS_SQL = """
+CREATE OR REPLACE TEMP TABLE {table} AS
+SELECT * FROM (
+    SELECT s.rank, s.name, s.ts_ns, s.ts_ns + s.dur_ns AS end_ns,
+           json_extract_string(s.args, '$."Task Type"') AS task_type
+    FROM slices s JOIN tracks t ON t.track_id = s.track_id
+    WHERE t.kind = 'hardware' AND s.dur_ns > 0)
+WHERE {compute}
 """
+# each task with its name as the name's index in the names' sorted order
 KERNELS_SQL = """
-SELECT s.rank, (dense_rank() OVER (ORDER BY s.name) - 1)::INTEGER AS name_id, s.ts_ns, s.ts_ns + s.dur_ns AS end_ns
-FROM slices s JOIN tracks t ON t.track_id = s.track_id
-WHERE t.kind = 'hardware' AND s.dur_ns > 0 AND ({compute})
-ORDER BY s.rank, s.ts_ns
+SELECT k.rank, n.name_id, k.ts_ns, k.end_ns
+FROM {table} k JOIN (SELECT name, (row_number() OVER (ORDER BY name) - 1)::INTEGER AS name_id
+                     FROM (SELECT DISTINCT name FROM {table})) n ON k.name IS NOT DISTINCT FROM n.name
+ORDER BY k.rank, k.ts_ns
 """
-KERNEL_NAMES_SQL = """
-SELECT s.name, min(json_extract_string(s.args, '$."Task Type"')) AS task_type
-FROM slices s JOIN tracks t ON t.track_id = s.track_id
-WHERE t.kind = 'hardware' AND s.dur_ns > 0 AND ({compute})
-GROUP BY s.name ORDER BY s.name
-"""
+KERNEL_NAMES_SQL = "SELECT name, min(task_type) AS task_type FROM {table} GROUP BY name ORDER BY name"
 KERNEL_TYPES_SQL = "SELECT name, min(type) FROM kernels WHERE type IS NOT NULL AND type <> '' GROUP BY name"
 # a compute task: a compute core's Task Type (text export), or the db export's KERNEL_* task types
-IS_COMPUTE_SQL = ("list_contains({types}, json_extract_string(s.args, '$.\"Task Type\"')) "
-                  "OR starts_with(json_extract_string(s.args, '$.\"Task Type\"'), 'KERNEL_')"
-                  ).format(types="[" + ", ".join(f"'{t}'" for t in COMPUTE_TASK_TYPES) + "]")
+IS_COMPUTE_TYPE_SQL = ("list_contains({types}, {{task_type}}) OR starts_with({{task_type}}, 'KERNEL_')"
+                       ).format(types="[" + ", ".join(f"'{t}'" for t in COMPUTE_TASK_TYPES) + "]")
+IS_COMPUTE_SQL = IS_COMPUTE_TYPE_SQL.format(task_type="json_extract_string(s.args, '$.\"Task Type\"')")
 TABLES_SQL = "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
 
 
@@ -273,14 +273,16 @@ def _breakdown(con, rank_ops: dict[int, list[dict]], have: set[str]) -> None:
         return {r: (c["ts_ns"].astype(np.int64), c["end_ns"].astype(np.int64)) for r, c in cols.items()}
 
     hosts = {int(r[0]) for r in con.execute(HOST_RANKS_SQL).fetchall()}
-    free, busy = lane("Free"), _arrays_by_rank(con, BUSY_SQL, [SYNC_MARKER])
+    free = lane("Free")
+    busy = {r: union(c["ts_ns"].astype(np.int64), c["end_ns"].astype(np.int64))
+            for r, c in _arrays_by_rank(con, BUSY_SQL, [SYNC_MARKER]).items()}
     free_all, launch = {}, {}
     for rank in ranks:
         free_s, free_e = union(*free.pop(rank, (empty, empty)))
         launch_s = launch_e = empty
         host = busy.pop(rank, None)
         if host is not None:
-            busy_s, busy_e = host["ts_ns"].astype(np.int64), host["end_ns"].astype(np.int64)
+            busy_s, busy_e = host
             idle_s, idle_e = subtract(free_s, free_e, busy_s, busy_e)
             launch_s, launch_e = subtract(free_s, free_e, idle_s, idle_e)
         free_all[rank] = Cover(free_s, free_e).within(*windows[rank])
@@ -289,8 +291,13 @@ def _breakdown(con, rank_ops: dict[int, list[dict]], have: set[str]) -> None:
     computing = {r: Cover(*c).within(*windows[r]) for r, c in lane("Computing").items() if r in windows}
     other = {r: Cover(*c).within(*windows[r]) for r, c in lane("Communication(Not Overlapped)").items()
              if r in windows}
-    kernels = _arrays_by_rank(con, KERNELS_SQL.format(compute=IS_COMPUTE_SQL))
-    kernel_names = con.execute(KERNEL_NAMES_SQL.format(compute=IS_COMPUTE_SQL)).fetchall() if kernels else []
+    con.execute(COMPUTE_TASKS_SQL.format(table=KERNELS_TABLE,
+                                         compute=IS_COMPUTE_TYPE_SQL.format(task_type="task_type")))
+    try:
+        kernels = _arrays_by_rank(con, KERNELS_SQL.format(table=KERNELS_TABLE))
+        kernel_names = con.execute(KERNEL_NAMES_SQL.format(table=KERNELS_TABLE)).fetchall() if kernels else []
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {KERNELS_TABLE}")
     types = dict(con.execute(KERNEL_TYPES_SQL).fetchall()) if kernels and "kernels" in have else {}
     kernel_names = [(name, types.get(name) or task_type) for name, task_type in kernel_names]
     for rank in ranks:

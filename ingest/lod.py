@@ -26,6 +26,8 @@ exact slices are cheap to read).
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from . import lodcalc
 from .columns import numpy_of
 
@@ -57,6 +59,8 @@ COLUMNS = ("track_id, depth, bucket, slice_count::BIGINT AS slice_count, slice_i
 LEVEL_DDL = ("track_id INTEGER, depth INTEGER, bucket BIGINT, slice_count BIGINT, slice_id BIGINT, ts_ns BIGINT, "
              "dur_ns BIGINT, name VARCHAR, min_ts_ns BIGINT, max_end_ns BIGINT, total_dur_ns BIGINT")
 BATCH_SLICES = 1_000_000  # slices of whole tracks summarised in numpy at a time (~100 bytes each)
+# the level rows held in memory before they go to temporary tables (~110 bytes a row; a 1 GB trace's ~1 M rows fit)
+HELD_BYTES = 192 << 20
 BATCH_ROWS = "SELECT slice_id, track_id, depth, ts_ns, dur_ns, name FROM slices WHERE track_id BETWEEN ? AND ?"
 
 
@@ -88,12 +92,12 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
         widths = [base_ns or base_bucket_ns(rows, n)]
         while widths[-1] * TOP_BUCKETS < span:
             widths.append(widths[-1] * FACTOR)
-    for lv in range(len(widths)):
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _lod_{lv} ({LEVEL_DDL})")
+    held = Held(con, len(widths))
     if widths:
         counts = con.execute("SELECT track_id, count(*) FROM slices GROUP BY track_id ORDER BY track_id").fetchall()
         for lo, hi, m in _batches(counts, BATCH_SLICES):
             if m > BATCH_SLICES:
+                held.spill()  # (the rows of the tracks before these first)
                 _sql_levels(con, lo, hi, widths)
                 continue
             batch = con.sql(BATCH_ROWS, params=[lo, hi]).to_arrow_table()
@@ -103,21 +107,14 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
             try:
                 made = lodcalc.levels(batch, widths, FACTOR)
             except lodcalc.SumTooLarge:
+                held.spill()
                 _sql_levels(con, lo, hi, widths)
                 continue
-            for lv, table in enumerate(made):
-                con.register("_lod_rows", table)
-                try:
-                    con.execute(f"INSERT INTO _lod_{lv} SELECT * FROM _lod_rows")
-                finally:
-                    con.unregister("_lod_rows")
-    levels = [(lv, w, con.execute(f"SELECT count(*) FROM _lod_{lv}").fetchone()[0]) for lv, w in enumerate(widths)]
+            held.add(made)
     # stored ordered by (level, track, depth, bucket), so zone maps prune a viewport query: each level's rows are
     # in that order already
     con.execute(f"CREATE OR REPLACE TABLE slice_lod (level INTEGER, bucket_ns BIGINT, {LEVEL_DDL})")
-    for lv, w, _ in levels:
-        con.execute(f"INSERT INTO slice_lod SELECT {lv}, {w}::BIGINT, * FROM _lod_{lv}")
-        con.execute(f"DROP TABLE _lod_{lv}")
+    levels = [(lv, w, held.write(lv, w)) for lv, w in enumerate(widths)]
     con.execute(LOD_LEVELS_DDL)
     if levels:
         con.execute("INSERT INTO lod_levels SELECT v.level, v.bucket_ns, v.row_count, r.rank FROM (VALUES "
@@ -125,6 +122,56 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
                     "(SELECT DISTINCT rank FROM tracks WHERE slice_count > 0) r ORDER BY r.rank, v.level",
                     [x for level in levels for x in level])
     return levels
+
+
+class Held:
+    """The rows of each level made so far, in memory while they are under ``HELD_BYTES`` (then written to slice_lod
+    at the end, each level at once), else in temporary tables ``_lod_<level>`` (then copied to slice_lod): a
+    level's rows are appended in track order either way."""
+
+    def __init__(self, con, levels: int):
+        self.con, self.tables, self.nbytes = con, [[] for _ in range(levels)], 0
+        self.spilled = False
+
+    def add(self, made: list) -> None:
+        for lv, table in enumerate(made):
+            self.tables[lv].append(table)
+            self.nbytes += table.nbytes
+        if self.nbytes > HELD_BYTES:
+            self.spill()
+
+    def spill(self) -> None:
+        """Append the rows held to the temporary tables (made at the first spill), and hold no more."""
+        if not self.spilled:
+            for lv in range(len(self.tables)):
+                self.con.execute(f"CREATE OR REPLACE TEMP TABLE _lod_{lv} ({LEVEL_DDL})")
+            self.spilled = True
+        for lv, tables in enumerate(self.tables):
+            for table in tables:
+                self._insert(f"_lod_{lv}", "*", table)
+            tables.clear()
+        self.nbytes = 0
+
+    def write(self, lv: int, width: int) -> int:
+        """Append level ``lv``'s rows to slice_lod; return how many."""
+        if self.spilled:
+            self.spill()
+            self.con.execute(f"INSERT INTO slice_lod SELECT {lv}, {width}::BIGINT, * FROM _lod_{lv}")
+            n = self.con.execute(f"SELECT count(*) FROM _lod_{lv}").fetchone()[0]
+            self.con.execute(f"DROP TABLE _lod_{lv}")
+            return n
+        tables, self.tables[lv] = self.tables[lv], []
+        n = sum(t.num_rows for t in tables)
+        if n:
+            self._insert("slice_lod", f"{lv}, {width}::BIGINT, *", pa.concat_tables(tables))
+        return n
+
+    def _insert(self, into: str, columns: str, table) -> None:
+        self.con.register("_lod_rows", table)
+        try:
+            self.con.execute(f"INSERT INTO {into} SELECT {columns} FROM _lod_rows")
+        finally:
+            self.con.unregister("_lod_rows")
 
 
 def _sql_levels(con, lo: int, hi: int, widths: list[int]) -> None:

@@ -31,23 +31,25 @@ def levels(batch: pa.Table, widths: list[int], factor: int) -> list[pa.Table]:
     order = np.lexsort((col["depth"], col["track_id"]))  # stable: each (track, depth) keeps its id order
     track, depth, ts, dur = (col[c][order] for c in ("track_id", "depth", "ts_ns", "dur_ns"))
     rep = order  # each row's chosen slice, as a row of the batch
-    count = np.ones(len(ts), dtype=np.int64)
+    count = None  # each level's slices per row (level 0: its runs' lengths)
     lo, hi, total = ts, ts + dur, dur
     bucket = ts // widths[0]
+    # no bucket's total can come near the limit when all the batch's durations together stay under half of it
+    check_sums = np.abs(dur.astype(np.float64)).sum() >= SUM_LIMIT / 2
     out = []
     for level, _width in enumerate(widths):
         if level:
             bucket = bucket // factor
-        new = _runs(track, depth, bucket)
-        starts = np.flatnonzero(new)
-        rep_dur = col["dur_ns"][rep]
+        starts = np.flatnonzero(_runs(track, depth, bucket))
+        lengths = np.diff(starts, append=len(rep))
+        rep_dur = dur if level == 0 else col["dur_ns"][rep]  # (level 0: each row its own slice)
         longest = np.maximum.reduceat(rep_dur, starts)
-        run = np.cumsum(new) - 1
-        first = np.minimum.reduceat(np.where(rep_dur == longest[run], np.arange(len(rep)), len(rep)), starts)
-        if np.add.reduceat(total.astype(np.float64), starts).max(initial=0.0) >= SUM_LIMIT:
+        first = np.minimum.reduceat(np.where(rep_dur == np.repeat(longest, lengths), np.arange(len(rep)), len(rep)),
+                                    starts)
+        if check_sums and np.add.reduceat(total.astype(np.float64), starts).max(initial=0.0) >= SUM_LIMIT:
             raise SumTooLarge()
         track, depth, bucket = track[starts], depth[starts], bucket[starts]
-        count = np.add.reduceat(count, starts)
+        count = lengths if level == 0 else np.add.reduceat(count, starts)
         lo, hi = np.minimum.reduceat(lo, starts), np.maximum.reduceat(hi, starts)
         total = np.add.reduceat(total, starts)
         rep = rep[first]

@@ -71,6 +71,13 @@ def test_numpy_batches_and_sql_for_big_tracks_store_the_same_rows_in_the_same_or
     monkeypatch.setattr(lod, "BATCH_SLICES", biggest - 1)  # the biggest track (only) by SQL
     lod.build(con, base_ns=1024)
     assert con.execute("SELECT * FROM slice_lod").fetchall() == numpy_rows
+    monkeypatch.setattr(lod, "BATCH_SLICES", max(1, biggest // 3))  # many batches, their rows in temporary tables
+    monkeypatch.setattr(lod, "HELD_BYTES", 0)
+    assert [lv[2] for lv in lod.build(con, base_ns=1024)] == [n for (n,) in con.execute(
+        "SELECT count(*) FROM slice_lod GROUP BY level ORDER BY level").fetchall()]
+    assert con.execute("SELECT * FROM slice_lod").fetchall() == numpy_rows
+    assert not con.execute("SELECT table_name FROM duckdb_tables() WHERE table_name LIKE '\\_lod%' ESCAPE '\\'"
+                           ).fetchall()
     assert numpy_rows == sorted(numpy_rows, key=lambda r: (r[0], r[2], r[3], r[4]))
     for level, width in con.execute("SELECT DISTINCT level, bucket_ns FROM slice_lod ORDER BY level").fetchall():
         naive = con.execute(f"SELECT * FROM ({NAIVE}) ORDER BY ALL", [width]).fetchall()
@@ -78,3 +85,22 @@ def test_numpy_batches_and_sql_for_big_tracks_store_the_same_rows_in_the_same_or
                                      total_dur_ns FROM slice_lod WHERE level = ? ORDER BY ALL""",
                            [level]).fetchall() == naive
     con.close()
+
+
+def test_a_bucket_whose_total_duration_may_not_fit_is_left_to_sql():
+    """``lodcalc`` raises SumTooLarge when a bucket's summed duration nears int64's range (SQL then sums it), and
+    only then."""
+    import pyarrow as pa
+
+    from ascendscope.ingest import lodcalc
+
+    def batch(durs):
+        n = len(durs)
+        return pa.table({"slice_id": list(range(n)), "track_id": [1] * n, "depth": [0] * n,
+                         "ts_ns": [10 * i for i in range(n)], "dur_ns": durs, "name": ["k"] * n})
+
+    big = 3 << 60  # two of them sum past 2**62
+    with pytest.raises(lodcalc.SumTooLarge):
+        lodcalc.levels(batch([big, big]), [1 << 20], 4)
+    made = lodcalc.levels(batch([big, 5]), [1 << 20], 4)
+    assert made[0].column("total_dur_ns").to_pylist() == [big + 5]
