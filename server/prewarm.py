@@ -22,7 +22,6 @@ meanwhile (a new version of its database) is left alone, as its files would be u
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 
 from ascendscope.server.api.deps import RunDb, file_id, index_files, open_run_db, scoped_version
@@ -57,9 +56,10 @@ def prewarm(store: RunStore, run_id: str, settings: Settings, *, nice: int = NIC
     if version is None:
         return {"reason": "the database cannot be read"}
     files = index_files(store, run_id, version)
-    with tempfile.TemporaryDirectory(prefix="ascendscope-prewarm-") as locks:  # (the pool's, unused: no heavy view)
-        pool = QueryPool(1, 0, lock_dir=locks, index_bytes=settings.track_cache_mb * 10**6)
-        done = _prewarm(store, run, path, version, files, pool, settings, min_slices)
+    # the heavy slots' locks are the server's own (the data dir's; no view here takes one): nothing made in the temp
+    # folder, where a worker killed meanwhile (its server stopped, the run deleted) would leave it behind
+    pool = QueryPool(1, 0, lock_dir=store.data_dir, index_bytes=settings.track_cache_mb * 10**6)
+    done = _prewarm(store, run, path, version, files, pool, settings, min_slices)
     done["seconds"] = round(time.monotonic() - t0, 2)
     return done
 

@@ -131,3 +131,36 @@ def test_the_ingest_worker_writes_them_once_a_large_enough_run_is_ready(tmp_path
     log = (store.run_dir(run.id) / "ingest.log").read_text()
     assert "index files written ahead:" in log, log
     assert entry_files(store, run.id)
+
+
+KILLED = r"""
+import os, sys
+from pathlib import Path
+from ascendscope.server import prewarm
+from ascendscope.server.runs import RunStore
+from ascendscope.server.settings import Settings
+
+def killed(*args, **kwargs):  # the worker killed while it writes ahead (its server stopped, the run deleted)
+    os._exit(9)
+
+prewarm._prewarm = killed
+data, run_id = sys.argv[1], sys.argv[2]
+prewarm.prewarm(RunStore(Path(data)), run_id, Settings.from_env(environ={}, data_dir=data))
+"""
+
+
+def test_a_worker_killed_while_writing_ahead_leaves_nothing_in_the_temp_folder(sharded, tmp_path):
+    """The ingest worker writes a run's index files ahead in its own process, which dies with its server or its run:
+    it makes nothing in the temp folder (a folder made there would outlive it)."""
+    import os
+    import subprocess
+    import sys
+
+    store, run_id = sharded
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    out = subprocess.run([sys.executable, "-c", KILLED, str(store.data_dir), run_id], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 9, out.stderr[-2000:]
+    assert list(temp.iterdir()) == []
