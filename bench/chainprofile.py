@@ -144,9 +144,11 @@ class Profile:
         def one_at_a_time(stage_list):  # the CSVs first, then the trace (the pool has one thread)
             return sorted(plan(stage_list), key=lambda t: t[1] in stages.TIMELINE_KINDS)
 
+        # (a big rank's CSVs would wait for its overview, which the one thread never reaches: they wait for nothing)
         for owner, name, value in ((trace, "Beside", Now), (pipeline, "Beside", Now),
                                    (trace.TraceLoad, "derive", derive_then_write), (pipeline, "plan_tasks",
-                                                                                    one_at_a_time)):
+                                                                                    one_at_a_time),
+                                   (stages, "waits_for_overview", lambda task: False)):
             self.wrapped.append((owner, name, getattr(owner, name)))
             setattr(owner, name, value)
 
