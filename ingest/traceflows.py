@@ -6,7 +6,8 @@ batch by track batch (``bind_rows``, ``ingest.nesting.bind``) and appends each e
 part is paired at once (:func:`pair_parts`): its ends' columns fetched as Arrow, its keys numbered, the pairs made
 by ``ingest.nesting.pair_flows`` and the flows' rows taken from the ends' columns, with what the warnings count
 (ends without a partner, flows bound to no slice) summed along. The flows are numbered rank by rank in
-``pair_flows``' order (start ts, start seq, finish seq) by one sort of every part's rows.
+``pair_flows``' order (start ts, start seq, finish seq): the only part's come out of ``pair_flow_keys`` so and are
+written as they are; several parts' rows are sorted once (NUMBER_FLOWS) and numbered by their place.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ CREATE OR REPLACE TABLE {p}flows AS
 SELECT CAST(0 AS BIGINT) AS local_flow, cat, name, flow_key, src_track, src_ts_ns, src_local, dst_track, dst_ts_ns,
        dst_local, rank
 FROM {p}flows_u ORDER BY rank, src_ts_ns, src_seq, dst_seq
-""", "UPDATE {p}flows SET local_flow = rowid + 1"]
+""", "UPDATE {p}flows SET local_flow = rowid + 1", "DROP TABLE {p}flows_u"]
 FLOWS_ORDER = ["local_flow", "cat", "name", "flow_key", "src_track", "src_ts_ns", "src_local", "dst_track", "dst_ts_ns",
                "dst_local", "rank"]
 FLOWS_TABLE = """
