@@ -340,17 +340,18 @@ def pair_flow_keys(key, is_start, ts, seq, ordered: bool = True) -> FlowPairs:
     """:func:`pair_flows`, with the starts and finishes of each key. ``key``: any int64 numbers; ``ordered``: False
     leaves the flows in no particular order (for a caller that sorts them with others).
 
-    One sort of the ends by (key, ts, starts before finishes, seq): a finish's start is then the last start before
-    it in its key's run of ends, else the first one after it (the key's first start)."""
+    The ends ordered by (key, ts, starts before finishes, seq) (each end's place in time, then a stable sort by key):
+    a finish's start is then the last start before it in its key's run of ends, else the first one after it (the
+    key's first start)."""
     key, ts, seq = (np.asarray(a, dtype=np.int64) for a in (key, ts, seq))
     is_start = np.asarray(is_start, dtype=bool)
     n = len(key)
     idx = np.arange(n, dtype=np.int64)
     place = np.empty(n, dtype=np.int64)  # each end's place by (ts, starts before finishes, seq)
-    place[lex_order(ts, ~is_start, seq)] = idx
+    place[np.lexsort((seq, ~is_start, ts))] = idx
     if n and (key.min() < 0 or key.max() > (1 << 62) // n):  # (numbered again, so that key * n + place fits)
         key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
-    order = np.argsort(key * n + place)
+    order = np.argsort(key * n + place, kind="stable")  # (ends come mostly in order: a stable sort is quicker)
     k, s = key[order], is_start[order]
     new = np.ones(n, dtype=bool)
     new[1:] = k[1:] != k[:-1]
@@ -363,27 +364,8 @@ def pair_flow_keys(key, is_start, ts, seq, ordered: bool = True) -> FlowPairs:
     keep = ~s & (src >= 0)
     src, dst = order[src[keep]], order[keep]
     if ordered and len(src):
-        by = lex_order(place[src], seq[dst])  # (a start's place orders the starts by (ts, seq))
+        by = np.lexsort((seq[dst], place[src]))  # (a start's place orders the starts by (ts, seq))
         src, dst = src[by], dst[by]
     starts = np.bincount(run, weights=s, minlength=len(heads)).astype(np.int64)
     return FlowPairs(src=src, dst=dst, key_row=order[heads], starts=starts, finishes=stops - heads - starts)
 
-
-def lex_order(*columns) -> np.ndarray:
-    """The rows' order by ``columns`` (the first the most significant), as ``np.lexsort(columns[::-1])`` gives
-    it when no two rows are equal in every column: one sort by the first column, then the rows whose first value
-    repeats (few, in the orders taken here) sorted again by all of them."""
-    first = np.asarray(columns[0])
-    order = np.argsort(first)
-    if len(order) < 2 or len(columns) == 1:
-        return order
-    ranked = first[order]
-    tied = np.zeros(len(order), dtype=bool)
-    tied[1:] = ranked[1:] == ranked[:-1]
-    if not tied.any():
-        return order
-    tied[:-1] |= tied[1:].copy()
-    at = np.flatnonzero(tied)
-    rows = order[at]
-    order[at] = rows[np.lexsort(tuple(np.asarray(c)[rows] for c in reversed(columns)))]
-    return order

@@ -275,17 +275,6 @@ def test_flow_keys_counted_and_pairs_unordered(seed):
     assert got == dict(want)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_lex_order_is_lexsort(seed):
-    rnd = random.Random(seed)
-    n = rnd.randint(1, 2000)
-    rows = rnd.sample(range(n * 3), n)  # (the last column tells every two rows apart)
-    cols = [np.array([rnd.randint(0, 5) for _ in range(n)], dtype=np.int64),
-            np.array([rnd.random() < 0.5 for _ in range(n)]), np.array(rows, dtype=np.int64)]
-    assert nesting.lex_order(*cols).tolist() == np.lexsort(cols[::-1]).tolist()
-    assert nesting.lex_order(cols[2]).tolist() == np.argsort(cols[2]).tolist()
-
-
 BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
 
 
