@@ -25,7 +25,7 @@ from pathlib import Path
 STEPS = {
     "ingest.trace_read:TraceRead": ("read", "_read_parts", "_read_with_progress", "_read_done", "_bound_args_depth"),
     "ingest.trace:TraceLoad": ("derive", "_nest", "_nest_parts"),
-    "ingest.nesting": ("nest", "nest_part", "bind", "pair_flows"),
+    "ingest.nesting": ("nest", "nest_part", "bind", "pair_flow_keys"),
     "ingest.tracesplit": ("split_ranges",),
     "ingest.overview": ("write",),
     "ingest.traceflows": ("pair_parts", "bind_rows"),

@@ -321,26 +321,51 @@ def pair_flows(key, is_start, ts, seq) -> tuple[np.ndarray, np.ndarray]:
     ``key`` numbers the distinct (cat, id) of the ends. A finish takes the latest start of its key at or before
     it, by (ts, seq); a finish earlier than every start of its key takes the key's first start; a finish whose
     key has no start is not a flow."""
+    pairs = pair_flow_keys(key, is_start, ts, seq)
+    return pairs.src, pairs.dst
+
+
+@dataclass
+class FlowPairs:
+    """The flows of some ends (rows of the ends) and what each key of them holds."""
+
+    src: np.ndarray  # each flow's start
+    dst: np.ndarray  # its finish
+    key_row: np.ndarray  # one end of each key
+    starts: np.ndarray  # the key's starts
+    finishes: np.ndarray  # its finishes
+
+
+def pair_flow_keys(key, is_start, ts, seq, ordered: bool = True) -> FlowPairs:
+    """:func:`pair_flows`, with the starts and finishes of each key. ``key``: any int64 numbers; ``ordered``: False
+    leaves the flows in no particular order (for a caller that sorts them with others).
+
+    The ends ordered by (key, ts, starts before finishes, seq) (each end's place in time, then a stable sort by key):
+    a finish's start is then the last start before it in its key's run of ends, else the first one after it (the
+    key's first start)."""
     key, ts, seq = (np.asarray(a, dtype=np.int64) for a in (key, ts, seq))
     is_start = np.asarray(is_start, dtype=bool)
-    starts, finishes = np.flatnonzero(is_start), np.flatnonzero(~is_start)
-    if len(starts) == 0 or len(finishes) == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    # one sortable number per (key, ts): key-major, with ts replaced by its rank among all the ends
-    ts_rank = np.unique(ts, return_inverse=True)[1].astype(np.int64)
-    both = key * (int(ts_rank.max()) + 1) + ts_rank
-    starts = starts[np.lexsort((seq[starts], both[starts]))]
-    start_both, start_key = both[starts], key[starts]
-    fkey = key[finishes]
-    last = np.searchsorted(start_both, both[finishes], side="right") - 1
-    earlier = last >= 0
-    earlier[earlier] = start_key[last[earlier]] == fkey[earlier]
-    first = np.searchsorted(start_key, fkey, side="left")
-    has_key = first < len(starts)
-    has_key[has_key] = start_key[first[has_key]] == fkey[has_key]
-    src = np.where(earlier, starts[np.maximum(last, 0)],
-                   np.where(has_key, starts[np.minimum(first, len(starts) - 1)], -1))
-    keep = src >= 0
-    src, dst = src[keep], finishes[keep]
-    order = np.lexsort((seq[dst], seq[src], ts[src]))
-    return src[order], dst[order]
+    n = len(key)
+    idx = np.arange(n, dtype=np.int64)
+    place = np.empty(n, dtype=np.int64)  # each end's place by (ts, starts before finishes, seq)
+    place[np.lexsort((seq, ~is_start, ts))] = idx
+    if n and (key.min() < 0 or key.max() > (1 << 62) // n):  # (numbered again, so that key * n + place fits)
+        key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    order = np.argsort(key * n + place, kind="stable")  # (ends come mostly in order: a stable sort is quicker)
+    k, s = key[order], is_start[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = k[1:] != k[:-1]
+    heads = np.flatnonzero(new)
+    run = np.cumsum(new) - 1
+    stops = np.append(heads[1:], n)
+    last = np.maximum.accumulate(np.where(s, idx, -1))
+    after = np.minimum.accumulate(np.where(s, idx, n)[::-1])[::-1]
+    src = np.where(last >= heads[run], last, np.where(after < stops[run], after, -1))
+    keep = ~s & (src >= 0)
+    src, dst = order[src[keep]], order[keep]
+    if ordered and len(src):
+        by = np.lexsort((seq[dst], place[src]))  # (a start's place orders the starts by (ts, seq))
+        src, dst = src[by], dst[by]
+    starts = np.bincount(run, weights=s, minlength=len(heads)).astype(np.int64)
+    return FlowPairs(src=src, dst=dst, key_row=order[heads], starts=starts, finishes=stops - heads - starts)
+

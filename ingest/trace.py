@@ -153,7 +153,7 @@ class TraceLoad(TraceRead):
                                     f"{self._where_seq(rank, first_bad_dur)}")
                 if other:
                     self.note(rank, f"{other} events of phases not shown yet ({phases or 'none'}) were skipped")
-            self.sql(traceflows.FLOW_ENDS, parts=int(parts))
+            self.sql(traceflows.FLOW_ENDS, part=traceflows.part_of(parts))
             counters.result()  # (the last statement to read the events)
             if self.DROP_EVENTS:  # nothing reads them from here on: their memory goes to the nesting
                 self.cur.execute(f"DROP VIEW IF EXISTS {self.p}ev")

@@ -6,7 +6,8 @@ batch by track batch (``bind_rows``, ``ingest.nesting.bind``) and appends each e
 part is paired at once (:func:`pair_parts`): its ends' columns fetched as Arrow, its keys numbered, the pairs made
 by ``ingest.nesting.pair_flows`` and the flows' rows taken from the ends' columns, with what the warnings count
 (ends without a partner, flows bound to no slice) summed along. The flows are numbered rank by rank in
-``pair_flows``' order (start ts, start seq, finish seq) by one sort of every part's rows.
+``pair_flows``' order (start ts, start seq, finish seq): the only part's come out of ``pair_flow_keys`` so and are
+written as they are; several parts' rows are sorted once (NUMBER_FLOWS) and numbered by their place.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from .columns import arrow_table, call, indices, numpy_of
 FLOW_ENDS = """
 CREATE OR REPLACE TABLE {p}fe AS
 SELECT e.seq, e.ph = 's' AS is_start, t.local_track, e.ts_ns, e.ph = 's' OR coalesce(e.bp, '') = 'e' AS enclosing,
-       e.rank, coalesce(e.cat, '') AS cat, e.name, coalesce(e.flow_key, '') AS flow_key,
-       CAST(hash(e.rank, coalesce(e.cat, ''), coalesce(e.flow_key, '')) % {parts} AS INTEGER) AS part
+       e.rank, coalesce(e.cat, '') AS cat, e.name, coalesce(e.flow_key, '') AS flow_key, {part} AS part
 FROM {p}ev e JOIN {p}tracks t ON t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid AND t.counter_name IS NULL
 WHERE e.ph IN ('s', 'f') AND e.ts_ns IS NOT NULL
 """
@@ -33,12 +33,19 @@ PART_ENDS = ("SELECT rowid AS pos, seq, is_start, local_track, ts_ns, rank, cat,
 PART_BOUND = "SELECT pos, local_id FROM {p}fb WHERE part = ?"
 FLOW_COLUMNS = ("rank", "src_ts_ns", "src_seq", "dst_seq", "cat", "name", "flow_key", "src_track", "src_local",
                 "dst_track", "dst_ts_ns", "dst_local")
-# every part's flows, numbered rank by rank in pair_flows' order
-NUMBER_FLOWS = """
+# every part's flows in pair_flows' order rank by rank, then numbered by their place (one sort, of the rows)
+NUMBER_FLOWS = ["""
 CREATE OR REPLACE TABLE {p}flows AS
-SELECT row_number() OVER (ORDER BY rank, src_ts_ns, src_seq, dst_seq) AS local_flow, cat, name, flow_key,
-       src_track, src_ts_ns, src_local, dst_track, dst_ts_ns, dst_local, rank
-FROM {p}flows_u ORDER BY local_flow
+SELECT CAST(0 AS BIGINT) AS local_flow, cat, name, flow_key, src_track, src_ts_ns, src_local, dst_track, dst_ts_ns,
+       dst_local, rank
+FROM {p}flows_u ORDER BY rank, src_ts_ns, src_seq, dst_seq
+""", "UPDATE {p}flows SET local_flow = rowid + 1", "DROP TABLE {p}flows_u"]
+FLOWS_ORDER = ["local_flow", "cat", "name", "flow_key", "src_track", "src_ts_ns", "src_local", "dst_track", "dst_ts_ns",
+               "dst_local", "rank"]
+FLOWS_TABLE = """
+CREATE OR REPLACE TABLE {p}flows (local_flow BIGINT, cat VARCHAR, name VARCHAR, flow_key VARCHAR, src_track BIGINT,
+                                 src_ts_ns BIGINT, src_local BIGINT, dst_track BIGINT, dst_ts_ns BIGINT,
+                                 dst_local BIGINT, rank INTEGER)
 """
 TABLES = ("fe", "fb", "flows_u")
 
@@ -46,6 +53,12 @@ TABLES = ("fe", "fb", "flows_u")
 def parts_for(ends: int, batch: int) -> int:
     """How many parts ``ends`` flow ends are paired in, about ``batch`` ends each."""
     return max(1, -(-int(ends) // max(1, int(batch))))
+
+
+def part_of(parts: int) -> str:
+    """FLOW_ENDS' ``part`` of an end among ``parts``: a hash of its (rank, cat, id), none for one part."""
+    return "0" if parts == 1 else (f"CAST(hash(e.rank, coalesce(e.cat, ''), coalesce(e.flow_key, '')) % {int(parts)} "
+                                   "AS INTEGER)")
 
 
 def bind_rows(cur, p: str, nested: nesting.Nested, where: str, args: list, ancestors=None, next_id: int = 0) -> None:
@@ -78,36 +91,32 @@ def pair_parts(cur, p: str, parts: int, tracks_with_slices: np.ndarray) -> list[
                 "cat VARCHAR, name VARCHAR, flow_key VARCHAR, src_track BIGINT, src_local BIGINT, dst_track BIGINT, "
                 "dst_ts_ns BIGINT, dst_local BIGINT)")
     stats: dict[tuple[int, str], list[int]] = {}
+    one = parts == 1  # the only part: its flows ordered and numbered here, written once
     for part in range(parts):
         ends = cur.sql(PART_ENDS.format(p=p), params=[part]).to_arrow_table()
         if ends.num_rows == 0:
             continue
         bound = cur.execute(PART_BOUND.format(p=p), [part]).fetchnumpy()
         local = _aligned(numpy_of(ends.column("pos")), bound["pos"], bound["local_id"])
-        rows = _pair(ends, local, tracks_with_slices, stats)
+        rows = _pair(ends, local, tracks_with_slices, stats, ordered=one)
         if rows is None:
             continue
-        if parts == 1:  # the only part: numbered here, written once
+        if one:
             _write_numbered(cur, p, rows)
             break
         append(cur, f"{p}flows_u", rows)
     else:
-        cur.execute(NUMBER_FLOWS.format(p=p))
+        for sql in NUMBER_FLOWS:
+            cur.execute(sql.format(p=p))
     return [(rank, cat, *counts) for (rank, cat), counts in sorted(stats.items())]
 
 
 def _write_numbered(cur, p: str, rows: pa.Table) -> None:
-    """``{p}flows`` from the flows of a single part, numbered as NUMBER_FLOWS numbers them."""
-    col = {c: numpy_of(rows.column(c)) for c in ("rank", "src_ts_ns", "src_seq", "dst_seq")}
-    order = np.lexsort((col["dst_seq"], col["src_seq"], col["src_ts_ns"], col["rank"]))
-    rows = call("take", rows, indices(order))
-    numbered = rows.add_column(0, "local_flow", _ints(np.arange(1, rows.num_rows + 1, dtype=np.int64)))
-    cur.register("_flow_rows", numbered)
-    try:
-        cur.execute(f"CREATE OR REPLACE TABLE {p}flows AS SELECT local_flow, cat, name, flow_key, src_track, "
-                    "src_ts_ns, src_local, dst_track, dst_ts_ns, dst_local, rank FROM _flow_rows")
-    finally:
-        cur.unregister("_flow_rows")
+    """``{p}flows`` from the flows of the only part, in their order already: numbered from 1 as NUMBER_FLOWS
+    numbers them."""
+    cur.execute(FLOWS_TABLE.format(p=p))
+    numbered = rows.append_column("local_flow", _ints(np.arange(1, rows.num_rows + 1, dtype=np.int64)))
+    append(cur, f"{p}flows", numbered.select(FLOWS_ORDER))
 
 
 def _aligned(pos: np.ndarray, bound_pos: np.ndarray, bound_id: np.ndarray) -> np.ndarray:
@@ -122,51 +131,62 @@ def _aligned(pos: np.ndarray, bound_pos: np.ndarray, bound_id: np.ndarray) -> np
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
-    """Dictionary codes (int64) of a string column, and the dictionary."""
-    encoded = call("dictionary_encode", column.combine_chunks())
-    return numpy_of(encoded.indices).astype(np.int64), encoded.dictionary
+    """Dictionary codes (int64) of a string column, and the dictionary (one for every chunk)."""
+    chunks = call("dictionary_encode", column).chunks
+    if not chunks:
+        return np.zeros(0, dtype=np.int64), pa.array([], type=pa.string())
+    codes = pa.chunked_array([c.indices for c in chunks], type=chunks[0].indices.type)
+    return numpy_of(codes).astype(np.int64), chunks[-1].dictionary
 
 
-def _pair(ends: pa.Table, local: np.ndarray, tracks_with_slices: np.ndarray, stats: dict) -> pa.Table | None:
-    """One part: the flows' rows (FLOW_COLUMNS) of its ends, and its counts added to ``stats``."""
+def _pair(ends: pa.Table, local: np.ndarray, tracks_with_slices: np.ndarray, stats: dict,
+          ordered: bool) -> pa.Table | None:
+    """One part: the flows' rows (FLOW_COLUMNS) of its ends, and its counts added to ``stats``. ``ordered``: the
+    rows in pair_flows' order rank by rank (else in none)."""
     num = {c: numpy_of(ends.column(c)) for c in ("seq", "is_start", "local_track", "ts_ns", "rank")}
-    is_start = num["is_start"].astype(bool)
-    rank = num["rank"].astype(np.int64)
+    rank = num["rank"]
+    if (rank == rank[0]).all():  # (one rank: a lone rank's stage)
+        ranks, rank_of = rank[:1].astype(np.int64), np.zeros(len(rank), dtype=np.int64)
+    else:
+        ranks, rank_of = np.unique(rank, return_inverse=True)
     cat, cats = _codes(ends.column("cat"))
-    key, _ = _codes(ends.column("flow_key"))
-    ranks, rank_of = np.unique(rank, return_inverse=True)
+    key, keys = _codes(ends.column("flow_key"))
     n_cats = max(len(cats), 1)
     group_of = rank_of.astype(np.int64) * n_cats + cat  # (rank, cat) of each end
-    _, first, fkey = np.unique(group_of * (int(key.max()) + 1) + key, return_index=True, return_inverse=True)
-    fkey = fkey.astype(np.int64)
+    pairs = nesting.pair_flow_keys(group_of * max(len(keys), 1) + key, num["is_start"], num["ts_ns"], num["seq"],
+                                   ordered)
 
     def count(groups: np.ndarray, weights: np.ndarray | None, slot: int) -> None:
         sums = np.bincount(groups, weights=weights)
         for g in np.flatnonzero(sums).tolist():
             stats[(int(ranks[g // n_cats]), cats[g % n_cats].as_py())][slot] += int(sums[g])
 
-    for g in np.unique(group_of).tolist():  # every (rank, cat) with ends is reported
+    key_group = group_of[pairs.key_row]
+    for g in np.unique(key_group).tolist():  # every (rank, cat) with ends is reported
         stats.setdefault((int(ranks[g // n_cats]), cats[g % n_cats].as_py()), [0, 0, 0, 0, 0])
     # ends without a partner: every end of a key lies in this part
-    starts = np.bincount(fkey, weights=is_start).astype(np.int64)
-    fins = np.bincount(fkey).astype(np.int64) - starts
-    count(group_of[first], np.where(fins == 0, starts, 0), 0)
-    count(group_of[first], np.where(starts == 0, fins, 0), 1)
-    src, dst = nesting.pair_flows(fkey, is_start, num["ts_ns"], num["seq"])
+    count(key_group, np.where(pairs.finishes == 0, pairs.starts, 0), 0)
+    count(key_group, np.where(pairs.starts == 0, pairs.finishes, 0), 1)
+    src, dst = pairs.src, pairs.dst
     if not len(src):
         return None
+    if ordered and len(ranks) > 1:
+        by_rank = np.argsort(rank_of[src], kind="stable")
+        src, dst = src[by_rank], dst[by_rank]
     src_local, dst_local = local[src], local[dst]
     src_track = num["local_track"][src].astype(np.int64)
     unbound = src_local == 0
     count(group_of[src], unbound, 2)
     count(group_of[src], dst_local == 0, 3)
     count(group_of[src], unbound & ~_member(src_track, tracks_with_slices), 4)
-    take_src, take_dst = indices(src), indices(dst)
+    take_src = indices(src)
     names = ends.column("name")
+    name = call("take", names, take_src)
+    if name.null_count:
+        name = call("coalesce", name, call("take", names, indices(dst)))
     return pa.table({
         "rank": _ints(rank[src], np.int32), "src_ts_ns": _ints(num["ts_ns"][src]), "src_seq": _ints(num["seq"][src]),
-        "dst_seq": _ints(num["seq"][dst]), "cat": call("take", ends.column("cat"), take_src),
-        "name": call("coalesce", call("take", names, take_src), call("take", names, take_dst)),
+        "dst_seq": _ints(num["seq"][dst]), "cat": call("take", ends.column("cat"), take_src), "name": name,
         "flow_key": call("take", ends.column("flow_key"), take_src), "src_track": _ints(src_track),
         "src_local": _nullable(src_local), "dst_track": _ints(num["local_track"][dst]),
         "dst_ts_ns": _ints(num["ts_ns"][dst]), "dst_local": _nullable(dst_local)})

@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from ascendscope.ingest import nesting, sqlfuncs, trace
+from ascendscope.ingest import nesting, sqlfuncs, trace, traceflows
 from ascendscope.ingest.pipeline import ingest_path
 from tests.ingest_helpers import PYTORCH_TEXT, REAL
 from tests.shared_runs import single_file
@@ -168,7 +168,7 @@ def _staged(path: Path, tmp_path: Path):
     tl.read()
     for q in (trace.TRACKS, trace.RAW_SLICES):
         tl.sql(q)
-    tl.sql(trace.FLOW_ENDS, parts=1)
+    tl.sql(trace.FLOW_ENDS, part=traceflows.part_of(1))
     slices = con.execute("SELECT seq, local_track, ts_ns, dur_ns FROM t_x").fetchall()
     ends = con.execute("SELECT seq, local_track, ts_ns, enclosing FROM t_fe").fetchall()
     flow_ends = con.execute("SELECT seq, dense_rank() OVER (ORDER BY rank, cat, flow_key), ts_ns, is_start "
@@ -251,6 +251,28 @@ def test_random_flow_ends(seed):
     rnd = random.Random(seed)
     ends = [(i, rnd.randint(1, 30), rnd.randint(0, 50), rnd.random() < 0.5) for i in range(1, rnd.randint(2, 400))]
     check_pairs(ends)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_flow_keys_counted_and_pairs_unordered(seed):
+    """``pair_flow_keys``: the starts and finishes of each key, and (unordered) the same flows; many ends share a
+    time, keys are any int64 numbers."""
+    rnd = random.Random(seed)
+    n = rnd.randint(50, 3000)
+    key = np.array([rnd.choice([-7, 0, 3, 1 << 61, 1 << 62]) + rnd.randint(0, 40) for _ in range(n)], dtype=np.int64)
+    ts = np.array([rnd.randint(0, 9) for _ in range(n)], dtype=np.int64)
+    is_start = np.array([rnd.random() < 0.4 for _ in range(n)])
+    seq = np.array(rnd.sample(range(10 * n), n), dtype=np.int64)
+    ends = [(int(seq[i]), int(key[i]), int(ts[i]), bool(is_start[i])) for i in range(n)]
+    pairs = nesting.pair_flow_keys(key, is_start, ts, seq, ordered=True)
+    assert list(zip(seq[pairs.src].tolist(), seq[pairs.dst].tolist())) == reference_pairs(ends)
+    loose = nesting.pair_flow_keys(key, is_start, ts, seq, ordered=False)
+    assert sorted(zip(loose.src.tolist(), loose.dst.tolist())) == sorted(zip(pairs.src.tolist(), pairs.dst.tolist()))
+    want = defaultdict(lambda: [0, 0])
+    for k, s in zip(key.tolist(), is_start.tolist()):
+        want[k][0 if s else 1] += 1
+    got = {int(key[r]): [int(a), int(b)] for r, a, b in zip(pairs.key_row, pairs.starts, pairs.finishes)}
+    assert got == dict(want)
 
 
 BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
