@@ -80,6 +80,12 @@ def hostile(tmp_path: Path) -> Path:
                     + [("12", "x", 5), (4.0, "1e3", b"bytes"), (4.5, None, 2.5), ("no", 7, None)])
     con.execute("CREATE TABLE nulls (i INTEGER, s TEXT)")  # nothing but NULLs
     con.executemany("INSERT INTO nulls VALUES (?, ?)", [(None, None)] * 10)
+    # more rows than a batch: clean, and with a value of another type only past the first batch
+    con.execute("CREATE TABLE long_clean (i INTEGER, s TEXT)")
+    con.executemany("INSERT INTO long_clean VALUES (?, ?)", [(n, f"s{n}") for n in range(70_000)])
+    con.execute("CREATE TABLE long_mixed (i INTEGER, s TEXT)")
+    con.executemany("INSERT INTO long_mixed VALUES (?, ?)", [(n, f"s{n}") for n in range(70_000)])
+    con.execute("UPDATE long_mixed SET i = 'late text' WHERE i = 69000")
     con.execute("CREATE TABLE empty (i INTEGER)")
     con.execute("CREATE TABLE badtext (s TEXT)")  # a TEXT value that is not UTF-8
     con.executemany("INSERT INTO badtext VALUES (?)", [("ok",)] * 5)
@@ -94,6 +100,8 @@ HOSTILE = {
                       Col("loose", "DOUBLE", ("loose",)), Col("gone", "BIGINT", ("gone",)))),
     "mixed": ("mixed", (Col("i", "BIGINT", ("i",)), Col("d", "DOUBLE", ("d",)), Col("s", "VARCHAR", ("s",)))),
     "nulls": ("nulls", (Col("i", "BIGINT", ("i",)), Col("s", "VARCHAR", ("s",)))),
+    "long_clean": ("long_clean", (Col("i", "BIGINT", ("i",)), Col("s", "VARCHAR", ("s",)))),
+    "long_mixed": ("long_mixed", (Col("i", "BIGINT", ("i",)), Col("s", "VARCHAR", ("s",)))),
     "empty": ("empty", (Col("i", "BIGINT", ("i",)),)),
     "absent": ("absent", (Col("i", "BIGINT", ("i",)),)),
 }
@@ -106,10 +114,14 @@ def test_a_hostile_db_copies_alike_through_both_readers(tmp_path):
     slow_rows, slow_copied = copy_all(path, HOSTILE, fast=False)
     assert fast_copied == slow_copied
     assert fast_rows == slow_rows
-    # the columns that begin with NULLs went through ADBC, and kept their type and every value
-    assert any('FROM "late"' in sql for sql in used) and not any('FROM "mixed"' in sql for sql in used)
+    # the columns that begin with NULLs went through ADBC, and kept their type and every value; the tables with a
+    # value of another type did not
+    assert any('FROM "late"' in sql for sql in used) and any('FROM "long_clean"' in sql for sql in used)
+    assert not any('FROM "mixed"' in sql or 'FROM "long_mixed"' in sql for sql in used)
     assert fast_rows["late"][-2:] == [(7, 1 << 62, 2.5, "é", 3.0, None), (7, -1, 3.0, "x", 4.0, None)]
     assert fast_copied["late"][2] == ["gone"]
+    assert len(fast_rows["long_clean"]) == 70_000 and fast_rows["long_clean"][-1] == (7, 69_999, "s69999")
+    assert fast_copied["long_mixed"][3] == {"i": 1} and fast_rows["long_mixed"][69_000] == (7, None, "s69000")
     # values of another type: read as Python reads them (converted where exact, else NULL and counted)
     assert fast_copied["mixed"][3] == {"i": 2, "d": 1}
     assert fast_rows["mixed"][-4:] == [(7, 12, None, "5"), (7, 4, 1000.0, "bytes"), (7, None, None, "2.5"),
