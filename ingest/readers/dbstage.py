@@ -117,8 +117,9 @@ def stage_profiler_dbs(job: Job, items: list[tuple[int, Path, str]]) -> dict[int
 def _copy(db: DbRank, tables: sqlitedb.RankTables, on_progress) -> None:
     """Copy a rank's tables (and note what of them is not read); ValueError when its database cannot be read."""
     con = sqlitedb.connect(db.path)
-    fast = sqlitedb.ArrowReader(db.path)
+    fast = None
     try:
+        fast = sqlitedb.ArrowReader.open(db.path)
         db.present = present = sqlitedb.tables(con)
         names = {key: dbsource.source_table(table, present) for key, (table, _) in dbsource.TABLES.items()}
         total = sum(sqlitedb.row_count(con, present[t.upper()]) for t in names.values() if t.upper() in present) or 1
@@ -137,7 +138,8 @@ def _copy(db: DbRank, tables: sqlitedb.RankTables, on_progress) -> None:
     except sqlite3.Error as exc:
         raise ValueError(f"the SQLite database cannot be read: {exc}") from exc
     finally:
-        fast.close()
+        if fast is not None:
+            fast.close()
         con.close()
 
 
@@ -217,14 +219,14 @@ def _events(job: Job, ranks: list[DbRank], lanes: list[tuple[str, str]], beside:
     kept, far = _lanes(cur, p, lanes, beside)
     for sql in (dbflows.TARGETS, dbflows.OP_LINKS, dbflows.FLOWS):
         cur.execute(sql.format(p=p))
-    counts = {db.rank: [0] * (len(SIDE_COUNTS) + 1) for db in ranks}
+    counts = {db.rank: [0] * len(SIDE_COUNTS) for db in ranks}
     for rank, q, n in beside.counts:  # (the counts of the staged tables alone, made beside)
-        counts[rank][q + (q >= 2)] = n
-    for rank, n in cur.execute(dbflows.LONELY_OPS.format(p=p)).fetchall():
-        counts[rank][2] = n
+        counts[rank][q] = n
+    lonely_ops = dict(cur.execute(dbflows.LONELY_OPS.format(p=p)).fetchall())
     for db in ranks:
         rank = db.rank
-        swapped, parents, lonely, *rows = counts[rank]
+        swapped, parents, *rows = counts[rank]
+        lonely = lonely_ops.get(rank, 0)
         notes = db.staged.warnings
         if swapped:
             notes.append(SWAPPED_SHAPES)

@@ -101,6 +101,14 @@ class ArrowReader:
         self.db = adbc_driver_sqlite.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1")
         self.conn = adbc_driver_manager.AdbcConnection(self.db)
 
+    @classmethod
+    def open(cls, path: Path) -> ArrowReader | None:
+        """The reader of ``path``, or None when ADBC cannot open it (then Python's ``sqlite3`` reads every table)."""
+        try:
+            return cls(path)
+        except adbc_driver_manager.Error:
+            return None
+
     def batches(self, sql: str):
         stmt = adbc_driver_manager.AdbcStatement(self.conn)
         try:
