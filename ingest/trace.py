@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import nesting, traceflows
+from . import nesting, overview, traceflows
 from .columns import arrow_table
 from .trace_read import (  # noqa: F401 - the reading side's names are this module's interface too
     EV_VIEW,
@@ -33,6 +33,8 @@ from .trace_sql import (  # noqa: F401 - (as above)
     NEST_TABLE,
     PART_STARTS,
     RAW_SLICES,
+    SLICE_COUNT,
+    SLICE_SPANS,
     STEPS,
     TRACKS,
 )
@@ -109,11 +111,15 @@ class TraceLoad(TraceRead):
         counters = Beside(self.cur, lambda cur: cur.execute(COUNTERS.format(p=self.p)), "trace-beside")
         sliced = None
         try:
+            if self.on_sliced is not None:
+                # the rank's overview (ingest.overview) needs only the tracks and where the slices are: their spans
+                # are made first (narrow rows, quick to sort), then the overview is computed from them beside the
+                # slices made, the checks, the flow ends and the nesting, so it is published as soon as it can be
+                # (on_sliced is called for every rank: without spans it writes none, and what waits for it goes on)
+                if self.sql(SLICE_COUNT).fetchone()[0] >= overview.OVERVIEW_MIN_SLICES:
+                    self.sql(SLICE_SPANS)
+                sliced = Beside(self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview")
             s(RAW_SLICES)
-            # the rank's overview (ingest.overview) needs only the slices made and the tracks: computed beside the
-            # checks, the flow ends and the whole rank's nesting, so it is published as soon as it can be
-            sliced = None if self.on_sliced is None else Beside(
-                self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview")
             for rank, negative, unclosed in s(f"SELECT rank, count(*) FILTER (WHERE negative_dur), "
                                               f"count(*) FILTER (WHERE unclosed) FROM {self.p}x GROUP BY rank "
                                               "ORDER BY rank").fetchall():
@@ -161,6 +167,7 @@ class TraceLoad(TraceRead):
             with_slices = self._nest(advance, parts)
             if sliced is not None:
                 sliced.join()  # (its errors are its own: an overview that fails is only not published)
+                self.cur.execute(f"DROP TABLE IF EXISTS {self.p}{overview.TABLE}")
             advance()
             self.on_nested()
             flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices)

@@ -63,31 +63,45 @@ SELECT row_number() OVER (ORDER BY rank, rank_track) AS local_track, * FROM orde
 # nesting's order (track, start, longer first, file order): a range of tracks (or of one track's starts) is read by a
 # scan that its zone maps prune, in that order, and the nesting's rows, appended in the same order, are written
 # beside them (trace_write.WRITE_SLICES: a positional join, no sort of the wide rows)
-RAW_SLICES = """
-CREATE OR REPLACE TABLE {p}x AS
+_SLICES = """
+CREATE OR REPLACE TABLE {{p}}{table} AS
 WITH be AS (
-    SELECT e.seq, e.rank, e.pid, e.tid, e.ts_ns, e.ph, e.name, e.cat, e.args,
+    SELECT e.seq, e.rank, e.pid, e.tid, e.ts_ns, e.ph{wide_e},
            sum(CASE WHEN ph = 'B' THEN 1 ELSE -1 END)
                OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, seq ROWS UNBOUNDED PRECEDING) AS level_after
-    FROM {p}ev e WHERE ph IN ('B', 'E') AND ts_ns IS NOT NULL),
+    FROM {{p}}ev e WHERE ph IN ('B', 'E') AND ts_ns IS NOT NULL),
 lv AS (SELECT *, CASE WHEN ph = 'B' THEN level_after ELSE level_after + 1 END AS lvl FROM be),
 num AS (SELECT *, row_number() OVER (PARTITION BY rank, pid, tid, lvl, ph ORDER BY ts_ns, seq) AS k FROM lv),
 pairs AS (
-    SELECT b.seq, b.rank, b.pid, b.tid, b.ts_ns, e.ts_ns - b.ts_ns AS dur_ns, 'B' AS ph, e.seq IS NULL AS unclosed,
-           coalesce(b.name, e.name) AS name, coalesce(b.cat, e.cat) AS cat, coalesce(b.args, e.args) AS args
+    SELECT b.seq, b.rank, b.pid, b.tid, b.ts_ns, e.ts_ns - b.ts_ns AS dur_ns, 'B' AS ph,
+           e.seq IS NULL AS unclosed{wide_pair}
     FROM num b LEFT JOIN num e ON e.ph = 'E' AND e.rank = b.rank AND e.pid = b.pid AND e.tid = b.tid
                                 AND e.lvl = b.lvl AND e.k = b.k
     WHERE b.ph = 'B'),
 all_slices AS (
-    SELECT seq, rank, pid, tid, ts_ns, CASE WHEN ph = 'X' THEN dur_ns ELSE 0 END AS dur_ns, ph, false AS unclosed,
-           name, cat, args
-    FROM {p}ev WHERE ph IN ('X', 'i', 'I') AND ts_ns IS NOT NULL
+    SELECT seq, rank, pid, tid, ts_ns, CASE WHEN ph = 'X' THEN dur_ns ELSE 0 END AS dur_ns, ph, false AS unclosed{wide}
+    FROM {{p}}ev WHERE ph IN ('X', 'i', 'I') AND ts_ns IS NOT NULL
     UNION ALL
     SELECT * FROM pairs)
-SELECT a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns, a.ph,
-       a.dur_ns < 0 AS negative_dur, a.unclosed, a.name, a.cat, a.args, a.rank
-FROM all_slices a JOIN {p}tracks t ON t.rank = a.rank AND t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
-ORDER BY t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) DESC, a.seq
+SELECT {select}
+FROM all_slices a JOIN {{p}}tracks t ON t.rank = a.rank AND t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
+ORDER BY {order}
+"""
+RAW_SLICES = _SLICES.format(
+    table="x", wide_e=", e.name, e.cat, e.args", wide=",\n           name, cat, args",
+    wide_pair=",\n           coalesce(b.name, e.name) AS name, coalesce(b.cat, e.cat) AS cat, "
+              "coalesce(b.args, e.args) AS args",
+    select="a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns, a.ph,\n"
+           "       a.dur_ns < 0 AS negative_dur, a.unclosed, a.name, a.cat, a.args, a.rank",
+    order="t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) DESC, a.seq")
+# The same slices, only where they are (track, start, duration as stored), in (track, start) order: what a big
+# rank's overview (ingest.overview) needs, made straight from the events, without the wide rows' sort
+SLICE_SPANS = _SLICES.format(
+    table="ov", wide_e="", wide="", wide_pair="",
+    select="t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns", order="t.local_track, a.ts_ns")
+# how many slices the rank's events make (RAW_SLICES' count, without making them)
+SLICE_COUNT = """
+SELECT count(*) FILTER (WHERE ph IN ('X', 'i', 'I', 'B') AND ts_ns IS NOT NULL) FROM {p}ev
 """
 
 COUNTERS = """
