@@ -109,16 +109,17 @@ class TraceLoad(TraceRead):
         # the counters need only the events and the tracks: derived on a second cursor while the slices are
         # nested here (numpy on one core), so the other core is not idle
         counters = Beside(self.cur, lambda cur: cur.execute(COUNTERS.format(p=self.p)), "trace-beside")
-        sliced = None
         try:
             if self.on_sliced is not None:
                 # the rank's overview (ingest.overview) needs only the tracks and where the slices are: their spans
-                # are made first (narrow rows, quick to sort), then the overview is computed from them beside the
-                # slices made, the checks, the flow ends and the nesting, so it is published as soon as it can be
-                # (on_sliced is called for every rank: without spans it writes none, and what waits for it goes on)
+                # (narrow rows, quick to sort), then the overview from them, before anything else, so it is
+                # published as soon as it can be (beside the slices made, each took longer than both one after the
+                # other); on_sliced is called for every rank: without spans it writes none, and what waits goes on
                 if self.sql(SLICE_COUNT).fetchone()[0] >= overview.OVERVIEW_MIN_SLICES:
                     self.sql(SLICE_SPANS)
-                sliced = Beside(self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview")
+                # (on a cursor of its own; its errors are its own: an overview that fails is only not published)
+                Beside(self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview").join()
+                self.cur.execute(f"DROP TABLE IF EXISTS {self.p}{overview.TABLE}")
             s(RAW_SLICES)
             for rank, negative, unclosed in s(f"SELECT rank, count(*) FILTER (WHERE negative_dur), "
                                               f"count(*) FILTER (WHERE unclosed) FROM {self.p}x GROUP BY rank "
@@ -165,9 +166,6 @@ class TraceLoad(TraceRead):
                 self.cur.execute(f"DROP VIEW IF EXISTS {self.p}ev")
                 self.cur.execute(f"DROP TABLE IF EXISTS {self.p}ev_t")
             with_slices = self._nest(advance, parts)
-            if sliced is not None:
-                sliced.join()  # (its errors are its own: an overview that fails is only not published)
-                self.cur.execute(f"DROP TABLE IF EXISTS {self.p}{overview.TABLE}")
             advance()
             self.on_nested()
             flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices)
@@ -189,8 +187,6 @@ class TraceLoad(TraceRead):
                     self.note(rank, f"flows '{cat or '(no cat)'}': " + ", ".join(parts))
         except BaseException:
             counters.join()  # (its own error, if any, is moot now)
-            if sliced is not None:
-                sliced.join()
             raise
         advance()
         for rank, bad in s(f"SELECT rank, count(*) FROM {self.p}counters WHERE value IS NULL GROUP BY rank "

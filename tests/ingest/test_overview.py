@@ -164,7 +164,7 @@ def test_a_pending_rank_is_served_from_its_overview(one_rank, shard_and_overview
 
 
 def test_the_overview_is_published_before_the_rank_is_nested(one_rank, tmp_path, monkeypatch):
-    """The overview is computed once the slices are made: the rank's nesting may wait for it."""
+    """The overview is computed before the rank is nested: the nesting may wait for it."""
     from ascendscope.ingest import trace
 
     nest = trace.TraceLoad._nest
@@ -186,6 +186,26 @@ def test_the_overview_is_published_before_the_rank_is_nested(one_rank, tmp_path,
     assert seen["note"] == note and note is not None and ov.is_file()
     assert seen["nest_exists"] == 0  # (the rank's own nesting had not begun)
     assert _rows(ov, "SELECT count(*) FROM tracks") == _rows(shard, "SELECT count(*) FROM tracks")
+
+
+def test_the_overview_is_published_before_the_slices_are_made(one_rank, tmp_path, monkeypatch):
+    """The overview needs only where the slices are (their spans, narrow rows): it is written before the slices
+    with their names, categories and args are made and sorted (``{p}x``), the costliest statement after the read."""
+    from ascendscope.ingest import trace
+
+    sql = trace.TraceLoad.sql
+    seen = {}
+
+    def note_when_the_slices_are_made(self, template, *args, **kwargs):
+        if template == trace.RAW_SLICES:
+            seen["note"] = overview.read_note(tmp_path / ".progress" / "rank_00000.bytes")
+        return sql(self, template, *args, **kwargs)
+
+    monkeypatch.setattr(trace.TraceLoad, "sql", note_when_the_slices_are_made)
+    shard, ov, note, _ = shard_task(one_rank, tmp_path)
+    assert note is not None and seen["note"] == note and ov.is_file()
+    # and the spans it was made from are gone with it: the shard holds no staging table
+    assert not _rows(shard, "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE '%ov'")
 
 
 @pytest.mark.parametrize("wait_bytes, waits", [(1, True), (1 << 50, False)])
