@@ -8,6 +8,8 @@ Generated data only; the overview's threshold is lowered so a small rank gets on
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from pathlib import Path
 
@@ -108,6 +110,44 @@ def test_the_overview_holds_every_lane_and_its_busy_time(shard_and_overview, one
     _, small, _, _ = shard_task(one_rank, tmp_path, batch=37)
     assert _rows(small, "SELECT * FROM slice_lod ORDER BY level, track_id, bucket") == _rows(
         ov, "SELECT * FROM slice_lod ORDER BY level, track_id, bucket")
+
+
+def test_the_overview_of_begin_and_end_events_is_the_union_of_their_slices(one_rank, tmp_path):
+    """B/E pairs (nested, one left open, an E alone), instants and a negative dur on lanes of their own: the
+    overview's spans pair them as the slices are paired, so its busy time is still the final slices' union."""
+    src = tmp_path / "run"
+    shutil.copytree(one_rank, src)
+    path = next(src.rglob("trace_view.json"))
+    events = json.loads(path.read_text(encoding="utf-8"))
+    first = min(float(e["ts"]) for e in events if e.get("ph") == "X")
+    pid = next(e["pid"] for e in events if e.get("ph") == "X")
+
+    def at(us: float) -> str:
+        return f"{first + us:.3f}"
+    extra = [  # (tid 9101: nested pairs, one B never closed; tid 9102: an E alone, instants, a negative dur)
+        {"ph": "B", "name": "outer", "pid": pid, "tid": 9101, "ts": at(1)},
+        {"ph": "B", "name": "inner", "pid": pid, "tid": 9101, "ts": at(2)},
+        {"ph": "E", "pid": pid, "tid": 9101, "ts": at(3.5)},
+        {"ph": "E", "pid": pid, "tid": 9101, "ts": at(7)},
+        {"ph": "B", "name": "again", "pid": pid, "tid": 9101, "ts": at(6.5)},
+        {"ph": "E", "pid": pid, "tid": 9101, "ts": at(9)},
+        {"ph": "B", "name": "open", "pid": pid, "tid": 9101, "ts": at(12)},
+        {"ph": "E", "pid": pid, "tid": 9102, "ts": at(1)},
+        {"ph": "i", "name": "mark", "pid": pid, "tid": 9102, "ts": at(2), "s": "t"},
+        {"ph": "X", "name": "backwards", "pid": pid, "tid": 9102, "ts": at(4), "dur": -1.5},
+        {"ph": "X", "name": "plain", "pid": pid, "tid": 9102, "ts": at(4.5), "dur": 2},
+    ]
+    path.write_text(json.dumps(events + extra), encoding="utf-8")
+    shard, ov, note, _ = shard_task(src, tmp_path / "task")
+    final = _rows(shard, "SELECT track_id, ts_ns, dur_ns FROM slices")
+    assert note is not None and note["rank_slices"] == len(final)
+    lanes = _rows(shard, "SELECT track_id FROM tracks WHERE tid IN (9101, 9102) ORDER BY tid")
+    assert len(lanes) == 2 and _rows(shard, "SELECT count(*) FROM slices WHERE track_id = ?", [lanes[0][0]]) == [(4,)]
+    level0 = _rows(ov, "SELECT track_id, bucket, slice_count, min_ts_ns, max_end_ns, total_dur_ns FROM slice_lod "
+                       "WHERE level = 0 ORDER BY track_id, bucket")
+    assert level0 == expected_level0(final, note["bucket_ns"])
+    assert _rows(ov, "SELECT * EXCLUDE (max_depth) FROM tracks ORDER BY track_id") == _rows(
+        shard, "SELECT * EXCLUDE (max_depth) FROM tracks ORDER BY track_id")
 
 
 def test_no_overview_for_a_rank_below_the_threshold(one_rank, tmp_path):
