@@ -140,7 +140,8 @@ class TraceLoad(TraceRead):
                                    min(seq) FILTER (WHERE bad_dur),
                                    count(*) FILTER (WHERE ph IN ('s', 'f') AND NOT bad_ts AND NOT bad_dur), count(*)
                             FROM k GROUP BY rank ORDER BY rank""").fetchall()
-            parts = traceflows.parts_for(sum(row[-2] for row in skipped), PAIR_BATCH_ENDS)
+            ends = sum(row[-2] for row in skipped)
+            parts = traceflows.parts_for(ends, PAIR_BATCH_ENDS)
             self.events = {int(row[0]): int(row[-1]) for row in skipped}
             for rank, bad_ts, other, phases, first_bad_ts, bad_dur, first_bad_dur, _ends, _n in skipped:
                 negative, first_negative = self.negative.get(rank, (0, None))
@@ -168,7 +169,8 @@ class TraceLoad(TraceRead):
             with_slices = self._nest(advance, parts)
             advance()
             self.on_nested()
-            flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices)
+            with traceflows.lent(self.cur, traceflows.part_bytes(ends, parts)):  # (the slices' write runs beside)
+                flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices)
             advance()
             for rank, cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in flow_stats:
                 parts = []

@@ -299,6 +299,46 @@ def test_batches_do_not_change_the_run(src, tmp_path, monkeypatch, request):
             assert a.execute(q).fetchall() == b.execute(q).fetchall(), q
 
 
+def test_the_pairing_lends_its_memory_from_duckdbs_limit_and_gives_it_back(tmp_path, monkeypatch):
+    """The flows are paired in numpy while the slices are written beside: DuckDB's limit is lowered by what a part
+    holds for as long as the pairing runs (so the two together stay under the process's budget), then restored."""
+    monkeypatch.setattr(traceflows, "END_BYTES", 1 << 20)  # (the bundled run's few ends, made to weigh)
+    pair, seen = traceflows.pair_parts, {}
+
+    def pair_parts(cur, p, parts, *args):
+        seen.setdefault("during", []).append(cur.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+        seen["parts"] = parts
+        seen["ends"] = cur.execute(f"SELECT count(*) FROM {p}fe").fetchone()[0]
+        return pair(cur, p, parts, *args)
+
+    monkeypatch.setattr(traceflows, "pair_parts", pair_parts)
+    limit = 512 << 20
+    before = trace.TraceLoad.derive
+
+    def derive(self):
+        try:
+            return before(self)
+        finally:
+            seen["after"] = self.cur.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+
+    monkeypatch.setattr(trace.TraceLoad, "derive", derive)
+    ingest_path(BUNDLED, tmp_path / "run.duckdb", memory_limit="512MiB", workers=1)
+    mib = {"MiB": 1 << 20, "GiB": 1 << 30}
+
+    def size(text: str) -> float:
+        number, unit = text.split()
+        return float(number) * mib[unit]
+    lent = min(limit - traceflows.LIMIT_FLOOR, traceflows.part_bytes(seen["ends"], seen["parts"]))
+    assert seen["ends"] > 0 and lent > 0
+    assert all(abs(size(d) - (limit - lent)) < (1 << 20) for d in seen["during"])
+    assert abs(size(seen["after"]) - limit) < (1 << 20)
+    # a part holding little lends nothing
+    with duckdb.connect() as con:
+        con.execute("SET memory_limit = '500MB'")
+        with traceflows.lent(con, traceflows.LENT_MIN - 1):
+            assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "476.8 MiB"
+
+
 def test_rows_out_of_the_nesting_order_are_sorted_first():
     """``in_order`` tells rows read in the nesting's order (track, ts, longer first, seq) from others, which
     ``nest`` sorts itself: both give the same slices."""
