@@ -4,8 +4,8 @@ the rest of the rank is derived.
 A shard of one big rank is published only when all of it is written: minutes for a trace of several GB. As soon
 as the rank's events are read and its tracks named, ``ingest.trace`` makes its slices' spans (``{p}ov``: track,
 start and duration of every slice, B and E events paired, in (track, start) order; no name, category or args, so
-no sort of wide rows), and its overview is computed from them beside the rest of its derivations (a thread of the
-shard's task, on a cursor of its own) and written to ``<shard>.overview.duckdb``:
+no sort of wide rows), and its overview is computed from them before anything else is derived (on a cursor of its
+own) and written to ``<shard>.overview.duckdb``:
 
 * ``tracks``: every track of the rank with its final id, names, kind and order, and its figures from its slices
   (count, longest, first start, last end) but for the depth: an overview has none (``max_depth`` 0);
@@ -38,6 +38,7 @@ from .columns import arrow_table
 from .layout import _sql_path, sync_file
 from .lod import FACTOR, LEVEL_DDL, LOD_LEVELS_DDL, MIN_BUCKET_NS, TOP_BUCKETS, _batches
 from .trace_sql import PART_STARTS as _PART_STARTS
+from .trace_sql import SPANS as TABLE  # the rank's slices where they are, in (track, start) order (SLICE_SPANS)
 
 OVERVIEW_MIN_SLICES = 1_000_000  # a rank with fewer slices is published whole soon enough
 # a lone rank's trace of this size or more likely has an overview: its other files (CSVs) wait for the overview,
@@ -47,22 +48,22 @@ WAIT_BYTES = 400 << 20
 BUCKETS = 4096  # a lane's buckets over the rank's time, at most: a pixel column of a wide screen, zoomed out
 BATCH_SLICES = 1_000_000  # slices of whole tracks read at a time (a bigger track: a part at a time)
 NAME = "busy"
-TABLE = "ov"  # the rank's slices where they are, in (track, start) order (trace_sql.SLICE_SPANS)
 PART_STARTS = _PART_STARTS.replace("{p}x", "{p}" + TABLE)
 ALIAS = "overview_db"
 
-EXTENT = "SELECT count(*), min(ts_ns), max(ts_ns + dur_ns) FROM {p}ov"
-PER_TRACK = "SELECT local_track, count(*) FROM {p}ov GROUP BY local_track ORDER BY local_track"
-# x is stored ordered by (local_track, ts_ns, ...): a scan of a range of tracks reads them in start order
-ROWS = "SELECT local_track, ts_ns, dur_ns FROM {p}ov WHERE local_track BETWEEN ? AND ?"
-PART_ROWS = "SELECT local_track, ts_ns, dur_ns FROM {p}ov WHERE local_track = ? AND ts_ns >= ? AND ts_ns < ?"
+EXTENT = f"SELECT count(*), min(ts_ns), max(ts_ns + dur_ns) FROM {{p}}{TABLE}"
+PER_TRACK = f"SELECT local_track, count(*) FROM {{p}}{TABLE} GROUP BY local_track ORDER BY local_track"
+# the spans are stored ordered by (local_track, ts_ns): a scan of a range of tracks reads them in start order
+ROWS = f"SELECT local_track, ts_ns, dur_ns FROM {{p}}{TABLE} WHERE local_track BETWEEN ? AND ?"
+PART_ROWS = f"SELECT local_track, ts_ns, dur_ns FROM {{p}}{TABLE} WHERE local_track = ? AND ts_ns >= ? AND ts_ns < ?"
 TRACKS = """
 INSERT INTO {alias}.tracks
 SELECT t.local_track + {track_delta}, {rank_id}, t.pid, t.tid, t.process_name, t.thread_name, t.kind, t.label,
        t.process_sort_index, t.thread_sort_index, t.rank_track, t.counter_name,
        coalesce(s.n, 0), CASE WHEN s.n > 0 THEN 0 END, s.max_dur, s.min_ts, s.max_end, t.pid = {derived_pid}
 FROM {p}tracks t LEFT JOIN (SELECT local_track, count(*) AS n, max(dur_ns) AS max_dur, min(ts_ns) AS min_ts,
-                                   max(ts_ns + dur_ns) AS max_end FROM {p}ov GROUP BY local_track) s USING (local_track)
+                                   max(ts_ns + dur_ns) AS max_end FROM {p}""" + TABLE + """ GROUP BY local_track) s
+                USING (local_track)
 ORDER BY t.local_track
 """
 LEVEL_COLUMNS = ("track_id", "depth", "bucket", "slice_count", "slice_id", "ts_ns", "dur_ns", "min_ts_ns",

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import nesting, overview, traceflows
+from . import duckmem, nesting, overview, traceflows
 from .columns import arrow_table
 from .trace_read import (  # noqa: F401 - the reading side's names are this module's interface too
     EV_VIEW,
@@ -169,7 +169,7 @@ class TraceLoad(TraceRead):
             with_slices = self._nest(advance, parts)
             advance()
             self.on_nested()
-            with traceflows.lent(self.cur, traceflows.part_bytes(ends, parts)):  # (the slices' write runs beside)
+            with duckmem.lent(self.cur, traceflows.part_bytes(ends, parts)):  # (the slices' write runs beside)
                 flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices)
             advance()
             for rank, cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in flow_stats:

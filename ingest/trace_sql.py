@@ -96,8 +96,9 @@ RAW_SLICES = _SLICES.format(
     order="t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) DESC, a.seq")
 # The same slices, only where they are (track, start, duration as stored), in (track, start) order: what a big
 # rank's overview (ingest.overview) needs, made straight from the events, without the wide rows' sort
+SPANS = "ov"
 SLICE_SPANS = _SLICES.format(
-    table="ov", wide_e="", wide="", wide_pair="",
+    table=SPANS, wide_e="", wide="", wide_pair="",
     select="t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns", order="t.local_track, a.ts_ns")
 # how many slices the rank's events make (RAW_SLICES' count, without making them)
 SLICE_COUNT = """

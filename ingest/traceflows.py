@@ -12,10 +12,6 @@ written as they are; several parts' rows are sorted once (NUMBER_FLOWS) and numb
 
 from __future__ import annotations
 
-import re
-from contextlib import contextmanager
-
-import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -52,39 +48,13 @@ CREATE OR REPLACE TABLE {p}flows (local_flow BIGINT, cat VARCHAR, name VARCHAR, 
                                  dst_local BIGINT, rank INTEGER)
 """
 TABLES = ("fe", "fb", "flows_u")
-END_BYTES = 350  # a part's numpy and Arrow memory per end at its peak (outside DuckDB's memory limit)
-LENT_MIN = 64 << 20  # a part holding less than this lends nothing
-LIMIT_FLOOR = 256 << 20  # DuckDB's limit is never lowered below this
-_UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-
-
-@contextmanager
-def lent(cur, nbytes: int):
-    """DuckDB's memory limit (of the whole database: every cursor's) lowered by ``nbytes`` while inside, as
-    something beside it holds that much in numpy: the slices' write runs beside the pairing, and at 10 GB the two
-    took the process past 1.5 GiB with DuckDB at its full limit. Restored on the way out; nothing lent under
-    ``LENT_MIN``, nor when DuckDB cannot free enough to meet the lower limit."""
-    before = None
-    if nbytes >= LENT_MIN:
-        text = cur.execute("SELECT current_setting('memory_limit')").fetchone()[0]
-        m = re.fullmatch(r"([\d.]+)\s*(bytes|[KMGT]i?B)", str(text).strip())
-        if m is not None:
-            limit = int(float(m.group(1)) * _UNITS[m.group(2)])
-            try:
-                cur.execute(f"SET memory_limit = '{max(LIMIT_FLOOR, limit - int(nbytes))}B'")
-                before = text
-            except duckdb.Error:
-                before = None
-    try:
-        yield
-    finally:
-        if before is not None:
-            cur.execute(f"SET memory_limit = '{before}'")
+# a part's numpy and Arrow memory per end at its peak, outside DuckDB's limit: lent from it while the part is paired
+# (duckmem.lent), as the slices' write runs beside (at 10 GB the two took the process past 1.5 GiB otherwise)
+END_BYTES = 350
 
 
 def part_bytes(ends: int, parts: int) -> int:
-    """What pairing the biggest of ``parts`` parts of ``ends`` ends holds, about."""
+    """What pairing the biggest of ``parts`` parts of ``ends`` ends holds, about (``END_BYTES`` an end)."""
     return END_BYTES * -(-int(ends) // max(1, int(parts)))
 
 

@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..duckmem import mib
 from ..memsnap import load, pickles
 from .protocol import Found, Job, Staged
 
@@ -101,14 +102,7 @@ def shard_memory_limit(sources: list, limit: str) -> str:
     """The DuckDB memory limit of a shard of ``sources``: ``BIG_SNAPSHOT_MEMORY_LIMIT`` when one has a snapshot of
     ``BIG_SNAPSHOT_BYTES`` or more and ``limit`` is higher, else ``limit``."""
     big = any(KIND in s.files and s.files[KIND].stat().st_size >= BIG_SNAPSHOT_BYTES for s in sources)
-    return BIG_SNAPSHOT_MEMORY_LIMIT if big and _mb(limit) > _mb(BIG_SNAPSHOT_MEMORY_LIMIT) else limit
-
-
-def _mb(text: str) -> float:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B\s*", text, re.IGNORECASE)
-    if not m:
-        return float("inf")
-    return float(m.group(1)) * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1 << 20}[m.group(2).upper()]
+    return BIG_SNAPSHOT_MEMORY_LIMIT if big and mib(limit) > mib(BIG_SNAPSHOT_MEMORY_LIMIT) else limit
 
 
 def attach(ranks: list, loose: list[Path], root: Path) -> tuple[list[tuple[Path, int]], list[tuple[Path, str]]]:

@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from ascendscope.ingest import nesting, sqlfuncs, trace, traceflows
+from ascendscope.ingest import duckmem, nesting, sqlfuncs, trace, traceflows
 from ascendscope.ingest.pipeline import ingest_path
 from tests.ingest_helpers import PYTORCH_TEXT, REAL
 from tests.shared_runs import single_file
@@ -323,19 +323,17 @@ def test_the_pairing_lends_its_memory_from_duckdbs_limit_and_gives_it_back(tmp_p
 
     monkeypatch.setattr(trace.TraceLoad, "derive", derive)
     ingest_path(BUNDLED, tmp_path / "run.duckdb", memory_limit="512MiB", workers=1)
-    mib = {"MiB": 1 << 20, "GiB": 1 << 30}
 
     def size(text: str) -> float:
-        number, unit = text.split()
-        return float(number) * mib[unit]
-    lent = min(limit - traceflows.LIMIT_FLOOR, traceflows.part_bytes(seen["ends"], seen["parts"]))
+        return duckmem.mib(text) * (1 << 20)
+    lent = min(limit - duckmem.LIMIT_FLOOR, traceflows.part_bytes(seen["ends"], seen["parts"]))
     assert seen["ends"] > 0 and lent > 0
     assert all(abs(size(d) - (limit - lent)) < (1 << 20) for d in seen["during"])
     assert abs(size(seen["after"]) - limit) < (1 << 20)
     # a part holding little lends nothing
     with duckdb.connect() as con:
         con.execute("SET memory_limit = '500MB'")
-        with traceflows.lent(con, traceflows.LENT_MIN - 1):
+        with duckmem.lent(con, duckmem.LENT_MIN - 1):
             assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "476.8 MiB"
 
 
