@@ -1,7 +1,7 @@
 // Plotly glue for the views: the dark theme's layout and config, the x range of a time chart, and plot() which says
 // "No data" on a chart without points. Plotly itself is the classic script /vendor/plotly.min.js (a global), loaded
 // `async` (#plotly-js): its evaluation is the page's longest task, so the view's modules run and ask for their data
-// while it downloads, and a chart drawn before it has run waits for it (plotlyReady).
+// while it downloads, and a chart drawn before it has run waits for it (plotlyReady), in its turn (inTurn).
 
 export const CHART_COLORS = ["#3f7fd8", "#2f9e8f", "#8a5cd0", "#e07b39", "#4b9a4f", "#c2507a", "#2d8fb8", "#b8a02c",
   "#6a6fd6", "#c2503f", "#3c9c74", "#9c6b3d", "#5a86c9", "#b04f72", "#5f9a38", "#7a63b8"];
@@ -73,5 +73,22 @@ export function plot(node, traces, layout, config = {}) {
   }
   // eslint-disable-next-line no-undef
   const draw = () => Plotly.react(node, traces, layout, { ...PLOT_CONFIG, ...config });
-  return window.Plotly ? draw() : plotlyReady().then(draw);
+  return window.Plotly && !waiting ? draw() : inTurn(draw);
+}
+
+let waiting = null; // the last chart asked for before plotly.js ran, until it is drawn
+
+/** A yield to the event loop: the page paints what is drawn so far, and answers input, before the next chart. */
+function yieldTask() {
+  return globalThis.scheduler?.yield ? globalThis.scheduler.yield() : new Promise((r) => setTimeout(r, 0));
+}
+
+/** The charts asked for before plotly.js ran are drawn in the order asked, one task each once it has: the first
+ * chart of a view is on screen after its own drawing, not after that of every chart of the view. */
+function inTurn(draw) {
+  const mine = (waiting ? waiting.then(yieldTask) : plotlyReady()).then(draw);
+  const turn = mine.catch(() => {});
+  waiting = turn;
+  turn.then(() => { if (waiting === turn) waiting = null; });
+  return mine;
 }
