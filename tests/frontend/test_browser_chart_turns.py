@@ -9,6 +9,7 @@ callbacks sees drawn: the callbacks of one task see what the whole task drew."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -17,14 +18,14 @@ pytestmark = pytest.mark.browser
 
 CHARTS = ("op-type-pie", "op-core-pie", "op-top-bar")
 OBSERVE = """(() => {
-  const ids = %s;
+  const ids = IDS;
   window.__drawn = [];
   new MutationObserver(() => {
     const now = ids.filter((id) => document.querySelector(`#${id} .main-svg`));
     const last = window.__drawn[window.__drawn.length - 1] || [];
     if (now.length !== last.length) window.__drawn.push(now);
   }).observe(document, { childList: true, subtree: true });
-})();""" % list(CHARTS)
+})();""".replace("IDS", json.dumps(list(CHARTS)))
 
 
 def hold_plotly(page, answers: list[str]):
@@ -64,7 +65,8 @@ def test_the_top_bars_click_filters_the_groups_table_on_a_first_view(page, live_
                          " return d.data[0].customdata[d.data[0].y.length - 1][2]; }")
     page.evaluate("() => { const d = document.getElementById('op-top-bar');"
                   " d.emit('plotly_click', { points: [{ pointIndex: d.data[0].y.length - 1 }] }); }")
-    page.wait_for_function("(q) => document.querySelector('#op-groups .v-filter')?.value === q", arg=name.split(" · ")[0])
+    page.wait_for_function("(q) => document.querySelector('#op-groups .v-filter')?.value === q",
+                           arg=name.split(" · ")[0])
     page.wait_for_function("() => !document.getElementById('op-groups-table').classList.contains('loading')")
     rows = page.locator("#op-groups-table tbody tr:not(.v-details-row)").count()
     assert rows >= 1
