@@ -108,13 +108,13 @@ function renderCharts(ov) {
   $("#op-top-title").textContent = `Top ${ov.top.rows.length} by total time — ${GROUPS.find((g) => g.value === state.group_by).label}`;
   const node = $("#op-top-bar");
   // (the click is bound once the chart is drawn: before plotly.js has run, the node has no .on)
-  Promise.resolve(plot(node, [{
+  plot(node, [{
     type: "bar", orientation: "h", y: names, x: rows.map((r) => nsToUs(r.total_ns)),
     marker: { color: rows.map((r, i) => CHART_COLORS[(rows.length - 1 - i) % CHART_COLORS.length]) },
     customdata: rows.map((r) => [r.count, pct(r.share, 2), plotText(full(r))]),
     hovertemplate: "%{customdata[2]}<br>%{x:,.3f} μs · %{customdata[0]} kernels · %{customdata[1]}<extra></extra>",
   }], baseLayout({ margin: { l: 260, r: 20, t: 10, b: 40 }, showlegend: false,
-    xaxis: { title: { text: "Total Time(μs)" } }, yaxis: { automargin: true, tickfont: { size: 11 } } }))).then(() => {
+    xaxis: { title: { text: "Total Time(μs)" } }, yaxis: { automargin: true, tickfont: { size: 11 } } })).then(() => {
     node.removeAllListeners?.("plotly_click");
     node.on("plotly_click", (ev) => {
       const p = ev.points?.[0];
