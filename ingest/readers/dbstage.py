@@ -14,6 +14,7 @@ by one).
 
 from __future__ import annotations
 
+import collections
 import sqlite3
 import threading
 from dataclasses import dataclass, field
@@ -31,7 +32,6 @@ UNSUPPORTED_FIRST_SCHEMA = ("not supported: the first msprof db schema (TARGET_I
                             "`start`/`end` instead of startNs/endNs, relative to baseTimeNs, TASK's as floating-point "
                             "text rounded to whole microseconds): its tasks and API calls were not loaded")
 LANE_TABLES = ("lanes", "lanes_b")  # the host lanes', and the others' (made beside)
-HOST_LANES = 3  # Python, Python GC, CANN: about as long to make as the rest (a small stage's statements are plans)
 SKIPPED = {**dbflows.UNUSABLE, **dbflows.UNMATCHED}  # table -> its rows that give no event, per rank
 # the notes' counts that read the staged tables alone (the lonely ops' read the flows, made after)
 SIDE_COUNTS = [dbflows.SWAPPED, dbflows.FFTS_PARENT_COUNT, *SKIPPED.values()]
@@ -185,26 +185,49 @@ def _prepare(job: Job, ranks: list[DbRank]) -> list[tuple[str, str]]:
 
 
 class LanesBeside:
-    """The lanes from ``HOST_LANES`` on (the device's, Overlap Analysis, the counters) into ``{p}lanes_b``, then
-    the counts of ``SIDE_COUNTS``, made on a second cursor (``run``) while the stage's cursor makes the host lanes;
-    ``wait`` until they are (and raise what stopped them)."""
+    """Every lane (process, SQL) made by two cursors at once: the stage's takes them from the front (the host's
+    first), a second one (``run``) from the back, each into its own table (``owner``: lane number -> 0 or 1), until
+    none is left; the second then makes the counts of ``SIDE_COUNTS``. ``wait`` until they are (and raise what
+    stopped them). (Which cursor makes a lane depends on timing: a lane's rows are always in one table.)"""
 
     def __init__(self, p: str, lanes: list[tuple[str, str]]):
         self.p, self.lanes = p, lanes
+        self.todo = collections.deque(range(len(lanes)))
+        self.owner: dict[int, int] = {}
+        self.lock = threading.Lock()
+        self.lanes_done = threading.Event()
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.counts: list[tuple[int, int, int]] = []  # (rank, SIDE_COUNTS number, count) of the counts not 0
 
+    def take(self, cur, side: int) -> None:
+        """Make lanes on ``cur`` into table ``side`` until none is left (0: from the front, 1: from the back)."""
+        while True:
+            with self.lock:
+                if not self.todo:
+                    return
+                k = self.todo.popleft() if side == 0 else self.todo.pop()
+                self.owner[k] = side
+            cur.execute(f"INSERT INTO {self.p}{LANE_TABLES[side]} SELECT *, {k} FROM ({self.lanes[k][1]})")
+
     def run(self, cur) -> None:
         try:
-            for k in range(HOST_LANES, len(self.lanes)):
-                cur.execute(f"INSERT INTO {self.p}{LANE_TABLES[1]} SELECT *, {k} FROM ({self.lanes[k][1]})")
+            try:
+                self.take(cur, 1)
+            finally:
+                self.lanes_done.set()
             self.counts = cur.execute(dbflows.counts_per_rank(SIDE_COUNTS).format(p=self.p)).fetchall()
         except BaseException as exc:
             self.error = exc
             raise
         finally:
+            self.lanes_done.set()
             self.done.set()
+
+    def wait_lanes(self) -> None:
+        self.lanes_done.wait()
+        if self.error is not None:
+            raise RuntimeError(f"the device lanes failed: {self.error}") from self.error
 
     def wait(self) -> None:
         self.done.wait()
@@ -217,6 +240,7 @@ def _events(job: Job, ranks: list[DbRank], lanes: list[tuple[str, str]], beside:
     notes into its warnings; return the ranks whose db gave its own Overlap Analysis lane."""
     cur, p = job.cur, job.prefix
     kept, far = _lanes(cur, p, lanes, beside)
+    beside.wait()
     for sql in (dbflows.TARGETS, dbflows.OP_LINKS, dbflows.FLOWS):
         cur.execute(sql.format(p=p))
     counts = {db.rank: [0] * len(SIDE_COUNTS) for db in ranks}
@@ -254,9 +278,8 @@ def _lanes(cur, p: str, lanes: list[tuple[str, str]],
     dropped. Returns the rows kept per (rank, lane number) and the rows dropped per rank and process. (Two tables,
     and one statement per lane for all ranks: a statement costs milliseconds whatever its size.)"""
     tables = [f"{p}{t}" for t in LANE_TABLES]
-    for k in range(HOST_LANES):
-        cur.execute(f"INSERT INTO {tables[0]} SELECT *, {k} FROM ({lanes[k][1]})")
-    beside.wait()
+    beside.take(cur, 0)
+    beside.wait_lanes()
     out = (f"coalesce(ts_ns NOT BETWEEN 0 AND {LIMIT_NS} OR coalesce(dur_ns, 0) NOT BETWEEN -{LIMIT_NS} AND "
            f"{LIMIT_NS}, false)")
     both = " UNION ALL ".join(f"SELECT rank, k, ts_ns, dur_ns FROM {t}" for t in tables)
@@ -276,7 +299,7 @@ def _lanes(cur, p: str, lanes: list[tuple[str, str]],
     rows = " UNION ALL ".join(f"SELECT *, rowid AS r FROM {t}" for t in tables)
     cur.execute(dbevents.LANE_EVENTS.format(p=p, lanes=f"({rows})", info=info))
     for name, k in dbevents.LANE_VIEWS.items():
-        table = tables[0] if k < HOST_LANES else tables[1]
+        table = tables[beside.owner[k]]
         cur.execute(f"CREATE OR REPLACE VIEW {p}lane_{name} AS SELECT * EXCLUDE (k) FROM {table} WHERE k = {k}")
     return {(rank, k): n for rank, k, n, _ in counts}, far
 
