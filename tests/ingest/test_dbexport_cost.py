@@ -9,15 +9,17 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from contextlib import contextmanager
 
 import duckdb
 import pyarrow as pa
+import pytest
 
 from ascendscope.ingest import pipeline
 from ascendscope.ingest.columns import arrow_array
 from ascendscope.ingest.discover import discover
-from ascendscope.ingest.readers import dbtables, sqlitedb
+from ascendscope.ingest.readers import dbstage, dbtables, sqlitedb
 from ascendscope.ingest.shards import plan_shards
 from tests.samples import PYTORCH_TEXT, SAMPLE_RUNS
 
@@ -152,3 +154,28 @@ def test_a_group_copied_in_small_batches_gives_the_same_run(tmp_path, monkeypatc
         for table in ("slices", "flows", "counters", "kernels", "memory_record", "operator_memory", "warnings"):
             sql = f"SELECT * FROM {table}"
             assert big.execute(sql).fetchall() == small.execute(sql).fetchall(), table
+
+
+@pytest.mark.parametrize("side", ["stage", "beside"])
+def test_the_lanes_give_one_run_whichever_cursor_makes_them(tmp_path, monkeypatch, side):
+    """The lanes are one queue that two cursors empty, each into its own table: when the stage's cursor makes them
+    all (the second one late) or the second one does (the stage's late), the run is the same."""
+    pipeline.ingest_path(DB_RUN, tmp_path / "shared.duckdb")
+    take, owners = dbstage.LanesBeside.take, []
+
+    def late(self, cur, mine):
+        if (mine == 1) == (side == "stage"):  # the late cursor starts once the other has taken every lane
+            while self.todo:
+                time.sleep(0.001)
+        take(self, cur, mine)
+        if mine == 1:
+            owners.append(dict(self.owner))
+
+    monkeypatch.setattr(dbstage.LanesBeside, "take", late)
+    pipeline.ingest_path(DB_RUN, tmp_path / "one.duckdb")
+    assert owners and set(owners[0].values()) == {0 if side == "stage" else 1}
+    with duckdb.connect(str(tmp_path / "shared.duckdb"), read_only=True) as shared, \
+            duckdb.connect(str(tmp_path / "one.duckdb"), read_only=True) as one:
+        for table in ("slices", "flows", "tracks", "counters", "kernels", "warnings"):
+            sql = f"SELECT * FROM {table}"
+            assert shared.execute(sql).fetchall() == one.execute(sql).fetchall(), table
