@@ -4,7 +4,8 @@
 
 Each source is ingested as ``ascendscope serve`` and an upload ingest it (the ingest queue's worker, forked by its
 warm worker host), in a child process with a fresh data dir: the wall seconds from queueing the run to its ready
-status, and the CPU seconds of every process that worked meanwhile (the child's descendants: the worker host, the
+status (and to the announcement of a big rank's overview, every lane on screen: ``overview_s``), and the CPU
+seconds of every process that worked meanwhile (the child's descendants: the worker host, the
 worker, its pool; sampled every 50 ms; the child itself, which stands for the web process and waits, is left
 out). The sources take turns (interleaved, ``--repeat`` rounds), so a change of the machine's load falls on each
 alike. ``--before CHECKOUT`` runs each source once more per round with an older checkout's code (``git worktree
@@ -35,14 +36,23 @@ def ingest(data_dir, src):
     store = RunStore(data_dir)
     run = store.create_run_from_path(Path(src))
     queue = IngestQueue(store, retries=0).start(resume=False)
+    manifest = store.run_dir(run.id) / "manifest.json"
     t0 = time.perf_counter()
     queue.enqueue(run.id)
+    overview = None
     while store.get(run.id).status not in ("ready", "failed"):
+        if overview is None and manifest.is_file():
+            try:
+                shards = json.loads(manifest.read_text())["shards"]
+            except (OSError, ValueError, KeyError):
+                shards = []
+            if any(e.get("overview") for e in shards):
+                overview = time.perf_counter() - t0
         time.sleep(0.02)
     wall = time.perf_counter() - t0
     queue.wait_idle(600)
     queue.stop()
-    return store.get(run.id).status, wall
+    return store.get(run.id).status, wall, overview
 
 def cpu_of_tree(me):
     out = {}
@@ -65,12 +75,13 @@ def sample():
         seen.update(cpu_of_tree(me))
 sampler = threading.Thread(target=sample, daemon=True)
 sampler.start()
-status, wall = ingest(work / "measured", src)
+status, wall, overview = ingest(work / "measured", src)
 done.set()
 sampler.join()
 seen.update(cpu_of_tree(me))
 cpu = sum(v - before.get(pid, 0.0) for pid, v in seen.items())
-print(json.dumps({"status": status, "ready_s": round(wall, 3), "cpu_s": round(cpu, 3)}))
+print(json.dumps({"status": status, "ready_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                  "overview_s": None if overview is None else round(overview, 3)}))
 """
 
 
@@ -84,6 +95,12 @@ def measure(src: Path, env: dict) -> dict:
     if got["status"] != "ready":
         raise SystemExit(f"{src}: the run ended {got['status']}")
     return got
+
+
+def _median(values: list) -> float | None:
+    """The median of the rounds that saw an overview (a rank big enough to have one), else None."""
+    seen = [v for v in values if v is not None]
+    return round(statistics.median(seen), 3) if seen else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,10 +125,12 @@ def main(argv: list[str] | None = None) -> int:
                 got = measure(src, env)
                 got["load1"] = round(os.getloadavg()[0], 2)
                 rounds.setdefault(key, []).append(got)
-                print(f"round {i + 1}: {key}: ready {got['ready_s']:.2f} s, CPU {got['cpu_s']:.2f} s, "
+                seen = "" if got.get("overview_s") is None else f"overview {got['overview_s']:.2f} s, "
+                print(f"round {i + 1}: {key}: {seen}ready {got['ready_s']:.2f} s, CPU {got['cpu_s']:.2f} s, "
                       f"load {got['load1']}", file=sys.stderr, flush=True)
     result = {"sources": {key: {"ready_s_median": round(statistics.median(r["ready_s"] for r in runs), 3),
                                 "cpu_s_median": round(statistics.median(r["cpu_s"] for r in runs), 3),
+                                "overview_s_median": _median([r.get("overview_s") for r in runs]),
                                 "rounds": runs} for key, runs in rounds.items()},
               "load_before": [round(x, 2) for x in load_before],
               "load_after": [round(x, 2) for x in os.getloadavg()], "cores": os.cpu_count()}

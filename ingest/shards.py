@@ -86,7 +86,7 @@ PROGRESS_DIR = ".progress"
 # scheduling (2026-12-02: 0.45 against 0.55 s for the 2-rank db sample, 2.07 against 2.25 s for 167 MB of 2 ranks)
 THREADED_BYTES = 256 << 20
 TASK_NICE = 10  # the shard tasks' processes run this much nicer than the ingest that waits for them
-POLL_S = 0.25  # how often the waiting loop looks at progress files and at what the user wants
+POLL_S = 0.05  # how often the waiting loop looks at progress files (an overview's note among them) and at the user
 MIN_REWRITE_S = 0.5  # while shards finish, cluster.duckdb is rewritten at most this often …
 REWRITE_FACTOR = 4  # … and for at most 1/this of the time waited (the first rewrite at once)
 CLUSTER_BIG_ROWS = 50_000  # cluster.duckdb is written in DuckDB's default blocks past this many rows …

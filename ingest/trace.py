@@ -106,20 +106,21 @@ class TraceLoad(TraceRead):
         self.fill_rank()
         s(TRACKS)
         self.check_tracks()
+        if self.on_sliced is not None:
+            # the rank's overview (ingest.overview) needs only the tracks and where the slices are: their spans
+            # (narrow rows, quick to sort), then the overview from them, before anything else and with every core,
+            # so it is published as soon as it can be (beside the slices made, each took longer than both one after
+            # the other; beside the counters, ~0.3 s later at 1 GB); on_sliced is called for every rank: without
+            # spans it writes none, and what waits goes on
+            if self.sql(SLICE_COUNT).fetchone()[0] >= overview.OVERVIEW_MIN_SLICES:
+                self.sql(SLICE_SPANS)
+            # (on a cursor of its own; its errors are its own: an overview that fails is only not published)
+            Beside(self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview").join()
+            self.cur.execute(f"DROP TABLE IF EXISTS {self.p}{overview.TABLE}")
         # the counters need only the events and the tracks: derived on a second cursor while the slices are
         # nested here (numpy on one core), so the other core is not idle
         counters = Beside(self.cur, lambda cur: cur.execute(COUNTERS.format(p=self.p)), "trace-beside")
         try:
-            if self.on_sliced is not None:
-                # the rank's overview (ingest.overview) needs only the tracks and where the slices are: their spans
-                # (narrow rows, quick to sort), then the overview from them, before anything else, so it is
-                # published as soon as it can be (beside the slices made, each took longer than both one after the
-                # other); on_sliced is called for every rank: without spans it writes none, and what waits goes on
-                if self.sql(SLICE_COUNT).fetchone()[0] >= overview.OVERVIEW_MIN_SLICES:
-                    self.sql(SLICE_SPANS)
-                # (on a cursor of its own; its errors are its own: an overview that fails is only not published)
-                Beside(self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview").join()
-                self.cur.execute(f"DROP TABLE IF EXISTS {self.p}{overview.TABLE}")
             s(RAW_SLICES)
             for rank, negative, unclosed in s(f"SELECT rank, count(*) FILTER (WHERE negative_dur), "
                                               f"count(*) FILTER (WHERE unclosed) FROM {self.p}x GROUP BY rank "
