@@ -115,7 +115,8 @@ def _context(request: Request, run, view: str) -> dict:
             info = databases.info(run.id, store.db_path(run.id))
             ranks = info.ranks
             if run.status != "ready":
-                ingest = {"pending": info.pending_ranks, "failed": info.failed_ranks}
+                ingest = {"pending": info.pending_ranks, "failed": info.failed_ranks,
+                          "partial": sorted(info.partial)}  # (pending ranks shown from their overview)
                 asked = _rank_param(request)
                 if asked is not None and asked in info.pending_ranks:  # the rank the user opened loads next
                     store.want_ranks(run.id, [asked])

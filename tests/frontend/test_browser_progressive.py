@@ -154,3 +154,43 @@ def test_a_big_rank_is_drawn_from_its_overview_with_every_lane(fresh_page, big_r
     page.wait_for_function(READY, timeout=20_000)
     assert page.evaluate("() => document.getElementById('tl-ruler').dataset.stillComing") == "[]"
     assert not any(lane["overview"] for lane in page.evaluate("() => window.__timeline.lanes()"))
+
+
+@pytest.fixture()
+def big_rank_without_overview(tmp_path):
+    """A one-rank run whose rank is pending with nothing to show yet; its overview is ready to publish."""
+    from ascendscope.ingest.shards import ingest_sharded
+    from ascendscope.sample_data.generate import generate_run
+    from ascendscope.server.app import create_app
+    from ascendscope.server.runs import RunStore
+    from ascendscope.server.settings import Settings
+    from tests.overview_helpers import shard_task
+
+    generate_run(tmp_path / "src", ranks=1, steps=3, ops_per_step=60, seed=11)
+    _, ov, _, progress = shard_task(tmp_path / "src", tmp_path / "task")
+    store = RunStore(tmp_path / "data")
+    run = store.create_run("one big rank", str(tmp_path / "src"))
+    ingest_sharded(tmp_path / "src", store.run_dir(run.id), workers=1)
+    pin(store.run_dir(run.id), [0])
+    store.set_status(run.id, "ingesting", progress={"phase": "reading", "text": "reading rank 0", "percent": 20.0})
+    with serving(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as base:
+        yield base, store, run.id, (tmp_path / "src", ov, progress)
+
+
+def test_a_page_on_a_pending_rank_shows_its_overview_once_published(fresh_page, big_rank_without_overview,
+                                                                    artifacts_dir):
+    """The user opened the big rank before its overview existed: once the worker announces it, the page reloads by
+    itself and draws every lane from it (the overview is for this moment: not the rank's end, minutes later)."""
+    from tests.overview_helpers import publish_overview
+
+    page = fresh_page
+    base, store, run_id, (src, ov, progress) = big_rank_without_overview
+    page.goto(f"{base}/runs/{run_id}/timeline?rank=0")
+    page.locator("#run-ingesting", has_text="Rank 0 is next in the queue").wait_for(timeout=20_000)
+    page.wait_for_function(READY, timeout=20_000)
+    assert not [lane for lane in page.evaluate("() => window.__timeline.lanes()") if lane["track_id"]]
+    publish_overview(store.run_dir(run_id), src, ov, progress)
+    page.wait_for_function("() => window.__timeline && window.__timeline.ready && window.__timeline.lanes()"
+                           ".some((lane) => lane.track_id && lane.overview)", timeout=10_000)
+    page.locator("#run-ingesting", has_text="Rank 0 is shown as an overview").wait_for(timeout=10_000)
+    assert all(lane["overview"] for lane in page.evaluate("() => window.__timeline.lanes()") if lane["track_id"])

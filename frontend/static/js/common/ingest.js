@@ -1,7 +1,8 @@
 // The banner of a run's pages while the run still ingests (base.html renders it, only for such a run): which ranks
 // are loaded and which are pending, the ingest's progress and ETA, refreshed from GET /api/runs/{id} every few
 // seconds. The rank selector marks the pending ranks "(loading)". When the rank on screen was pending and is
-// loaded, the page reloads by itself (it was showing nothing of that rank); ranks loaded meanwhile, or the whole
+// loaded, or its overview is published (a big rank: every lane's busy time, ingest.overview), the page reloads by
+// itself (it was showing nothing, or only the overview, of that rank); ranks loaded meanwhile, or the whole
 // run once ready, are offered by a refresh link. Opening a pending rank (?rank=) moves it to the front of the ingest queue (the
 // server notes it); the banner says so.
 
@@ -12,6 +13,7 @@ import { progressBar, progressText, ranksText } from "./progress.js";
 import { runApi } from "./urls.js";
 
 const POLL_MS = 2000;
+const OVERVIEW_POLL_MS = 500; // while the rank on screen has nothing to show: its overview comes within this
 const LISTED = 6; // pending ranks named before "+N more"
 const banner = document.getElementById("run-ingesting");
 const rankSelect = document.getElementById("rank-select");
@@ -70,13 +72,16 @@ async function follow() {
   const onScreen = currentRank();
   const waitingFor = onScreen !== null && pending.includes(onScreen) ? onScreen : null;
   const readyAtLoad = (page.ranks || []).length - pending.length - failed.length;
+  const overviewAtLoad = waitingFor !== null && (page.ingest.partial || []).includes(waitingFor);
+  const pause = () => new Promise((r) => setTimeout(r, waitingFor !== null && !overviewAtLoad ? OVERVIEW_POLL_MS
+    : POLL_MS));
   markStates(pending, failed);
   for (;;) {
     let run;
     try {
       run = await apiGet(runApi(page.run_id));
     } catch {
-      await new Promise((r) => setTimeout(r, POLL_MS));
+      await pause();
       continue;
     }
     pending = run.pending_ranks || pending;
@@ -87,8 +92,9 @@ async function follow() {
       return;
     }
     const done = run.status === "ready";
-    if (waitingFor !== null && (done || !pending.includes(waitingFor))) {
-      location.reload();  // the rank on screen was empty until now
+    if (waitingFor !== null && (done || !pending.includes(waitingFor)
+        || (!overviewAtLoad && (run.partial_ranks || []).includes(waitingFor)))) {
+      location.reload();  // the rank on screen was empty (or only an overview) until now
       return;
     }
     if (done) {
@@ -98,7 +104,7 @@ async function follow() {
       return;
     }
     render(run, pending, failed, readyAtLoad);
-    await new Promise((r) => setTimeout(r, POLL_MS));
+    await pause();
   }
 }
 
