@@ -94,9 +94,10 @@ def test_a_pending_rank_opens_by_itself_once_loaded(fresh_page, half_way, artifa
     assert 2 in drawn_ranks(page)
 
 
-@pytest.fixture()
-def big_rank_half_way(tmp_path):
-    """A one-rank run whose rank is still ingesting, served from its overview (ingest.overview)."""
+def _big_rank(tmp_path, published: bool):
+    """A one-rank run whose rank is still ingesting, served from its overview (ingest.overview) when ``published``,
+    else with nothing to show yet; yields the base URL, the store, the run's id and what publishes the overview
+    (source, overview shard, progress file) and its note."""
     from ascendscope.ingest.shards import ingest_sharded
     from ascendscope.sample_data.generate import generate_run
     from ascendscope.server.app import create_app
@@ -109,15 +110,30 @@ def big_rank_half_way(tmp_path):
     store = RunStore(tmp_path / "data")
     run = store.create_run("one big rank", str(tmp_path / "src"))
     ingest_sharded(tmp_path / "src", store.run_dir(run.id), workers=1)
-    publish_overview(store.run_dir(run.id), tmp_path / "src", ov, progress)
+    if published:
+        publish_overview(store.run_dir(run.id), tmp_path / "src", ov, progress)
+    else:
+        pin(store.run_dir(run.id), [0])
     store.set_status(run.id, "ingesting", progress={"phase": "reading", "text": "reading rank 0", "percent": 40.0})
     with serving(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as base:
-        yield base, store, run.id, note
+        yield base, store, run.id, (tmp_path / "src", ov, progress), note
+
+
+@pytest.fixture()
+def big_rank_half_way(tmp_path):
+    """A one-rank run whose rank is still ingesting, served from its overview (ingest.overview)."""
+    yield from _big_rank(tmp_path, published=True)
+
+
+@pytest.fixture()
+def big_rank_without_overview(tmp_path):
+    """A one-rank run whose rank is pending with nothing to show yet; its overview is ready to publish."""
+    yield from _big_rank(tmp_path, published=False)
 
 
 def test_a_big_rank_is_drawn_from_its_overview_with_every_lane(fresh_page, big_rank_half_way, artifacts_dir):
     page = fresh_page
-    base, store, run_id, note = big_rank_half_way
+    base, store, run_id, _, note = big_rank_half_way
     page.goto(f"{base}/runs/{run_id}/timeline?rank=0")
     page.wait_for_function(READY, timeout=20_000)
     page.wait_for_function(DRAWN, timeout=20_000)
@@ -156,26 +172,6 @@ def test_a_big_rank_is_drawn_from_its_overview_with_every_lane(fresh_page, big_r
     assert not any(lane["overview"] for lane in page.evaluate("() => window.__timeline.lanes()"))
 
 
-@pytest.fixture()
-def big_rank_without_overview(tmp_path):
-    """A one-rank run whose rank is pending with nothing to show yet; its overview is ready to publish."""
-    from ascendscope.ingest.shards import ingest_sharded
-    from ascendscope.sample_data.generate import generate_run
-    from ascendscope.server.app import create_app
-    from ascendscope.server.runs import RunStore
-    from ascendscope.server.settings import Settings
-    from tests.overview_helpers import shard_task
-
-    generate_run(tmp_path / "src", ranks=1, steps=3, ops_per_step=60, seed=11)
-    _, ov, _, progress = shard_task(tmp_path / "src", tmp_path / "task")
-    store = RunStore(tmp_path / "data")
-    run = store.create_run("one big rank", str(tmp_path / "src"))
-    ingest_sharded(tmp_path / "src", store.run_dir(run.id), workers=1)
-    pin(store.run_dir(run.id), [0])
-    store.set_status(run.id, "ingesting", progress={"phase": "reading", "text": "reading rank 0", "percent": 20.0})
-    with serving(create_app(Settings.from_env(environ={}, data_dir=str(store.data_dir)))) as base:
-        yield base, store, run.id, (tmp_path / "src", ov, progress)
-
 
 def test_a_page_on_a_pending_rank_shows_its_overview_once_published(fresh_page, big_rank_without_overview,
                                                                     artifacts_dir):
@@ -184,7 +180,7 @@ def test_a_page_on_a_pending_rank_shows_its_overview_once_published(fresh_page, 
     from tests.overview_helpers import publish_overview
 
     page = fresh_page
-    base, store, run_id, (src, ov, progress) = big_rank_without_overview
+    base, store, run_id, (src, ov, progress), _ = big_rank_without_overview
     page.goto(f"{base}/runs/{run_id}/timeline?rank=0")
     page.locator("#run-ingesting", has_text="Rank 0 is next in the queue").wait_for(timeout=20_000)
     page.wait_for_function(READY, timeout=20_000)
