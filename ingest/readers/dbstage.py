@@ -31,7 +31,7 @@ READ_SHARE = trace.TraceLoad.READ_SHARE  # of the progress bar, for copying the 
 UNSUPPORTED_FIRST_SCHEMA = ("not supported: the first msprof db schema (TARGET_INFO_* tables; TASK and API with "
                             "`start`/`end` instead of startNs/endNs, relative to baseTimeNs, TASK's as floating-point "
                             "text rounded to whole microseconds): its tasks and API calls were not loaded")
-LANE_TABLES = ("lanes", "lanes_b")  # the host lanes', and the others' (made beside)
+LANE_TABLES = ("lanes", "lanes_b")  # the lanes the stage's cursor made, and those the second one did (LanesBeside)
 SKIPPED = {**dbflows.UNUSABLE, **dbflows.UNMATCHED}  # table -> its rows that give no event, per rank
 # the notes' counts that read the staged tables alone (the lonely ops' read the flows, made after)
 SIDE_COUNTS = [dbflows.SWAPPED, dbflows.FFTS_PARENT_COUNT, *SKIPPED.values()]
@@ -221,18 +221,20 @@ class LanesBeside:
             self.error = exc
             raise
         finally:
-            self.lanes_done.set()
             self.done.set()
 
     def wait_lanes(self) -> None:
-        self.lanes_done.wait()
-        if self.error is not None:
-            raise RuntimeError(f"the device lanes failed: {self.error}") from self.error
+        """Until every lane is made (by either cursor)."""
+        self._wait(self.lanes_done)
 
     def wait(self) -> None:
-        self.done.wait()
+        """Until the lanes and the counts are made."""
+        self._wait(self.done)
+
+    def _wait(self, event: threading.Event) -> None:
+        event.wait()
         if self.error is not None:
-            raise RuntimeError(f"the device lanes failed: {self.error}") from self.error
+            raise RuntimeError(f"the lanes or counts made beside failed: {self.error}") from self.error
 
 
 def _events(job: Job, ranks: list[DbRank], lanes: list[tuple[str, str]], beside: LanesBeside) -> set[int]:
@@ -271,12 +273,13 @@ def _events(job: Job, ranks: list[DbRank], lanes: list[tuple[str, str]], beside:
 
 def _lanes(cur, p: str, lanes: list[tuple[str, str]],
            beside: LanesBeside) -> tuple[dict[tuple[int, int], int], dict[int, dict[str, int]]]:
-    """Build every lane's rows of every rank (``lanes``: process, SQL) in ``{p}lanes`` (the host's, here) and
-    ``{p}lanes_b`` (the others, by ``beside``), the lane's number in ``k``, then append them to ``{p}ev_t`` rank by
-    rank and lane by lane, each lane followed by its process and thread metadata; the lanes the flows read are
-    views ``{p}lane_<name>``. Events before 1970, or too far from the epoch for any interval to fit in int64, are
-    dropped. Returns the rows kept per (rank, lane number) and the rows dropped per rank and process. (Two tables,
-    and one statement per lane for all ranks: a statement costs milliseconds whatever its size.)"""
+    """Build every lane's rows of every rank (``lanes``: process, SQL) in ``{p}lanes`` (those this cursor takes
+    from ``beside``'s queue) and ``{p}lanes_b`` (those its second cursor does), the lane's number in ``k``, then
+    append them to ``{p}ev_t`` rank by rank and lane by lane, each lane followed by its process and thread metadata;
+    the lanes the flows read are views ``{p}lane_<name>``. Events before 1970, or too far from the epoch for any
+    interval to fit in int64, are dropped. Returns the rows kept per (rank, lane number) and the rows dropped per
+    rank and process. (Two tables, and one statement per lane for all ranks: a statement costs milliseconds
+    whatever its size.)"""
     tables = [f"{p}{t}" for t in LANE_TABLES]
     beside.take(cur, 0)
     beside.wait_lanes()
