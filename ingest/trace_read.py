@@ -128,6 +128,10 @@ class TraceRead:
         self.locate = None  # (rank, seq) -> " (the first at byte N)", for a stage of several traces
         self.negative: dict[int, tuple[int, int]] = {}  # rank -> events with a ts before 1970, the first's seq
         self.events: dict[int, int] = {}  # rank -> its events, as derive() counted them
+        # the deep args are bounded when the read is done (a rank with an overview to make: the lanes' name events
+        # only, the rest by derive() after the overview): "", "names" or "all", and the events' seqs so far
+        self._args_bounded = ""
+        self._deep_args: list[int] = []
 
     def _read_with_progress(self, path: Path | list[Path], ranks: list[int] | None = None) -> None:
         try:
@@ -257,22 +261,32 @@ class TraceRead:
             self.sql(UNUSABLE_TS)
         if x_hi is not None and dur_hi is not None and x_hi + dur_hi > INT64_MAX:
             self.sql(MARK_OVERFLOWING_ENDS)
-        self._bound_args_depth()
+        # (a rank with an overview to make: only the lanes' name events now, the rest after the overview, which
+        # reads nothing else of the args)
+        self.bound_args_depth(names_only=self.on_sliced is not None)
         self.on_progress(self.READ_SHARE)
 
-    def _bound_args_depth(self) -> None:
+    def bound_args_depth(self, names_only: bool = False) -> None:
         """Replace the args of events nested deeper than MAX_ARGS_DEPTH (a parser or encoder recursing through
         them would fail later, when a view shows the slice) with a note; warn with the first one's offset. The
-        regular expression only finds candidates (a chain of openers); the depth itself is measured exactly."""
-        rows = self.sql(DEEP_ARGS_CANDIDATES).fetchall()
-        deep = [seq for seq, args in rows if jsonfile.max_depth(args) > MAX_ARGS_DEPTH]
-        if not deep:
+        regular expression only finds candidates (a chain of openers); the depth itself is measured exactly.
+        ``names_only``: only the metadata events (``M``) now, the others at the next call, which warns for both;
+        later calls do nothing."""
+        if self._args_bounded == "all":
             return
-        self.cur.execute(f"UPDATE {self.p}ev_t SET args = ? WHERE rowid IN (SELECT unnest(?))",
-                         [DEEP_ARGS_NOTE, deep])
+        which = " AND ph = 'M'" if names_only else " AND ph IS DISTINCT FROM 'M'" if self._args_bounded else ""
+        self._args_bounded = "names" if names_only else "all"
+        rows = self.sql(DEEP_ARGS_CANDIDATES + which).fetchall()
+        deep = [seq for seq, args in rows if jsonfile.max_depth(args) > MAX_ARGS_DEPTH]
+        if deep:
+            self.cur.execute(f"UPDATE {self.p}ev_t SET args = ? WHERE rowid IN (SELECT unnest(?))",
+                             [DEEP_ARGS_NOTE, deep])
+        self._deep_args += deep
+        if names_only or not self._deep_args:
+            return
         for rank, count, first in self.cur.execute(
                 f"SELECT coalesce(rank, ?), count(*), min(rowid) FROM {self.p}ev_t WHERE rowid IN (SELECT unnest(?)) "
-                "GROUP BY 1 ORDER BY 1", [self.rank, deep]).fetchall():
+                "GROUP BY 1 ORDER BY 1", [self.rank, self._deep_args]).fetchall():
             self.note(int(rank), f"{count} events with args nested deeper than {MAX_ARGS_DEPTH} levels were loaded "
                                  f"without their args{self._where_seq(int(rank), first)}")
 
@@ -319,12 +333,14 @@ class TraceRead:
             return False
         try:
             self._read_with_progress(parts)
-        except duckdb.Error:
+        except BaseException as exc:
+            _unlink(parts)
+            if not isinstance(exc, duckdb.Error):
+                raise
             self.cur.execute(f"DROP TABLE IF EXISTS {self.p}ev_t")
             return False
-        finally:
-            for part in parts:
-                part.unlink(missing_ok=True)
+        # (freeing a GB of copies takes ~50 ms: beside what follows; the work folder's removal minds no file gone)
+        threading.Thread(target=_unlink, args=(parts,), name="trace-parts-unlink", daemon=True).start()
         self._read_done()
         return True
 
@@ -334,6 +350,11 @@ class TraceRead:
             self.warnings.append(text)
         else:
             self.notes.setdefault(rank, []).append(text)
+
+
+def _unlink(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def _clean_duckdb_message(msg: str, path: Path, display: str) -> str:

@@ -150,6 +150,35 @@ def test_the_overview_of_begin_and_end_events_is_the_union_of_their_slices(one_r
         shard, "SELECT * EXCLUDE (max_depth) FROM tracks ORDER BY track_id")
 
 
+
+def test_a_rank_with_an_overview_still_bounds_its_deep_args(one_rank, tmp_path):
+    """The deep args are bounded after the overview but for the lanes' name events: a slice's and a name event's
+    args nested too deep are still not loaded, with one warning, as without an overview."""
+    src = tmp_path / "run"
+    shutil.copytree(one_rank, src)
+    path = next(src.rglob("trace_view.json"))
+    events = json.loads(path.read_text(encoding="utf-8"))
+    first = min(float(e["ts"]) for e in events if e.get("ph") == "X")
+    deep: list = []
+    for _ in range(70):
+        deep = [deep]
+    extra = [{"ph": "M", "name": "process_name", "pid": 4242, "tid": 0, "args": {"name": "Deep lane", "x": deep}},
+             {"ph": "X", "name": "deep", "pid": 4242, "tid": 1, "ts": f"{first + 1:.3f}", "dur": 2,
+              "args": {"k": deep}}]
+    path.write_text(json.dumps(events + extra), encoding="utf-8")
+    shard, ov, note, _ = shard_task(src, tmp_path / "task")
+    assert note is not None
+    assert _rows(ov, "SELECT process_name FROM tracks WHERE pid = 4242") == [("Process 4242",)]
+    assert _rows(shard, "SELECT process_name FROM tracks WHERE pid = 4242") == [("Process 4242",)]
+    assert _rows(shard, "SELECT args FROM slices WHERE name = 'deep'") == [(overview_args_note(),)]
+    (warning,) = [m for (m,) in _rows(shard, "SELECT message FROM warnings") if "nested deeper" in m]
+    assert warning.startswith("2 events with args nested deeper than 64 levels were loaded without their args")
+
+
+def overview_args_note() -> str:
+    from ascendscope.ingest.trace_read import DEEP_ARGS_NOTE
+    return DEEP_ARGS_NOTE
+
 def test_no_overview_for_a_rank_below_the_threshold(one_rank, tmp_path):
     disc = pipeline.prepare(one_rank, tmp_path / "x", Progress())
     out = tmp_path / "rank_00000.duckdb"
