@@ -3,8 +3,8 @@ the rest of the rank is derived.
 
 A shard of one big rank is published only when all of it is written: minutes for a trace of several GB. As soon
 as the rank's events are read and its tracks named, ``ingest.trace`` makes its slices' spans (``{p}ov``: track,
-start and duration of every slice, B and E events paired, in (track, start) order; no name, category or args, so
-no sort of wide rows), and its overview is computed from them before anything else is derived (on a cursor of its
+start and duration of every slice, B and E events paired, in no particular order; no name, category or args, and
+no sort), and its overview is computed from them before anything else is derived (on a cursor of its
 own) and written to ``<shard>.overview.duckdb``:
 
 * ``tracks``: every track of the rank with its final id, names, kind and order, and its figures from its slices
@@ -16,9 +16,10 @@ own) and written to ``<shard>.overview.duckdb``:
   as ``ingest.lod`` makes them, each ``FACTOR`` times wider;
 * ``slices`` empty: nothing of it can be clicked or searched until the shard is ready.
 
-The union is computed lane by lane over the slices in start order (``{p}ov`` is stored so),
-a batch of whole tracks at a time (a bigger track a part at a time, carrying its last busy interval), so memory
-stays bounded. The file is written under a temp name and renamed when complete; then a small JSON file beside the
+The union is computed lane by lane over the slices put in start order (most come so: a sort that finds runs
+is then linear), a batch of whole tracks at a time (a bigger track a part of its buckets at a time, carrying its
+last busy interval), so memory stays bounded; the buckets' figures are read at their edges (binary searches), not
+made per interval. The file is written under a temp name and renamed when complete; then a small JSON file beside the
 task's progress file says where it is and the rank's time range. ``ingest.shards`` publishes it in the pending
 shard's manifest entry (``overview``), and readers attach it as the rank's shard until the whole shard is ready.
 """
@@ -27,7 +28,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -37,8 +40,7 @@ import pyarrow as pa
 from .columns import arrow_table
 from .layout import _sql_path, sync_file
 from .lod import FACTOR, LEVEL_DDL, LOD_LEVELS_DDL, MIN_BUCKET_NS, TOP_BUCKETS, _batches
-from .trace_sql import PART_STARTS as _PART_STARTS
-from .trace_sql import SPANS as TABLE  # the rank's slices where they are, in (track, start) order (SLICE_SPANS)
+from .trace_sql import SPANS as TABLE  # the rank's slices where they are, in no order (SLICE_SPANS)
 
 OVERVIEW_MIN_SLICES = 1_000_000  # a rank with fewer slices is published whole soon enough
 # a lone rank's trace of this size or more likely has an overview: its other files (CSVs) wait for the overview,
@@ -48,13 +50,13 @@ WAIT_BYTES = 400 << 20
 BUCKETS = 4096  # a lane's buckets over the rank's time, at most: a pixel column of a wide screen, zoomed out
 BATCH_SLICES = 1_000_000  # slices of whole tracks read at a time (a bigger track: a part at a time)
 NAME = "busy"
-PART_STARTS = _PART_STARTS.replace("{p}x", "{p}" + TABLE)
 ALIAS = "overview_db"
 
 EXTENT = f"SELECT count(*), min(ts_ns), max(ts_ns + dur_ns) FROM {{p}}{TABLE}"
 PER_TRACK = f"SELECT local_track, count(*) FROM {{p}}{TABLE} GROUP BY local_track ORDER BY local_track"
-# the spans are stored ordered by (local_track, ts_ns): a scan of a range of tracks reads them in start order
 ROWS = f"SELECT local_track, ts_ns, dur_ns FROM {{p}}{TABLE} WHERE local_track BETWEEN ? AND ?"
+# a big track's slices per bucket of the overview's finest width: where its parts are cut
+PER_BUCKET = f"SELECT ts_ns // ? AS b, count(*) FROM {{p}}{TABLE} WHERE local_track = ? GROUP BY b ORDER BY b"
 PART_ROWS = f"SELECT local_track, ts_ns, dur_ns FROM {{p}}{TABLE} WHERE local_track = ? AND ts_ns >= ? AND ts_ns < ?"
 TRACKS = """
 INSERT INTO {alias}.tracks
@@ -154,22 +156,30 @@ def write(cur, prefix: str, derived_pid: int, shard: Path, note: Path, bases) ->
 
 
 def _levels(cur, prefix: str, widths: list[int], track_delta: int, slice_base: int) -> list[pa.Table]:
-    """The overview's rows of every level (``widths``), track by track (``LEVEL_COLUMNS``)."""
+    """The overview's rows of every level (``widths``), track by track (``LEVEL_COLUMNS``): batches of whole
+    tracks (a track bigger than a batch alone), as many at once as DuckDB has threads, each on a cursor of its own
+    (the reads and numpy's work on whole arrays let go of the GIL)."""
     counts = cur.execute(PER_TRACK.format(p=prefix)).fetchall()
-    parts: list[dict[str, np.ndarray]] = []
-    for lo, hi, k in _batches(counts, BATCH_SLICES):  # batches of whole tracks; a track bigger than a batch alone
+    batches = list(_batches(counts, BATCH_SLICES))
+    threads = max(1, min(len(batches), int(cur.execute("SELECT current_setting('threads')").fetchone()[0])))
+    local = threading.local()
+
+    def one(batch: tuple[int, int, int]) -> list[dict[str, np.ndarray]]:
+        if not hasattr(local, "cur"):
+            local.cur = cur.cursor()
+            cursors.append(local.cur)
+        lo, hi, k = batch
         if k > BATCH_SLICES:
-            parts.append(_big_track(cur, prefix, lo, widths[0]))
-            continue
-        rows = cur.execute(ROWS.format(p=prefix), [lo, hi]).fetchnumpy()
-        track = np.asarray(rows["local_track"], dtype=np.int64)
-        ts, dur = np.asarray(rows["ts_ns"], dtype=np.int64), np.asarray(rows["dur_ns"], dtype=np.int64)
-        del rows
-        cuts = np.flatnonzero(np.r_[True, track[1:] != track[:-1], True])
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            order = _start_order(ts[a:b])
-            s, e = _union(ts[a:b][order], (ts[a:b] + dur[a:b])[order], None)
-            parts.append(_buckets(int(track[a]), s, e, ts[a:b], widths[0]))
+            return [_big_track(local.cur, prefix, lo, widths[0])]
+        return _batch(local.cur, prefix, lo, hi, widths[0])
+
+    cursors: list = []
+    try:
+        with ThreadPoolExecutor(threads, thread_name_prefix="overview") as pool:
+            parts = [part for done in pool.map(one, batches) for part in done]
+    finally:
+        for c in cursors:
+            c.close()
     level0 = _concat(parts)
     level0["slice_id"] = slice_base + 1 + np.arange(len(level0["bucket"]), dtype=np.int64)
     level0["track_id"] = level0["track_id"] + track_delta
@@ -179,11 +189,39 @@ def _levels(cur, prefix: str, widths: list[int], track_delta: int, slice_base: i
     return [arrow_table({c: lv[c] for c in LEVEL_COLUMNS}) for lv in out]
 
 
+def _batch(cur, prefix: str, lo: int, hi: int, width: int) -> list[dict[str, np.ndarray]]:
+    """The rows of the tracks ``lo``..``hi``, track by track."""
+    rows = cur.execute(ROWS.format(p=prefix), [lo, hi]).fetchnumpy()
+    local = np.asarray(rows["local_track"], dtype=np.int64) - lo
+    ts = np.asarray(rows["ts_ns"], dtype=np.int64)
+    end = ts + np.asarray(rows["dur_ns"], dtype=np.int64)
+    del rows
+    if lo != hi:  # the tracks' rows together (a radix sort of their small numbers: linear)
+        by = np.argsort(local.astype(np.int16) if hi - lo < 1 << 15 else local, kind="stable")
+        ts, end = ts[by], end[by]
+        del by
+    cuts = np.r_[0, np.cumsum(np.bincount(local, minlength=hi - lo + 1))]
+    del local
+    parts = []
+    for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+        if a == b:
+            continue
+        starts, ends = ts[a:b], end[a:b]
+        if not _in_order(starts):
+            order = np.argsort(starts, kind="stable")  # (runs in order make it linear)
+            starts, ends = starts[order], ends[order]
+        s, e = _union(starts, ends, None)
+        parts.append(_buckets(lo + i, s, e, starts, width))
+    return parts
+
+
+def _in_order(ts: np.ndarray) -> bool:
+    return len(ts) < 2 or bool((ts[1:] >= ts[:-1]).all())
+
+
 def _start_order(ts: np.ndarray) -> np.ndarray:
-    """The rows in start order (x is stored so: then the identity)."""
-    if len(ts) < 2 or (ts[1:] >= ts[:-1]).all():
-        return np.arange(len(ts))
-    return np.argsort(ts, kind="stable")
+    """The rows in start order (the identity when they come so; runs in order make the sort linear)."""
+    return np.arange(len(ts)) if _in_order(ts) else np.argsort(ts, kind="stable")
 
 
 def _union(starts: np.ndarray, ends: np.ndarray, carry: tuple[int, int] | None):
@@ -201,10 +239,16 @@ def _union(starts: np.ndarray, ends: np.ndarray, carry: tuple[int, int] | None):
 
 
 def _big_track(cur, prefix: str, track: int, width: int) -> dict[str, np.ndarray]:
-    """A track bigger than a batch, a part of about ``BATCH_SLICES`` slices at a time (cut between starts), its
-    last busy interval carried to the next part."""
-    cuts = [int(t) for (t,) in cur.execute(PART_STARTS.format(p=prefix, part=int(BATCH_SLICES)), [track]).fetchall()]
-    bounds = [-(1 << 63)] + cuts[1:] + [(1 << 63) - 1]
+    """A track bigger than a batch, a part of about ``BATCH_SLICES`` slices at a time (cut at the buckets' edges:
+    a bucket with more slices is a part alone), its last busy interval carried to the next part."""
+    bounds = [-(1 << 63)]
+    held = 0
+    for b, n in cur.execute(PER_BUCKET.format(p=prefix), [width, track]).fetchall():
+        if held and held + n > BATCH_SLICES:
+            bounds.append(int(b) * width)
+            held = 0
+        held += n
+    bounds.append((1 << 63) - 1)
     carry = None
     pieces = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -215,7 +259,7 @@ def _big_track(cur, prefix: str, track: int, width: int) -> dict[str, np.ndarray
         carry = (int(s[-1]), int(e[-1])) if len(s) else carry
         if len(s):
             s, e = s[:-1], e[:-1]  # (the last one may go on in the next part)
-        pieces.append(_buckets(track, s, e, ts, width))
+        pieces.append(_buckets(track, s, e, ts[order], width))
     if carry is not None:
         pieces.append(_buckets(track, np.array([carry[0]]), np.array([carry[1]]), np.zeros(0, dtype=np.int64),
                                width))
@@ -225,26 +269,55 @@ def _big_track(cur, prefix: str, track: int, width: int) -> dict[str, np.ndarray
 
 
 def _buckets(track: int, s: np.ndarray, e: np.ndarray, ts: np.ndarray, width: int) -> dict[str, np.ndarray]:
-    """One lane's rows in bucket order: per bucket its busy time (the intervals ``s``..``e`` cut at the buckets),
-    first busy instant, last busy end, and the slices starting in it (``ts``: a bucket where only instants start
-    is there too, with no busy time)."""
-    first, last = s // width, np.maximum(e - 1, s) // width
-    n = last - first + 1
-    row = np.repeat(np.arange(len(s)), n)
-    bucket = first[row] + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
-    lo = np.maximum(s[row], bucket * width)
-    hi = np.maximum(np.minimum(e[row], (bucket + 1) * width), lo)  # (an instant: no busy time, but there)
-    ts = np.sort(ts)
-    started, at, count = np.unique(ts // width, return_index=True, return_counts=True)
-    first_start = ts[at]
-    bucket = np.concatenate((bucket, started))
-    order = np.argsort(bucket, kind="stable")
-    zeros = np.zeros(len(started), dtype=np.int64)
-    rows = {"track_id": np.full(len(bucket), track, dtype=np.int64), "bucket": bucket[order],
-            "busy": np.concatenate((hi - lo, zeros))[order], "lo": np.concatenate((lo, first_start))[order],
-            "hi": np.concatenate((hi, first_start))[order],
-            "slice_count": np.concatenate((np.zeros(len(lo), dtype=np.int64), count))[order]}
-    return _merge_runs(rows)
+    """One lane's rows in bucket order: per bucket its busy time (the intervals ``s``..``e``, disjoint and in
+    order, cut at the buckets), first busy instant, last busy end, and the slices starting in it (``ts``, in start
+    order: a bucket where only instants start is there too, with no busy time). A bucket is there when a slice
+    starts in it or an interval reaches it (one of no length: the bucket it is in). Computed at the buckets' edges
+    (a binary search each), not per interval, so a lane costs its slices' count once and ``log`` of it per bucket."""
+    first = s // width
+    last = np.maximum(e - 1, s) // width
+    started = ts // width
+    if not len(first) and not len(started):
+        return {k: np.zeros(0, dtype=np.int64) for k in ("track_id", "bucket", "busy", "lo", "hi", "slice_count")}
+    base = int(min(x.min() for x in (first, started) if len(x)))
+    size = int(max(x.max() for x in (last, started) if len(x))) - base + 2
+    reach = np.cumsum(np.bincount(first - base, minlength=size) - np.bincount(last - base + 1, minlength=size))
+    there = reach[:-1] > 0
+    there[started - base] = True
+    bucket = base + np.flatnonzero(there).astype(np.int64)
+    lo_edge, hi_edge = bucket * width, (bucket + 1) * width
+    # the slices starting in each bucket, and the first of them
+    a, b = np.searchsorted(ts, lo_edge), np.searchsorted(ts, hi_edge)
+    count = b - a
+    first_start = ts[np.minimum(a, max(len(ts) - 1, 0))] if len(ts) else np.zeros(len(bucket), dtype=np.int64)
+    # busy time before an instant t: the intervals wholly before it, and the part of the last one starting before it
+    done = np.r_[0, np.cumsum(e - s)]
+    k_lo, k_hi = np.searchsorted(s, lo_edge), np.searchsorted(s, hi_edge)
+    busy = _busy_before(s, e, done, hi_edge, k_hi) - _busy_before(s, e, done, lo_edge, k_lo)
+    # the first busy instant: the edge when an interval runs into the bucket, else the first interval starting in it
+    before = np.maximum(k_lo - 1, 0)
+    runs_in = (k_lo > 0) & (e[before] > lo_edge) if len(s) else np.zeros(len(bucket), dtype=bool)
+    at = np.minimum(k_lo, max(len(s) - 1, 0))
+    starts_in = (k_lo < len(s)) & (s[at] < hi_edge) if len(s) else np.zeros(len(bucket), dtype=bool)
+    big = np.iinfo(np.int64).max
+    lo = np.where(runs_in, lo_edge, np.where(starts_in, s[at] if len(s) else 0, big))
+    # the last busy end: that of the last interval starting before the bucket's end, when it reaches the bucket
+    j = np.maximum(k_hi - 1, 0)
+    reaches = (k_hi > 0) & ((e[j] > lo_edge) | (s[j] >= lo_edge)) if len(s) else np.zeros(len(bucket), dtype=bool)
+    hi = np.where(reaches, np.maximum(np.minimum(e[j], hi_edge), np.maximum(s[j], lo_edge)) if len(s) else 0, -big)
+    lo = np.where(count > 0, np.minimum(lo, first_start), lo)
+    hi = np.where(count > 0, np.maximum(hi, first_start), hi)
+    return {"track_id": np.full(len(bucket), track, dtype=np.int64), "bucket": bucket, "busy": busy, "lo": lo,
+            "hi": hi, "slice_count": count.astype(np.int64)}
+
+
+def _busy_before(s: np.ndarray, e: np.ndarray, done: np.ndarray, t: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """The busy time of the intervals ``s``..``e`` before each instant ``t`` (``k``: how many start before it;
+    ``done``: the intervals' running total)."""
+    if not len(s):
+        return np.zeros(len(t), dtype=np.int64)
+    j = np.maximum(k - 1, 0)
+    return np.where(k > 0, done[j] + np.minimum(e[j], t) - s[j], 0)
 
 
 def _merge_runs(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -85,7 +85,7 @@ all_slices AS (
     SELECT * FROM pairs)
 SELECT {select}
 FROM all_slices a JOIN {{p}}tracks t ON t.rank = a.rank AND t.pid = a.pid AND t.tid = a.tid AND t.counter_name IS NULL
-ORDER BY {order}
+{order}
 """
 RAW_SLICES = _SLICES.format(
     table="x", wide_e=", e.name, e.cat, e.args", wide=",\n           name, cat, args",
@@ -93,13 +93,14 @@ RAW_SLICES = _SLICES.format(
               "coalesce(b.args, e.args) AS args",
     select="a.seq, t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns, a.ph,\n"
            "       a.dur_ns < 0 AS negative_dur, a.unclosed, a.name, a.cat, a.args, a.rank",
-    order="t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) DESC, a.seq")
-# The same slices, only where they are (track, start, duration as stored), in (track, start) order: what a big
-# rank's overview (ingest.overview) needs, made straight from the events, without the wide rows' sort
+    order="ORDER BY t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) DESC, a.seq")
+# The same slices, only where they are (track, start, duration as stored), in no particular order: what a big
+# rank's overview (ingest.overview) needs, made straight from the events, without the wide rows' sort (nor any:
+# the overview puts a lane's slices in start order itself, and they mostly come so)
 SPANS = "ov"
 SLICE_SPANS = _SLICES.format(
     table=SPANS, wide_e="", wide="", wide_pair="",
-    select="t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns", order="t.local_track, a.ts_ns")
+    select="t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns", order="")
 # how many slices the rank's events make (RAW_SLICES' count, without making them)
 SLICE_COUNT = """
 SELECT count(*) FILTER (WHERE ph IN ('X', 'i', 'I', 'B') AND ts_ns IS NOT NULL) FROM {p}ev
