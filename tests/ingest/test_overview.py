@@ -112,6 +112,25 @@ def test_the_overview_holds_every_lane_and_its_busy_time(shard_and_overview, one
         ov, "SELECT * FROM slice_lod ORDER BY level, track_id, bucket")
 
 
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_lanes_buckets_read_at_their_edges_equal_the_union_cut_slice_by_slice(seed):
+    """Random lanes (instants, touching and nested slices, several per bucket or one over many buckets): the rows
+    found by binary searches at the buckets' edges are the reference's, made one slice at a time."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        n = int(rng.integers(1, 80))
+        ts = np.sort(rng.integers(0, 500, n)).astype(np.int64)
+        dur = np.where(rng.random(n) < 0.3, 0, rng.integers(0, 120, n)).astype(np.int64)
+        width = int(rng.choice([1, 4, 16, 64, 1000]))
+        s, e = overview._union(ts, ts + dur, None)
+        got = overview._buckets(3, s, e, ts, width)
+        rows = list(zip(got["track_id"], got["bucket"], got["slice_count"], got["lo"], got["hi"], got["busy"]))
+        assert [tuple(int(v) for v in r) for r in rows] == expected_level0(
+            [(3, int(t), int(d)) for t, d in zip(ts, dur)], width)
+
 def test_the_overview_of_begin_and_end_events_is_the_union_of_their_slices(one_rank, tmp_path):
     """B/E pairs (nested, one left open, an E alone), instants and a negative dur on lanes of their own: the
     overview's spans pair them as the slices are paired, so its busy time is still the final slices' union."""
