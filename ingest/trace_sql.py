@@ -11,6 +11,8 @@ KIND_ORDER = ["python", "cann", "hardware", "communication", "overlap", "counter
 # read together, ``TraceGroup``); each is derived on its own, exactly as if it were alone. ``local_track`` (and
 # a slice's ``local_id``, a flow's ``local_flow``) number the tracks (slices, flows) of the whole stage, rank by
 # rank; ``rank_track`` numbers a rank's own tracks from 1. The writers turn them into the run's ids per rank.
+# (The eight phases of a thread's events are ORs: DuckDB makes ``ph IN (…)`` of that many a join, 0.10 s at 5 M
+# events against 0.07.)
 TRACKS = """
 CREATE OR REPLACE TABLE {p}tracks AS
 WITH procs AS (
@@ -26,7 +28,8 @@ threads AS (
     FROM {p}ev WHERE ph = 'M' AND name IN ('thread_name', 'thread_sort_index') GROUP BY rank, pid, tid),
 thread_keys AS (
     SELECT rank, pid, tid, min(tid_text) AS tid_text FROM (
-        SELECT rank, pid, tid, tid_text FROM {p}ev WHERE ph IN ('X', 'B', 'E', 'i', 'I', 's', 'f', 't')
+        SELECT rank, pid, tid, tid_text FROM {p}ev
+        WHERE ph = 'X' OR ph = 'B' OR ph = 'E' OR ph = 'i' OR ph = 'I' OR ph = 's' OR ph = 'f' OR ph = 't'
         UNION ALL
         SELECT rank, pid, tid, NULL FROM threads)
     GROUP BY rank, pid, tid),
