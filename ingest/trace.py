@@ -117,7 +117,8 @@ class TraceLoad(TraceRead):
             # (on a cursor of its own; its errors are its own: an overview that fails is only not published)
             Beside(self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview").join()
             self.cur.execute(f"DROP TABLE IF EXISTS {self.p}{overview.TABLE}")
-        self.bound_args_depth()  # (the read left it to here: what follows reads the args)
+        if self._args_bounded == "names":  # the read left the rest to here (what follows reads the args)
+            self.bound_args_depth()
         # the counters need only the events and the tracks: derived on a second cursor while the slices are
         # nested here (numpy on one core), so the other core is not idle
         counters = Beside(self.cur, lambda cur: cur.execute(COUNTERS.format(p=self.p)), "trace-beside")

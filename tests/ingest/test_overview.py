@@ -194,6 +194,32 @@ def test_a_rank_with_an_overview_still_bounds_its_deep_args(one_rank, tmp_path):
     assert warning.startswith("2 events with args nested deeper than 64 levels were loaded without their args")
 
 
+
+def test_the_deep_args_are_scanned_once_or_in_two_parts_with_an_overview(one_rank, tmp_path, monkeypatch):
+    """With an overview: the name events at the read, the rest after the overview; without one: once, whole."""
+    from ascendscope.ingest.trace_read import DEEP_ARGS_CANDIDATES, TraceRead
+
+    seen, real = [], TraceRead.sql
+
+    def sql(self, template, params=None, **names):
+        if template.startswith(DEEP_ARGS_CANDIDATES):
+            seen.append(template[len(DEEP_ARGS_CANDIDATES):])
+        return real(self, template, params, **names)
+    monkeypatch.setattr(TraceRead, "sql", sql)
+    shard_task(one_rank, tmp_path / "task")
+    assert seen == [" AND ph = 'M'", " AND ph IS DISTINCT FROM 'M'"]
+    seen.clear()
+    disc = pipeline.prepare(one_rank, tmp_path / "x", Progress())
+    pipeline.ingest_shard(disc.ranks, disc.root, tmp_path / "whole.duckdb", src_path=str(one_rank))
+    assert seen == [""]
+    seen.clear()  # a db export's events are made in SQL, not read: none (as before the overview was moved)
+    db = tmp_path / "db"
+    generate_run(db, ranks=1, steps=2, ops_per_step=20, seed=3, export="db")
+    disc = pipeline.prepare(db, tmp_path / "y", Progress())
+    progress = tmp_path / "db.bytes"
+    pipeline.ingest_shard(disc.ranks, disc.root, tmp_path / "db.duckdb", src_path=str(db), progress_path=str(progress))
+    assert seen == []
+
 def overview_args_note() -> str:
     from ascendscope.ingest.trace_read import DEEP_ARGS_NOTE
     return DEEP_ARGS_NOTE
