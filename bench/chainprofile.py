@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 STEPS = {
-    "ingest.trace_read:TraceRead": ("read", "_read_parts", "_read_with_progress", "_read_done", "_bound_args_depth"),
+    "ingest.trace_read:TraceRead": ("read", "_read_parts", "_read_with_progress", "_read_done", "bound_args_depth"),
     "ingest.trace:TraceLoad": ("derive", "_nest", "_nest_parts"),
     "ingest.nesting": ("nest", "nest_part", "bind", "pair_flow_keys"),
     "ingest.tracesplit": ("split_ranges",),
