@@ -85,6 +85,14 @@ class TraceLoad(TraceRead):
         if over is not None and over > limit:
             raise IdRangeError(too_many_tracks(over, limit))
 
+    def slice_count(self) -> int:
+        """The slices the staged events make: as counted when the read was done, while it still holds (no time
+        skipped since, no event added: a count of rows is free), else counted now."""
+        at_read = self.slices_at_read
+        if at_read is not None and self.cur.execute(f"SELECT count(*) FROM {self.p}ev_t").fetchone()[0] == at_read[1]:
+            return at_read[0]
+        return int(self.sql(SLICE_COUNT).fetchone()[0])
+
     def fill_rank(self) -> None:
         """Events another reader staged without a rank are this trace's."""
         fill_rank(self.cur, self.p, self.rank)
@@ -112,7 +120,7 @@ class TraceLoad(TraceRead):
             # so it is published as soon as it can be (beside the slices made, each took longer than both one after
             # the other; beside the counters, ~0.3 s later at 1 GB); on_sliced is called for every rank: without
             # spans it writes none, and what waits goes on
-            if self.sql(SLICE_COUNT).fetchone()[0] >= overview.OVERVIEW_MIN_SLICES:
+            if self.slice_count() >= overview.OVERVIEW_MIN_SLICES:
                 self.sql(SLICE_SPANS)
             # (on a cursor of its own; its errors are its own: an overview that fails is only not published)
             Beside(self.cur, lambda cur: self.on_sliced(cur, self.p), "trace-overview").join()

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 
 from . import jsonfile, tracefile, tracesplit
-from .trace_sql import kinds_literal
+from .trace_sql import SLICES_COUNTED, kinds_literal
 
 # ts (µs text with ns decimals) is parsed by the reader straight into DECIMAL(19, 3), exact and cheaper than
 # keeping the text; dur is small enough for a double to round to the exact ns. pid/tid are read as BIGINT
@@ -128,6 +128,7 @@ class TraceRead:
         self.locate = None  # (rank, seq) -> " (the first at byte N)", for a stage of several traces
         self.negative: dict[int, tuple[int, int]] = {}  # rank -> events with a ts before 1970, the first's seq
         self.events: dict[int, int] = {}  # rank -> its events, as derive() counted them
+        self.slices_at_read: tuple[int, int] | None = None  # (slices, events) when the read was done (_read_done)
         # the deep args are bounded when the read is done (a rank with an overview to make: the lanes' name events
         # only, the rest by derive() after the overview): "", "names" or "all", and the events' seqs so far
         self._args_bounded = ""
@@ -251,16 +252,23 @@ class TraceRead:
         """The events are read: number them, and skip the times out of range and the X events that would end
         past the int64 range (one cheap pass finds whether there are any)."""
         self.sql(EV_VIEW)
-        lo, hi, x_hi, dur_hi = self.sql("SELECT min(ts_ns), max(ts_ns), max(ts_ns) FILTER (WHERE ph = 'X'), "
-                                        "max(dur_ns) FILTER (WHERE ph = 'X') FROM {p}ev_t").fetchone()
+        lo, hi, x_hi, dur_hi, slices, rows = self.sql(
+            "SELECT min(ts_ns), max(ts_ns), max(ts_ns) FILTER (WHERE ph = 'X'), max(dur_ns) FILTER (WHERE ph = 'X'), "
+            f"{SLICES_COUNTED}, count(*) FROM {{p}}ev_t").fetchone()
+        # the slices the events make, counted in the same pass (derive() needs it: each pass over the events of a
+        # 10 GB trace costs ~1 s); it holds while no time is skipped below and no event is added
+        self.slices_at_read = (int(slices), int(rows))
         if lo is not None and lo < 0:  # before 1970: a run would span decades; skipped, counted apart
             self.sql(NEGATIVE_TS[0], [self.rank])
             self.sql(NEGATIVE_TS[1])
             self.negative = {int(r): (int(n), int(first)) for r, n, first in self.sql(NEGATIVE_TS_COUNT).fetchall()}
+            self.slices_at_read = None
         if lo is not None and (lo <= -TS_LIMIT or hi >= TS_LIMIT):
             self.sql(UNUSABLE_TS)
+            self.slices_at_read = None
         if x_hi is not None and dur_hi is not None and x_hi + dur_hi > INT64_MAX:
             self.sql(MARK_OVERFLOWING_ENDS)
+            self.slices_at_read = None
         # (a rank with an overview to make: only the lanes' name events now, the rest after the overview, which
         # reads nothing else of the args)
         self.bound_args_depth(names_only=self.on_sliced is not None)

@@ -105,9 +105,8 @@ SLICE_SPANS = _SLICES.format(
     table=SPANS, wide_e="", wide="", wide_pair="",
     select="t.local_track, a.ts_ns, greatest(coalesce(a.dur_ns, 0), 0) AS dur_ns", order="")
 # how many slices the rank's events make (RAW_SLICES' count, without making them)
-SLICE_COUNT = """
-SELECT count(*) FILTER (WHERE ph IN ('X', 'i', 'I', 'B') AND ts_ns IS NOT NULL) FROM {p}ev
-"""
+SLICES_COUNTED = "count(*) FILTER (WHERE ph IN ('X', 'i', 'I', 'B') AND ts_ns IS NOT NULL)"
+SLICE_COUNT = f"SELECT {SLICES_COUNTED} FROM {{p}}ev"
 
 COUNTERS = """
 CREATE OR REPLACE TABLE {p}counters AS

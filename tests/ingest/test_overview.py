@@ -220,6 +220,38 @@ def test_the_deep_args_are_scanned_once_or_in_two_parts_with_an_overview(one_ran
     pipeline.ingest_shard(disc.ranks, disc.root, tmp_path / "db.duckdb", src_path=str(db), progress_path=str(progress))
     assert seen == []
 
+
+@pytest.mark.parametrize("case", ["plain", "a time skipped", "events added"])
+def test_the_slices_counted_at_the_read_are_those_the_events_make(tmp_path, case):
+    """The count taken in the read's own pass is what derive() would count: kept while it holds, counted again
+    once a time is skipped (a ts before 1970) or events are added (a derived Overlap Analysis lane)."""
+    from ascendscope.ingest import overlap, sqlfuncs
+    from ascendscope.ingest.trace import SLICE_COUNT, TraceLoad
+
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "Ascend Hardware"}},
+              *({"ph": "X", "name": f"k{i}", "pid": 1, "tid": 2, "ts": f"{100 + i}.000", "dur": 0.5,
+                 "args": {"Task Type": "AI_CORE"}} for i in range(5)),
+              {"ph": "i", "name": "mark", "pid": 1, "tid": 2, "ts": "103.000", "s": "t"},
+              {"ph": "C", "name": "c", "pid": 1, "tid": 0, "ts": "101.000", "args": {"v": 1}}]
+    if case == "a time skipped":
+        events.append({"ph": "X", "name": "early", "pid": 1, "tid": 2, "ts": "-5.000", "dur": 1})
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(events), encoding="utf-8")
+    con = duckdb.connect()
+    sqlfuncs.install(con)
+    tl = TraceLoad(con.cursor(), "s_", path, tmp_path / "work", "trace.json")
+    tl.read()
+    if case == "events added":
+        assert overlap.derive(tl.cur, "s_", 0) > 0
+    assert (tl.slices_at_read is None) is (case == "a time skipped")
+    counted = con.execute(SLICE_COUNT.format(p="s_")).fetchone()[0]
+    assert tl.slice_count() == counted
+    if case == "events added":
+        assert counted > tl.slices_at_read[0] == 6
+    else:
+        assert counted == 6  # (the early one skipped)
+    con.close()
+
 def overview_args_note() -> str:
     from ascendscope.ingest.trace_read import DEEP_ARGS_NOTE
     return DEEP_ARGS_NOTE
