@@ -212,15 +212,14 @@ class LanesBeside:
 
     def run(self, cur) -> None:
         try:
-            try:
-                self.take(cur, 1)
-            finally:
-                self.lanes_done.set()
+            self.take(cur, 1)
+            self.lanes_done.set()
             self.counts = cur.execute(dbflows.counts_per_rank(SIDE_COUNTS).format(p=self.p)).fetchall()
         except BaseException as exc:
-            self.error = exc
+            self.error = exc  # (before the events are set: a waiter woken by them sees it)
             raise
         finally:
+            self.lanes_done.set()
             self.done.set()
 
     def wait_lanes(self) -> None:
