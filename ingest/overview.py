@@ -57,7 +57,7 @@ PER_TRACK = f"SELECT local_track, count(*) FROM {{p}}{TABLE} GROUP BY local_trac
 ROWS = f"SELECT local_track, ts_ns, dur_ns FROM {{p}}{TABLE} WHERE local_track BETWEEN ? AND ?"
 # a big track's slices per bucket of the overview's finest width: where its parts are cut
 PER_BUCKET = f"SELECT ts_ns // ? AS b, count(*) FROM {{p}}{TABLE} WHERE local_track = ? GROUP BY b ORDER BY b"
-PART_ROWS = f"SELECT local_track, ts_ns, dur_ns FROM {{p}}{TABLE} WHERE local_track = ? AND ts_ns >= ? AND ts_ns < ?"
+PART_ROWS = f"SELECT ts_ns, dur_ns FROM {{p}}{TABLE} WHERE local_track = ? AND ts_ns >= ? AND ts_ns < ?"
 TRACKS = """
 INSERT INTO {alias}.tracks
 SELECT t.local_track + {track_delta}, {rank_id}, t.pid, t.tid, t.process_name, t.thread_name, t.kind, t.label,
@@ -206,22 +206,19 @@ def _batch(cur, prefix: str, lo: int, hi: int, width: int) -> list[dict[str, np.
     for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         if a == b:
             continue
-        starts, ends = ts[a:b], end[a:b]
-        if not _in_order(starts):
-            order = np.argsort(starts, kind="stable")  # (runs in order make it linear)
-            starts, ends = starts[order], ends[order]
+        starts, ends = _in_start_order(ts[a:b], end[a:b])
         s, e = _union(starts, ends, None)
         parts.append(_buckets(lo + i, s, e, starts, width))
     return parts
 
 
-def _in_order(ts: np.ndarray) -> bool:
-    return len(ts) < 2 or bool((ts[1:] >= ts[:-1]).all())
-
-
-def _start_order(ts: np.ndarray) -> np.ndarray:
-    """The rows in start order (the identity when they come so; runs in order make the sort linear)."""
-    return np.arange(len(ts)) if _in_order(ts) else np.argsort(ts, kind="stable")
+def _in_start_order(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A lane's slices in start order: as they are when they come so, else by a stable sort (linear on the runs in
+    order they mostly come in)."""
+    if len(starts) < 2 or bool((starts[1:] >= starts[:-1]).all()):
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    return starts[order], ends[order]
 
 
 def _union(starts: np.ndarray, ends: np.ndarray, carry: tuple[int, int] | None):
@@ -254,12 +251,12 @@ def _big_track(cur, prefix: str, track: int, width: int) -> dict[str, np.ndarray
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         rows = cur.execute(PART_ROWS.format(p=prefix), [track, lo, hi]).fetchnumpy()
         ts, dur = np.asarray(rows["ts_ns"], dtype=np.int64), np.asarray(rows["dur_ns"], dtype=np.int64)
-        order = _start_order(ts)
-        s, e = _union(ts[order], (ts + dur)[order], carry)
+        starts, ends = _in_start_order(ts, ts + dur)
+        s, e = _union(starts, ends, carry)
         carry = (int(s[-1]), int(e[-1])) if len(s) else carry
         if len(s):
             s, e = s[:-1], e[:-1]  # (the last one may go on in the next part)
-        pieces.append(_buckets(track, s, e, ts[order], width))
+        pieces.append(_buckets(track, s, e, starts, width))
     if carry is not None:
         pieces.append(_buckets(track, np.array([carry[0]]), np.array([carry[1]]), np.zeros(0, dtype=np.int64),
                                width))

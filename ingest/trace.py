@@ -116,7 +116,7 @@ class TraceLoad(TraceRead):
         self.check_tracks()
         if self.on_sliced is not None:
             # the rank's overview (ingest.overview) needs only the tracks and where the slices are: their spans
-            # (narrow rows, quick to sort), then the overview from them, before anything else and with every core,
+            # (narrow rows, unsorted), then the overview from them, before anything else and with every core,
             # so it is published as soon as it can be (beside the slices made, each took longer than both one after
             # the other; beside the counters, ~0.3 s later at 1 GB); on_sliced is called for every rank: without
             # spans it writes none, and what waits goes on
