@@ -181,7 +181,7 @@ class TraceLoad(TraceRead):
             advance()
             self.on_nested()
             with duckmem.lent(self.cur, traceflows.part_bytes(ends, parts)):  # (the slices' write runs beside)
-                flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices)
+                flow_stats = traceflows.pair_parts(self.cur, self.p, parts, with_slices, self.workdir / "flow-parts")
             advance()
             for rank, cat, lonely_s, lonely_f, ub_s, ub_d, ub_s_empty in flow_stats:
                 parts = []

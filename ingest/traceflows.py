@@ -3,7 +3,8 @@
 The ends are staged once (``FLOW_ENDS``: ``{p}fe``), each with a *part*: a hash of its (rank, cat, id) modulo the
 number of parts, so a part holds whole keys and at most about ``batch`` ends. The nesting binds the ends track
 batch by track batch (``bind_rows``, ``ingest.nesting.bind``) and appends each end's slice to ``{p}fb``; then each
-part is paired at once (:func:`pair_parts`): its ends' columns fetched as Arrow, its keys numbered, the pairs made
+part is paired at once (:func:`pair_parts`): its ends' columns fetched as Arrow (several parts: split into a file
+each by one scan of the ends and one of the bound rows, :func:`part_files`), its keys numbered, the pairs made
 by ``ingest.nesting.pair_flows`` and the flows' rows taken from the ends' columns, with what the warnings count
 (ends without a partner, flows bound to no slice) summed along. The flows are numbered rank by rank in
 ``pair_flows``' order (start ts, start seq, finish seq): the only part's come out of ``pair_flow_keys`` so and are
@@ -11,6 +12,8 @@ written as they are; several parts' rows are sorted once (NUMBER_FLOWS) and numb
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -28,8 +31,12 @@ WHERE e.ph IN ('s', 'f') AND e.ts_ns IS NOT NULL
 BOUND_TABLE = "CREATE OR REPLACE TABLE {p}fb (pos BIGINT, part INTEGER, local_id BIGINT)"
 # the ends to bind on some tracks (``where``: a condition on local_track and ts_ns)
 BIND_ROWS = "SELECT rowid AS pos, part, local_track, ts_ns, enclosing FROM {p}fe WHERE {where}"
-PART_ENDS = ("SELECT rowid AS pos, seq, is_start, local_track, ts_ns, rank, cat, name, flow_key FROM {p}fe "
-             "WHERE part = ?")
+END_COLUMNS = "rowid AS pos, seq, is_start, local_track, ts_ns, rank, cat, name, flow_key"
+PART_ENDS = "SELECT " + END_COLUMNS + " FROM {p}fe WHERE part = ?"
+# every end with its part, in rowid order (a scan, streamed: see part_files)
+ALL_ENDS = "SELECT " + END_COLUMNS + ", part FROM {p}fe"
+ALL_BOUND = "SELECT pos, local_id, part FROM {p}fb"
+SPLIT_ROWS = 1 << 18  # ends a batch of that scan
 PART_BOUND = "SELECT pos, local_id FROM {p}fb WHERE part = ?"
 FLOW_COLUMNS = ("rank", "src_ts_ns", "src_seq", "dst_seq", "cat", "name", "flow_key", "src_track", "src_local",
                 "dst_track", "dst_ts_ns", "dst_local")
@@ -90,22 +97,74 @@ def append(cur, table: str, rows: pa.Table) -> None:
         cur.unregister("_flow_rows")
 
 
-def pair_parts(cur, p: str, parts: int, tracks_with_slices: np.ndarray) -> list[tuple]:
+def part_files(cur, sql: str, parts: int, folder: Path, name: str) -> list[Path | None]:
+    """The rows of ``sql`` (a query whose last column is ``part``) in an Arrow file per part under ``folder``
+    (``{name}{part}.arrow``, without the part column; None: a part without rows), from one streamed scan, each
+    file's rows in the query's order. A part is then read alone: a ``WHERE part = ?`` scan for each part reads
+    every end, and once the ends outgrow DuckDB's memory each such scan reads them all again from its spill (at
+    10 GB, 17 parts' scans of ``{p}fe`` and ``{p}fb`` took 55 CPU-s; this split 8; a sort of ``{p}fe`` by part
+    18)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files: list[Path | None] = [None] * parts
+    writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+    try:
+        for batch in cur.sql(sql).to_arrow_reader(SPLIT_ROWS):
+            if batch.num_rows == 0:
+                continue
+            part = numpy_of(batch.column("part"))
+            order = np.argsort(part, kind="stable")
+            part = part[order]
+            rows = batch.drop_columns(["part"]).take(indices(order))
+            cuts = [0, *(np.flatnonzero(part[1:] != part[:-1]) + 1).tolist(), len(part)]
+            for lo, hi in zip(cuts[:-1], cuts[1:]):
+                k = int(part[lo])
+                if k not in writers:
+                    files[k] = folder / f"{name}{k}.arrow"
+                    writers[k] = pa.ipc.new_file(files[k], rows.schema)
+                writers[k].write_batch(rows.slice(lo, hi - lo))
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return files
+
+
+def _read_part(path: Path) -> pa.Table:
+    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()  # (its buffers keep the map open)
+
+
+def pair_parts(cur, p: str, parts: int, tracks_with_slices: np.ndarray, folder: Path | None = None) -> list[tuple]:
     """Pair every part's ends into ``{p}flows``; return, per (rank, cat) with ends, what FLOW_STATS counted:
     (rank, cat, starts without a finish, finishes without a start, flows whose start / finish is bound to no
     slice, of those starts the ones on a lane without slices), ordered by rank and cat. ``tracks_with_slices``:
-    the local tracks that have slices, sorted."""
+    the local tracks that have slices, sorted. ``folder``: where several parts are split into files
+    (``part_files``) to be read one by one; without it each part is a scan of every end."""
     cur.execute(f"CREATE OR REPLACE TABLE {p}flows_u (rank INTEGER, src_ts_ns BIGINT, src_seq BIGINT, dst_seq BIGINT, "
                 "cat VARCHAR, name VARCHAR, flow_key VARCHAR, src_track BIGINT, src_local BIGINT, dst_track BIGINT, "
                 "dst_ts_ns BIGINT, dst_local BIGINT)")
     stats: dict[tuple[int, str], list[int]] = {}
     one = parts == 1  # the only part: its flows ordered and numbered here, written once
+    split = parts > 1 and folder is not None
+    if split:
+        end_files = part_files(cur, ALL_ENDS.format(p=p), parts, folder, "ends")
+        bound_files = part_files(cur, ALL_BOUND.format(p=p), parts, folder, "bound")
     for part in range(parts):
-        ends = cur.sql(PART_ENDS.format(p=p), params=[part]).to_arrow_table()
+        if not split:
+            ends = cur.sql(PART_ENDS.format(p=p), params=[part]).to_arrow_table()
+            bound = cur.execute(PART_BOUND.format(p=p), [part]).fetchnumpy()
+            bound_pos, bound_id = bound["pos"], bound["local_id"]
+        elif end_files[part] is None:
+            continue
+        else:
+            ends = _read_part(end_files[part])
+            bound = _read_part(bound_files[part]) if bound_files[part] is not None else None
+            bound_pos, bound_id = ((numpy_of(bound.column("pos")), numpy_of(bound.column("local_id")))
+                                   if bound is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+            for file in (end_files[part], bound_files[part]):
+                if file is not None:
+                    file.unlink()
         if ends.num_rows == 0:
             continue
-        bound = cur.execute(PART_BOUND.format(p=p), [part]).fetchnumpy()
-        local = _aligned(numpy_of(ends.column("pos")), bound["pos"], bound["local_id"])
+        local = _aligned(numpy_of(ends.column("pos")), bound_pos, bound_id)
         rows = _pair(ends, local, tracks_with_slices, stats, ordered=one)
         if rows is None:
             continue

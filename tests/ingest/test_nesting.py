@@ -280,7 +280,8 @@ BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
 
 @pytest.mark.parametrize("src", [PYTORCH_TEXT / "level1", BUNDLED], ids=["real_level1", "bundled"])
 def test_batches_do_not_change_the_run(src, tmp_path, monkeypatch, request):
-    """Small batches of tracks, big tracks nested in parts, flow keys paired in small batches: the same run."""
+    """Small batches of tracks, big tracks nested in parts, flow keys paired in small batches (each part's ends
+    and bound slices read from files of their own, split in one scan): the same run."""
     if not src.is_dir():
         pytest.skip(f"real samples not found at {src}")
     if src == PYTORCH_TEXT / "level1":  # its default ingest: the session's (tests/conftest.py), or a shared one
@@ -290,7 +291,17 @@ def test_batches_do_not_change_the_run(src, tmp_path, monkeypatch, request):
     monkeypatch.setattr(nesting, "BATCH_SLICES", 100)  # (the bundled run's biggest track has 300)
     monkeypatch.setattr(nesting, "PART_SLICES", 37)
     monkeypatch.setattr(trace, "PAIR_BATCH_ENDS", 13)
+    monkeypatch.setattr(traceflows, "SPLIT_ROWS", 29)  # (several scan batches, each spread over the parts)
+    split, files = traceflows.part_files, []
+
+    def part_files(*args):
+        files.append(split(*args))
+        return files[-1]
+
+    monkeypatch.setattr(traceflows, "part_files", part_files)
     ingest_path(src, tmp_path / "many.duckdb")
+    assert len(files) == 2 and sum(f is not None for f in files[0]) > 1  # the ends and the bound slices, split
+    assert not any(f.exists() for f in files[0] + files[1] if f is not None)  # (each removed once read)
     queries = ["SELECT * FROM slices ORDER BY slice_id", "SELECT * FROM flows ORDER BY flow_id",
                "SELECT * FROM tracks ORDER BY track_id", "SELECT * FROM steps ORDER BY rank, step"]
     with duckdb.connect(str(one), read_only=True) as a, \
