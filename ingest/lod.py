@@ -26,6 +26,9 @@ exact slices are cheap to read).
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pyarrow as pa
 
 from . import lodcalc
@@ -59,9 +62,10 @@ COLUMNS = ("track_id, depth, bucket, slice_count::BIGINT AS slice_count, slice_i
 LEVEL_DDL = ("track_id INTEGER, depth INTEGER, bucket BIGINT, slice_count BIGINT, slice_id BIGINT, ts_ns BIGINT, "
              "dur_ns BIGINT, name VARCHAR, min_ts_ns BIGINT, max_end_ns BIGINT, total_dur_ns BIGINT")
 BATCH_SLICES = 1_000_000  # slices of whole tracks summarised in numpy at a time (~100 bytes each)
-# the level rows held in memory before they go to temporary tables (~110 bytes a row; a 1 GB trace's ~1 M rows fit)
+# the level rows held in memory before they go to files (~110 bytes a row; a 1 GB trace's ~1 M rows fit)
 HELD_BYTES = 192 << 20
 BATCH_ROWS = "SELECT slice_id, track_id, depth, ts_ns, dur_ns, name FROM slices WHERE track_id BETWEEN ? AND ?"
+TRACK_ROWS = "SELECT slice_id, track_id, depth, ts_ns, dur_ns, name FROM slices WHERE track_id = ? AND "
 
 
 def base_bucket_ns(rows: list[tuple[int, int]], slices: int) -> int:
@@ -83,7 +87,8 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
     ``base_ns`` forces level 0's width (tests use it to exercise many levels on small data). The levels are
     those of this database's slices; ``lod_levels`` lists them for every rank that has slices here (a shard's
     levels are its own: the server picks a level per rank). Whole tracks are summarised in numpy a batch at a
-    time (``ingest.lodcalc``); a track bigger than a batch by the SQL above, alone."""
+    time (``ingest.lodcalc``); a track bigger than a batch in pieces of whole buckets (``_pieces``), or by the SQL
+    above when its durations might not sum in an int64."""
     span, n = con.execute("SELECT max(ts_ns + dur_ns) - min(ts_ns), count(*) FROM slices").fetchone()
     widths: list[int] = []
     if span is not None and n:
@@ -93,28 +98,34 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
         while widths[-1] * TOP_BUCKETS < span:
             widths.append(widths[-1] * FACTOR)
     held = Held(con, len(widths))
-    if widths:
-        counts = con.execute("SELECT track_id, count(*) FROM slices GROUP BY track_id ORDER BY track_id").fetchall()
-        for lo, hi, m in _batches(counts, BATCH_SLICES):
-            if m > BATCH_SLICES:
-                held.spill()  # (the rows of the tracks before these first)
-                _sql_levels(con, lo, hi, widths)
-                continue
-            batch = con.sql(BATCH_ROWS, params=[lo, hi]).to_arrow_table()
-            ids = numpy_of(batch.column("slice_id"))
-            if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # (stored in id order: never expected)
-                batch = batch.sort_by("slice_id")
-            try:
-                made = lodcalc.levels(batch, widths, FACTOR)
-            except lodcalc.SumTooLarge:
-                held.spill()
-                _sql_levels(con, lo, hi, widths)
-                continue
-            held.add(made)
-    # stored ordered by (level, track, depth, bucket), so zone maps prune a viewport query: each level's rows are
-    # in that order already
-    con.execute(f"CREATE OR REPLACE TABLE slice_lod (level INTEGER, bucket_ns BIGINT, {LEVEL_DDL})")
-    levels = [(lv, w, held.write(lv, w)) for lv, w in enumerate(widths)]
+    try:
+        if widths:
+            counts = con.execute("SELECT track_id, count(*) FROM slices GROUP BY track_id ORDER BY track_id").fetchall()
+            for lo, hi, m in _batches(counts, BATCH_SLICES):
+                if m > BATCH_SLICES:  # (one track, lo == hi)
+                    pieces = _pieces(con, lo, widths[-1], BATCH_SLICES)
+                    if pieces is None:
+                        held.spill()  # (the rows of the tracks before these first)
+                        _sql_levels(con, lo, hi, widths, held)
+                        continue
+                    for where, args in pieces:
+                        piece = con.sql(TRACK_ROWS + where, params=[lo, *args]).to_arrow_table()
+                        held.add(lodcalc.levels(_in_id_order(piece), widths, FACTOR))
+                    continue
+                batch = con.sql(BATCH_ROWS, params=[lo, hi]).to_arrow_table()
+                try:
+                    made = lodcalc.levels(_in_id_order(batch), widths, FACTOR)
+                except lodcalc.SumTooLarge:
+                    held.spill()
+                    _sql_levels(con, lo, hi, widths, held)
+                    continue
+                held.add(made)
+        # stored ordered by (level, track, depth, bucket), so zone maps prune a viewport query: each level's rows are
+        # in that order already
+        con.execute(f"CREATE OR REPLACE TABLE slice_lod (level INTEGER, bucket_ns BIGINT, {LEVEL_DDL})")
+        levels = [(lv, w, held.write(lv, w)) for lv, w in enumerate(widths)]
+    finally:
+        held.close()
     con.execute(LOD_LEVELS_DDL)
     if levels:
         con.execute("INSERT INTO lod_levels SELECT v.level, v.bucket_ns, v.row_count, r.rank FROM (VALUES "
@@ -126,12 +137,20 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
 
 class Held:
     """The rows of each level made so far, in memory while they are under ``HELD_BYTES`` (then written to slice_lod
-    at the end, each level at once), else in temporary tables ``_lod_<level>`` (then copied to slice_lod): a
+    at the end, each level at once), else appended to an Arrow file per level in a temporary folder (then each
+    file written to slice_lod at once: one write of each row into DuckDB, where temporary tables took two): a
     level's rows are appended in track order either way."""
 
     def __init__(self, con, levels: int):
         self.con, self.tables, self.nbytes = con, [[] for _ in range(levels)], 0
-        self.spilled = False
+        self.folder: tempfile.TemporaryDirectory | None = None
+        self.writers: list[pa.ipc.RecordBatchFileWriter | None] = [None] * levels
+        self.schemas: list[pa.Schema | None] = [None] * levels
+        self.written = [0] * levels  # rows in each level's file
+
+    @property
+    def spilled(self) -> bool:
+        return self.folder is not None
 
     def add(self, made: list) -> None:
         for lv, table in enumerate(made):
@@ -141,30 +160,55 @@ class Held:
             self.spill()
 
     def spill(self) -> None:
-        """Append the rows held to the temporary tables (made at the first spill), and hold no more."""
-        if not self.spilled:
-            for lv in range(len(self.tables)):
-                self.con.execute(f"CREATE OR REPLACE TEMP TABLE _lod_{lv} ({LEVEL_DDL})")
-            self.spilled = True
+        """Append the rows held to the levels' files (made at the first spill), and hold no more."""
+        if self.folder is None:
+            self.folder = tempfile.TemporaryDirectory(prefix="ascendscope-lod-")
         for lv, tables in enumerate(self.tables):
             for table in tables:
-                self._insert(f"_lod_{lv}", "*", table)
+                self.append(lv, table)
             tables.clear()
         self.nbytes = 0
+
+    def append(self, lv: int, table: pa.Table) -> None:
+        """Append rows to level ``lv``'s file (spilled only)."""
+        writer, schema = self.writers[lv], self.schemas[lv]
+        if writer is None:
+            schema = self.schemas[lv] = table.schema
+            writer = self.writers[lv] = pa.ipc.new_file(self._path(lv), schema)
+        writer.write_table(table if table.schema == schema else table.cast(schema))
+        self.written[lv] += table.num_rows
 
     def write(self, lv: int, width: int) -> int:
         """Append level ``lv``'s rows to slice_lod; return how many."""
         if self.spilled:
             self.spill()
-            self.con.execute(f"INSERT INTO slice_lod SELECT {lv}, {width}::BIGINT, * FROM _lod_{lv}")
-            n = self.con.execute(f"SELECT count(*) FROM _lod_{lv}").fetchone()[0]
-            self.con.execute(f"DROP TABLE _lod_{lv}")
-            return n
+            writer, self.writers[lv] = self.writers[lv], None
+            if writer is None:
+                return 0
+            writer.close()
+            # streamed, a batch at a time (read, not mapped: a mapped level's pages would stay in the process)
+            with pa.OSFile(str(self._path(lv))) as source:
+                file = pa.ipc.open_file(source)
+                batches = (file.get_batch(i) for i in range(file.num_record_batches))
+                self._insert("slice_lod", f"{lv}, {width}::BIGINT, *",
+                             pa.RecordBatchReader.from_batches(file.schema, batches))
+            self._path(lv).unlink()
+            return self.written[lv]
         tables, self.tables[lv] = self.tables[lv], []
         n = sum(t.num_rows for t in tables)
         if n:
             self._insert("slice_lod", f"{lv}, {width}::BIGINT, *", pa.concat_tables(tables))
         return n
+
+    def close(self) -> None:
+        for writer in self.writers:
+            if writer is not None:
+                writer.close()
+        if self.folder is not None:
+            self.folder.cleanup()
+
+    def _path(self, lv: int) -> Path:
+        return Path(self.folder.name) / f"level{lv}.arrow"
 
     def _insert(self, into: str, columns: str, table) -> None:
         self.con.register("_lod_rows", table)
@@ -174,16 +218,69 @@ class Held:
             self.con.unregister("_lod_rows")
 
 
-def _sql_levels(con, lo: int, hi: int, widths: list[int]) -> None:
-    """The levels of the tracks ``lo``..``hi`` by SQL (LEVEL0, NEXT_LEVEL), appended in (track, depth, bucket)
-    order."""
+def _in_id_order(batch: pa.Table) -> pa.Table:
+    ids = numpy_of(batch.column("slice_id"))
+    if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # (stored in id order: never expected)
+        batch = batch.sort_by("slice_id")
+    return batch
+
+
+def _pieces(con, track: int, top: int, limit: int) -> list[tuple[str, list]] | None:
+    """A track bigger than a batch in pieces of at most ``limit`` slices (a piece more only when one ``top``-wide
+    span of one depth holds more), each whole buckets of every level, in the order ``slice_lod`` stores its rows:
+    whole depths together while they fit, a bigger depth cut at multiples of ``top`` (the widest level's width,
+    which every level's width divides; starts are never negative). Each piece is a condition on TRACK_ROWS and
+    its parameters; in (depth, bucket) order, so each level's rows of the pieces one after the other are the
+    track's in its stored order. None: the track's durations may sum past an int64 (lodcalc.SumTooLarge), so SQL
+    sums them."""
+    rows = con.execute("SELECT depth, ts_ns // ? AS span, count(*), sum(abs(dur_ns::DOUBLE)) FROM slices "
+                       "WHERE track_id = ? GROUP BY ALL ORDER BY depth, span", [top, track]).fetchall()
+    if sum(row[3] for row in rows) >= lodcalc.SUM_LIMIT / 2:
+        return None
+    per_depth: dict[int, list[tuple[int, int]]] = {}
+    for depth, span, n, _ in rows:
+        per_depth.setdefault(depth, []).append((span, n))
+    pieces: list[tuple[str, list]] = []
+    group: list[int] = []  # whole depths, together under the limit
+    total = 0
+
+    def flush() -> None:
+        if group:
+            pieces.append(("depth BETWEEN ? AND ?", [group[0], group[-1]]))
+            group.clear()
+
+    for depth, spans in per_depth.items():
+        n = sum(c for _, c in spans)
+        if n <= limit:
+            if total + n > limit:
+                flush()
+                total = 0
+            group.append(depth)
+            total += n
+            continue
+        flush()
+        total = 0
+        first = count = 0
+        for i, (span, c) in enumerate(spans):
+            if count and count + c > limit:
+                pieces.append(("depth = ? AND ts_ns >= ? AND ts_ns < ?", [depth, spans[first][0] * top, span * top]))
+                first, count = i, 0
+            count += c
+        pieces.append(("depth = ? AND ts_ns >= ?", [depth, spans[first][0] * top]))
+    flush()
+    return pieces
+
+
+def _sql_levels(con, lo: int, hi: int, widths: list[int], held: Held) -> None:
+    """The levels of the tracks ``lo``..``hi`` by SQL (LEVEL0, NEXT_LEVEL), appended to ``held``'s files (spilled)
+    in (track, depth, bucket) order."""
     for lv, width in enumerate(widths):
         if lv == 0:
             con.execute(LEVEL0.replace("FROM slices", "FROM slices WHERE track_id BETWEEN ? AND ?")
                         .replace("_lod_0", "_lodq_0"), [width, lo, hi])
         else:
             con.execute(NEXT_LEVEL.format(next=lv, prev=lv - 1, factor=FACTOR).replace("_lod_", "_lodq_"))
-        con.execute(f"INSERT INTO _lod_{lv} SELECT {COLUMNS} FROM _lodq_{lv} ORDER BY track_id, depth, bucket")
+        held.append(lv, con.sql(f"SELECT {COLUMNS} FROM _lodq_{lv} ORDER BY track_id, depth, bucket").to_arrow_table())
     for lv in range(len(widths)):
         con.execute(f"DROP TABLE _lodq_{lv}")
 

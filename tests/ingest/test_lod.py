@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ascendscope.ingest import lod
+from ascendscope.ingest import lod, lodcalc
 from tests.ingest_helpers import REAL
 from tests.samples import HAVE_REAL
 from tests.shared_runs import single_file
@@ -60,18 +60,34 @@ BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
 
 def test_numpy_batches_and_sql_for_big_tracks_store_the_same_rows_in_the_same_order(tmp_path, tmp_path_factory,
                                                                                     monkeypatch):
-    """Whole tracks are summarised in numpy a batch at a time, a track bigger than a batch in SQL alone: both
-    give the naive SQL's rows, stored in (level, track, depth, bucket) order."""
+    """Whole tracks are summarised in numpy a batch at a time, a track bigger than a batch in pieces (whole depths,
+    a big depth cut in time), or in SQL alone when its durations might not sum in an int64: all give the naive
+    SQL's rows, stored in (level, track, depth, bucket) order."""
     out = tmp_path / "b.duckdb"
     shutil.copy(single_file(tmp_path_factory, BUNDLED)[0], out)  # (shared: tests/shared_runs.py), rebuilt below
     con = duckdb.connect(str(out))
     lod.build(con, base_ns=1024)
     numpy_rows = con.execute("SELECT * FROM slice_lod").fetchall()
     biggest = con.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM slices GROUP BY track_id)").fetchone()[0]
-    monkeypatch.setattr(lod, "BATCH_SLICES", biggest - 1)  # the biggest track (only) by SQL
+    pieces, made = lod._pieces, []
+    monkeypatch.setattr(lod, "_pieces", lambda *args: made.append(pieces(*args)) or made[-1])
+    monkeypatch.setattr(lod, "BATCH_SLICES", biggest - 1)  # the biggest track (only) in pieces
     lod.build(con, base_ns=1024)
+    assert made and all(len(piece) > 1 for piece in made)  # (the biggest tracks: two of 300 here)
     assert con.execute("SELECT * FROM slice_lod").fetchall() == numpy_rows
-    monkeypatch.setattr(lod, "BATCH_SLICES", max(1, biggest // 3))  # many batches, their rows in temporary tables
+    made.clear()
+    monkeypatch.setattr(lod, "BATCH_SLICES", 5)  # every track of more: depths cut in time, a span over 5 alone
+    lod.build(con, base_ns=1024)
+    assert any(sql.startswith("depth = ? AND ts_ns >= ? AND ts_ns <") for piece in made for sql, _ in piece)
+    assert any(sql.startswith("depth BETWEEN") for piece in made for sql, _ in piece)
+    assert con.execute("SELECT * FROM slice_lod").fetchall() == numpy_rows
+    monkeypatch.setattr(lod, "BATCH_SLICES", biggest - 1)
+    monkeypatch.setattr(lodcalc, "SUM_LIMIT", 1.0)  # sums that might not fit: the biggest track by SQL, alone
+    lod.build(con, base_ns=1024)
+    assert made[-1] is None
+    assert con.execute("SELECT * FROM slice_lod").fetchall() == numpy_rows
+    monkeypatch.undo()
+    monkeypatch.setattr(lod, "BATCH_SLICES", max(1, biggest // 3))  # many batches, their rows in files
     monkeypatch.setattr(lod, "HELD_BYTES", 0)
     assert [lv[2] for lv in lod.build(con, base_ns=1024)] == [n for (n,) in con.execute(
         "SELECT count(*) FROM slice_lod GROUP BY level ORDER BY level").fetchall()]
