@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import lodcalc
+from . import duckmem, lodcalc
 from .columns import numpy_of
 
 MIN_BUCKET_NS = 1024
@@ -62,6 +62,11 @@ COLUMNS = ("track_id, depth, bucket, slice_count::BIGINT AS slice_count, slice_i
 LEVEL_DDL = ("track_id INTEGER, depth INTEGER, bucket BIGINT, slice_count BIGINT, slice_id BIGINT, ts_ns BIGINT, "
              "dur_ns BIGINT, name VARCHAR, min_ts_ns BIGINT, max_end_ns BIGINT, total_dur_ns BIGINT")
 BATCH_SLICES = 1_000_000  # slices of whole tracks summarised in numpy at a time (~100 bytes each)
+# a batch's Arrow and numpy memory per slice at its peak (its rows ~62 bytes, lodcalc's arrays the rest), and the
+# level rows held per slice of the run (at most half as many level-0 rows as slices, ~110 bytes each, and a third
+# more above): what the build holds outside DuckDB's limit, lent from it (duckmem.lent) while it runs
+SLICE_BYTES = 180
+HELD_PER_SLICE = 75
 # the level rows held in memory before they go to files (~110 bytes a row; a 1 GB trace's ~1 M rows fit)
 HELD_BYTES = 192 << 20
 BATCH_ROWS = "SELECT slice_id, track_id, depth, ts_ns, dur_ns, name FROM slices WHERE track_id BETWEEN ? AND ?"
@@ -99,31 +104,13 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
             widths.append(widths[-1] * FACTOR)
     held = Held(con, len(widths))
     try:
-        if widths:
-            counts = con.execute("SELECT track_id, count(*) FROM slices GROUP BY track_id ORDER BY track_id").fetchall()
-            for lo, hi, m in _batches(counts, BATCH_SLICES):
-                if m > BATCH_SLICES:  # (one track, lo == hi)
-                    pieces = _pieces(con, lo, widths[-1], BATCH_SLICES)
-                    if pieces is None:
-                        held.spill()  # (the rows of the tracks before these first)
-                        _sql_levels(con, lo, hi, widths, held)
-                        continue
-                    for where, args in pieces:
-                        piece = con.sql(TRACK_ROWS + where, params=[lo, *args]).to_arrow_table()
-                        held.add(lodcalc.levels(_in_id_order(piece), widths, FACTOR))
-                    continue
-                batch = con.sql(BATCH_ROWS, params=[lo, hi]).to_arrow_table()
-                try:
-                    made = lodcalc.levels(_in_id_order(batch), widths, FACTOR)
-                except lodcalc.SumTooLarge:
-                    held.spill()
-                    _sql_levels(con, lo, hi, widths, held)
-                    continue
-                held.add(made)
-        # stored ordered by (level, track, depth, bucket), so zone maps prune a viewport query: each level's rows are
-        # in that order already
-        con.execute(f"CREATE OR REPLACE TABLE slice_lod (level INTEGER, bucket_ns BIGINT, {LEVEL_DDL})")
-        levels = [(lv, w, held.write(lv, w)) for lv, w in enumerate(widths)]
+        with duckmem.lent(con, min(n or 0, BATCH_SLICES) * SLICE_BYTES + min(HELD_BYTES, (n or 0) * HELD_PER_SLICE)):
+            if widths:
+                _summarise(con, widths, held)
+            # stored ordered by (level, track, depth, bucket), so zone maps prune a viewport query: each level's
+            # rows are in that order already
+            con.execute(f"CREATE OR REPLACE TABLE slice_lod (level INTEGER, bucket_ns BIGINT, {LEVEL_DDL})")
+            levels = [(lv, w, held.write(lv, w)) for lv, w in enumerate(widths)]
     finally:
         held.close()
     con.execute(LOD_LEVELS_DDL)
@@ -133,6 +120,31 @@ def build(con, base_ns: int | None = None) -> list[tuple[int, int, int]]:
                     "(SELECT DISTINCT rank FROM tracks WHERE slice_count > 0) r ORDER BY r.rank, v.level",
                     [x for level in levels for x in level])
     return levels
+
+
+def _summarise(con, widths: list[int], held: Held) -> None:
+    """Every track's level rows into ``held``, in track order: whole tracks a batch at a time in numpy, a track
+    bigger than a batch in pieces (or by SQL, see ``_pieces``)."""
+    counts = con.execute("SELECT track_id, count(*) FROM slices GROUP BY track_id ORDER BY track_id").fetchall()
+    for lo, hi, m in _batches(counts, BATCH_SLICES):
+        if m > BATCH_SLICES:  # (one track, lo == hi)
+            pieces = _pieces(con, lo, widths[-1], BATCH_SLICES)
+            if pieces is None:
+                held.spill()  # (the rows of the tracks before these first)
+                _sql_levels(con, lo, hi, widths, held)
+                continue
+            for where, args in pieces:
+                piece = con.sql(TRACK_ROWS + where, params=[lo, *args]).to_arrow_table()
+                held.add(lodcalc.levels(_in_id_order(piece), widths, FACTOR))
+            continue
+        batch = con.sql(BATCH_ROWS, params=[lo, hi]).to_arrow_table()
+        try:
+            made = lodcalc.levels(_in_id_order(batch), widths, FACTOR)
+        except lodcalc.SumTooLarge:
+            held.spill()
+            _sql_levels(con, lo, hi, widths, held)
+            continue
+        held.add(made)
 
 
 class Held:

@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ascendscope.ingest import lod, lodcalc
+from ascendscope.ingest import duckmem, lod, lodcalc
 from tests.ingest_helpers import REAL
 from tests.samples import HAVE_REAL
 from tests.shared_runs import single_file
@@ -120,3 +120,25 @@ def test_a_bucket_whose_total_duration_may_not_fit_is_left_to_sql():
         lodcalc.levels(batch([big, big]), [1 << 20], 4)
     made = lodcalc.levels(batch([big, 5]), [1 << 20], 4)
     assert made[0].column("total_dur_ns").to_pylist() == [big + 5]
+
+
+def test_the_build_lends_what_it_holds_from_duckdbs_limit_and_gives_it_back(tmp_path, tmp_path_factory, monkeypatch):
+    """The batches and the level rows held are numpy and Arrow memory beside DuckDB's: its limit is lowered by
+    them while the levels are made, then restored."""
+    out = tmp_path / "b.duckdb"
+    shutil.copy(single_file(tmp_path_factory, BUNDLED)[0], out)
+    con = duckdb.connect(str(out))
+    con.execute("SET memory_limit = '1GiB'")
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    monkeypatch.setattr(lod, "SLICE_BYTES", 1 << 20)  # (the bundled run's few slices, made to weigh)
+    levels, seen = lodcalc.levels, []
+
+    def spy(*args):
+        seen.append(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+        return levels(*args)
+
+    monkeypatch.setattr(lodcalc, "levels", spy)
+    lod.build(con)
+    assert seen and all(duckmem.mib(s) < duckmem.mib(limit) - 64 for s in seen)  # (at least LENT_MIN lent)
+    assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == limit
+    con.close()
