@@ -91,12 +91,14 @@ def rss(procs) -> int:
 
 class Prober:
     """GETs ``paths`` in turn every ``every_s`` on a thread, keeping each answer's (path, status, seconds), and the
-    highest RSS of the web processes seen."""
+    highest RSS of the web processes seen: those there when it starts (a worker the server starts meanwhile is, from
+    its fork to its exec, a copy of the web process under its name: its shared pages would count twice)."""
 
     def __init__(self, srv: Server, paths: list[str], every_s: float = 0.25):
         self.srv, self.paths, self.every_s = srv, paths, every_s
         self.seen: list[tuple[str, int, float]] = []
         self.web_peak = 0
+        self.web_pids = {p.pid for p in processes(srv)["web"]}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -106,7 +108,8 @@ class Prober:
             path = self.paths[i % len(self.paths)]
             status, _, _, took = get(self.srv, path, timeout_s=30)
             self.seen.append((path, status, took))
-            self.web_peak = max(self.web_peak, rss(processes(self.srv)["web"]))
+            web = [p for p in processes(self.srv)["web"] if p.pid in self.web_pids]
+            self.web_peak = max(self.web_peak, rss(web))
             i += 1
             self._stop.wait(self.every_s)
 
