@@ -13,6 +13,7 @@ written as they are; several parts' rows are sorted once (NUMBER_FLOWS) and numb
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ PART_ENDS = "SELECT " + END_COLUMNS + " FROM {p}fe WHERE part = ?"
 ALL_ENDS = "SELECT " + END_COLUMNS + ", part FROM {p}fe"
 ALL_BOUND = "SELECT pos, local_id, part FROM {p}fb"
 SPLIT_ROWS = 1 << 18  # ends a batch of that scan
+SPLIT_END_BYTES = 160  # an end's bytes in the files (its columns, its bound slice), twice over for room
 PART_BOUND = "SELECT pos, local_id FROM {p}fb WHERE part = ?"
 FLOW_COLUMNS = ("rank", "src_ts_ns", "src_seq", "dst_seq", "cat", "name", "flow_key", "src_track", "src_local",
                 "dst_track", "dst_ts_ns", "dst_local")
@@ -128,6 +130,16 @@ def part_files(cur, sql: str, parts: int, folder: Path, name: str) -> list[Path 
     return files
 
 
+def _room_for(cur, p: str, folder: Path) -> bool:
+    """Whether the disk under ``folder`` has room for the split (else each part is a scan of every end)."""
+    ends = cur.execute(f"SELECT count(*) FROM {p}fe").fetchall()[0][0]  # (all fetched: a pending result blocks)
+    try:
+        free = shutil.disk_usage(folder if folder.exists() else folder.parent).free
+    except OSError:
+        return False
+    return free >= 2 * SPLIT_END_BYTES * ends
+
+
 def _read_part(path: Path) -> pa.Table:
     return pa.ipc.open_file(pa.memory_map(str(path))).read_all()  # (its buffers keep the map open)
 
@@ -137,13 +149,13 @@ def pair_parts(cur, p: str, parts: int, tracks_with_slices: np.ndarray, folder: 
     (rank, cat, starts without a finish, finishes without a start, flows whose start / finish is bound to no
     slice, of those starts the ones on a lane without slices), ordered by rank and cat. ``tracks_with_slices``:
     the local tracks that have slices, sorted. ``folder``: where several parts are split into files
-    (``part_files``) to be read one by one; without it each part is a scan of every end."""
+    (``part_files``) to be read one by one; without it (or room on its disk) each part is a scan of every end."""
     cur.execute(f"CREATE OR REPLACE TABLE {p}flows_u (rank INTEGER, src_ts_ns BIGINT, src_seq BIGINT, dst_seq BIGINT, "
                 "cat VARCHAR, name VARCHAR, flow_key VARCHAR, src_track BIGINT, src_local BIGINT, dst_track BIGINT, "
                 "dst_ts_ns BIGINT, dst_local BIGINT)")
     stats: dict[tuple[int, str], list[int]] = {}
     one = parts == 1  # the only part: its flows ordered and numbered here, written once
-    split = parts > 1 and folder is not None
+    split = parts > 1 and folder is not None and _room_for(cur, p, folder)
     if split:
         end_files = part_files(cur, ALL_ENDS.format(p=p), parts, folder, "ends")
         bound_files = part_files(cur, ALL_BOUND.format(p=p), parts, folder, "bound")

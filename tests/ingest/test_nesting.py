@@ -364,3 +364,23 @@ def test_rows_out_of_the_nesting_order_are_sorted_first():
     b = nesting.nest(*scols, presorted=False)
     for field in ("seq", "depth", "parent", "local_id"):
         assert getattr(a, field).tolist() == getattr(b, field).tolist()
+
+
+def test_without_room_on_disk_each_part_is_a_scan_and_the_run_the_same(tmp_path, tmp_path_factory, monkeypatch):
+    """The split of the flow ends into files needs disk: without room for it, each part's ends are a scan of them
+    all (as before the split), and the run is the same."""
+    one = single_file(tmp_path_factory, BUNDLED)[0]
+    monkeypatch.setattr(trace, "PAIR_BATCH_ENDS", 13)
+    monkeypatch.setattr(traceflows.shutil, "disk_usage", lambda path: shutil_usage(0))
+    monkeypatch.setattr(traceflows, "part_files", lambda *args: pytest.fail("split without room"))
+    ingest_path(BUNDLED, tmp_path / "many.duckdb")
+    with duckdb.connect(str(one), read_only=True) as a, \
+            duckdb.connect(str(tmp_path / "many.duckdb"), read_only=True) as b:
+        q = "SELECT * FROM flows ORDER BY flow_id"
+        assert a.execute(q).fetchall() == b.execute(q).fetchall()
+        assert b.execute("SELECT count(*) FROM flows").fetchone()[0] > 13
+
+
+def shutil_usage(free: int):
+    import shutil
+    return shutil._ntuple_diskusage(total=1 << 40, used=(1 << 40) - free, free=free)
