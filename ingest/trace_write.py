@@ -81,7 +81,8 @@ FLOW_COUNTS = ("coalesce(f.n_flows, 0), coalesce(f.flow_base, 0)",
                "LEFT JOIN (SELECT rank, count(*) AS n_flows, min(local_flow) - 1 AS flow_base FROM {p}flows "
                "GROUP BY rank) f USING (rank)")
 
-STAGE_TABLES = ("ev_t", "x", "nest", "fe", "fb", "flows_u", "tracks", "flows", "counters", "steps", "offsets", "neg")
+STAGE_TABLES = ("ev_t", "x", "nest", "fe", "fb", "flows_u", "fk", "tracks", "flows", "counters", "steps", "offsets",
+                "neg")
 
 
 def staged_counts(cur, prefix: str, flows: bool = True) -> dict[int, tuple[int, int, int, int, int, int]]:

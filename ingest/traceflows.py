@@ -8,7 +8,8 @@ each by one scan of the ends and one of the bound rows, :func:`part_files`), its
 by ``ingest.nesting.pair_flows`` and the flows' rows taken from the ends' columns, with what the warnings count
 (ends without a partner, flows bound to no slice) summed along. The flows are numbered rank by rank in
 ``pair_flows``' order (start ts, start seq, finish seq): the only part's come out of ``pair_flow_keys`` so and are
-written as they are; several parts' rows are sorted once (NUMBER_FLOWS) and numbered by their place.
+written as they are; several parts' rows, each part's so, are merged from files by a sort of their keys alone
+(``_Merge``), or (without the split) sorted once as wide rows (NUMBER_FLOWS), and numbered by their place.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ CREATE OR REPLACE TABLE {p}flows (local_flow BIGINT, cat VARCHAR, name VARCHAR, 
                                  src_ts_ns BIGINT, src_local BIGINT, dst_track BIGINT, dst_ts_ns BIGINT,
                                  dst_local BIGINT, rank INTEGER)
 """
-TABLES = ("fe", "fb", "flows_u")
+TABLES = ("fe", "fb", "flows_u", "fk")
 # a part's numpy and Arrow memory per end at its peak, outside DuckDB's limit: lent from it while the part is paired
 # (duckmem.lent), as the slices' write runs beside (at 10 GB the two took the process past 1.5 GiB otherwise)
 END_BYTES = 350
@@ -159,6 +160,7 @@ def pair_parts(cur, p: str, parts: int, tracks_with_slices: np.ndarray, folder: 
     if split:
         end_files = part_files(cur, ALL_ENDS.format(p=p), parts, folder, "ends")
         bound_files = part_files(cur, ALL_BOUND.format(p=p), parts, folder, "bound")
+        merge = _Merge(cur, p, folder)
     for part in range(parts):
         if not split:
             ends = cur.sql(PART_ENDS.format(p=p), params=[part]).to_arrow_table()
@@ -177,17 +179,101 @@ def pair_parts(cur, p: str, parts: int, tracks_with_slices: np.ndarray, folder: 
         if ends.num_rows == 0:
             continue
         local = _aligned(numpy_of(ends.column("pos")), bound_pos, bound_id)
-        rows = _pair(ends, local, tracks_with_slices, stats, ordered=one)
+        rows = _pair(ends, local, tracks_with_slices, stats, ordered=one or split)
         if rows is None:
             continue
         if one:
             _write_numbered(cur, p, rows)
             break
+        if split:
+            merge.add(part, rows)
+            continue
         append(cur, f"{p}flows_u", rows)
     else:
-        for sql in NUMBER_FLOWS:
-            cur.execute(sql.format(p=p))
+        if split:
+            merge.write()
+        else:
+            for sql in NUMBER_FLOWS:
+                cur.execute(sql.format(p=p))
     return [(rank, cat, *counts) for (rank, cat), counts in sorted(stats.items())]
+
+
+MERGE_ROWS = 1 << 16  # flows a batch of a part's file (one per part is held while they are merged)
+
+
+class _Merge:
+    """Several parts' flows, each part's in pair_flows' order rank by rank, written to ``{p}flows`` in that order
+    across the parts and numbered so (as NUMBER_FLOWS orders them, without its sort of the wide rows): each
+    part's rows go to a file, their keys to a narrow table that DuckDB sorts; the rows are then taken from the
+    files in that order (each part's come in their own order, so a batch of the sorted keys takes the next rows
+    of each part)."""
+
+    def __init__(self, cur, p: str, folder: Path):
+        self.cur, self.p, self.folder = cur, p, folder
+        self.files: dict[int, Path] = {}
+        cur.execute(f"CREATE OR REPLACE TABLE {p}fk (rank INTEGER, src_ts_ns BIGINT, src_seq BIGINT, "
+                    "dst_seq BIGINT, part INTEGER)")
+
+    def add(self, part: int, rows: pa.Table) -> None:
+        path = self.files[part] = self.folder / f"flows{part}.arrow"
+        with pa.ipc.new_file(path, rows.schema) as writer:
+            writer.write_table(rows, max_chunksize=MERGE_ROWS)
+        keys = rows.select(["rank", "src_ts_ns", "src_seq", "dst_seq"])
+        append(self.cur, f"{self.p}fk", keys.append_column("part", _ints(np.full(rows.num_rows, part), np.int32)))
+
+    def write(self) -> None:
+        cur, p = self.cur, self.p
+        cur.execute(FLOWS_TABLE.format(p=p))
+        readers = {k: _Rows(path) for k, path in self.files.items()}
+        done = 0
+        order = cur.cursor()  # (its result streams while this cursor writes)
+        try:
+            order_sql = f"SELECT part FROM {p}fk ORDER BY rank, src_ts_ns, src_seq, dst_seq"
+            for batch in order.sql(order_sql).to_arrow_reader(SPLIT_ROWS):
+                part = numpy_of(batch.column("part"))
+                if not len(part):
+                    continue
+                by_part = np.argsort(part, kind="stable")  # the batch's rows of each part, in their order
+                sorted_part = part[by_part]
+                cuts = [0, *(np.flatnonzero(sorted_part[1:] != sorted_part[:-1]) + 1).tolist(), len(part)]
+                taken = pa.concat_tables([readers[int(sorted_part[lo])].next(hi - lo)
+                                          for lo, hi in zip(cuts[:-1], cuts[1:])])
+                back = np.empty_like(by_part)
+                back[by_part] = np.arange(len(by_part))
+                rows = taken.take(indices(back))
+                rows = rows.append_column("local_flow", _ints(np.arange(done + 1, done + len(part) + 1)))
+                append(cur, f"{p}flows", rows.select(FLOWS_ORDER))
+                done += len(part)
+        finally:
+            order.close()
+            for reader in readers.values():
+                reader.close()
+        cur.execute(f"DROP TABLE {p}fk")
+
+
+class _Rows:
+    """A part's flows file read forward, a batch at a time (read, not mapped: its pages leave with each batch)."""
+
+    def __init__(self, path: Path):
+        self.path, self.source = path, pa.OSFile(str(path))
+        self.file = pa.ipc.open_file(self.source)
+        self.batch, self.at, self.held = 0, 0, None
+
+    def next(self, n: int) -> pa.Table:
+        """The next ``n`` rows."""
+        out = []
+        while n:
+            if self.held is None or self.at == self.held.num_rows:
+                self.held, self.at = self.file.get_batch(self.batch), 0
+                self.batch += 1
+            k = min(n, self.held.num_rows - self.at)
+            out.append(self.held.slice(self.at, k))
+            self.at, n = self.at + k, n - k
+        return pa.Table.from_batches(out)
+
+    def close(self) -> None:
+        self.source.close()
+        self.path.unlink(missing_ok=True)
 
 
 def _write_numbered(cur, p: str, rows: pa.Table) -> None:

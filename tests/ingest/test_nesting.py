@@ -281,7 +281,8 @@ BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "bundled"
 @pytest.mark.parametrize("src", [PYTORCH_TEXT / "level1", BUNDLED], ids=["real_level1", "bundled"])
 def test_batches_do_not_change_the_run(src, tmp_path, monkeypatch, request):
     """Small batches of tracks, big tracks nested in parts, flow keys paired in small batches (each part's ends
-    and bound slices read from files of their own, split in one scan): the same run."""
+    and bound slices read from files of their own, split in one scan; the parts' flows merged in order from files
+    of their own): the same run."""
     if not src.is_dir():
         pytest.skip(f"real samples not found at {src}")
     if src == PYTORCH_TEXT / "level1":  # its default ingest: the session's (tests/conftest.py), or a shared one
@@ -292,6 +293,7 @@ def test_batches_do_not_change_the_run(src, tmp_path, monkeypatch, request):
     monkeypatch.setattr(nesting, "PART_SLICES", 37)
     monkeypatch.setattr(trace, "PAIR_BATCH_ENDS", 13)
     monkeypatch.setattr(traceflows, "SPLIT_ROWS", 29)  # (several scan batches, each spread over the parts)
+    monkeypatch.setattr(traceflows, "MERGE_ROWS", 3)  # (the parts' flows merged across their files' batches)
     split, files = traceflows.part_files, []
 
     def part_files(*args):
