@@ -191,6 +191,7 @@ def pair_parts(cur, p: str, parts: int, tracks_with_slices: np.ndarray, folder: 
         append(cur, f"{p}flows_u", rows)
     else:
         if split:
+            ends = bound = rows = local = None  # (the last part's, mapped and paired: not held through the merge)
             merge.write()
         else:
             for sql in NUMBER_FLOWS:
@@ -198,7 +199,7 @@ def pair_parts(cur, p: str, parts: int, tracks_with_slices: np.ndarray, folder: 
     return [(rank, cat, *counts) for (rank, cat), counts in sorted(stats.items())]
 
 
-MERGE_ROWS = 1 << 16  # flows a batch of a part's file (one per part is held while they are merged)
+MERGE_ROWS = 1 << 14  # flows a batch of a part's file (one per part is held while they are merged)
 
 
 class _Merge:
