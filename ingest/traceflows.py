@@ -114,13 +114,9 @@ def part_files(cur, sql: str, parts: int, folder: Path, name: str) -> list[Path 
         for batch in cur.sql(sql).to_arrow_reader(SPLIT_ROWS):
             if batch.num_rows == 0:
                 continue
-            part = numpy_of(batch.column("part"))
-            order = np.argsort(part, kind="stable")
-            part = part[order]
+            order, runs = _by_part(numpy_of(batch.column("part")))
             rows = batch.drop_columns(["part"]).take(indices(order))
-            cuts = [0, *(np.flatnonzero(part[1:] != part[:-1]) + 1).tolist(), len(part)]
-            for lo, hi in zip(cuts[:-1], cuts[1:]):
-                k = int(part[lo])
+            for k, lo, hi in runs:
                 if k not in writers:
                     files[k] = folder / f"{name}{k}.arrow"
                     writers[k] = pa.ipc.new_file(files[k], rows.schema)
@@ -129,6 +125,14 @@ def part_files(cur, sql: str, parts: int, folder: Path, name: str) -> list[Path 
         for writer in writers.values():
             writer.close()
     return files
+
+
+def _by_part(part: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """The rows in part order (stable: each part's keep theirs), and (part, lo, hi) of each part's run in it."""
+    order = np.argsort(part, kind="stable")
+    part = part[order]
+    cuts = [0, *(np.flatnonzero(part[1:] != part[:-1]) + 1).tolist(), len(part)]
+    return order, [(int(part[lo]), lo, hi) for lo, hi in zip(cuts[:-1], cuts[1:])]
 
 
 def _room_for(cur, p: str, folder: Path) -> bool:
@@ -234,11 +238,8 @@ class _Merge:
                 part = numpy_of(batch.column("part"))
                 if not len(part):
                     continue
-                by_part = np.argsort(part, kind="stable")  # the batch's rows of each part, in their order
-                sorted_part = part[by_part]
-                cuts = [0, *(np.flatnonzero(sorted_part[1:] != sorted_part[:-1]) + 1).tolist(), len(part)]
-                taken = pa.concat_tables([readers[int(sorted_part[lo])].next(hi - lo)
-                                          for lo, hi in zip(cuts[:-1], cuts[1:])])
+                by_part, runs = _by_part(part)  # the batch's rows of each part, in their order
+                taken = pa.concat_tables([readers[k].next(hi - lo) for k, lo, hi in runs])
                 back = np.empty_like(by_part)
                 back[by_part] = np.arange(len(by_part))
                 rows = taken.take(indices(back))
